@@ -1,0 +1,232 @@
+#include "engine/backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <initializer_list>
+
+#include "engine/errors.h"
+
+namespace vkattn {
+namespace {
+
+// "query (2, 5, 60)"
+std::string describe(const Value& v) { return v.name + " " + shape_string(v.shape); }
+
+void require(bool ok, const std::string& step, const std::string& message) {
+  if (!ok) throw ShapeError(step + ": " + message);
+}
+
+void require_float(const std::string& step, const Value& v) {
+  require(v.dtype == DType::float32, step,
+          describe(v) + " is " + dtype_name(v.dtype) + " but the step computes in float32");
+}
+
+void require_rank(const std::string& step, const Value& v, int64_t rank, const char* layout) {
+  require_float(step, v);
+  require(v.rank() == rank, step,
+          describe(v) + " has rank " + std::to_string(v.rank()) + " but must be " + layout);
+}
+
+std::vector<TensorInfo> infos(std::initializer_list<const Value*> inputs) {
+  std::vector<TensorInfo> out;
+  for (const Value* v : inputs)
+    if (v) out.push_back({v->name, v->shape, v->dtype});
+  return out;
+}
+
+template <class F>
+double wall_time_us(F&& run) {
+  auto start = std::chrono::steady_clock::now();
+  run();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Value Backend::upload(const std::string& name, const Tensor& tensor) {
+  require(element_count(tensor.shape) == tensor.size(), name,
+          "tensor data holds " + std::to_string(tensor.size()) + " values but its shape " +
+              shape_string(tensor.shape) + " needs " + std::to_string(element_count(tensor.shape)));
+  require(tensor.size() > 0, name, "tensor " + shape_string(tensor.shape) + " is empty; every dim must be >= 1");
+  return Value{name, tensor.shape, tensor.dtype, store(tensor)};
+}
+
+Tensor Backend::download(const Value& value) {
+  return Tensor(value.shape, load(*value.storage, element_count(value.shape)), value.dtype);
+}
+
+Value Backend::make_output(const std::string& step, Shape shape) {
+  int64_t count = element_count(shape);
+  return Value{step, std::move(shape), DType::float32, allocate(count)};
+}
+
+void Backend::report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
+                     double host_us) {
+  StepEvent event;
+  event.index = next_index_++;
+  event.name = step;
+  event.op = op;
+  event.inputs = std::move(inputs);
+  event.output = {output.name, output.shape, output.dtype};
+  if (host_time_is_step_time()) event.host_time_us = host_us;
+  if (tracers_.empty()) return;
+  bool wants_values = std::any_of(tracers_.begin(), tracers_.end(), [](Tracer* t) { return t->wants_values(); });
+  std::optional<Tensor> values;
+  if (wants_values) {
+    values = download(output);
+    event.values = &*values;
+  }
+  for (Tracer* tracer : tracers_) tracer->on_step(event);
+}
+
+Value Backend::linear(const std::string& step, const Value& x, const Value& weight, const Value* bias) {
+  require_float(step, x);
+  require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim");
+  require_rank(step, weight, 2, "(out_features, in_features)");
+  int64_t K = x.dim(-1), M = weight.dim(0);
+  require(weight.dim(1) == K, step,
+          "input " + describe(x) + " has " + std::to_string(K) + " features but weight " + describe(weight) +
+              " expects " + std::to_string(weight.dim(1)) + " (x · Wᵀ needs x's last dim = W's columns)");
+  if (bias) {
+    require_rank(step, *bias, 1, "(out_features,)");
+    require(bias->dim(0) == M, step,
+            "bias " + describe(*bias) + " must have " + std::to_string(M) + " elements, one per output feature of weight " +
+                describe(weight));
+  }
+  Shape shape = x.shape;
+  shape.back() = M;
+  Value y = make_output(step, shape);
+  int64_t N = element_count(x.shape) / K;
+  double us = wall_time_us([&] {
+    run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M);
+  });
+  report(step, "linear", infos({&x, &weight, bias}), y, us);
+  return y;
+}
+
+Value Backend::split_heads(const std::string& step, const Value& x, int64_t heads) {
+  require_rank(step, x, 3, "(B, T, E)");
+  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
+  require(heads >= 1 && E % heads == 0, step,
+          "input " + describe(x) + " has E=" + std::to_string(E) + " which " + std::to_string(heads) +
+              " heads do not divide (E must be a multiple of H)");
+  int64_t d = E / heads;
+  Value y = make_output(step, {B, heads, T, d});
+  double us = wall_time_us([&] { run_split_heads(step, *x.storage, *y.storage, B, T, heads, d); });
+  report(step, "split_heads", infos({&x}), y, us);
+  return y;
+}
+
+Value Backend::append_row(const std::string& step, const Value& x, const Value* row) {
+  require_float(step, x);
+  require(x.rank() >= 2, step, "input " + describe(x) + " must be (…, T, C)");
+  int64_t T = x.dim(-2), C = x.dim(-1);
+  int64_t N = element_count(x.shape) / (T * C);
+  if (row) {
+    require_float(step, *row);
+    require(element_count(row->shape) == C, step,
+            "row " + describe(*row) + " must hold " + std::to_string(C) + " values, one per channel of " + describe(x));
+  }
+  Shape shape = x.shape;
+  shape[shape.size() - 2] += 1;
+  Value y = make_output(step, shape);
+  double us = wall_time_us([&] {
+    run_append_row(step, *x.storage, row ? row->storage.get() : nullptr, *y.storage, N, T, C);
+  });
+  report(step, "append_row", infos({&x, row}), y, us);
+  return y;
+}
+
+Value Backend::attention_scores(const std::string& step, const Value& q, const Value& k) {
+  require_rank(step, q, 4, "(B, H, L, d)");
+  require_rank(step, k, 4, "(B, H, S, d)");
+  require(q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3), step,
+          "query " + describe(q) + " and key " + describe(k) + " must agree on B, H and d");
+  int64_t B = q.dim(0), H = q.dim(1), L = q.dim(2), S = k.dim(2), d = q.dim(3);
+  Value scores = make_output(step, {B, H, L, S});
+  float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  double us = wall_time_us([&] { run_attention_scores(step, *q.storage, *k.storage, *scores.storage, B * H, L, S, d, scale); });
+  report(step, "attention_scores", infos({&q, &k}), scores, us);
+  return scores;
+}
+
+Value Backend::attention_mask(const std::string& step, const Value& scores, const Value* attn_mask,
+                              const Value* key_padding_mask, bool causal) {
+  require_rank(step, scores, 4, "(B, H, L, S)");
+  int64_t B = scores.dim(0), H = scores.dim(1), L = scores.dim(2), S = scores.dim(3);
+  int rank = 0;
+  if (attn_mask) {
+    require_float(step, *attn_mask);
+    bool ok2 = attn_mask->shape == Shape{L, S};
+    bool ok3 = attn_mask->shape == Shape{B * H, L, S};
+    require(ok2 || ok3, step,
+            "attn_mask " + shape_string(attn_mask->shape) + " must be (L, S) = " + shape_string({L, S}) +
+                " or (B·H, L, S) = " + shape_string({B * H, L, S}) + " for scores " + shape_string(scores.shape));
+    rank = ok2 ? 2 : 3;
+  }
+  if (key_padding_mask) {
+    require_float(step, *key_padding_mask);
+    require(key_padding_mask->shape == Shape{B, S}, step,
+            "key_padding_mask " + shape_string(key_padding_mask->shape) + " must be (B, S) = " +
+                shape_string({B, S}) + " for scores " + shape_string(scores.shape));
+  }
+  Value out = make_output(step, scores.shape);
+  double us = wall_time_us([&] {
+    run_attention_mask(step, *scores.storage, attn_mask ? attn_mask->storage.get() : nullptr, rank,
+                       key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, *out.storage, B, H, L, S);
+  });
+  report(step, "attention_mask", infos({&scores, attn_mask, key_padding_mask}), out, us);
+  return out;
+}
+
+Value Backend::softmax(const std::string& step, const Value& x) {
+  require_float(step, x);
+  require(x.rank() >= 1, step, "input " + describe(x) + " must have a last dim to normalise over");
+  int64_t S = x.dim(-1), R = element_count(x.shape) / S;
+  Value y = make_output(step, x.shape);
+  double us = wall_time_us([&] { run_softmax(step, *x.storage, *y.storage, R, S); });
+  report(step, "softmax", infos({&x}), y, us);
+  return y;
+}
+
+Value Backend::attention_values(const std::string& step, const Value& p, const Value& v) {
+  require_rank(step, p, 4, "(B, H, L, S)");
+  require_rank(step, v, 4, "(B, H, S, d)");
+  require(p.dim(0) == v.dim(0) && p.dim(1) == v.dim(1) && p.dim(3) == v.dim(2), step,
+          "weights " + describe(p) + " and value " + describe(v) + " must agree on B, H and S");
+  int64_t B = p.dim(0), H = p.dim(1), L = p.dim(2), S = p.dim(3), d = v.dim(3);
+  Value out = make_output(step, {B, H, L, d});
+  double us = wall_time_us([&] { run_attention_values(step, *p.storage, *v.storage, *out.storage, B * H, L, S, d); });
+  report(step, "attention_values", infos({&p, &v}), out, us);
+  return out;
+}
+
+Value Backend::merge_heads(const std::string& step, const Value& x) {
+  require_rank(step, x, 4, "(B, H, T, d)");
+  int64_t B = x.dim(0), H = x.dim(1), T = x.dim(2), d = x.dim(3);
+  Value y = make_output(step, {B, T, H * d});
+  double us = wall_time_us([&] { run_merge_heads(step, *x.storage, *y.storage, B, H, T, d); });
+  report(step, "merge_heads", infos({&x}), y, us);
+  return y;
+}
+
+Value Backend::average_heads(const std::string& step, const Value& p) {
+  require_rank(step, p, 4, "(B, H, L, S)");
+  int64_t B = p.dim(0), H = p.dim(1), L = p.dim(2), S = p.dim(3);
+  Value avg = make_output(step, {B, L, S});
+  double us = wall_time_us([&] { run_average_heads(step, *p.storage, *avg.storage, B, H, L * S); });
+  report(step, "average_heads", infos({&p}), avg, us);
+  return avg;
+}
+
+void Backend::add_tracer(Tracer& tracer) { tracers_.push_back(&tracer); }
+
+void Backend::remove_tracer(Tracer& tracer) { std::erase(tracers_, &tracer); }
+
+void Backend::begin_pass(const std::string& pass) {
+  next_index_ = 0;
+  for (Tracer* tracer : tracers_) tracer->on_pass(pass, name(), device_name());
+}
+
+}  // namespace vkattn

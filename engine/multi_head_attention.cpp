@@ -1,0 +1,258 @@
+#include "engine/multi_head_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "engine/errors.h"
+
+namespace vkattn {
+namespace {
+
+const std::string kForward = "MultiHeadAttention.forward";
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw ShapeError(kForward + ": " + message);
+}
+
+std::string describe(const char* name, const Tensor& t) { return std::string(name) + " " + shape_string(t.shape); }
+
+Tensor uniform(Shape shape, int64_t fan_in, std::mt19937& rng) {
+  float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  Tensor t(std::move(shape));
+  for (float& v : t.data) v = dist(rng);
+  return t;
+}
+
+void check_weight(const char* name, const Tensor& t, const Shape& expected) {
+  if (t.shape != expected || t.dtype != DType::float32) {
+    throw ShapeError(std::string("MultiHeadAttention: weight ") + name + " is " + dtype_name(t.dtype) + " " +
+                     shape_string(t.shape) + " but the config needs float32 " + shape_string(expected));
+  }
+}
+
+void check_optional(const char* name, const std::optional<Tensor>& t, bool wanted, const Shape& expected,
+                    const char* because) {
+  if (wanted && !t) throw ShapeError(std::string("MultiHeadAttention: weight ") + name + " is missing but " + because);
+  if (!wanted && t) throw ShapeError(std::string("MultiHeadAttention: weight ") + name + " is given but " + because + " is off");
+  if (t) check_weight(name, *t, expected);
+}
+
+// (L, B, C) <-> (B, L, C): swaps the first two dims of a rank-3 tensor.
+Tensor swap01(const Tensor& x) {
+  int64_t A = x.dim(0), Bn = x.dim(1), C = x.dim(2);
+  Tensor y({Bn, A, C});
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t b = 0; b < Bn; ++b)
+      for (int64_t c = 0; c < C; ++c) y.data[(b * A + a) * C + c] = x.data[(a * Bn + b) * C + c];
+  return y;
+}
+
+// PyTorch's _canonical_mask: a bool mask becomes additive float (True -> -inf, False -> 0).
+Tensor canonical_mask(const Tensor& mask) {
+  if (mask.dtype == DType::float32) return mask;
+  Tensor out(mask.shape);
+  for (size_t i = 0; i < mask.data.size(); ++i) {
+    out.data[i] = mask.data[i] != 0.0f ? -std::numeric_limits<float>::infinity() : 0.0f;
+  }
+  return out;
+}
+
+// Appends a zero column on the last axis (…, S) -> (…, S+1): the mask entry of an appended
+// key position (bias_k or the zero attention), which is never blocked.
+Tensor pad_last(const Tensor& mask) {
+  Shape shape = mask.shape;
+  int64_t S = shape.back(), rows = element_count(shape) / S;
+  shape.back() = S + 1;
+  Tensor out(shape, mask.dtype);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < S; ++j) out.data[r * (S + 1) + j] = mask.data[r * S + j];
+  return out;
+}
+
+}  // namespace
+
+MultiHeadAttentionWeights MultiHeadAttentionWeights::random(const MultiHeadAttentionConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  int64_t E = c.embed_dim;
+  MultiHeadAttentionWeights w;
+  w.q_proj_weight = uniform({E, E}, E, rng);
+  w.k_proj_weight = uniform({E, c.key_dim()}, c.key_dim(), rng);
+  w.v_proj_weight = uniform({E, c.value_dim()}, c.value_dim(), rng);
+  w.out_proj_weight = uniform({E, E}, E, rng);
+  if (c.bias) {
+    w.q_proj_bias = uniform({E}, E, rng);
+    w.k_proj_bias = uniform({E}, c.key_dim(), rng);
+    w.v_proj_bias = uniform({E}, c.value_dim(), rng);
+    w.out_proj_bias = uniform({E}, E, rng);
+  }
+  if (c.add_bias_kv) {
+    w.bias_k = uniform({E}, E, rng);
+    w.bias_v = uniform({E}, E, rng);
+  }
+  return w;
+}
+
+MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionConfig config)
+    : MultiHeadAttention(config, {}) {}
+
+MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionConfig config, MultiHeadAttentionWeights weights)
+    : config_(config) {
+  const auto& c = config_;
+  if (c.embed_dim <= 0 || c.num_heads <= 0 || c.kdim < 0 || c.vdim < 0) {
+    throw ConfigError("MultiHeadAttention: embed_dim=" + std::to_string(c.embed_dim) + ", num_heads=" +
+                      std::to_string(c.num_heads) + ", kdim=" + std::to_string(c.kdim) + ", vdim=" +
+                      std::to_string(c.vdim) + ": embed_dim and num_heads must be >= 1, kdim and vdim >= 0");
+  }
+  if (c.embed_dim % c.num_heads != 0) {
+    throw ConfigError("MultiHeadAttention: embed_dim=" + std::to_string(c.embed_dim) + " is not divisible by num_heads=" +
+                      std::to_string(c.num_heads) + " (each head gets embed_dim / num_heads features)");
+  }
+  set_weights(weights.q_proj_weight.data.empty() ? MultiHeadAttentionWeights::random(c, 0) : std::move(weights));
+}
+
+void MultiHeadAttention::set_weights(MultiHeadAttentionWeights w) {
+  const auto& c = config_;
+  int64_t E = c.embed_dim;
+  check_weight("q_proj_weight", w.q_proj_weight, {E, E});
+  check_weight("k_proj_weight", w.k_proj_weight, {E, c.key_dim()});
+  check_weight("v_proj_weight", w.v_proj_weight, {E, c.value_dim()});
+  check_weight("out_proj.weight", w.out_proj_weight, {E, E});
+  check_optional("q_proj_bias", w.q_proj_bias, c.bias, {E}, "bias");
+  check_optional("k_proj_bias", w.k_proj_bias, c.bias, {E}, "bias");
+  check_optional("v_proj_bias", w.v_proj_bias, c.bias, {E}, "bias");
+  check_optional("out_proj.bias", w.out_proj_bias, c.bias, {E}, "bias");
+  check_optional("bias_k", w.bias_k, c.add_bias_kv, {E}, "add_bias_kv");
+  check_optional("bias_v", w.bias_v, c.add_bias_kv, {E}, "add_bias_kv");
+  weights_ = std::move(w);
+}
+
+AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& query, const ForwardOptions& options) const {
+  return forward(backend, query, query, query, options);
+}
+
+AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& query_in, const Tensor& key_in,
+                                            const Tensor& value_in, const ForwardOptions& options) const {
+  const auto& c = config_;
+  const int64_t E = c.embed_dim, H = c.num_heads;
+
+  // ---- inputs: check against PyTorch's rules, then bring to batch-first (B, T, C) -------------
+  for (auto [name, t] : {std::pair{"query", &query_in}, {"key", &key_in}, {"value", &value_in}}) {
+    require(t->dtype == DType::float32, std::string(name) + " is " + dtype_name(t->dtype) + " but must be float32");
+    require(element_count(t->shape) == t->size(), std::string(name) + " holds " + std::to_string(t->size()) +
+                                                      " values but its shape " + shape_string(t->shape) + " needs " +
+                                                      std::to_string(element_count(t->shape)));
+  }
+  const bool batched = query_in.rank() == 3;
+  require(query_in.rank() == 2 || batched,
+          describe("query", query_in) + " must be (L, E) unbatched or " +
+              (c.batch_first ? "(B, L, E)" : "(L, B, E)") + " batched");
+  require(key_in.rank() == query_in.rank() && value_in.rank() == query_in.rank(),
+          describe("query", query_in) + ", " + describe("key", key_in) + " and " + describe("value", value_in) +
+              " must all be batched (rank 3) or all unbatched (rank 2)");
+  auto batch_first = [&](const Tensor& t) {
+    if (!batched) return Tensor({1, t.dim(0), t.dim(1)}, t.data);
+    return c.batch_first ? t : swap01(t);
+  };
+  Tensor query = batch_first(query_in), key = batch_first(key_in), value = batch_first(value_in);
+  const int64_t B = query.dim(0), L = query.dim(1), S = key.dim(1);
+  require(query.dim(2) == E, describe("query", query_in) + " has " + std::to_string(query.dim(2)) +
+                                 " features but embed_dim=" + std::to_string(E));
+  require(key.dim(2) == c.key_dim(), describe("key", key_in) + " has " + std::to_string(key.dim(2)) +
+                                         " features but kdim=" + std::to_string(c.key_dim()));
+  require(value.dim(2) == c.value_dim(), describe("value", value_in) + " has " + std::to_string(value.dim(2)) +
+                                             " features but vdim=" + std::to_string(c.value_dim()));
+  require(key.dim(0) == B && value.dim(0) == B, describe("query", query_in) + ", " + describe("key", key_in) + " and " +
+                                                    describe("value", value_in) + " must share the batch size");
+  require(value.dim(1) == S, describe("key", key_in) + " and " + describe("value", value_in) +
+                                 " must have the same number of positions S");
+
+  // ---- masks: check shapes, make additive float, pad for appended key positions --------------
+  std::optional<Tensor> attn_mask, key_padding_mask;
+  if (options.attn_mask) {
+    const Tensor& m = *options.attn_mask;
+    Shape per_batch = {(batched ? B : 1) * H, L, S};
+    require(m.shape == Shape{L, S} || m.shape == per_batch,
+            "attn_mask " + shape_string(m.shape) + " must be (L, S) = " + shape_string({L, S}) + " or " +
+                (batched ? "(B·H, L, S) = " : "(H, L, S) = ") + shape_string(per_batch));
+    attn_mask = canonical_mask(m);
+  }
+  if (options.key_padding_mask) {
+    const Tensor& m = *options.key_padding_mask;
+    Shape expected = batched ? Shape{B, S} : Shape{S};
+    require(m.shape == expected, "key_padding_mask " + shape_string(m.shape) + " must be " +
+                                     (batched ? "(B, S) = " : "(S,) = ") + shape_string(expected));
+    key_padding_mask = canonical_mask(m);
+    key_padding_mask->shape = {B, S};
+  }
+  int64_t appended = (c.add_bias_kv ? 1 : 0) + (c.add_zero_attn ? 1 : 0);
+  for (int64_t i = 0; i < appended; ++i) {
+    if (attn_mask) attn_mask = pad_last(*attn_mask);
+    if (key_padding_mask) key_padding_mask = pad_last(*key_padding_mask);
+  }
+
+  // ---- the recipe -------------------------------------------------------------------------------
+  backend.begin_pass("multi_head_attention");
+  const MultiHeadAttentionWeights& w = weights_;
+  auto upload_optional = [&](const char* name, const std::optional<Tensor>& t) {
+    return t ? std::optional<Value>(backend.upload(name, *t)) : std::nullopt;
+  };
+  auto ptr = [](const std::optional<Value>& v) { return v ? &*v : nullptr; };
+
+  Value q_in = backend.upload("query", query);  // (B, L, E)
+  Value k_in = backend.upload("key", key);      // (B, S, kdim)
+  Value v_in = backend.upload("value", value);  // (B, S, vdim)
+  Value wq = backend.upload("q_proj_weight", w.q_proj_weight);
+  Value wk = backend.upload("k_proj_weight", w.k_proj_weight);
+  Value wv = backend.upload("v_proj_weight", w.v_proj_weight);
+  Value wo = backend.upload("out_proj.weight", w.out_proj_weight);
+  auto bq = upload_optional("q_proj_bias", w.q_proj_bias);
+  auto bk = upload_optional("k_proj_bias", w.k_proj_bias);
+  auto bv = upload_optional("v_proj_bias", w.v_proj_bias);
+  auto bo = upload_optional("out_proj.bias", w.out_proj_bias);
+  auto mask_a = upload_optional("attn_mask", attn_mask);
+  auto mask_k = upload_optional("key_padding_mask", key_padding_mask);
+
+  Value q = backend.linear("q_proj", q_in, wq, ptr(bq));  // (B, L, E)
+  Value k = backend.linear("k_proj", k_in, wk, ptr(bk));  // (B, S, E)
+  Value v = backend.linear("v_proj", v_in, wv, ptr(bv));  // (B, S, E)
+  if (c.add_bias_kv) {
+    Value bias_k = backend.upload("bias_k", *w.bias_k);
+    Value bias_v = backend.upload("bias_v", *w.bias_v);
+    k = backend.append_row("add_bias_k", k, &bias_k);  // (B, S+1, E)
+    v = backend.append_row("add_bias_v", v, &bias_v);  // (B, S+1, E)
+  }
+  q = backend.split_heads("split_heads_q", q, H);  // (B, H, L, d)
+  k = backend.split_heads("split_heads_k", k, H);  // (B, H, S', d)
+  v = backend.split_heads("split_heads_v", v, H);  // (B, H, S', d)
+  if (c.add_zero_attn) {
+    k = backend.append_row("add_zero_attn_k", k, nullptr);  // (B, H, S'+1, d)
+    v = backend.append_row("add_zero_attn_v", v, nullptr);  // (B, H, S'+1, d)
+  }
+  Value scores = backend.attention_scores("attention_scores", q, k);  // (B, H, L, S')
+  if (mask_a || mask_k || options.is_causal) {
+    scores = backend.attention_mask("attention_mask", scores, ptr(mask_a), ptr(mask_k), options.is_causal);
+  }
+  Value p = backend.softmax("softmax", scores);                         // (B, H, L, S')
+  Value heads = backend.attention_values("attention_values", p, v);     // (B, H, L, d)
+  Value merged = backend.merge_heads("merge_heads", heads);             // (B, L, E)
+  Value out = backend.linear("out_proj", merged, wo, ptr(bo));          // (B, L, E)
+  std::optional<Value> weights;
+  if (options.need_weights) {
+    weights = options.average_attn_weights ? backend.average_heads("average_heads", p) : p;
+  }
+
+  // ---- outputs: back to the caller's layout -----------------------------------------------------
+  AttentionResult result;
+  result.output = backend.download(out);
+  if (!batched) result.output.shape = {L, E};
+  else if (!c.batch_first) result.output = swap01(result.output);
+  if (weights) {
+    result.weights = backend.download(*weights);
+    if (!batched) result.weights->shape.erase(result.weights->shape.begin());
+  }
+  return result;
+}
+
+}  // namespace vkattn

@@ -1,0 +1,80 @@
+#pragma once
+// MultiHeadAttention: torch.nn.MultiheadAttention's semantics, as a recipe of steps written once
+// and run on any Backend (ReferenceBackend on the host, VulkanBackend on a GPU).
+//
+// Deliberate differences from PyTorch (DESIGN.md): is_causal works without an attn_mask (and
+// is combined with one when both are given); a fully masked row gives zero weights (PyTorch's
+// safe softmax) instead of NaN; dropout is the inference-time identity.
+#include <cstdint>
+#include <optional>
+
+#include "engine/backend.h"
+#include "engine/tensor.h"
+
+namespace vkattn {
+
+struct MultiHeadAttentionConfig {
+  int64_t embed_dim = 0;   // E
+  int64_t num_heads = 0;   // H; must divide E
+  bool bias = true;        // biases on the input and output projections
+  bool add_bias_kv = false;    // learnt bias_k / bias_v appended as one more key/value position
+  bool add_zero_attn = false;  // a zero key/value position appended after the heads are split
+  int64_t kdim = 0;        // key features; 0 means embed_dim
+  int64_t vdim = 0;        // value features; 0 means embed_dim
+  bool batch_first = false;  // (B, L, E) when true, (L, B, E) when false, as PyTorch
+
+  int64_t key_dim() const { return kdim ? kdim : embed_dim; }
+  int64_t value_dim() const { return vdim ? vdim : embed_dim; }
+  int64_t head_dim() const { return embed_dim / num_heads; }
+};
+
+// The parameters under PyTorch's names (in_proj_weight is q/k/v_proj_weight stacked).
+struct MultiHeadAttentionWeights {
+  Tensor q_proj_weight;  // (E, E)
+  Tensor k_proj_weight;  // (E, kdim)
+  Tensor v_proj_weight;  // (E, vdim)
+  std::optional<Tensor> q_proj_bias, k_proj_bias, v_proj_bias;  // (E,) each, when bias
+  Tensor out_proj_weight;                                       // (E, E)
+  std::optional<Tensor> out_proj_bias;                          // (E,), when bias
+  std::optional<Tensor> bias_k, bias_v;                         // (E,) each, when add_bias_kv
+
+  // Every parameter drawn from U(-1/√fan_in, 1/√fan_in), biases included (non-zero, so tests
+  // see them), reproducibly from `seed`.
+  static MultiHeadAttentionWeights random(const MultiHeadAttentionConfig& config, uint32_t seed);
+};
+
+struct ForwardOptions {
+  std::optional<Tensor> key_padding_mask;  // (B, S) or (S,) unbatched; bool True = ignore key, float = added
+  bool need_weights = true;
+  std::optional<Tensor> attn_mask;  // (L, S) or (B·H, L, S); bool True = blocked, float = added
+  bool average_attn_weights = true;
+  bool is_causal = false;  // block key j > query i
+};
+
+struct AttentionResult {
+  Tensor output;                  // like query: (L, B, E), (B, L, E) batch_first, or (L, E)
+  std::optional<Tensor> weights;  // (B, L, S) averaged or (B, H, L, S) per head; no B unbatched
+};
+
+class MultiHeadAttention {
+ public:
+  // Validates the config (ConfigError) and draws weights with MultiHeadAttentionWeights::random(seed 0).
+  explicit MultiHeadAttention(MultiHeadAttentionConfig config);
+  // Validates every weight's shape against the config (ShapeError naming the tensor).
+  MultiHeadAttention(MultiHeadAttentionConfig config, MultiHeadAttentionWeights weights);
+
+  const MultiHeadAttentionConfig& config() const { return config_; }
+  const MultiHeadAttentionWeights& weights() const { return weights_; }
+  void set_weights(MultiHeadAttentionWeights weights);
+
+  AttentionResult forward(Backend& backend, const Tensor& query, const Tensor& key, const Tensor& value,
+                          const ForwardOptions& options = {}) const;
+  // Self-attention: key = value = query.
+  AttentionResult forward(Backend& backend, const Tensor& query, const ForwardOptions& options = {}) const;
+
+ private:
+  MultiHeadAttentionConfig config_;
+  MultiHeadAttentionWeights weights_;
+};
+
+}  // namespace vkattn

@@ -1,0 +1,81 @@
+#include "engine/reference_backend.h"
+
+#include "reference/reference.h"
+
+namespace vkattn {
+namespace {
+
+struct HostStorage final : Storage {
+  std::vector<float> data;
+};
+
+const float* in(const Storage& s) { return static_cast<const HostStorage&>(s).data.data(); }
+const float* in(const Storage* s) { return s ? in(*s) : nullptr; }
+float* out(Storage& s) { return static_cast<HostStorage&>(s).data.data(); }
+
+}  // namespace
+
+std::shared_ptr<Storage> ReferenceBackend::allocate(int64_t count) {
+  auto storage = std::make_shared<HostStorage>();
+  storage->data.resize(static_cast<size_t>(count));
+  return storage;
+}
+
+std::shared_ptr<Storage> ReferenceBackend::store(const Tensor& tensor) {
+  auto storage = std::make_shared<HostStorage>();
+  storage->data = tensor.data;
+  return storage;
+}
+
+std::vector<float> ReferenceBackend::load(const Storage& storage, int64_t) {
+  return static_cast<const HostStorage&>(storage).data;
+}
+
+void ReferenceBackend::run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b,
+                                  Storage& y, int64_t N, int64_t K, int64_t M) {
+  reference::linear(in(x), in(w), in(b), out(y), N, K, M);
+}
+
+void ReferenceBackend::run_split_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,
+                                       int64_t H, int64_t d) {
+  reference::split_heads(in(x), out(y), B, T, H, d);
+}
+
+void ReferenceBackend::run_append_row(const std::string&, const Storage& x, const Storage* row, Storage& y,
+                                      int64_t N, int64_t T, int64_t C) {
+  reference::append_row(in(x), in(row), out(y), N, T, C);
+}
+
+void ReferenceBackend::run_attention_scores(const std::string&, const Storage& q, const Storage& k,
+                                            Storage& scores, int64_t BH, int64_t L, int64_t S, int64_t d,
+                                            float scale) {
+  reference::attention_scores(in(q), in(k), out(scores), BH, L, S, d, scale);
+}
+
+void ReferenceBackend::run_attention_mask(const std::string&, const Storage& scores, const Storage* attn_mask,
+                                          int attn_mask_rank, const Storage* key_padding_mask, bool causal,
+                                          Storage& o, int64_t B, int64_t H, int64_t L, int64_t S) {
+  reference::attention_mask(in(scores), in(attn_mask), attn_mask_rank, in(key_padding_mask), causal, out(o), B,
+                            H, L, S);
+}
+
+void ReferenceBackend::run_softmax(const std::string&, const Storage& x, Storage& y, int64_t R, int64_t S) {
+  reference::softmax(in(x), out(y), R, S);
+}
+
+void ReferenceBackend::run_attention_values(const std::string&, const Storage& p, const Storage& v, Storage& o,
+                                            int64_t BH, int64_t L, int64_t S, int64_t d) {
+  reference::attention_values(in(p), in(v), out(o), BH, L, S, d);
+}
+
+void ReferenceBackend::run_merge_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t H,
+                                       int64_t T, int64_t d) {
+  reference::merge_heads(in(x), out(y), B, H, T, d);
+}
+
+void ReferenceBackend::run_average_heads(const std::string&, const Storage& p, Storage& avg, int64_t B,
+                                         int64_t H, int64_t plane) {
+  reference::average_heads(in(p), out(avg), B, H, plane);
+}
+
+}  // namespace vkattn

@@ -1,0 +1,38 @@
+#pragma once
+// ReferenceBackend: every step by the plain loops of reference/, on the host. The ground truth.
+#include "engine/backend.h"
+
+namespace vkattn {
+
+class ReferenceBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::string device_name() const override { return "reference (C++ loops)"; }
+
+ protected:
+  std::shared_ptr<Storage> allocate(int64_t count) override;
+  std::shared_ptr<Storage> store(const Tensor& tensor) override;
+  std::vector<float> load(const Storage& storage, int64_t count) override;
+  bool host_time_is_step_time() const override { return true; }
+
+  void run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b, Storage& y,
+                  int64_t N, int64_t K, int64_t M) override;
+  void run_split_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t H,
+                       int64_t d) override;
+  void run_append_row(const std::string&, const Storage& x, const Storage* row, Storage& y, int64_t N,
+                      int64_t T, int64_t C) override;
+  void run_attention_scores(const std::string&, const Storage& q, const Storage& k, Storage& scores,
+                            int64_t BH, int64_t L, int64_t S, int64_t d, float scale) override;
+  void run_attention_mask(const std::string&, const Storage& scores, const Storage* attn_mask,
+                          int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out,
+                          int64_t B, int64_t H, int64_t L, int64_t S) override;
+  void run_softmax(const std::string&, const Storage& x, Storage& y, int64_t R, int64_t S) override;
+  void run_attention_values(const std::string&, const Storage& p, const Storage& v, Storage& out,
+                            int64_t BH, int64_t L, int64_t S, int64_t d) override;
+  void run_merge_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t H, int64_t T,
+                       int64_t d) override;
+  void run_average_heads(const std::string&, const Storage& p, Storage& avg, int64_t B, int64_t H,
+                         int64_t plane) override;
+};
+
+}  // namespace vkattn

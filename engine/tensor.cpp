@@ -1,0 +1,48 @@
+#include "engine/tensor.h"
+
+#include <stdexcept>
+
+namespace vkattn {
+
+const char* dtype_name(DType dtype) { return dtype == DType::boolean ? "bool" : "float32"; }
+
+std::string shape_string(const Shape& shape) {
+  std::string out = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(shape[i]);
+  }
+  return out + (shape.size() == 1 ? ",)" : ")");
+}
+
+int64_t element_count(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Tensor::Tensor(Shape shape_, DType dtype_)
+    : shape(std::move(shape_)), data(static_cast<size_t>(element_count(shape))), dtype(dtype_) {}
+
+Tensor::Tensor(Shape shape_, std::vector<float> data_, DType dtype_)
+    : shape(std::move(shape_)), data(std::move(data_)), dtype(dtype_) {
+  if (static_cast<int64_t>(data.size()) != element_count(shape)) {
+    throw std::invalid_argument("Tensor: shape " + shape_string(shape) + " holds " +
+                                std::to_string(element_count(shape)) + " elements but " +
+                                std::to_string(data.size()) + " values were given");
+  }
+}
+
+int64_t Tensor::dim(int64_t i) const { return shape.at(static_cast<size_t>(i < 0 ? rank() + i : i)); }
+
+static size_t flat_offset(const Shape& shape, std::initializer_list<int64_t> index) {
+  int64_t offset = 0;
+  size_t axis = 0;
+  for (int64_t i : index) offset = offset * shape[axis++] + i;
+  return static_cast<size_t>(offset);
+}
+
+float& Tensor::at(std::initializer_list<int64_t> index) { return data[flat_offset(shape, index)]; }
+float Tensor::at(std::initializer_list<int64_t> index) const { return data[flat_offset(shape, index)]; }
+
+}  // namespace vkattn

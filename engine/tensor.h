@@ -1,0 +1,43 @@
+#pragma once
+// A host tensor: a shape and a dense row-major (C order) array of floats.
+// Masks are tensors too: dtype boolean stores 0 (keep) and 1 (blocked) as floats.
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace vkattn {
+
+using Shape = std::vector<int64_t>;
+
+enum class DType { float32, boolean };
+
+// "float32" / "bool": numpy's names, as the trace writes them.
+const char* dtype_name(DType dtype);
+
+// "(2, 5, 64)"
+std::string shape_string(const Shape& shape);
+
+// Product of the dims; 1 for a scalar shape ().
+int64_t element_count(const Shape& shape);
+
+struct Tensor {
+  Shape shape;
+  std::vector<float> data;
+  DType dtype = DType::float32;
+
+  Tensor() = default;
+  // A zero-filled tensor.
+  explicit Tensor(Shape shape_, DType dtype_ = DType::float32);
+  Tensor(Shape shape_, std::vector<float> data_, DType dtype_ = DType::float32);
+
+  int64_t rank() const { return static_cast<int64_t>(shape.size()); }
+  // Dim i, counted from the back when negative (dim(-1) is the last).
+  int64_t dim(int64_t i) const;
+  int64_t size() const { return static_cast<int64_t>(data.size()); }
+  // Element at a multi-index, bounds unchecked.
+  float& at(std::initializer_list<int64_t> index);
+  float at(std::initializer_list<int64_t> index) const;
+};
+
+}  // namespace vkattn

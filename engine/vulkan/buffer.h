@@ -1,0 +1,35 @@
+#pragma once
+// Buffer: a VkBuffer with its own memory. Device buffers hold tensors (storage buffers in
+// device-local memory where the device has it); staging buffers are host-visible and mapped,
+// the way data reaches and leaves device memory.
+#include <memory>
+
+#include <vulkan/vulkan_raii.hpp>
+
+#include "engine/vulkan/context.h"
+
+namespace vkattn::vulkan {
+
+class Buffer {
+ public:
+  enum class Kind { device, staging };
+
+  Buffer(std::shared_ptr<const Context> context, vk::DeviceSize bytes, Kind kind);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  vk::Buffer handle() const { return *buffer_; }
+  vk::DeviceSize bytes() const { return bytes_; }
+  // Host address of a staging buffer's memory (coherent); null for device buffers.
+  void* mapped() const { return mapped_; }
+
+ private:
+  std::shared_ptr<const Context> context_;  // the device outlives every buffer made on it
+  vk::DeviceSize bytes_;
+  vk::raii::Buffer buffer_ = nullptr;
+  vk::raii::DeviceMemory memory_ = nullptr;
+  void* mapped_ = nullptr;
+};
+
+}  // namespace vkattn::vulkan

@@ -1,0 +1,313 @@
+#include "engine/vulkan/context.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+#include <cstdlib>
+
+#include "engine/errors.h"
+#include "engine/log.h"
+
+namespace vkattn::vulkan {
+
+struct Context::ValidationState {
+  std::atomic<uint64_t> count{0};
+  mutable std::mutex mutex;
+  std::string last;
+};
+
+namespace {
+
+constexpr const char* kValidationLayer = "VK_LAYER_KHRONOS_validation";
+
+// Validation-layer messages go to spdlog; warnings and errors about the API's use are counted
+// so that tests fail on any. Loader chatter (GENERAL) is only logged.
+VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+                                                VkDebugUtilsMessageTypeFlagsEXT types,
+                                                const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
+  auto* state = static_cast<Context::ValidationState*>(user);
+  const char* text = data && data->pMessage ? data->pMessage : "(no message)";
+  bool serious = severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT;
+  bool about_usage = types & (VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT);
+  if (serious && about_usage && state) {
+    state->count++;
+    std::lock_guard lock(state->mutex);
+    state->last = text;
+  }
+  if (severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) spdlog::error("vulkan: {}", text);
+  else if (serious) spdlog::warn("vulkan: {}", text);
+  else spdlog::debug("vulkan: {}", text);
+  return VK_FALSE;
+}
+
+vk::DebugUtilsMessengerCreateInfoEXT messenger_info(Context::ValidationState* state) {
+  using S = vk::DebugUtilsMessageSeverityFlagBitsEXT;
+  using T = vk::DebugUtilsMessageTypeFlagBitsEXT;
+  return vk::DebugUtilsMessengerCreateInfoEXT(
+      {}, S::eVerbose | S::eInfo | S::eWarning | S::eError, T::eGeneral | T::eValidation | T::ePerformance,
+      &on_debug_message, state);
+}
+
+bool has_extension(const std::vector<vk::ExtensionProperties>& list, const char* name) {
+  return std::any_of(list.begin(), list.end(), [&](const auto& e) { return std::string_view(e.extensionName) == name; });
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+int rank(vk::PhysicalDeviceType type) {
+  switch (type) {
+    case vk::PhysicalDeviceType::eDiscreteGpu: return 4;
+    case vk::PhysicalDeviceType::eIntegratedGpu: return 3;
+    case vk::PhysicalDeviceType::eVirtualGpu: return 2;
+    case vk::PhysicalDeviceType::eCpu: return 1;
+    default: return 0;
+  }
+}
+
+std::string version_string(uint32_t v) {
+  return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
+         std::to_string(VK_API_VERSION_PATCH(v));
+}
+
+DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
+  DeviceReport r;
+  auto props = device.getProperties();
+  r.index = index;
+  r.name = props.deviceName.data();
+  r.type = props.deviceType;
+  r.api_version = props.apiVersion;
+  r.vendor_id = props.vendorID;
+  const auto& limits = props.limits;
+  r.max_workgroup_count = {limits.maxComputeWorkGroupCount[0], limits.maxComputeWorkGroupCount[1],
+                           limits.maxComputeWorkGroupCount[2]};
+  r.max_workgroup_size_x = limits.maxComputeWorkGroupSize[0];
+  r.max_workgroup_invocations = limits.maxComputeWorkGroupInvocations;
+  r.max_shared_memory_bytes = limits.maxComputeSharedMemorySize;
+  r.max_storage_buffer_range = limits.maxStorageBufferRange;
+  r.max_push_constants_bytes = limits.maxPushConstantsSize;
+  for (const auto& heap : device.getMemoryProperties().memoryHeaps) {
+    if (heap.flags & vk::MemoryHeapFlagBits::eDeviceLocal) r.device_local_bytes = std::max<uint64_t>(r.device_local_bytes, heap.size);
+  }
+
+  if (VK_API_VERSION_MINOR(r.api_version) < 1 && VK_API_VERSION_MAJOR(r.api_version) == 1) {
+    r.rejection = "supports Vulkan " + version_string(r.api_version) + "; vkattn needs 1.1";
+    return r;
+  }
+  auto families = device.getQueueFamilyProperties();
+  auto family = std::find_if(families.begin(), families.end(),
+                             [](const auto& f) { return bool(f.queueFlags & vk::QueueFlagBits::eCompute); });
+  if (family == families.end()) {
+    r.rejection = "has no queue family with compute";
+    return r;
+  }
+  r.compute_queue_family = static_cast<uint32_t>(family - families.begin());
+  r.timestamps = family->timestampValidBits > 0;
+  r.timestamp_period_ns = limits.timestampPeriod;
+
+  auto chain = device.getProperties2<vk::PhysicalDeviceProperties2, vk::PhysicalDeviceSubgroupProperties>();
+  const auto& subgroup = chain.get<vk::PhysicalDeviceSubgroupProperties>();
+  r.subgroup_size = subgroup.subgroupSize;
+  r.subgroup_arithmetic = (subgroup.supportedStages & vk::ShaderStageFlagBits::eCompute) &&
+                          (subgroup.supportedOperations & vk::SubgroupFeatureFlagBits::eArithmetic);
+  auto features = device.getFeatures2<vk::PhysicalDeviceFeatures2, vk::PhysicalDevice16BitStorageFeatures>();
+  r.storage_buffer_16bit = features.get<vk::PhysicalDevice16BitStorageFeatures>().storageBuffer16BitAccess;
+
+  if (r.max_workgroup_invocations < 64 || r.max_workgroup_size_x < 64) {
+    r.rejection = "allows " + std::to_string(r.max_workgroup_invocations) + " invocations per workgroup; vkattn needs 64";
+    return r;
+  }
+  r.suitable = true;
+  return r;
+}
+
+std::vector<DeviceReport> describe_all(const vk::raii::Instance& instance) {
+  std::vector<DeviceReport> reports;
+  vk::raii::PhysicalDevices devices(instance);
+  for (uint32_t i = 0; i < devices.size(); ++i) reports.push_back(describe(devices[i], i));
+  return reports;
+}
+
+struct InstanceSetup {
+  std::vector<const char*> layers;
+  std::vector<const char*> extensions;
+  vk::InstanceCreateFlags flags;
+  bool debug_utils = false;
+};
+
+InstanceSetup instance_setup(const vk::raii::Context& loader, bool validation) {
+  InstanceSetup setup;
+  auto extensions = loader.enumerateInstanceExtensionProperties();
+  if (validation) {
+    auto layers = loader.enumerateInstanceLayerProperties();
+    bool found = std::any_of(layers.begin(), layers.end(),
+                             [](const auto& l) { return std::string_view(l.layerName) == kValidationLayer; });
+    if (!found) {
+      throw DeviceError(std::string("VKATTN_VALIDATION is on but ") + kValidationLayer +
+                        " is not installed (Debian package: vulkan-validationlayers)");
+    }
+    setup.layers.push_back(kValidationLayer);
+  }
+  if (has_extension(extensions, VK_EXT_DEBUG_UTILS_EXTENSION_NAME)) {
+    setup.extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    setup.debug_utils = true;
+  } else if (validation) {
+    throw DeviceError("VKATTN_VALIDATION is on but the loader lacks VK_EXT_debug_utils to report messages");
+  }
+  // MoltenVK and other non-conformant implementations are listed only when asked for.
+  if (has_extension(extensions, VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME)) {
+    setup.extensions.push_back(VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME);
+    setup.flags |= vk::InstanceCreateFlagBits::eEnumeratePortabilityKHR;
+  }
+  return setup;
+}
+
+vk::raii::Context make_loader() {
+  try {
+    return vk::raii::Context();
+  } catch (const std::exception& e) {
+    throw DeviceError(std::string("cannot load the Vulkan loader (libvulkan.so.1; Debian package libvulkan1): ") + e.what());
+  }
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  std::string s = lower(v);
+  return s == "1" || s == "true" || s == "on" || s == "yes";
+}
+
+}  // namespace
+
+const char* device_type_name(vk::PhysicalDeviceType type) {
+  switch (type) {
+    case vk::PhysicalDeviceType::eDiscreteGpu: return "discrete GPU";
+    case vk::PhysicalDeviceType::eIntegratedGpu: return "integrated GPU";
+    case vk::PhysicalDeviceType::eVirtualGpu: return "virtual GPU";
+    case vk::PhysicalDeviceType::eCpu: return "CPU";
+    default: return "other";
+  }
+}
+
+size_t select_device(const std::vector<DeviceReport>& reports, const std::string& selector) {
+  if (reports.empty()) {
+    throw DeviceError("no Vulkan device found; install Mesa's lavapipe (Debian package mesa-vulkan-drivers) for a CPU device");
+  }
+  auto unusable = [](const DeviceReport& r) {
+    return DeviceError("device " + std::to_string(r.index) + " '" + r.name + "' cannot be used: it " + r.rejection);
+  };
+  if (!selector.empty() && std::all_of(selector.begin(), selector.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    size_t index = std::stoul(selector);
+    if (index >= reports.size()) {
+      throw DeviceError("VKATTN_DEVICE=" + selector + " but there are " + std::to_string(reports.size()) +
+                        " devices (0.." + std::to_string(reports.size() - 1) + "); see `vkattn devices`");
+    }
+    if (!reports[index].suitable) throw unusable(reports[index]);
+    return index;
+  }
+  std::vector<size_t> candidates;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    if (selector.empty() || lower(reports[i].name).find(lower(selector)) != std::string::npos) candidates.push_back(i);
+  }
+  if (candidates.empty()) {
+    std::string names;
+    for (const auto& r : reports) names += (names.empty() ? "" : ", ") + std::to_string(r.index) + " '" + r.name + "'";
+    throw DeviceError("VKATTN_DEVICE='" + selector + "' matches no device name; devices: " + names);
+  }
+  std::optional<size_t> best;
+  for (size_t i : candidates) {
+    if (reports[i].suitable && (!best || rank(reports[i].type) > rank(reports[*best].type))) best = i;
+  }
+  if (!best) throw unusable(reports[candidates.front()]);
+  return *best;
+}
+
+ContextOptions ContextOptions::from_environment() {
+  ContextOptions options;
+  options.validation = env_flag("VKATTN_VALIDATION");
+  if (const char* device = std::getenv("VKATTN_DEVICE")) options.device = device;
+  return options;
+}
+
+Context::Context(const ContextOptions& options) : loader_((init_logging(), make_loader())) {
+  if (options.validation) validation_ = std::make_unique<ValidationState>();
+  InstanceSetup setup = instance_setup(loader_, options.validation);
+  debug_utils_ = setup.debug_utils;
+
+  vk::ApplicationInfo app("vkattn", 1, "vkattn", 1, VK_API_VERSION_1_1);
+  vk::InstanceCreateInfo info(setup.flags, &app, setup.layers, setup.extensions);
+  // Chained so that messages about instance creation itself are caught too.
+  auto debug_info = messenger_info(validation_.get());
+  if (validation_) info.pNext = &debug_info;
+  instance_ = vk::raii::Instance(loader_, info);
+  if (validation_) messenger_ = vk::raii::DebugUtilsMessengerEXT(instance_, debug_info);
+
+  reports_ = describe_all(instance_);
+  for (const auto& r : reports_) {
+    spdlog::debug("device {} '{}' ({}): {}", r.index, r.name, device_type_name(r.type),
+                  r.suitable ? "usable" : r.rejection);
+  }
+  chosen_ = select_device(reports_, options.device);
+  const DeviceReport& chosen = reports_[chosen_];
+  vk::raii::PhysicalDevices devices(instance_);
+  const vk::raii::PhysicalDevice& physical = devices[chosen_];
+  memory_ = physical.getMemoryProperties();
+
+  std::vector<const char*> device_extensions;
+  // A portability (non-conformant) implementation requires this extension to be enabled.
+  if (has_extension(physical.enumerateDeviceExtensionProperties(), "VK_KHR_portability_subset")) {
+    device_extensions.push_back("VK_KHR_portability_subset");
+  }
+  float priority = 1.0f;
+  vk::DeviceQueueCreateInfo queue_info({}, chosen.compute_queue_family, 1, &priority);
+  device_ = vk::raii::Device(physical, vk::DeviceCreateInfo({}, queue_info, {}, device_extensions));
+  queue_ = vk::raii::Queue(device_, chosen.compute_queue_family, 0);
+  spdlog::debug("using device {} '{}' ({}), validation {}", chosen.index, chosen.name, device_type_name(chosen.type),
+                validation_ ? "on" : "off");
+}
+
+Context::~Context() = default;
+
+uint64_t Context::validation_message_count() const { return validation_ ? validation_->count.load() : 0; }
+
+std::string Context::last_validation_message() const {
+  if (!validation_) return {};
+  std::lock_guard lock(validation_->mutex);
+  return validation_->last;
+}
+
+uint32_t Context::memory_type(uint32_t type_bits, vk::MemoryPropertyFlags required,
+                              vk::MemoryPropertyFlags preferred) const {
+  std::optional<uint32_t> fallback;
+  for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
+    auto flags = memory_.memoryTypes[i].propertyFlags;
+    if (!(type_bits & (1u << i)) || (flags & required) != required) continue;
+    if ((flags & preferred) == preferred) return i;
+    if (!fallback) fallback = i;
+  }
+  if (!fallback) throw DeviceError("device '" + device_report().name + "' has no memory type with the properties " + vk::to_string(required));
+  return *fallback;
+}
+
+void Context::on_allocate(uint64_t bytes) const {
+  uint64_t now = allocated_ += bytes;
+  uint64_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
+}
+
+void Context::on_free(uint64_t bytes) const { allocated_ -= bytes; }
+
+std::vector<DeviceReport> list_devices() {
+  vk::raii::Context loader = make_loader();
+  InstanceSetup setup = instance_setup(loader, false);
+  vk::ApplicationInfo app("vkattn", 1, "vkattn", 1, VK_API_VERSION_1_1);
+  vk::raii::Instance instance(loader, vk::InstanceCreateInfo(setup.flags, &app, {}, setup.extensions));
+  return describe_all(instance);
+}
+
+}  // namespace vkattn::vulkan

@@ -1,0 +1,110 @@
+#pragma once
+// Context: the Vulkan instance, the chosen physical device, its logical device and compute queue.
+//
+// Device choice: every physical device is listed with what it offers and, when the engine cannot
+// use it, why (DeviceReport::rejection). The best usable one wins: discrete > integrated >
+// virtual > CPU (Mesa's lavapipe is a CPU device, and a valid one). VKATTN_DEVICE picks one by
+// index or by a case-insensitive substring of its name. VKATTN_VALIDATION=1 turns on
+// VK_LAYER_KHRONOS_validation with its messages routed through spdlog and counted.
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <vulkan/vulkan_raii.hpp>
+
+namespace vkattn::vulkan {
+
+struct DeviceReport {
+  uint32_t index = 0;  // position in vkEnumeratePhysicalDevices
+  std::string name;
+  vk::PhysicalDeviceType type = vk::PhysicalDeviceType::eOther;
+  uint32_t api_version = 0;
+  uint32_t vendor_id = 0;
+  bool suitable = false;
+  std::string rejection;  // why the engine cannot use it; empty when suitable
+  uint32_t compute_queue_family = 0;
+
+  // limits that shape kernels and dispatches
+  std::array<uint32_t, 3> max_workgroup_count{};
+  uint32_t max_workgroup_size_x = 0;
+  uint32_t max_workgroup_invocations = 0;
+  uint32_t max_shared_memory_bytes = 0;
+  uint32_t max_storage_buffer_range = 0;
+  uint32_t max_push_constants_bytes = 0;
+  uint64_t device_local_bytes = 0;  // the largest device-local heap
+
+  // optional features: queried, used only where present
+  uint32_t subgroup_size = 0;
+  bool subgroup_arithmetic = false;  // in compute shaders
+  bool storage_buffer_16bit = false;
+  bool timestamps = false;  // on the compute queue
+  float timestamp_period_ns = 0.0f;
+};
+
+// "discrete GPU", "integrated GPU", "virtual GPU", "CPU", "other"
+const char* device_type_name(vk::PhysicalDeviceType type);
+
+// The index into `reports` of the device `selector` names (an index or a name substring), or of
+// the best suitable device when `selector` is empty. Throws DeviceError saying why none fits.
+size_t select_device(const std::vector<DeviceReport>& reports, const std::string& selector);
+
+struct ContextOptions {
+  bool validation = false;  // VK_LAYER_KHRONOS_validation; an error if it is not installed
+  std::string device;       // index or name substring; empty picks the best device
+  // VKATTN_VALIDATION (1/true/on) and VKATTN_DEVICE.
+  static ContextOptions from_environment();
+};
+
+class Context {
+ public:
+  explicit Context(const ContextOptions& options = ContextOptions::from_environment());
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const DeviceReport& device_report() const { return reports_[chosen_]; }
+  const std::vector<DeviceReport>& all_devices() const { return reports_; }
+  bool validation_enabled() const { return validation_ != nullptr; }
+  bool debug_labels() const { return debug_utils_; }
+  // Validation warnings and errors seen so far, and the last one's text.
+  uint64_t validation_message_count() const;
+  std::string last_validation_message() const;
+
+  const vk::raii::Device& device() const { return device_; }
+  const vk::raii::Queue& queue() const { return queue_; }
+  uint32_t queue_family() const { return device_report().compute_queue_family; }
+  // A memory type index with all `required` flags, preferring one that also has `preferred`.
+  uint32_t memory_type(uint32_t type_bits, vk::MemoryPropertyFlags required, vk::MemoryPropertyFlags preferred) const;
+
+  // Device memory accounting (bytes in live Buffers), for benchmarks and tests.
+  void on_allocate(uint64_t bytes) const;
+  void on_free(uint64_t bytes) const;
+  uint64_t allocated_bytes() const { return allocated_; }
+  uint64_t peak_allocated_bytes() const { return peak_; }
+
+  struct ValidationState;
+
+ private:
+  // Declared in creation order: destroyed in reverse.
+  vk::raii::Context loader_;
+  std::unique_ptr<ValidationState> validation_;  // outlives the messenger that writes to it
+  vk::raii::Instance instance_ = nullptr;
+  vk::raii::DebugUtilsMessengerEXT messenger_ = nullptr;
+  std::vector<DeviceReport> reports_;
+  size_t chosen_ = 0;
+  vk::PhysicalDeviceMemoryProperties memory_{};
+  vk::raii::Device device_ = nullptr;
+  vk::raii::Queue queue_ = nullptr;
+  bool debug_utils_ = false;
+  mutable std::atomic<uint64_t> allocated_{0};
+  mutable std::atomic<uint64_t> peak_{0};
+};
+
+// Every physical device on the machine, with a fresh instance (for `vkattn devices`).
+std::vector<DeviceReport> list_devices();
+
+}  // namespace vkattn::vulkan

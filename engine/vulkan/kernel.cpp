@@ -1,0 +1,36 @@
+#include "engine/vulkan/kernel.h"
+
+#include <vector>
+
+#include "engine/vulkan/shader_registry.h"
+
+namespace vkattn::vulkan {
+
+Kernel::Kernel(const Context& context, std::string name, uint32_t bindings, uint32_t push_constant_bytes,
+               uint32_t workgroup_size, std::span<const uint32_t> specialization)
+    : name_(std::move(name)), bindings_(bindings), push_constant_bytes_(push_constant_bytes), workgroup_size_(workgroup_size) {
+  const vk::raii::Device& device = context.device();
+  std::vector<vk::DescriptorSetLayoutBinding> layout_bindings;
+  for (uint32_t i = 0; i < bindings; ++i) {
+    layout_bindings.emplace_back(i, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute);
+  }
+  set_layout_ = vk::raii::DescriptorSetLayout(device, vk::DescriptorSetLayoutCreateInfo({}, layout_bindings));
+  vk::PushConstantRange push_range(vk::ShaderStageFlagBits::eCompute, 0, push_constant_bytes);
+  vk::DescriptorSetLayout set_layout = *set_layout_;
+  layout_ = vk::raii::PipelineLayout(device, vk::PipelineLayoutCreateInfo({}, set_layout, push_range));
+
+  std::span<const uint32_t> spirv = shader_spirv(name_);
+  vk::raii::ShaderModule module(device, vk::ShaderModuleCreateInfo({}, spirv.size_bytes(), spirv.data()));
+
+  // constant 0: workgroup size; constants 1…: the shader's own (bools as 32-bit VkBool32)
+  std::vector<uint32_t> values{workgroup_size};
+  values.insert(values.end(), specialization.begin(), specialization.end());
+  std::vector<vk::SpecializationMapEntry> entries;
+  for (uint32_t i = 0; i < values.size(); ++i) entries.emplace_back(i, i * 4u, 4u);
+  vk::SpecializationInfo spec(entries, vk::ArrayProxyNoTemporaries<const uint32_t>(values));
+
+  vk::PipelineShaderStageCreateInfo stage({}, vk::ShaderStageFlagBits::eCompute, *module, "main", &spec);
+  pipeline_ = vk::raii::Pipeline(device, nullptr, vk::ComputePipelineCreateInfo({}, stage, *layout_));
+}
+
+}  // namespace vkattn::vulkan

@@ -1,0 +1,38 @@
+#pragma once
+// Kernel: a compute pipeline for one shaders/<name>.comp, with its descriptor-set layout (one
+// storage buffer per binding) and push-constant range. Sizes that shape the code are
+// specialization constants: constant 0 is the workgroup size, constants 1… are the shader's own.
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <vulkan/vulkan_raii.hpp>
+
+#include "engine/vulkan/context.h"
+
+namespace vkattn::vulkan {
+
+class Kernel {
+ public:
+  Kernel(const Context& context, std::string name, uint32_t bindings, uint32_t push_constant_bytes,
+         uint32_t workgroup_size, std::span<const uint32_t> specialization = {});
+
+  const std::string& name() const { return name_; }
+  uint32_t bindings() const { return bindings_; }
+  uint32_t push_constant_bytes() const { return push_constant_bytes_; }
+  uint32_t workgroup_size() const { return workgroup_size_; }
+  const vk::raii::DescriptorSetLayout& set_layout() const { return set_layout_; }
+  const vk::raii::PipelineLayout& layout() const { return layout_; }
+  const vk::raii::Pipeline& pipeline() const { return pipeline_; }
+
+ private:
+  std::string name_;
+  uint32_t bindings_;
+  uint32_t push_constant_bytes_;
+  uint32_t workgroup_size_;
+  vk::raii::DescriptorSetLayout set_layout_ = nullptr;
+  vk::raii::PipelineLayout layout_ = nullptr;
+  vk::raii::Pipeline pipeline_ = nullptr;
+};
+
+}  // namespace vkattn::vulkan

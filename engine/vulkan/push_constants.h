@@ -1,0 +1,67 @@
+#pragma once
+// The push-constant blocks of shaders/*.comp, mirrored field for field (std430: every field
+// here is a 4-byte scalar, so C++ and GLSL agree on offsets). Keep each in step with its shader.
+#include <glm/glm.hpp>
+
+namespace vkattn::vulkan {
+
+struct LinearParams {  // shaders/linear.comp
+  glm::uint rows;      // N
+  glm::uint inner;     // K
+  glm::uint cols;      // M
+};
+
+struct HeadsParams {   // shaders/split_heads.comp, shaders/merge_heads.comp
+  glm::uint batch;     // B
+  glm::uint heads;     // H
+  glm::uint tokens;    // T
+  glm::uint head_dim;  // d
+};
+
+struct AppendRowParams {  // shaders/append_row.comp
+  glm::uint batch;        // N
+  glm::uint tokens;       // T of the input
+  glm::uint channels;     // C
+};
+
+struct AttentionScoresParams {  // shaders/attention_scores.comp
+  glm::uint batch;              // B·H
+  glm::uint rows;               // L
+  glm::uint cols;               // S
+  glm::uint inner;              // d
+  float scale;                  // 1/√d
+};
+
+struct AttentionMaskParams {         // shaders/attention_mask.comp
+  glm::uint batch;                   // B
+  glm::uint heads;                   // H
+  glm::uint rows;                    // L
+  glm::uint cols;                    // S
+  glm::uint attn_mask_rank;          // 0, 2 or 3
+  glm::uint has_key_padding_mask;    // 0 or 1
+  glm::uint causal;                  // 0 or 1
+};
+
+struct SoftmaxParams {  // shaders/softmax.comp
+  glm::uint rows;       // R
+  glm::uint cols;       // S
+};
+
+struct AttentionValuesParams {  // shaders/attention_values.comp
+  glm::uint batch;              // B·H
+  glm::uint rows;               // L
+  glm::uint cols;               // d
+  glm::uint inner;              // S
+};
+
+struct AverageHeadsParams {  // shaders/average_heads.comp
+  glm::uint batch;           // B
+  glm::uint heads;           // H
+  glm::uint plane;           // L·S
+};
+
+static_assert(sizeof(LinearParams) == 12 && sizeof(HeadsParams) == 16 && sizeof(AppendRowParams) == 12);
+static_assert(sizeof(AttentionScoresParams) == 20 && sizeof(AttentionMaskParams) == 28);
+static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AttentionValuesParams) == 16 && sizeof(AverageHeadsParams) == 12);
+
+}  // namespace vkattn::vulkan

@@ -1,0 +1,179 @@
+#include "engine/vulkan/recorder.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include <glm/common.hpp>
+
+#include "engine/errors.h"
+
+namespace vkattn::vulkan {
+namespace {
+
+constexpr uint32_t kSetsPerPool = 256;
+constexpr uint32_t kMaxBindings = 4;
+
+using Stage = vk::PipelineStageFlagBits;
+using Acc = vk::AccessFlagBits;
+
+}  // namespace
+
+Recorder::Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_per_dim)
+    : context_(std::move(context)) {
+  const auto& limits = context_->device_report().max_workgroup_count;
+  group_limits_ = {limits[0], limits[1], limits[2]};
+  if (max_groups_per_dim > 0) group_limits_ = glm::min(group_limits_, glm::uvec3(max_groups_per_dim));
+  const vk::raii::Device& device = context_->device();
+  pool_ = vk::raii::CommandPool(device, vk::CommandPoolCreateInfo(vk::CommandPoolCreateFlagBits::eResetCommandBuffer,
+                                                                  context_->queue_family()));
+  commands_ = std::move(vk::raii::CommandBuffers(device, vk::CommandBufferAllocateInfo(*pool_, vk::CommandBufferLevel::ePrimary, 1)).front());
+  fence_ = vk::raii::Fence(device, vk::FenceCreateInfo());
+  placeholder_ = std::make_shared<Buffer>(context_, 16, Buffer::Kind::device);
+}
+
+Recorder::~Recorder() {
+  // Nothing submitted is ever left running (every submission is waited for); what is merely
+  // recorded is dropped with the command buffer.
+}
+
+void Recorder::begin_if_idle() {
+  if (recording_) return;
+  commands_.begin(vk::CommandBufferBeginInfo(vk::CommandBufferUsageFlagBits::eOneTimeSubmit));
+  recording_ = true;
+}
+
+void Recorder::order(std::span<const std::pair<vk::Buffer, Access>> uses, const std::string& label) {
+  std::string reason;
+  for (const auto& [buffer, access] : uses) {
+    auto it = pending_.find(buffer);
+    if (it == pending_.end()) continue;
+    if (it->second == Access::write) {
+      reason = (access == Access::read ? "reads" : "overwrites") + std::string(" what ") + writer_[buffer] + " wrote";
+      break;
+    }
+    if (access == Access::write) {
+      reason = "overwrites a buffer an earlier command still reads";
+      break;
+    }
+  }
+  if (!reason.empty()) {
+    // Makes every earlier shader or transfer write visible to later shader and transfer
+    // accesses, and orders later writes after earlier reads. One global memory barrier: cheaper
+    // than per-buffer barriers on every vendor's driver, and the only kind a compute-only
+    // queue needs.
+    vk::MemoryBarrier barrier(Acc::eShaderWrite | Acc::eTransferWrite,
+                              Acc::eShaderRead | Acc::eShaderWrite | Acc::eTransferRead | Acc::eTransferWrite);
+    commands_.pipelineBarrier(Stage::eComputeShader | Stage::eTransfer, Stage::eComputeShader | Stage::eTransfer, {},
+                              barrier, {}, {});
+    spdlog::debug("barrier before {}: it {}", label, reason);
+    barriers_++;
+    pending_.clear();
+    writer_.clear();
+  }
+  for (const auto& [buffer, access] : uses) {
+    auto [it, inserted] = pending_.try_emplace(buffer, access);
+    if (access == Access::write) {
+      it->second = Access::write;
+      writer_[buffer] = label;
+    }
+  }
+}
+
+vk::DescriptorSet Recorder::allocate_set(const Kernel& kernel) {
+  if (descriptor_pools_.empty() || sets_in_last_pool_ == kSetsPerPool) {
+    vk::DescriptorPoolSize size(vk::DescriptorType::eStorageBuffer, kSetsPerPool * kMaxBindings);
+    descriptor_pools_.emplace_back(context_->device(), vk::DescriptorPoolCreateInfo({}, kSetsPerPool, size));
+    sets_in_last_pool_ = 0;
+  }
+  vk::DescriptorSetLayout layout = *kernel.set_layout();
+  vk::DescriptorSetAllocateInfo info(*descriptor_pools_.back(), layout);
+  vk::DescriptorSet set = (*context_->device()).allocateDescriptorSets(info, *context_->device().getDispatcher()).front();
+  sets_in_last_pool_++;
+  return set;
+}
+
+void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Buffer>> buffers,
+                        std::span<const std::byte> push_constants, uint64_t groups, const std::string& label) {
+  if (buffers.size() != kernel.bindings() || buffers.size() > kMaxBindings) {
+    throw std::logic_error(label + ": kernel " + kernel.name() + " has " + std::to_string(kernel.bindings()) +
+                           " bindings but " + std::to_string(buffers.size()) + " buffers were given");
+  }
+  if (push_constants.size() != kernel.push_constant_bytes()) {
+    throw std::logic_error(label + ": push constants of " + std::to_string(push_constants.size()) + " bytes for kernel " +
+                           kernel.name() + " which declares " + std::to_string(kernel.push_constant_bytes()));
+  }
+  glm::uvec3 grid = fold_grid(groups, group_limits_);
+  begin_if_idle();
+
+  std::vector<std::pair<vk::Buffer, Access>> uses;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i] == placeholder_) continue;  // never written: needs no ordering
+    uses.emplace_back(buffers[i]->handle(), i + 1 == buffers.size() ? Access::write : Access::read);
+  }
+  order(uses, label);
+
+  vk::DescriptorSet set = allocate_set(kernel);
+  std::vector<vk::DescriptorBufferInfo> infos;
+  for (const auto& buffer : buffers) infos.emplace_back(buffer->handle(), 0, VK_WHOLE_SIZE);
+  std::vector<vk::WriteDescriptorSet> writes;
+  for (uint32_t i = 0; i < infos.size(); ++i) {
+    writes.emplace_back(set, i, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &infos[i]);
+  }
+  context_->device().updateDescriptorSets(writes, {});
+
+  if (context_->debug_labels()) commands_.beginDebugUtilsLabelEXT(vk::DebugUtilsLabelEXT(label.c_str()));
+  commands_.bindPipeline(vk::PipelineBindPoint::eCompute, *kernel.pipeline());
+  commands_.bindDescriptorSets(vk::PipelineBindPoint::eCompute, *kernel.layout(), 0, set, {});
+  commands_.pushConstants<std::byte>(*kernel.layout(), vk::ShaderStageFlagBits::eCompute, 0, push_constants);
+  commands_.dispatch(grid.x, grid.y, grid.z);
+  if (context_->debug_labels()) commands_.endDebugUtilsLabelEXT();
+  in_flight_.insert(in_flight_.end(), buffers.begin(), buffers.end());
+}
+
+void Recorder::upload(const std::shared_ptr<Buffer>& target, const void* data, size_t bytes) {
+  auto staging = std::make_shared<Buffer>(context_, bytes, Buffer::Kind::staging);
+  // Host writes before vkQueueSubmit are visible to the device without a barrier.
+  std::memcpy(staging->mapped(), data, bytes);
+  begin_if_idle();
+  std::pair<vk::Buffer, Access> use{target->handle(), Access::write};
+  order({&use, 1}, "upload");
+  commands_.copyBuffer(staging->handle(), target->handle(), vk::BufferCopy(0, 0, bytes));
+  in_flight_.push_back(staging);
+  in_flight_.push_back(target);
+}
+
+void Recorder::download(const std::shared_ptr<Buffer>& source, void* data, size_t bytes) {
+  auto staging = std::make_shared<Buffer>(context_, bytes, Buffer::Kind::staging);
+  begin_if_idle();
+  std::pair<vk::Buffer, Access> use{source->handle(), Access::read};
+  order({&use, 1}, "download");
+  commands_.copyBuffer(source->handle(), staging->handle(), vk::BufferCopy(0, 0, bytes));
+  // Makes the copy's writes visible to the host's reads after the fence wait.
+  vk::MemoryBarrier to_host(Acc::eTransferWrite, Acc::eHostRead);
+  commands_.pipelineBarrier(Stage::eTransfer, Stage::eHost, {}, to_host, {}, {});
+  in_flight_.push_back(source);
+  in_flight_.push_back(staging);
+  flush();
+  std::memcpy(data, staging->mapped(), bytes);
+}
+
+void Recorder::flush() {
+  if (!recording_) return;
+  commands_.end();
+  recording_ = false;
+  vk::CommandBuffer command_buffer = *commands_;
+  context_->queue().submit(vk::SubmitInfo({}, {}, command_buffer), *fence_);
+  submissions_++;
+  vk::Result waited = context_->device().waitForFences(*fence_, VK_TRUE, UINT64_MAX);
+  if (waited != vk::Result::eSuccess) throw DeviceError("waiting for the device failed: " + vk::to_string(waited));
+  context_->device().resetFences(*fence_);
+  commands_.reset();
+  descriptor_pools_.clear();
+  sets_in_last_pool_ = 0;
+  pending_.clear();
+  writer_.clear();
+  in_flight_.clear();
+}
+
+}  // namespace vkattn::vulkan

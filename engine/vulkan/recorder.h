@@ -1,0 +1,74 @@
+#pragma once
+// Recorder: puts a whole forward pass into one command buffer and submits it only when a value
+// is read back. It inserts a pipeline barrier only where a command touches a buffer that an
+// earlier, unbarriered command wrote (read-after-write, write-after-write) or read
+// (write-after-read): independent steps such as q_proj, k_proj and v_proj run without one
+// between them. Every buffer a recorded command uses is kept alive until the submission that
+// runs it has completed. The host waits on a fence (blocking, never polling: on lavapipe the
+// "GPU" is the CPU, and a spinning host thread would steal a core from the shaders).
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <vulkan/vulkan_raii.hpp>
+
+#include "engine/vulkan/buffer.h"
+#include "engine/vulkan/context.h"
+#include "engine/vulkan/kernel.h"
+#include "engine/vulkan/grid.h"
+
+namespace vkattn::vulkan {
+
+class Recorder {
+ public:
+  // `max_groups_per_dim` > 0 lowers the device's workgroup-count limit (tests force folding).
+  Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_per_dim = 0);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // Records `kernel` over `groups` workgroups (folded into y and z past the device's limit).
+  // `buffers` are bound in order to bindings 0…; the last one is the output, the others are
+  // read. `label` names the step in barriers' logs and in debug-utils labels.
+  void dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Buffer>> buffers,
+                std::span<const std::byte> push_constants, uint64_t groups, const std::string& label);
+  // Records a copy of `bytes` host bytes into `target` (through a staging buffer).
+  void upload(const std::shared_ptr<Buffer>& target, const void* data, size_t bytes);
+  // Submits everything recorded so far, waits, and returns the first `bytes` of `source`.
+  void download(const std::shared_ptr<Buffer>& source, void* data, size_t bytes);
+  // Submits everything recorded so far and waits for it.
+  void flush();
+
+  // A tiny buffer bound where a step's optional input (bias, mask) is absent; never written.
+  const std::shared_ptr<Buffer>& placeholder() const { return placeholder_; }
+  uint64_t submissions() const { return submissions_; }
+  uint64_t barriers() const { return barriers_; }
+
+ private:
+  enum class Access { read, write };
+  void begin_if_idle();
+  // Adds a barrier if any of `uses` conflicts with an access since the last barrier.
+  void order(std::span<const std::pair<vk::Buffer, Access>> uses, const std::string& label);
+  vk::DescriptorSet allocate_set(const Kernel& kernel);
+
+  std::shared_ptr<const Context> context_;
+  glm::uvec3 group_limits_;
+  vk::raii::CommandPool pool_ = nullptr;
+  vk::raii::CommandBuffer commands_ = nullptr;
+  vk::raii::Fence fence_ = nullptr;
+  std::vector<vk::raii::DescriptorPool> descriptor_pools_;
+  uint32_t sets_in_last_pool_ = 0;
+  bool recording_ = false;
+  // accesses since the last barrier, by buffer
+  std::unordered_map<VkBuffer, Access> pending_;
+  std::unordered_map<VkBuffer, std::string> writer_;  // which step wrote each pending buffer
+  std::vector<std::shared_ptr<Buffer>> in_flight_;   // alive until the fence signals
+  std::shared_ptr<Buffer> placeholder_;
+  uint64_t submissions_ = 0;
+  uint64_t barriers_ = 0;
+};
+
+}  // namespace vkattn::vulkan

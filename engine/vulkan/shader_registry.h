@@ -1,0 +1,12 @@
+#pragma once
+// SPIR-V of every shaders/<name>.comp, compiled at build time and embedded in the binary.
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace vkattn::vulkan {
+
+// The SPIR-V words of shaders/<name>.comp; throws std::logic_error for an unknown name.
+std::span<const uint32_t> shader_spirv(std::string_view name);
+
+}  // namespace vkattn::vulkan

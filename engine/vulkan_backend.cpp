@@ -1,0 +1,156 @@
+#include "engine/vulkan_backend.h"
+
+#include <cstring>
+
+#include "engine/errors.h"
+#include "engine/vulkan/push_constants.h"
+
+namespace vkattn {
+namespace {
+
+using vulkan::Buffer;
+
+struct DeviceStorage final : Storage {
+  std::shared_ptr<Buffer> buffer;
+};
+
+const std::shared_ptr<Buffer>& buffer_of(const Storage& s) { return static_cast<const DeviceStorage&>(s).buffer; }
+
+glm::uint u32(int64_t v) { return static_cast<glm::uint>(v); }
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+VulkanBackend::VulkanBackend() : VulkanBackend(std::make_shared<vulkan::Context>()) {}
+
+VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options options)
+    : context_(std::move(context)), options_(options), recorder_(context_, options.max_groups_per_dim) {
+  const auto& device = context_->device_report();
+  if (options_.workgroup_size == 0 || options_.workgroup_size > device.max_workgroup_size_x ||
+      options_.workgroup_size > device.max_workgroup_invocations) {
+    throw DeviceError("workgroup size " + std::to_string(options_.workgroup_size) + " is outside 1.." +
+                      std::to_string(device.max_workgroup_size_x) + " for device '" + device.name + "'");
+  }
+}
+
+VulkanBackend::~VulkanBackend() = default;
+
+std::shared_ptr<Storage> VulkanBackend::allocate(int64_t count) {
+  const auto& device = context_->device_report();
+  uint64_t bytes = static_cast<uint64_t>(count) * sizeof(float);
+  // Shaders index with 32-bit uints and bind whole buffers: both limits apply to every tensor.
+  if (bytes > device.max_storage_buffer_range) {
+    throw DeviceError("a tensor of " + std::to_string(count) + " floats (" + std::to_string(bytes) +
+                      " bytes) exceeds maxStorageBufferRange (" + std::to_string(device.max_storage_buffer_range) +
+                      " bytes) of '" + device.name + "'");
+  }
+  auto storage = std::make_shared<DeviceStorage>();
+  storage->buffer = std::make_shared<Buffer>(context_, bytes, Buffer::Kind::device);
+  return storage;
+}
+
+std::shared_ptr<Storage> VulkanBackend::store(const Tensor& tensor) {
+  auto storage = allocate(tensor.size());
+  recorder_.upload(buffer_of(*storage), tensor.data.data(), tensor.data.size() * sizeof(float));
+  return storage;
+}
+
+std::vector<float> VulkanBackend::load(const Storage& storage, int64_t count) {
+  std::vector<float> data(static_cast<size_t>(count));
+  recorder_.download(buffer_of(storage), data.data(), data.size() * sizeof(float));
+  return data;
+}
+
+const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
+                                            std::vector<uint32_t> specialization) {
+  std::string key = name;
+  for (uint32_t v : specialization) key += ":" + std::to_string(v);
+  auto& slot = kernels_[key];
+  if (!slot) {
+    slot = std::make_unique<vulkan::Kernel>(*context_, name, bindings, push_bytes, options_.workgroup_size,
+                                            specialization);
+  }
+  return *slot;
+}
+
+template <class Params>
+void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kernel,
+                             std::vector<std::shared_ptr<Buffer>> buffers, const Params& params, uint64_t invocations,
+                             bool per_group) {
+  uint64_t groups = per_group ? invocations : ceil_div(invocations, kernel.workgroup_size());
+  if (invocations >= (uint64_t(1) << 32)) {
+    throw DeviceError(step + ": " + std::to_string(invocations) + " elements exceed the 32-bit indexing of the shaders");
+  }
+  recorder_.dispatch(kernel, buffers, std::as_bytes(std::span(&params, 1)), groups, step);
+}
+
+void VulkanBackend::run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
+                               Storage& y, int64_t N, int64_t K, int64_t M) {
+  const auto& k = kernel("linear", 4, sizeof(vulkan::LinearParams), {b ? 1u : 0u});
+  vulkan::LinearParams params{u32(N), u32(K), u32(M)};
+  dispatch(step, k, {buffer_of(x), buffer_of(w), b ? buffer_of(*b) : recorder_.placeholder(), buffer_of(y)}, params,
+           uint64_t(N) * M);
+}
+
+void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
+                                    int64_t H, int64_t d) {
+  const auto& k = kernel("split_heads", 2, sizeof(vulkan::HeadsParams));
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d)},
+           uint64_t(B) * T * H * d);
+}
+
+void VulkanBackend::run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y,
+                                   int64_t N, int64_t T, int64_t C) {
+  const auto& k = kernel("append_row", 3, sizeof(vulkan::AppendRowParams), {row ? 1u : 0u});
+  dispatch(step, k, {buffer_of(x), row ? buffer_of(*row) : recorder_.placeholder(), buffer_of(y)},
+           vulkan::AppendRowParams{u32(N), u32(T), u32(C)}, uint64_t(N) * (T + 1) * C);
+}
+
+void VulkanBackend::run_attention_scores(const std::string& step, const Storage& q, const Storage& k_,
+                                         Storage& scores, int64_t BH, int64_t L, int64_t S, int64_t d, float scale) {
+  const auto& k = kernel("attention_scores", 3, sizeof(vulkan::AttentionScoresParams));
+  dispatch(step, k, {buffer_of(q), buffer_of(k_), buffer_of(scores)},
+           vulkan::AttentionScoresParams{u32(BH), u32(L), u32(S), u32(d), scale}, uint64_t(BH) * L * S);
+}
+
+void VulkanBackend::run_attention_mask(const std::string& step, const Storage& scores, const Storage* attn_mask,
+                                       int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out,
+                                       int64_t B, int64_t H, int64_t L, int64_t S) {
+  const auto& k = kernel("attention_mask", 4, sizeof(vulkan::AttentionMaskParams));
+  vulkan::AttentionMaskParams params{u32(B), u32(H), u32(L), u32(S), u32(attn_mask_rank),
+                                     key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
+  dispatch(step, k,
+           {buffer_of(scores), attn_mask ? buffer_of(*attn_mask) : recorder_.placeholder(),
+            key_padding_mask ? buffer_of(*key_padding_mask) : recorder_.placeholder(), buffer_of(out)},
+           params, uint64_t(B) * H * L * S);
+}
+
+void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) {
+  const auto& k = kernel("softmax", 2, sizeof(vulkan::SoftmaxParams));
+  // one workgroup per row
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::SoftmaxParams{u32(R), u32(S)}, uint64_t(R), true);
+}
+
+void VulkanBackend::run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
+                                         int64_t BH, int64_t L, int64_t S, int64_t d) {
+  const auto& k = kernel("attention_values", 3, sizeof(vulkan::AttentionValuesParams));
+  dispatch(step, k, {buffer_of(p), buffer_of(v), buffer_of(out)},
+           vulkan::AttentionValuesParams{u32(BH), u32(L), u32(d), u32(S)}, uint64_t(BH) * L * d);
+}
+
+void VulkanBackend::run_merge_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t H,
+                                    int64_t T, int64_t d) {
+  const auto& k = kernel("merge_heads", 2, sizeof(vulkan::HeadsParams));
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d)},
+           uint64_t(B) * H * T * d);
+}
+
+void VulkanBackend::run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B, int64_t H,
+                                      int64_t plane) {
+  const auto& k = kernel("average_heads", 2, sizeof(vulkan::AverageHeadsParams));
+  dispatch(step, k, {buffer_of(p), buffer_of(avg)}, vulkan::AverageHeadsParams{u32(B), u32(H), u32(plane)},
+           uint64_t(B) * plane);
+}
+
+}  // namespace vkattn

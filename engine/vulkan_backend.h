@@ -1,0 +1,75 @@
+#pragma once
+// VulkanBackend: every step as one compute-shader dispatch, recorded into one command buffer
+// that is submitted only when a value is read back (download, or a tracer that wants values).
+#include <map>
+#include <memory>
+
+#include "engine/backend.h"
+#include "engine/vulkan/buffer.h"
+#include "engine/vulkan/context.h"
+#include "engine/vulkan/kernel.h"
+#include "engine/vulkan/recorder.h"
+
+namespace vkattn {
+
+struct VulkanBackendOptions {
+  uint32_t workgroup_size = 64;     // invocations per workgroup, for every kernel
+  uint32_t max_groups_per_dim = 0;  // > 0 lowers the device's limit (tests force folding)
+};
+
+class VulkanBackend final : public Backend {
+ public:
+  using Options = VulkanBackendOptions;
+
+  // On a Context made from the environment (VKATTN_DEVICE, VKATTN_VALIDATION).
+  VulkanBackend();
+  explicit VulkanBackend(std::shared_ptr<vulkan::Context> context, Options options = {});
+  ~VulkanBackend() override;
+
+  std::string name() const override { return "gpu"; }
+  std::string device_name() const override { return context_->device_report().name; }
+  const vulkan::Context& context() const { return *context_; }
+  const vulkan::Recorder& recorder() const { return recorder_; }
+
+ protected:
+  std::shared_ptr<Storage> allocate(int64_t count) override;
+  std::shared_ptr<Storage> store(const Tensor& tensor) override;
+  std::vector<float> load(const Storage& storage, int64_t count) override;
+  bool host_time_is_step_time() const override { return false; }
+
+  void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
+                  int64_t N, int64_t K, int64_t M) override;
+  void run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t H,
+                       int64_t d) override;
+  void run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y, int64_t N,
+                      int64_t T, int64_t C) override;
+  void run_attention_scores(const std::string& step, const Storage& q, const Storage& k, Storage& scores,
+                            int64_t BH, int64_t L, int64_t S, int64_t d, float scale) override;
+  void run_attention_mask(const std::string& step, const Storage& scores, const Storage* attn_mask,
+                          int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out,
+                          int64_t B, int64_t H, int64_t L, int64_t S) override;
+  void run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) override;
+  void run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
+                            int64_t BH, int64_t L, int64_t S, int64_t d) override;
+  void run_merge_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t H, int64_t T,
+                       int64_t d) override;
+  void run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B, int64_t H,
+                         int64_t plane) override;
+
+ private:
+  // The pipeline for shaders/<name>.comp with these extra specialization constants, made once.
+  const vulkan::Kernel& kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
+                               std::vector<uint32_t> specialization = {});
+  // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
+  template <class Params>
+  void dispatch(const std::string& step, const vulkan::Kernel& kernel,
+                std::vector<std::shared_ptr<vulkan::Buffer>> buffers, const Params& params, uint64_t invocations,
+                bool per_group = false);
+
+  std::shared_ptr<vulkan::Context> context_;
+  Options options_;
+  vulkan::Recorder recorder_;
+  std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels_;
+};
+
+}  // namespace vkattn

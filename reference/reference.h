@@ -1,0 +1,43 @@
+#pragma once
+// The CPU reference: one plain function per step, named like its shader (shaders/<name>.comp)
+// and its Backend method. Straight loops over raw row-major float arrays, fp32 accumulation in
+// the same order as the shaders, no cleverness: this is the ground truth and the thing to read.
+// Notation: B batch, L query length, S key length, T either, E embed dim, H heads, d = E/H.
+#include <cstdint>
+
+namespace vkattn::reference {
+
+// y = x · Wᵀ + b           x (N, K), W (M, K), b (M) or null, y (N, M)
+void linear(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t K, int64_t M);
+
+// (B, T, E) -> (B, H, T, d)   head h owns features [h·d, (h+1)·d)
+void split_heads(const float* x, float* y, int64_t B, int64_t T, int64_t H, int64_t d);
+
+// (N, T, C) + row (C) -> (N, T+1, C); row null appends zeros (add_zero_attn)
+void append_row(const float* x, const float* row, float* y, int64_t N, int64_t T, int64_t C);
+
+// scores = Q · Kᵀ · scale     Q (B·H, L, d), K (B·H, S, d), scores (B·H, L, S)
+void attention_scores(const float* q, const float* k, float* scores, int64_t BH, int64_t L, int64_t S,
+                      int64_t d, float scale);
+
+// out = scores + attn_mask + key_padding_mask; -inf where causal and j > i
+//   scores, out (B, H, L, S); attn_mask (L, S) if attn_mask_rank 2, (B·H, L, S) if 3, null if 0;
+//   key_padding_mask (B, S) or null; masks are additive (a bool mask arrives as 0 / -inf)
+void attention_mask(const float* scores, const float* attn_mask, int attn_mask_rank,
+                    const float* key_padding_mask, bool causal, float* out, int64_t B, int64_t H,
+                    int64_t L, int64_t S);
+
+// row-wise softmax, max-subtracted   x, y (R, S); a row of all -inf gives all 0
+void softmax(const float* x, float* y, int64_t R, int64_t S);
+
+// out = P · V     P (B·H, L, S), V (B·H, S, d), out (B·H, L, d)
+void attention_values(const float* p, const float* v, float* out, int64_t BH, int64_t L, int64_t S,
+                      int64_t d);
+
+// (B, H, T, d) -> (B, T, E)
+void merge_heads(const float* x, float* y, int64_t B, int64_t H, int64_t T, int64_t d);
+
+// mean over heads    p (B, H, L·S) -> avg (B, L·S)
+void average_heads(const float* p, float* avg, int64_t B, int64_t H, int64_t plane);
+
+}  // namespace vkattn::reference

@@ -1,0 +1,14 @@
+#include "reference/reference.h"
+
+namespace vkattn::reference {
+
+// (B, T, E) -> (B, H, T, d), E = H·d
+void split_heads(const float* x, float* y, int64_t B, int64_t T, int64_t H, int64_t d) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < d; ++c)
+          y[((b * H + h) * T + t) * d + c] = x[(b * T + t) * H * d + h * d + c];
+}
+
+}  // namespace vkattn::reference

@@ -1,0 +1,71 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// softmax — row-wise over the last axis, max-subtracted; a fully masked row gives zeros
+//   x (R, S)  R = B·H·L rows of scores
+//   y (R, S)  each row sums to 1, or is all 0 when every score is -inf
+// One workgroup per row: pass 1 reduces the max, pass 2 the sum of exp(x - max), pass 3 writes.
+// The reductions use shared memory; a subgroup version is the performance issue's.
+#include "common.glsl"
+
+layout(std430, binding = 0) readonly buffer Input { float x[]; };
+layout(std430, binding = 1) writeonly buffer Output { float y[]; };
+
+layout(push_constant) uniform Params {
+  uint rows;  // R
+  uint cols;  // S
+} p;
+
+shared float partial[gl_WorkGroupSize.x];
+
+// Tree reduction of partial[] into partial[0]; `use_max` picks max, else sum.
+float workgroup_reduce(float value, bool use_max) {
+  uint lane = gl_LocalInvocationID.x;
+  partial[lane] = value;
+  barrier();
+  // The workgroup size need not be a power of two: fold the top part onto a power-of-two prefix.
+  uint width = 1u;
+  while (width * 2u <= gl_WorkGroupSize.x) width *= 2u;
+  if (lane >= width) {
+    uint dst = lane - width;
+    partial[dst] = use_max ? max(partial[dst], partial[lane]) : partial[dst] + partial[lane];
+  }
+  barrier();
+  for (uint stride = width / 2u; stride > 0u; stride /= 2u) {
+    if (lane < stride) {
+      partial[lane] = use_max ? max(partial[lane], partial[lane + stride])
+                              : partial[lane] + partial[lane + stride];
+    }
+    barrier();
+  }
+  float result = partial[0];
+  barrier();  // everyone has read partial[0] before the next reduction overwrites it
+  return result;
+}
+
+void main() {
+  uint row = flat_workgroup_id();
+  if (row >= p.rows) return;  // uniform per workgroup: the whole group leaves together
+  uint lane = gl_LocalInvocationID.x;
+  uint start = row * p.cols;
+
+  // pass 1: row max
+  float row_max = NEG_INF;
+  for (uint j = lane; j < p.cols; j += gl_WorkGroupSize.x) row_max = max(row_max, x[start + j]);
+  row_max = workgroup_reduce(row_max, true);
+
+  // a fully masked row: every score is -inf, exp(-inf - -inf) would be NaN; PyTorch's
+  // safe softmax (and vkattn) gives zeros
+  if (row_max == NEG_INF) {
+    for (uint j = lane; j < p.cols; j += gl_WorkGroupSize.x) y[start + j] = 0.0;
+    return;
+  }
+
+  // pass 2: Σ exp(x - max)
+  float sum = 0.0;
+  for (uint j = lane; j < p.cols; j += gl_WorkGroupSize.x) sum += exp(x[start + j] - row_max);
+  sum = workgroup_reduce(sum, false);
+
+  // pass 3: normalise
+  float inv_sum = 1.0 / sum;
+  for (uint j = lane; j < p.cols; j += gl_WorkGroupSize.x) y[start + j] = exp(x[start + j] - row_max) * inv_sum;
+}
