@@ -1,0 +1,37 @@
+#pragma once
+// Shared by the GPU tests: one Vulkan context per test process (from the environment, so ctest's
+// VKATTN_VALIDATION=1 turns the validation layer on), random tensors, and a fixture that fails
+// the test on any validation message raised while it ran.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+
+#include "engine/reference_backend.h"
+#include "engine/tensor.h"
+#include "engine/vulkan_backend.h"
+
+namespace vkattn::testing {
+
+std::shared_ptr<vulkan::Context> shared_context();
+
+// Uniform in [-1, 1), reproducible from the seed.
+Tensor random_tensor(Shape shape, uint32_t seed);
+// A bool mask (1 = blocked) with each entry blocked with probability `p`.
+Tensor random_bool_mask(Shape shape, float p, uint32_t seed);
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+  // A VulkanBackend on the shared context (pipelines are rebuilt per backend; tests are small).
+  VulkanBackend& gpu() { return *gpu_; }
+  ReferenceBackend& cpu() { return cpu_; }
+
+ private:
+  std::unique_ptr<VulkanBackend> gpu_;
+  ReferenceBackend cpu_;
+  uint64_t messages_before_ = 0;
+};
+
+}  // namespace vkattn::testing

@@ -1,0 +1,229 @@
+// MultiHeadAttention, GPU against the reference, over every mask kind and combination, the
+// module options (kdim/vdim, bias, add_bias_kv, add_zero_attn, layouts, weights averaged or per
+// head), and the properties PyTorch users rely on: causality, zeros for fully masked rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "engine/multi_head_attention.h"
+#include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
+
+namespace vkattn {
+namespace {
+
+using ::testing::Bool;
+using ::testing::Combine;
+using ::testing::Values;
+using testing::all_close;
+using testing::random_bool_mask;
+using testing::random_tensor;
+
+class Module : public testing::GpuTest {
+ protected:
+  // Runs both backends and checks output and weights agree within atol = rtol = 1e-5.
+  AttentionResult expect_backends_agree(const MultiHeadAttention& mha, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const ForwardOptions& options) {
+    AttentionResult want = mha.forward(cpu(), q, k, v, options);
+    AttentionResult got = mha.forward(gpu(), q, k, v, options);
+    EXPECT_TRUE(all_close(got.output, want.output)) << "output";
+    EXPECT_EQ(got.weights.has_value(), want.weights.has_value());
+    if (got.weights && want.weights) {
+      EXPECT_TRUE(all_close(*got.weights, *want.weights)) << "weights";
+    }
+    for (float x : got.output.data) EXPECT_TRUE(std::isfinite(x)) << "non-finite output";
+    return got;
+  }
+};
+
+// ---- every mask kind and combination, on cross-attention with L ≠ S ------------------------------
+enum class AttnMask { none, bool2d, float2d, bool3d, float3d };
+enum class Padding { none, boolean, additive };
+
+Tensor float_mask(Shape shape, uint32_t seed) {
+  Tensor m = random_tensor(std::move(shape), seed);
+  for (size_t i = 0; i < m.data.size(); i += 4) m.data[i] = -INFINITY;  // some blocked entries
+  return m;
+}
+
+class Masks : public Module, public ::testing::WithParamInterface<std::tuple<AttnMask, Padding, bool, bool>> {};
+TEST_P(Masks, GpuMatchesReference) {
+  auto [attn, padding, causal, average] = GetParam();
+  const int64_t B = 2, L = 5, S = 7, E = 12, H = 3;
+  MultiHeadAttentionConfig c{.embed_dim = E, .num_heads = H, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 1));
+  Tensor q = random_tensor({B, L, E}, 2), kv = random_tensor({B, S, E}, 3);
+  ForwardOptions o;
+  o.is_causal = causal;
+  o.average_attn_weights = average;
+  switch (attn) {
+    case AttnMask::none: break;
+    case AttnMask::bool2d: o.attn_mask = random_bool_mask({L, S}, 0.3f, 4); break;
+    case AttnMask::float2d: o.attn_mask = float_mask({L, S}, 4); break;
+    case AttnMask::bool3d: o.attn_mask = random_bool_mask({B * H, L, S}, 0.3f, 4); break;
+    case AttnMask::float3d: o.attn_mask = float_mask({B * H, L, S}, 4); break;
+  }
+  if (padding == Padding::boolean) o.key_padding_mask = random_bool_mask({B, S}, 0.3f, 5);
+  if (padding == Padding::additive) o.key_padding_mask = float_mask({B, S}, 5);
+  AttentionResult r = expect_backends_agree(mha, q, kv, kv, o);
+  EXPECT_EQ(r.weights->shape, average ? Shape({B, L, S}) : Shape({B, H, L, S}));
+}
+INSTANTIATE_TEST_SUITE_P(All, Masks,
+                         Combine(Values(AttnMask::none, AttnMask::bool2d, AttnMask::float2d, AttnMask::bool3d, AttnMask::float3d),
+                                 Values(Padding::none, Padding::boolean, Padding::additive), Bool(), Bool()));
+
+// ---- module options and shapes --------------------------------------------------------------------
+struct Case {
+  int64_t B, L, S, E, H, kdim, vdim;
+  bool bias, add_bias_kv, add_zero_attn;
+};
+class Configs : public Module, public ::testing::WithParamInterface<Case> {};
+TEST_P(Configs, GpuMatchesReference) {
+  Case k = GetParam();
+  MultiHeadAttentionConfig c{.embed_dim = k.E, .num_heads = k.H, .bias = k.bias, .add_bias_kv = k.add_bias_kv,
+                             .add_zero_attn = k.add_zero_attn, .kdim = k.kdim, .vdim = k.vdim, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 7));
+  Tensor q = random_tensor({k.B, k.L, k.E}, 8), key = random_tensor({k.B, k.S, c.key_dim()}, 9),
+         value = random_tensor({k.B, k.S, c.value_dim()}, 10);
+  ForwardOptions o;
+  o.key_padding_mask = random_bool_mask({k.B, k.S}, 0.2f, 11);
+  o.is_causal = true;
+  AttentionResult r = expect_backends_agree(mha, q, key, value, o);
+  int64_t appended = (k.add_bias_kv ? 1 : 0) + (k.add_zero_attn ? 1 : 0);
+  EXPECT_EQ(r.output.shape, (Shape{k.B, k.L, k.E}));
+  EXPECT_EQ(r.weights->shape, (Shape{k.B, k.L, k.S + appended}));
+}
+INSTANTIATE_TEST_SUITE_P(
+    Sweep, Configs,
+    Values(Case{1, 1, 1, 1, 1, 0, 0, true, false, false},        // everything 1
+           Case{1, 1, 1, 8, 8, 0, 0, true, false, false},        // H = E: d = 1
+           Case{3, 17, 17, 12, 1, 0, 0, true, false, false},     // H = 1
+           Case{2, 17, 113, 24, 4, 0, 0, true, false, false},    // L ≠ S, S not a multiple of 64
+           Case{2, 113, 3, 24, 6, 0, 0, false, false, false},    // no bias
+           Case{2, 5, 7, 12, 3, 5, 9, true, false, false},       // kdim ≠ vdim ≠ E
+           Case{2, 5, 7, 12, 3, 17, 3, false, false, false},
+           Case{2, 5, 7, 12, 3, 0, 0, true, true, false},        // add_bias_kv
+           Case{2, 5, 7, 12, 3, 0, 0, true, false, true},        // add_zero_attn
+           Case{3, 4, 6, 16, 4, 5, 7, true, true, true},         // both, with kdim/vdim
+           Case{1, 65, 65, 64, 8, 0, 0, true, false, false}));   // a workgroup and one
+
+// ---- properties ------------------------------------------------------------------------------------
+TEST_F(Module, FullyMaskedRowsGiveZeroWeightsAndTheOutputBias) {
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 3));
+  Tensor x = random_tensor({2, 4, 8}, 4);
+  ForwardOptions o;
+  o.attn_mask = Tensor({4, 4}, DType::boolean);
+  for (int j = 0; j < 4; ++j) o.attn_mask->at({2, j}) = 1.0f;  // query 2 may see nothing
+  o.average_attn_weights = false;
+  for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    AttentionResult r = mha.forward(*backend, x, o);
+    for (int b = 0; b < 2; ++b) {
+      for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < 4; ++j) EXPECT_EQ(r.weights->at({b, h, 2, j}), 0.0f) << backend->name();
+      // a zero attention row leaves only out_proj's bias
+      for (int e = 0; e < 8; ++e) EXPECT_FLOAT_EQ(r.output.at({b, 2, e}), mha.weights().out_proj_bias->data[e]) << backend->name();
+      // the other rows are untouched: their weights sum to 1
+      float sum = 0;
+      for (int j = 0; j < 4; ++j) sum += r.weights->at({b, 0, 1, j});
+      EXPECT_NEAR(sum, 1.0f, 1e-6f);
+    }
+  }
+}
+
+TEST_F(Module, CausalOutputsIgnoreFutureTokens) {
+  MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 4, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 5));
+  Tensor x = random_tensor({2, 9, 16}, 6);
+  ForwardOptions o;
+  o.is_causal = true;
+  Tensor before = mha.forward(gpu(), x, o).output;
+  const int changed = 6;
+  Tensor y = x;
+  for (int b = 0; b < 2; ++b)
+    for (int e = 0; e < 16; ++e) y.at({b, changed, e}) += 3.0f;
+  Tensor after = mha.forward(gpu(), y, o).output;
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t < 9; ++t) {
+      float diff = 0;
+      for (int e = 0; e < 16; ++e) diff = std::max(diff, std::fabs(after.at({b, t, e}) - before.at({b, t, e})));
+      if (t < changed) EXPECT_EQ(diff, 0.0f) << "position " << t << " saw the future";
+      else EXPECT_GT(diff, 1e-3f) << "position " << t << " should see token " << changed;
+    }
+}
+
+TEST_F(Module, SequenceFirstAndUnbatchedLayoutsMatchBatchFirst) {
+  MultiHeadAttentionConfig bf{.embed_dim = 12, .num_heads = 3, .batch_first = true};
+  MultiHeadAttentionConfig sf = bf;
+  sf.batch_first = false;
+  auto w = MultiHeadAttentionWeights::random(bf, 9);
+  MultiHeadAttention batch_first(bf, w), seq_first(sf, w);
+  const int64_t B = 3, L = 5, E = 12;
+  Tensor x = random_tensor({B, L, E}, 10);
+  Tensor x_seq({L, B, E});
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < L; ++t)
+      for (int e = 0; e < E; ++e) x_seq.at({t, b, e}) = x.at({b, t, e});
+  AttentionResult want = batch_first.forward(gpu(), x);
+  AttentionResult got = seq_first.forward(gpu(), x_seq);
+  ASSERT_EQ(got.output.shape, (Shape{L, B, E}));
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < L; ++t)
+      for (int e = 0; e < E; ++e) EXPECT_FLOAT_EQ(got.output.at({t, b, e}), want.output.at({b, t, e}));
+  EXPECT_EQ(got.weights->shape, (Shape{B, L, L}));  // weights stay batch-first, as in PyTorch
+  EXPECT_EQ(got.weights->data, want.weights->data);
+
+  // unbatched (L, E) = batch of one
+  Tensor one({L, E}, std::vector<float>(x.data.begin(), x.data.begin() + L * E));
+  ForwardOptions per_head;
+  per_head.average_attn_weights = false;
+  AttentionResult single = batch_first.forward(gpu(), one, per_head);
+  AttentionResult batched = batch_first.forward(gpu(), Tensor({1, L, E}, one.data), per_head);
+  EXPECT_EQ(single.output.shape, (Shape{L, E}));
+  EXPECT_EQ(single.weights->shape, (Shape{3, L, L}));
+  EXPECT_EQ(single.output.data, batched.output.data);
+}
+
+TEST_F(Module, UnbatchedMasksUseUnbatchedShapes) {
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 12));
+  ForwardOptions o;
+  o.key_padding_mask = random_bool_mask({6}, 0.3f, 13);         // (S,)
+  o.attn_mask = random_bool_mask({2, 4, 6}, 0.2f, 14);           // (H, L, S)
+  expect_backends_agree(mha, random_tensor({4, 8}, 15), random_tensor({6, 8}, 16), random_tensor({6, 8}, 17), o);
+}
+
+TEST_F(Module, WeightsAveragedArePerHeadWeightsMeaned) {
+  MultiHeadAttentionConfig c{.embed_dim = 12, .num_heads = 4, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 18));
+  Tensor x = random_tensor({2, 5, 12}, 19);
+  ForwardOptions per_head;
+  per_head.average_attn_weights = false;
+  Tensor all = *mha.forward(gpu(), x, per_head).weights;
+  Tensor avg = *mha.forward(gpu(), x).weights;
+  Tensor mean({2, 5, 5});
+  for (int b = 0; b < 2; ++b)
+    for (int h = 0; h < 4; ++h)
+      for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 5; ++j) mean.at({b, i, j}) += all.at({b, h, i, j}) / 4.0f;
+  EXPECT_TRUE(all_close(avg, mean, {1e-6f, 1e-5f}, {"b", "i", "j"}));
+  ForwardOptions none;
+  none.need_weights = false;
+  EXPECT_FALSE(mha.forward(gpu(), x, none).weights.has_value());
+}
+
+TEST_F(Module, RepeatedForwardIsDeterministicAndFreesDeviceMemory) {
+  MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 20));
+  Tensor x = random_tensor({2, 17, 16}, 21);
+  uint64_t baseline = gpu().context().allocated_bytes();
+  AttentionResult first = mha.forward(gpu(), x);
+  EXPECT_EQ(gpu().context().allocated_bytes(), baseline) << "a forward leaked device buffers";
+  AttentionResult second = mha.forward(gpu(), x);
+  EXPECT_EQ(first.output.data, second.output.data);
+  EXPECT_EQ(first.weights->data, second.weights->data);
+}
+
+}  // namespace
+}  // namespace vkattn

@@ -1,0 +1,225 @@
+// Every step: the GPU shader against the CPU reference, through the Backend API, over shapes
+// that break kernels — 1, 3, 17, 113, non-multiples of the workgroup size (63, 65), L ≠ S,
+// H = 1 and H = E (d = 1), fully masked rows — and over workgroup sizes and folded grids.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <tuple>
+
+#include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
+
+namespace vkattn {
+namespace {
+
+using ::testing::Bool;
+using ::testing::Combine;
+using ::testing::Values;
+using testing::all_close;
+using testing::random_tensor;
+using Step = std::function<Value(Backend&, const std::vector<Value>&)>;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Runs `step` on both backends with the same inputs; the GPU result must match the reference.
+::testing::AssertionResult gpu_matches_reference(Backend& gpu, Backend& cpu, const std::vector<Tensor>& inputs,
+                                                 const Step& step, std::vector<std::string> dims) {
+  auto run = [&](Backend& backend) {
+    std::vector<Value> values;
+    for (size_t i = 0; i < inputs.size(); ++i) values.push_back(backend.upload("in" + std::to_string(i), inputs[i]));
+    return backend.download(step(backend, values));
+  };
+  Tensor expected = run(cpu);
+  Tensor actual = run(gpu);
+  return all_close(actual, expected, {}, std::move(dims));
+}
+
+class Ops : public testing::GpuTest {
+ protected:
+  ::testing::AssertionResult check(const std::vector<Tensor>& inputs, const Step& step, std::vector<std::string> dims) {
+    return gpu_matches_reference(gpu(), cpu(), inputs, step, std::move(dims));
+  }
+};
+
+// ---- linear: (N, K) · (M, K)ᵀ + (M) ---------------------------------------------------------------
+class Linear : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int, bool>> {};
+TEST_P(Linear, MatchesReference) {
+  auto [N, K, M, bias] = GetParam();
+  std::vector<Tensor> in{random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)};
+  EXPECT_TRUE(check(in, [&](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], bias ? &v[2] : nullptr); },
+                    {"n", "m"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, Linear, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 113), Values(1, 3, 65, 113), Bool()));
+
+TEST_F(Ops, LinearKeepsLeadingDims) {
+  std::vector<Tensor> in{random_tensor({2, 3, 5}, 1), random_tensor({7, 5}, 2), random_tensor({7}, 3)};
+  Value y = gpu().linear("k_proj", gpu().upload("x", in[0]), gpu().upload("w", in[1]), nullptr);
+  EXPECT_EQ(y.shape, (Shape{2, 3, 7}));
+  EXPECT_TRUE(check(in, [](Backend& b, const std::vector<Value>& v) { return b.linear("k_proj", v[0], v[1], &v[2]); },
+                    {"b", "t", "m"}));
+}
+
+// ---- split_heads / merge_heads: (B, T, E) <-> (B, H, T, d) -----------------------------------------
+class Heads : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int, int>> {};
+TEST_P(Heads, SplitAndMergeMatchReference) {
+  auto [B, T, H, d] = GetParam();
+  Tensor x = random_tensor({B, T, H * d}, 4);
+  EXPECT_TRUE(check({x}, [&](Backend& b, const std::vector<Value>& v) { return b.split_heads("split_heads_q", v[0], H); },
+                    {"b", "h", "t", "c"}));
+  Tensor heads = random_tensor({B, H, T, d}, 5);
+  EXPECT_TRUE(check({heads}, [](Backend& b, const std::vector<Value>& v) { return b.merge_heads("merge_heads", v[0]); },
+                    {"b", "t", "e"}));
+  // merge_heads undoes split_heads exactly
+  Value roundtrip = gpu().merge_heads("merge_heads", gpu().split_heads("split_heads_q", gpu().upload("x", x), H));
+  EXPECT_EQ(gpu().download(roundtrip).data, x.data);
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, Heads, Combine(Values(1, 3), Values(1, 17, 113), Values(1, 3, 8), Values(1, 3, 17)));
+
+// ---- append_row: (N, T, C) + (C) -> (N, T+1, C) --------------------------------------------------
+class AppendRow : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int, bool>> {};
+TEST_P(AppendRow, MatchesReference) {
+  auto [N, T, C, row] = GetParam();
+  std::vector<Tensor> in{random_tensor({N, T, C}, 6), random_tensor({C}, 7)};
+  EXPECT_TRUE(check(in, [&](Backend& b, const std::vector<Value>& v) { return b.append_row(row ? "add_bias_k" : "add_zero_attn_k", v[0], row ? &v[1] : nullptr); },
+                    {"n", "t", "c"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, AppendRow, Combine(Values(1, 3, 17), Values(1, 17, 113), Values(1, 3, 65), Bool()));
+
+// ---- attention_scores and attention_values: (B, H, L, S, d) ----------------------------------------
+using Attn = std::tuple<int, int, int, int, int>;
+const auto kAttentionShapes = Values(Attn{1, 1, 1, 1, 1}, Attn{1, 1, 3, 3, 3}, Attn{2, 3, 17, 17, 5}, Attn{1, 2, 17, 113, 8},
+                                     Attn{3, 1, 113, 17, 3}, Attn{1, 4, 113, 113, 16}, Attn{2, 8, 5, 7, 1},
+                                     Attn{1, 1, 65, 63, 65}, Attn{2, 2, 1, 113, 17}, Attn{1, 3, 113, 1, 17});
+
+class Scores : public Ops, public ::testing::WithParamInterface<Attn> {};
+TEST_P(Scores, MatchesReference) {
+  auto [B, H, L, S, d] = GetParam();
+  std::vector<Tensor> in{random_tensor({B, H, L, d}, 8), random_tensor({B, H, S, d}, 9)};
+  EXPECT_TRUE(check(in, [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); },
+                    {"b", "h", "i", "j"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, Scores, kAttentionShapes);
+
+class AttentionValues : public Ops, public ::testing::WithParamInterface<Attn> {};
+TEST_P(AttentionValues, MatchesReference) {
+  auto [B, H, L, S, d] = GetParam();
+  std::vector<Tensor> in{random_tensor({B, H, L, S}, 10), random_tensor({B, H, S, d}, 11)};
+  EXPECT_TRUE(check(in, [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); },
+                    {"b", "h", "i", "c"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, AttentionValues, kAttentionShapes);
+
+class AverageHeads : public Ops, public ::testing::WithParamInterface<Attn> {};
+TEST_P(AverageHeads, MatchesReference) {
+  auto [B, H, L, S, d] = GetParam();
+  (void)d;
+  EXPECT_TRUE(check({random_tensor({B, H, L, S}, 12)},
+                    [](Backend& b, const std::vector<Value>& v) { return b.average_heads("average_heads", v[0]); }, {"b", "i", "j"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, AverageHeads, kAttentionShapes);
+
+// ---- attention_mask: every kind and combination ----------------------------------------------------
+// An additive float mask with some -inf (blocked) entries, as a canonicalised bool mask has.
+Tensor additive_mask(Shape shape, uint32_t seed) {
+  Tensor m = random_tensor(std::move(shape), seed);
+  for (size_t i = 0; i < m.data.size(); i += 3) m.data[i] = -kInf;
+  return m;
+}
+
+class Mask : public Ops, public ::testing::WithParamInterface<std::tuple<Attn, int, bool, bool>> {};
+TEST_P(Mask, MatchesReference) {
+  auto [shape, attn_rank, padding, causal] = GetParam();
+  auto [B, H, L, S, d] = shape;
+  (void)d;
+  Shape attn_shape = attn_rank == 3 ? Shape{B * H, L, S} : Shape{L, S};
+  std::vector<Tensor> in{random_tensor({B, H, L, S}, 13), additive_mask(attn_shape, 14), additive_mask({B, S}, 15)};
+  bool use_attn = attn_rank != 0, use_causal = causal, use_padding = padding;
+  EXPECT_TRUE(check(in, [&](Backend& b, const std::vector<Value>& v) {
+    return b.attention_mask("attention_mask", v[0], use_attn ? &v[1] : nullptr, use_padding ? &v[2] : nullptr, use_causal);
+  }, {"b", "h", "i", "j"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, Mask, Combine(Values(Attn{1, 1, 1, 1, 0}, Attn{2, 3, 17, 5, 0}, Attn{1, 2, 5, 113, 0}, Attn{3, 1, 65, 65, 0}),
+                                              Values(0, 2, 3), Bool(), Bool()));
+
+// ---- softmax: (R, S), with fully masked and partly masked rows ------------------------------------
+class Softmax : public Ops, public ::testing::WithParamInterface<std::tuple<int, int>> {};
+TEST_P(Softmax, MatchesReferenceAndZeroesFullyMaskedRows) {
+  auto [R, S] = GetParam();
+  Tensor x = random_tensor({R, S}, 16);
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < S; ++j) x.data[r * S + j] *= 20.0f;                      // saturating scores
+    if (r % 3 == 1) for (int j = 0; j < S; ++j) x.data[r * S + j] = -kInf;      // fully masked row
+    if (r % 3 == 2) for (int j = 0; j < S; j += 2) x.data[r * S + j] = -kInf;   // partly masked row
+  }
+  EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); }, {"r", "j"}));
+  Tensor y = gpu().download(gpu().softmax("softmax", gpu().upload("x", x)));
+  for (int r = 0; r < R; ++r) {
+    float sum = 0;
+    for (int j = 0; j < S; ++j) sum += y.data[r * S + j];
+    bool fully_masked = r % 3 == 1 || (r % 3 == 2 && S == 1);  // masking every other key of one key masks it all
+    EXPECT_NEAR(sum, fully_masked ? 0.0f : 1.0f, 1e-5f) << "row " << r;
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, Softmax, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 63, 64, 65, 113, 1000)));
+
+// ---- workgroup sizes: 1, a non-power of two, the default, a large one -------------------------------
+class Workgroup : public ::testing::TestWithParam<uint32_t> {};
+TEST_P(Workgroup, EveryStepMatchesReference) {
+  uint64_t before = testing::shared_context()->validation_message_count();
+  VulkanBackend gpu(testing::shared_context(), {.workgroup_size = GetParam()});
+  ReferenceBackend cpu;
+  auto step = [&](std::vector<Tensor> in, const Step& s, std::vector<std::string> dims) {
+    EXPECT_TRUE(gpu_matches_reference(gpu, cpu, in, s, dims));
+  };
+  step({random_tensor({17, 33}, 1), random_tensor({19, 33}, 2), random_tensor({19}, 3)},
+       [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], &v[2]); }, {"n", "m"});
+  step({random_tensor({2, 3, 17, 113}, 4)}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); }, {"b", "h", "i", "j"});
+  step({random_tensor({5, 1000}, 4)}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); }, {"r", "j"});
+  step({random_tensor({2, 3, 17, 5}, 5), random_tensor({2, 3, 13, 5}, 6)},
+       [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); }, {"b", "h", "i", "j"});
+  step({random_tensor({2, 3, 17, 13}, 7), random_tensor({2, 3, 13, 5}, 8)},
+       [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); }, {"b", "h", "i", "c"});
+  EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+INSTANTIATE_TEST_SUITE_P(Sizes, Workgroup, Values(1u, 48u, 64u, 256u));
+
+// ---- grid folding ------------------------------------------------------------------------------------
+// With at most 5 workgroups per dimension, every step's grid folds into y and z (and softmax's
+// 113 rows need 5×5×5); the results must not change.
+TEST(Folding, EveryStepMatchesReferenceOnAForcedTinyGrid) {
+  uint64_t before = testing::shared_context()->validation_message_count();
+  VulkanBackend gpu(testing::shared_context(), {.workgroup_size = 8, .max_groups_per_dim = 5});
+  ReferenceBackend cpu;
+  auto step = [&](std::vector<Tensor> in, const Step& s) { EXPECT_TRUE(gpu_matches_reference(gpu, cpu, in, s, {})); };
+  step({random_tensor({9, 7}, 1), random_tensor({11, 7}, 2), random_tensor({11}, 3)},
+       [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], &v[2]); });
+  step({random_tensor({2, 9, 12}, 4)}, [](Backend& b, const std::vector<Value>& v) { return b.split_heads("split_heads_q", v[0], 3); });
+  step({random_tensor({2, 3, 9, 4}, 4)}, [](Backend& b, const std::vector<Value>& v) { return b.merge_heads("merge_heads", v[0]); });
+  step({random_tensor({6, 9, 4}, 4), random_tensor({4}, 5)}, [](Backend& b, const std::vector<Value>& v) { return b.append_row("add_bias_k", v[0], &v[1]); });
+  step({random_tensor({113, 5}, 4)}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); });
+  step({random_tensor({2, 3, 9, 4}, 5), random_tensor({2, 3, 7, 4}, 6)},
+       [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); });
+  step({random_tensor({2, 3, 9, 7}, 5), additive_mask({9, 7}, 6), additive_mask({2, 7}, 7)},
+       [](Backend& b, const std::vector<Value>& v) { return b.attention_mask("attention_mask", v[0], &v[1], &v[2], true); });
+  step({random_tensor({2, 3, 9, 7}, 7), random_tensor({2, 3, 7, 4}, 8)},
+       [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); });
+  step({random_tensor({2, 3, 9, 7}, 9)}, [](Backend& b, const std::vector<Value>& v) { return b.average_heads("average_heads", v[0]); });
+  EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+
+// Real dispatches past 65535 workgroups in one dimension, at the device's own limits.
+TEST_F(Ops, SoftmaxOverMoreThan65535Rows) {
+  // one workgroup per row: 70001 workgroups
+  EXPECT_TRUE(check({random_tensor({70001, 3}, 17)}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); },
+                    {"r", "j"}));
+}
+
+TEST_F(Ops, SplitHeadsOverMoreThan65535Workgroups) {
+  // 1·4100·1088 = 4,460,800 elements / 64 per workgroup = 69,700 workgroups
+  EXPECT_TRUE(check({random_tensor({1, 4100, 1088}, 18)},
+                    [](Backend& b, const std::vector<Value>& v) { return b.split_heads("split_heads_q", v[0], 17); },
+                    {"b", "h", "t", "c"}));
+}
+
+}  // namespace
+}  // namespace vkattn

@@ -1,0 +1,166 @@
+// The CPU reference against numbers worked out by hand, and the whole recipe on the CPU against
+// an independent, naive multi-head attention written here from PyTorch's definition. The
+// reference is the ground truth for every GPU test, so it is checked first.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/multi_head_attention.h"
+#include "engine/reference_backend.h"
+#include "reference/reference.h"
+#include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
+
+namespace vkattn {
+namespace {
+
+using testing::all_close;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+TEST(Reference, LinearIsXTimesWTransposedPlusBias) {
+  const float x[] = {1, 2, 3, 4};           // (N=2, K=2)
+  const float w[] = {1, 0, 0, 1, 1, 1};     // (M=3, K=2)
+  const float b[] = {0.5f, 0, -1};          // (3,)
+  float y[6];
+  reference::linear(x, w, b, y, 2, 2, 3);
+  EXPECT_EQ(std::vector<float>(y, y + 6), (std::vector<float>{1.5f, 2, 2, 3.5f, 4, 6}));
+  reference::linear(x, w, nullptr, y, 2, 2, 3);
+  EXPECT_EQ(std::vector<float>(y, y + 6), (std::vector<float>{1, 2, 3, 3, 4, 7}));
+}
+
+TEST(Reference, SplitHeadsGivesEachHeadItsFeatures) {
+  // x (B=1, T=2, E=4) with H=2, d=2: token t, feature f = 10t + f
+  const float x[] = {0, 1, 2, 3, 10, 11, 12, 13};
+  float y[8];
+  reference::split_heads(x, y, 1, 2, 2, 2);
+  // (1, H=2, T=2, d=2): head 0 = features 0-1 of both tokens, head 1 = features 2-3
+  EXPECT_EQ(std::vector<float>(y, y + 8), (std::vector<float>{0, 1, 10, 11, 2, 3, 12, 13}));
+  float back[8];
+  reference::merge_heads(y, back, 1, 2, 2, 2);
+  EXPECT_EQ(std::vector<float>(back, back + 8), std::vector<float>(x, x + 8));
+}
+
+TEST(Reference, AppendRowAddsOnePosition) {
+  const float x[] = {1, 2, 3, 4};  // (N=2, T=1, C=2)
+  const float row[] = {7, 8};
+  float y[8];
+  reference::append_row(x, row, y, 2, 1, 2);
+  EXPECT_EQ(std::vector<float>(y, y + 8), (std::vector<float>{1, 2, 7, 8, 3, 4, 7, 8}));
+  reference::append_row(x, nullptr, y, 2, 1, 2);
+  EXPECT_EQ(std::vector<float>(y, y + 8), (std::vector<float>{1, 2, 0, 0, 3, 4, 0, 0}));
+}
+
+TEST(Reference, AttentionScoresAreScaledDotProducts) {
+  const float q[] = {1, 2};        // (BH=1, L=1, d=2)
+  const float k[] = {3, 4, 1, 0};  // (BH=1, S=2, d=2)
+  float s[2];
+  reference::attention_scores(q, k, s, 1, 1, 2, 2, 0.5f);
+  EXPECT_FLOAT_EQ(s[0], 5.5f);  // (1·3 + 2·4) / 2
+  EXPECT_FLOAT_EQ(s[1], 0.5f);
+}
+
+TEST(Reference, AttentionMaskAddsMasksAndBlocksTheFuture) {
+  const float scores[] = {1, 1, 1, 1};            // (B=1, H=1, L=2, S=2)
+  const float attn[] = {0, -kInf, 0.5f, 0};       // (L, S)
+  const float pad[] = {0, -2};                    // (B, S)
+  float out[4];
+  reference::attention_mask(scores, attn, 2, pad, false, out, 1, 1, 2, 2);
+  EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{1, -kInf, 1.5f, -1}));
+  reference::attention_mask(scores, nullptr, 0, nullptr, true, out, 1, 1, 2, 2);
+  EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{1, -kInf, 1, 1}));
+}
+
+TEST(Reference, SoftmaxNormalisesStablyAndZeroesFullyMaskedRows) {
+  const float x[] = {0, std::log(3.0f), 1000, 1000, -kInf, -kInf};  // (R=3, S=2)
+  float y[6];
+  reference::softmax(x, y, 3, 2);
+  EXPECT_FLOAT_EQ(y[0], 0.25f);
+  EXPECT_FLOAT_EQ(y[1], 0.75f);
+  EXPECT_FLOAT_EQ(y[2], 0.5f);  // no overflow: the max is subtracted first
+  EXPECT_FLOAT_EQ(y[3], 0.5f);
+  EXPECT_EQ(y[4], 0.0f);  // fully masked: zeros, not NaN
+  EXPECT_EQ(y[5], 0.0f);
+}
+
+TEST(Reference, AttentionValuesWeighValues) {
+  const float p[] = {0.25f, 0.75f};   // (BH=1, L=1, S=2)
+  const float v[] = {4, 8, 0, 4};     // (BH=1, S=2, d=2)
+  float out[2];
+  reference::attention_values(p, v, out, 1, 1, 2, 2);
+  EXPECT_FLOAT_EQ(out[0], 1.0f);
+  EXPECT_FLOAT_EQ(out[1], 5.0f);
+}
+
+TEST(Reference, AverageHeadsIsTheMeanOverHeads) {
+  const float p[] = {1, 2, 3, 6};  // (B=1, H=2, plane=2)
+  float avg[2];
+  reference::average_heads(p, avg, 1, 2, 2);
+  EXPECT_FLOAT_EQ(avg[0], 2.0f);
+  EXPECT_FLOAT_EQ(avg[1], 4.0f);
+}
+
+// torch.nn.MultiheadAttention from its definition, one (batch, head) at a time, in double:
+// independent of every reference function.
+struct Naive {
+  Tensor output, weights;  // (B, L, E), (B, H, L, S)
+};
+
+Naive naive_attention(const MultiHeadAttentionConfig& c, const MultiHeadAttentionWeights& w, const Tensor& q_in,
+                      const Tensor& k_in, const Tensor& v_in, bool causal) {
+  int64_t B = q_in.dim(0), L = q_in.dim(1), S = k_in.dim(1), E = c.embed_dim, H = c.num_heads, d = E / H;
+  auto project = [&](const Tensor& x, const Tensor& W, const std::optional<Tensor>& bias, int64_t b, int64_t t, int64_t f) {
+    double acc = bias ? bias->data[f] : 0.0;
+    for (int64_t k = 0; k < x.dim(2); ++k) acc += double(x.at({b, t, k})) * W.at({f, k});
+    return acc;
+  };
+  Naive r{Tensor({B, L, E}), Tensor({B, H, L, S})};
+  Tensor heads({B, L, E});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        std::vector<double> s(S);
+        double m = -1e300;
+        for (int64_t j = 0; j < S; ++j) {
+          double dot = 0;
+          for (int64_t c2 = 0; c2 < d; ++c2)
+            dot += project(q_in, w.q_proj_weight, w.q_proj_bias, b, i, h * d + c2) *
+                   project(k_in, w.k_proj_weight, w.k_proj_bias, b, j, h * d + c2);
+          s[j] = (causal && j > i) ? -1e300 : dot / std::sqrt(double(d));
+          m = std::max(m, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < S; ++j) sum += (s[j] = (s[j] <= -1e300 ? 0.0 : std::exp(s[j] - m)));
+        for (int64_t j = 0; j < S; ++j) r.weights.at({b, h, i, j}) = float(s[j] / sum);
+        for (int64_t c2 = 0; c2 < d; ++c2) {
+          double acc = 0;
+          for (int64_t j = 0; j < S; ++j) acc += s[j] / sum * project(v_in, w.v_proj_weight, w.v_proj_bias, b, j, h * d + c2);
+          heads.at({b, i, h * d + c2}) = float(acc);
+        }
+      }
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t f = 0; f < E; ++f) r.output.at({b, i, f}) = float(project(heads, w.out_proj_weight, w.out_proj_bias, b, i, f));
+  return r;
+}
+
+TEST(ReferenceModule, MatchesNaiveMultiHeadAttentionFromTheDefinition) {
+  for (bool causal : {false, true}) {
+    MultiHeadAttentionConfig c{.embed_dim = 12, .num_heads = 3, .kdim = 5, .vdim = 7, .batch_first = true};
+    auto w = MultiHeadAttentionWeights::random(c, 11);
+    MultiHeadAttention mha(c, w);
+    Tensor q = testing::random_tensor({2, 4, 12}, 1), k = testing::random_tensor({2, 6, 5}, 2),
+           v = testing::random_tensor({2, 6, 7}, 3);
+    ForwardOptions options;
+    options.is_causal = causal;
+    options.average_attn_weights = false;
+    ReferenceBackend cpu;
+    AttentionResult got = mha.forward(cpu, q, k, v, options);
+    Naive want = naive_attention(c, w, q, k, v, causal);
+    EXPECT_TRUE(all_close(got.output, want.output, {1e-5f, 1e-5f}, {"b", "i", "e"})) << "causal=" << causal;
+    EXPECT_TRUE(all_close(*got.weights, want.weights, {1e-6f, 1e-5f}, {"b", "h", "i", "j"})) << "causal=" << causal;
+  }
+}
+
+}  // namespace
+}  // namespace vkattn

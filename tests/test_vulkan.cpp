@@ -1,0 +1,128 @@
+// The Vulkan plumbing: validation is really on and really catches misuse, grids fold, one forward
+// is one command buffer with only the barriers its dependencies need, and shape-only tracing adds
+// no readback.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "engine/errors.h"
+#include "engine/multi_head_attention.h"
+#include "engine/vulkan/grid.h"
+#include "tests/support/gpu.h"
+
+namespace vkattn {
+namespace {
+
+using testing::random_tensor;
+
+TEST(Validation, IsOnForEveryTest) { EXPECT_TRUE(testing::shared_context()->validation_enabled()); }
+
+TEST(Validation, CountsAnInvalidCall) {
+  vulkan::Context context({.validation = true});
+  uint64_t before = context.validation_message_count();
+  // usage 0 breaks VUID-VkBufferCreateInfo-usage-requiredbitmask; harmless to the driver.
+  VkBufferCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+  info.size = 16;
+  info.usage = 0;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  const auto& device = context.device();
+  device.getDispatcher()->vkCreateBuffer(*device, &info, nullptr, &buffer);
+  if (buffer) device.getDispatcher()->vkDestroyBuffer(*device, buffer, nullptr);
+  EXPECT_GT(context.validation_message_count(), before);
+  EXPECT_NE(context.last_validation_message().find("usage"), std::string::npos) << context.last_validation_message();
+}
+
+TEST(Grid, FoldsPastTheLimitAndCoversEveryWorkgroup) {
+  glm::uvec3 limits{65535, 65535, 65535};
+  EXPECT_EQ(vulkan::fold_grid(1, limits), glm::uvec3(1, 1, 1));
+  EXPECT_EQ(vulkan::fold_grid(65535, limits), glm::uvec3(65535, 1, 1));
+  EXPECT_EQ(vulkan::fold_grid(65536, limits), glm::uvec3(65535, 2, 1));
+  glm::uvec3 small{5, 5, 5};
+  EXPECT_EQ(vulkan::fold_grid(26, small), glm::uvec3(5, 5, 2));
+  EXPECT_EQ(vulkan::fold_grid(125, small), glm::uvec3(5, 5, 5));
+  for (uint64_t groups = 1; groups <= 125; ++groups) {
+    glm::uvec3 g = vulkan::fold_grid(groups, small);
+    uint64_t total = uint64_t(g.x) * g.y * g.z;
+    EXPECT_GE(total, groups);
+    EXPECT_LT(total - groups, uint64_t(g.x) * g.y) << "more than one spare layer for " << groups;
+  }
+  EXPECT_THROW(vulkan::fold_grid(126, small), DeviceError);
+}
+
+class Recording : public testing::GpuTest {};
+
+TEST_F(Recording, OneForwardIsOneSubmissionPerReadbackWithBarriersOnlyBetweenDependentSteps) {
+  MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 4, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 1));
+  Tensor x = random_tensor({2, 5, 16}, 2);
+  ForwardOptions no_weights;
+  no_weights.need_weights = false;
+  const auto& rec = gpu().recorder();
+  uint64_t submissions = rec.submissions(), barriers = rec.barriers();
+  mha.forward(gpu(), x, no_weights);
+  EXPECT_EQ(rec.submissions() - submissions, 1u) << "the whole forward is one command buffer";
+  // The dependency levels: {q,k,v}_proj | split_heads_{q,k,v} | attention_scores | softmax |
+  // attention_values | merge_heads | out_proj | the readback: 8 barriers for 11 dispatches.
+  EXPECT_EQ(rec.barriers() - barriers, 8u);
+  submissions = rec.submissions();
+  mha.forward(gpu(), x);  // the weights are a second readback
+  EXPECT_EQ(rec.submissions() - submissions, 2u);
+}
+
+TEST_F(Recording, ShapeTracingAddsNoReadbackValueTracingReadsEveryStep) {
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 3));
+  Tensor x = random_tensor({1, 3, 8}, 4);
+  std::ostringstream log;
+  ConsoleTracer console(log);
+  gpu().add_tracer(console);
+  const auto& rec = gpu().recorder();
+  uint64_t before = rec.submissions();
+  mha.forward(gpu(), x);
+  EXPECT_EQ(rec.submissions() - before, 2u) << "shape-only tracing must not read back";
+  EXPECT_NE(log.str().find("attention_scores  (1, 2, 3, 4) (1, 2, 3, 4) -> (1, 2, 3, 3)"), std::string::npos) << log.str();
+  gpu().remove_tracer(console);
+
+  StepRecorder values(true);
+  gpu().add_tracer(values);
+  before = rec.submissions();
+  mha.forward(gpu(), x);
+  EXPECT_EQ(values.steps().size(), 12u);
+  EXPECT_EQ(rec.submissions() - before, 12u + 2u) << "one readback per step, then the results";
+}
+
+TEST_F(Recording, EveryStepIsReportedWithItsNameOpAndShapes) {
+  MultiHeadAttentionConfig c{.embed_dim = 12, .num_heads = 3, .add_bias_kv = true, .add_zero_attn = true, .kdim = 5,
+                             .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 5));
+  StepRecorder steps(false);
+  cpu().add_tracer(steps);
+  ForwardOptions o;
+  o.is_causal = true;
+  mha.forward(cpu(), random_tensor({2, 4, 12}, 6), random_tensor({2, 6, 5}, 7), random_tensor({2, 6, 12}, 8), o);
+  std::vector<std::tuple<std::string, std::string, Shape>> want = {
+      {"q_proj", "linear", {2, 4, 12}},          {"k_proj", "linear", {2, 6, 12}},
+      {"v_proj", "linear", {2, 6, 12}},          {"add_bias_k", "append_row", {2, 7, 12}},
+      {"add_bias_v", "append_row", {2, 7, 12}},  {"split_heads_q", "split_heads", {2, 3, 4, 4}},
+      {"split_heads_k", "split_heads", {2, 3, 7, 4}}, {"split_heads_v", "split_heads", {2, 3, 7, 4}},
+      {"add_zero_attn_k", "append_row", {2, 3, 8, 4}}, {"add_zero_attn_v", "append_row", {2, 3, 8, 4}},
+      {"attention_scores", "attention_scores", {2, 3, 4, 8}}, {"attention_mask", "attention_mask", {2, 3, 4, 8}},
+      {"softmax", "softmax", {2, 3, 4, 8}},      {"attention_values", "attention_values", {2, 3, 4, 4}},
+      {"merge_heads", "merge_heads", {2, 4, 12}}, {"out_proj", "linear", {2, 4, 12}},
+      {"average_heads", "average_heads", {2, 4, 8}}};
+  ASSERT_EQ(steps.steps().size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const StepEvent& e = steps.steps()[i].event;
+    EXPECT_EQ(e.index, static_cast<int>(i));
+    EXPECT_EQ(e.name, std::get<0>(want[i]));
+    EXPECT_EQ(e.op, std::get<1>(want[i]));
+    EXPECT_EQ(e.output.shape, std::get<2>(want[i])) << e.name;
+    EXPECT_TRUE(e.host_time_us.has_value());
+  }
+  EXPECT_EQ(steps.steps()[0].event.inputs[0].name, "query");
+  EXPECT_EQ(steps.steps()[1].event.inputs[1].shape, (Shape{12, 5}));  // k_proj_weight (E, kdim)
+}
+
+}  // namespace
+}  // namespace vkattn
