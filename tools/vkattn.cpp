@@ -23,11 +23,6 @@ namespace {
 
 using namespace vkattn;
 
-std::string version_string(uint32_t v) {
-  return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
-         std::to_string(VK_API_VERSION_PATCH(v));
-}
-
 int run_devices() {
   auto reports = vulkan::list_devices();
   std::optional<size_t> chosen;
@@ -38,7 +33,7 @@ int run_devices() {
   }
   for (const auto& r : reports) {
     std::cout << (chosen == r.index ? "* " : "  ") << r.index << ": " << r.name << " (" << vulkan::device_type_name(r.type)
-              << ", Vulkan " << version_string(r.api_version) << ")\n";
+              << ", Vulkan " << vulkan::version_string(r.api_version) << ")\n";
     if (!r.suitable) {
       std::cout << "     unusable: it " << r.rejection << "\n";
       continue;

@@ -69,11 +69,6 @@ int rank(vk::PhysicalDeviceType type) {
   }
 }
 
-std::string version_string(uint32_t v) {
-  return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
-         std::to_string(VK_API_VERSION_PATCH(v));
-}
-
 DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   DeviceReport r;
   auto props = device.getProperties();
@@ -182,6 +177,11 @@ bool env_flag(const char* name) {
 }
 
 }  // namespace
+
+std::string version_string(uint32_t v) {
+  return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
+         std::to_string(VK_API_VERSION_PATCH(v));
+}
 
 const char* device_type_name(vk::PhysicalDeviceType type) {
   switch (type) {

@@ -45,6 +45,9 @@ struct DeviceReport {
   float timestamp_period_ns = 0.0f;
 };
 
+// "1.3.230"
+std::string version_string(uint32_t api_version);
+
 // "discrete GPU", "integrated GPU", "virtual GPU", "CPU", "other"
 const char* device_type_name(vk::PhysicalDeviceType type);
 
