@@ -1,6 +1,5 @@
 #include "engine/vulkan_backend.h"
 
-#include <cstring>
 
 #include "engine/errors.h"
 #include "engine/vulkan/push_constants.h"

@@ -17,8 +17,8 @@
 
 #include "engine/vulkan/buffer.h"
 #include "engine/vulkan/context.h"
-#include "engine/vulkan/kernel.h"
 #include "engine/vulkan/grid.h"
+#include "engine/vulkan/kernel.h"
 
 namespace vkattn::vulkan {
 
