@@ -25,6 +25,14 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+// A file is missing, unreadable, malformed, or holds tensors that do not fit what was asked for
+// (an .npy of the wrong dtype, a safetensors header pointing past the end, a weight file without
+// out_proj.weight). The message starts with the file's path.
+class FileError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Vulkan setup or execution failed: no usable device, a missing layer, a failed call.
 class DeviceError : public Error {
  public:

@@ -2,30 +2,17 @@
 // received and the rule broken. Checked on both backends where a backend runs.
 #include <gtest/gtest.h>
 
-#include <functional>
-
 #include "engine/errors.h"
 #include "engine/multi_head_attention.h"
 #include "engine/vulkan/context.h"
+#include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 
 namespace vkattn {
 namespace {
 
+using testing::expect_error;
 using testing::random_tensor;
-
-// Expects `f` to throw E with a one-line message containing every fragment.
-template <class E>
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception; expected one mentioning " << *fragments.begin();
-  } catch (const E& e) {
-    std::string message = e.what();
-    EXPECT_EQ(message.find('\n'), std::string::npos) << "not one line: " << message;
-    for (const auto& fragment : fragments) EXPECT_NE(message.find(fragment), std::string::npos) << message;
-  }
-}
 
 TEST(ConfigErrors, EmbedDimNotDivisibleByHeads) {
   expect_error<ConfigError>([] { MultiHeadAttention({.embed_dim = 10, .num_heads = 3}); },

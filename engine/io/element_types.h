@@ -1,0 +1,26 @@
+#pragma once
+// The element types vkattn's readers accept, and their conversion to the engine's float32.
+// Every file format stores little-endian; so do the hosts vkattn builds for (static_assert).
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace vkattn::io {
+
+enum class StoredType { float32, float16, bfloat16, float64, boolean };
+
+// Bytes per element.
+size_t stored_size(StoredType type);
+// "float32", "float16", "bfloat16", "float64", "bool".
+const char* stored_type_name(StoredType type);
+// The engine dtype a stored type becomes: boolean for bool, float32 for every float.
+DType engine_dtype(StoredType type);
+
+// Converts `bytes` (a whole number of elements) to floats. A bool byte other than 0 or 1 is a
+// FileError "CONTEXT: bool element N holds V, not 0 or 1".
+std::vector<float> decode_elements(StoredType type, std::span<const std::byte> bytes, const std::string& context);
+
+}  // namespace vkattn::io

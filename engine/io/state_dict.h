@@ -1,0 +1,31 @@
+#pragma once
+// torch.nn.MultiheadAttention's state_dict, by PyTorch's key names, as a config and weights:
+//   in_proj_weight (3E, E)                         when kdim = vdim = E, or
+//   q_proj_weight (E, E), k_proj_weight (E, kdim), v_proj_weight (E, vdim)
+//   in_proj_bias (3E,) and out_proj.bias (E,)     both or neither (bias=False)
+//   out_proj.weight (E, E)
+//   bias_k, bias_v (1, 1, E)                       both or neither (add_bias_kv)
+// `safetensors.torch.save_file(mha.state_dict(), "w.safetensors")` writes exactly these.
+// num_heads is not in a state_dict: it comes from the caller or from __metadata__["num_heads"].
+// A missing, extra or mis-shaped tensor is a FileError naming it and the shape expected.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "engine/io/safetensors.h"
+#include "engine/multi_head_attention.h"
+
+namespace vkattn::io {
+
+struct AttentionState {
+  // embed_dim, num_heads, bias, add_bias_kv, kdim and vdim as the file says; batch_first and
+  // add_zero_attn are the caller's (they leave no trace in a state_dict).
+  MultiHeadAttentionConfig config;
+  MultiHeadAttentionWeights weights;
+};
+
+// `num_heads` 0 means: take it from the metadata. Given and present in the metadata, they must agree.
+AttentionState attention_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source);
+AttentionState load_attention(const std::filesystem::path& path, int64_t num_heads = 0);
+
+}  // namespace vkattn::io
