@@ -1,0 +1,234 @@
+// `vkattn run` end to end: on every golden fixture the CLI accepts (batch-first or unbatched),
+// both backends write .npy files that match PyTorch; every bad file and bad argument gives exit
+// 2, exactly one line on stderr naming the culprit, and no output file.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/io/npy.h"
+#include "tests/support/golden.h"
+#include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
+
+namespace vkattn {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::golden_fixture;
+
+struct Exit {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A scratch folder per test, and vkattn run in it.
+class CliRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("vkattn_cli_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Exit vkattn(const std::vector<std::string>& args) const {
+    std::string command = "'" VKATTN_CLI "'";
+    for (const auto& a : args) command += " '" + a + "'";
+    command += " >'" + (dir_ / "stdout").string() + "' 2>'" + (dir_ / "stderr").string() + "'";
+    int status = std::system(command.c_str());
+    Exit e{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir_ / "stdout"), slurp(dir_ / "stderr")};
+    fs::remove(dir_ / "stdout");
+    fs::remove(dir_ / "stderr");
+    return e;
+  }
+  // Files vkattn left in the scratch folder (outputs, temporaries), beside `inputs` made by the test.
+  std::vector<std::string> outputs(const std::set<std::string>& inputs = {}) const {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      auto name = entry.path().filename().string();
+      if (!inputs.count(name)) names.push_back(name);
+    }
+    return names;
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+// ---- every CLI fixture, both backends ----
+
+class CliGolden : public CliRun, public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
+
+TEST_P(CliGolden, WritesWhatPyTorchComputes) {
+  const auto& [name, backend] = GetParam();
+  auto fixture = golden_fixture(name);
+  const auto& config = fixture.config;
+  std::vector<std::string> args = {"run", "--weights", fixture.weights().string(), "--query", fixture.npy("query").string(),
+                                   "--backend", backend, "--out", path("out.npy")};
+  if (fixture.has("key")) {
+    args.insert(args.end(), {"--key", fixture.npy("key").string(), "--value", fixture.npy("value").string()});
+  }
+  if (int64_t heads = fixture.heads_argument()) args.insert(args.end(), {"--heads", std::to_string(heads)});
+  if (config.at("is_causal").get<bool>()) args.push_back("--causal");
+  if (fixture.has("key_padding_mask")) args.insert(args.end(), {"--key-padding-mask", fixture.npy("key_padding_mask").string()});
+  if (fixture.has("attn_mask")) args.insert(args.end(), {"--attn-mask", fixture.npy("attn_mask").string()});
+  const bool weights = config.at("need_weights").get<bool>();
+  if (weights) args.insert(args.end(), {"--attn-weights", path("weights.npy")});
+  if (weights && !config.at("average_attn_weights").get<bool>()) args.push_back("--per-head-weights");
+
+  Exit e = vkattn(args);
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.err, "") << "a successful run (validation layer on) prints nothing on stderr";
+  EXPECT_TRUE(testing::all_close(io::read_npy(path("out.npy")), io::read_npy(fixture.npy("expected_output")),
+                                 {.atol = 1e-4f, .rtol = 0.0f}));
+  if (weights) {
+    EXPECT_TRUE(testing::all_close(io::read_npy(path("weights.npy")), io::read_npy(fixture.npy("expected_weights")),
+                                   {.atol = 1e-5f, .rtol = 0.0f}));
+  }
+  EXPECT_EQ(outputs().size(), weights ? 2u : 1u) << "only the requested files, no temporaries";
+}
+
+std::vector<std::string> cli_fixtures() {
+  std::vector<std::string> names;
+  for (const auto& name : testing::golden_fixture_names()) {
+    if (golden_fixture(name).config.at("cli").get<bool>()) names.push_back(name);
+  }
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(PyTorch, CliGolden,
+                         ::testing::Combine(::testing::ValuesIn(cli_fixtures()), ::testing::Values("cpu", "gpu")),
+                         [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
+
+// ---- bad input: exit 2, one line naming the culprit, no output ----
+
+struct BadRun {
+  const char* name;
+  std::vector<std::string> args;  // {dir} is the scratch folder, {g} the self_attention fixture
+  const char* message;
+};
+void PrintTo(const BadRun& bad, std::ostream* os) { *os << bad.name; }
+
+class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> {
+ protected:
+  // Inputs a test may point at, made in the scratch folder.
+  void make_inputs() {
+    auto write = [&](const std::string& name, const std::string& bytes) { std::ofstream(dir_ / name, std::ios::binary) << bytes; };
+    Tensor good = io::read_npy(testing::golden_fixture("self_attention").npy("query"));  // (2, 5, 8)
+    io::write_npy(dir_ / "bool.npy", Tensor(good.shape, DType::boolean));
+    io::write_npy(dir_ / "rank4.npy", Tensor({1, 2, 5, 8}));
+    io::write_npy(dir_ / "e7.npy", Tensor({2, 5, 7}));
+    Tensor nan = good;
+    nan.at({0, 1, 2}) = NAN;
+    io::write_npy(dir_ / "nan.npy", nan);
+    io::write_npy(dir_ / "mask_wrong.npy", Tensor({2, 4}, DType::boolean));
+    Tensor mask_nan({5, 5});
+    mask_nan.at({3, 1}) = NAN;
+    io::write_npy(dir_ / "mask_nan.npy", mask_nan);
+    auto bytes = io::encode_npy(good);
+    std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    write("truncated.npy", text.substr(0, text.size() - 3));
+    std::string fortran = text;
+    fortran.replace(fortran.find("False"), 5, "True ");
+    write("fortran.npy", fortran);
+    write("empty.npy", "");
+    write("text.npy", "query,values\n1,2\n");
+  }
+  std::set<std::string> inputs_ = {"bool.npy", "rank4.npy", "e7.npy", "nan.npy", "mask_wrong.npy", "mask_nan.npy",
+                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy"};
+};
+
+TEST_P(CliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
+  make_inputs();
+  const auto fixture = golden_fixture("self_attention");
+  std::vector<std::string> args;
+  for (std::string a : GetParam().args) {
+    for (auto [key, value] : {std::pair{"{dir}", dir_.string()}, std::pair{"{g}", fixture.dir.string()}}) {
+      if (auto at = a.find(key); at != std::string::npos) a.replace(at, std::string(key).size(), value);
+    }
+    args.push_back(a);
+  }
+  Exit e = vkattn(args);
+  EXPECT_EQ(e.code, 2) << e.err;
+  ASSERT_FALSE(e.err.empty());
+  EXPECT_EQ(e.err.find('\n'), e.err.size() - 1) << "not exactly one line:\n" << e.err;
+  EXPECT_NE(e.err.find(GetParam().message), std::string::npos) << e.err;
+  EXPECT_EQ(outputs(inputs_), std::vector<std::string>{}) << "an output or a temporary was left behind";
+}
+
+// Arguments that run fine, with one bad change: `change` replaces the value of an option
+// already there, or is appended.
+std::vector<std::string> good(std::vector<std::string> change) {
+  std::vector<std::string> args = {"run", "--weights", "{g}/weights.safetensors", "--query", "{g}/query.npy",
+                                   "--out", "{dir}/out.npy", "--attn-weights", "{dir}/w.npy"};
+  auto at = std::find(args.begin(), args.end(), change[0]);
+  if (at != args.end() && change.size() == 2) {
+    *(at + 1) = change[1];
+  } else {
+    args.insert(args.end(), change.begin(), change.end());
+  }
+  return args;
+}
+
+std::vector<std::string> with_query(const std::string& query) {
+  return {"run", "--weights", "{g}/weights.safetensors", "--query", query, "--out", "{dir}/out.npy"};
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, CliBadInput,
+    ::testing::Values(
+        BadRun{"no_weights", {"run", "--query", "{g}/query.npy", "--out", "{dir}/out.npy"}, "--weights is required"},
+        BadRun{"weights_missing", {"run", "--weights", "{dir}/nope.safetensors", "--query", "{g}/query.npy", "--out", "{dir}/out.npy"},
+               "nope.safetensors: no such file"},
+        BadRun{"weights_not_safetensors", {"run", "--weights", "{g}/query.npy", "--query", "{g}/query.npy", "--out", "{dir}/out.npy"},
+               "query.npy: header length"},
+        BadRun{"weights_empty", {"run", "--weights", "{dir}/empty.npy", "--query", "{g}/query.npy", "--out", "{dir}/out.npy"},
+               "empty.npy: too short for a safetensors file"},
+        BadRun{"query_missing", with_query("{dir}/nope.npy"), "nope.npy: no such file"},
+        BadRun{"query_empty", with_query("{dir}/empty.npy"), "empty.npy: empty file"},
+        BadRun{"query_text", with_query("{dir}/text.npy"), "text.npy: not an .npy file"},
+        BadRun{"query_truncated", with_query("{dir}/truncated.npy"), "truncated.npy: truncated"},
+        BadRun{"query_fortran", with_query("{dir}/fortran.npy"), "fortran.npy: Fortran-order arrays are not supported"},
+        BadRun{"query_bool", with_query("{dir}/bool.npy"), "bool.npy: the query is bool"},
+        BadRun{"query_rank4", with_query("{dir}/rank4.npy"), "rank4.npy: the query has shape (1, 2, 5, 8)"},
+        BadRun{"query_nan", with_query("{dir}/nan.npy"), "nan.npy: the query holds NaN at (0, 1, 2)"},
+        BadRun{"query_wrong_features", with_query("{dir}/e7.npy"), "query (2, 5, 7)"},
+        BadRun{"key_without_value", good({"--key", "{g}/query.npy"}), "--key requires --value"},
+        BadRun{"key_padding_wrong_shape", good({"--key-padding-mask", "{dir}/mask_wrong.npy"}), "key_padding_mask (2, 4)"},
+        BadRun{"attn_mask_wrong_shape", good({"--attn-mask", "{dir}/mask_wrong.npy"}), "attn_mask (2, 4)"},
+        BadRun{"attn_mask_nan", good({"--attn-mask", "{dir}/mask_nan.npy"}), "mask_nan.npy: the attention mask holds NaN at (3, 1)"},
+        BadRun{"heads_zero", good({"--heads", "0"}), "--heads"},
+        BadRun{"heads_disagree", good({"--heads", "4"}), "--heads 4 disagrees with num_heads 2"},
+        BadRun{"heads_unknown",
+               {"run", "--weights", "{g}/../one_head/weights.safetensors", "--query", "{g}/query.npy", "--out", "{dir}/out.npy"},
+               "the number of heads is unknown"},
+        BadRun{"heads_not_dividing",
+               {"run", "--weights", "{g}/../one_head/weights.safetensors", "--heads", "3", "--query", "{g}/query.npy",
+                "--out", "{dir}/out.npy"},
+               "not divisible by num_heads=3"},
+        BadRun{"unknown_backend", good({"--backend", "tpu"}), "--backend"},
+        BadRun{"unknown_device", good({"--device", "nosuchgpu"}), "--device: "},
+        BadRun{"device_with_cpu", good({"--backend", "cpu", "--device", "0"}), "--device chooses a GPU"},
+        BadRun{"per_head_without_weights",
+               {"run", "--weights", "{g}/weights.safetensors", "--query", "{g}/query.npy", "--per-head-weights"},
+               "--per-head-weights requires --attn-weights"},
+        BadRun{"out_dir_missing", good({"--out", "{dir}/no/such/dir/out.npy"}), "out.npy: its directory does not exist"},
+        BadRun{"weights_dir_missing", good({"--attn-weights", "{dir}/missing/w.npy"}), "w.npy: its directory does not exist"},
+        BadRun{"out_is_directory", good({"--out", "{dir}"}), "is a directory, not a file"},
+        BadRun{"same_output_twice", good({"--attn-weights", "{dir}/out.npy"}), "--out and --attn-weights both name"},
+        BadRun{"unknown_flag", good({"--bogus"}), "--bogus"}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+}  // namespace
+}  // namespace vkattn

@@ -1,0 +1,47 @@
+#pragma once
+// The vkattn subcommands. Each add_* registers its options on `app`; each run_* returns the exit
+// code (0 success, 1 runtime failure) and throws vkattn errors, which main() turns into one line
+// on stderr and exit 2 (bad input) or 1 (runtime failure).
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace vkattn::cli {
+
+CLI::App* add_devices(CLI::App& app);
+int run_devices();
+
+struct DemoArgs {
+  int64_t batch = 2, seq = 5, kv_seq = 0, embed = 16, heads = 4;
+  bool causal = false;
+  uint32_t seed = 0;
+};
+CLI::App* add_demo(CLI::App& app, DemoArgs& args);
+int run_demo(const DemoArgs& args);
+
+struct RunArgs {
+  std::string weights, query, key, value;
+  int64_t heads = 0;  // 0: from the weight file's __metadata__
+  bool causal = false;
+  std::string key_padding_mask, attn_mask;
+  std::string backend = "gpu";
+  std::string device;
+  std::string out, attn_weights;
+  bool per_head_weights = false;
+};
+CLI::App* add_run(CLI::App& app, RunArgs& args);
+int run_run(const RunArgs& args);
+
+// A usage problem found after parsing (exit 2), e.g. two outputs with one path.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Whether an error is the user's input (exit 2: usage, shapes, config, files) or a runtime
+// failure (exit 1: no device, a Vulkan error, out of memory).
+bool is_bad_input(const std::exception& e);
+
+}  // namespace vkattn::cli

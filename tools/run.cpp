@@ -1,0 +1,183 @@
+// vkattn run: a PyTorch nn.MultiheadAttention, from its state_dict in a safetensors file, on
+// batch-first .npy inputs, on the GPU (or the CPU reference with --backend cpu). Outputs are
+// written whole or not at all: every file is finished under a temporary name before any is
+// renamed into place.
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/errors.h"
+#include "engine/io/file.h"
+#include "engine/io/npy.h"
+#include "engine/io/state_dict.h"
+#include "engine/multi_head_attention.h"
+#include "engine/reference_backend.h"
+#include "engine/vulkan/context.h"
+#include "engine/vulkan_backend.h"
+#include "tools/commands.h"
+
+namespace vkattn::cli {
+
+namespace {
+
+// "(0, 2, 3)": a flat index as a multi-index of `shape`.
+std::string unravel(const Shape& shape, size_t flat) {
+  Shape index(shape.size());
+  for (size_t axis = shape.size(); axis-- > 0;) {
+    index[axis] = static_cast<int64_t>(flat % static_cast<size_t>(shape[axis]));
+    flat /= static_cast<size_t>(shape[axis]);
+  }
+  return shape_string(index);
+}
+
+// The first value that is NaN, or infinite (-inf is allowed where it means "blocked").
+std::optional<size_t> first_bad_value(const Tensor& t, bool allow_negative_infinity) {
+  for (size_t i = 0; i < t.data.size(); ++i) {
+    float v = t.data[i];
+    if (std::isnan(v) || (std::isinf(v) && !(allow_negative_infinity && v < 0))) return i;
+  }
+  return std::nullopt;
+}
+
+std::string describe_value(float v) { return std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"); }
+
+// query / key / value: float, (B, T, features) or unbatched (T, features), every value finite.
+Tensor read_input(const std::string& path, const char* what) {
+  Tensor t = io::read_npy(path);
+  if (t.dtype != DType::float32) throw FileError(path + ": the " + what + " is bool; a float array is expected");
+  if (t.rank() != 3 && t.rank() != 2) {
+    throw FileError(path + ": the " + what + " has shape " + shape_string(t.shape) +
+                    "; expected (B, T, features) batch-first, or (T, features) unbatched");
+  }
+  if (auto bad = first_bad_value(t, false)) {
+    throw FileError(path + ": the " + what + " holds " + describe_value(t.data[*bad]) + " at " + unravel(t.shape, *bad));
+  }
+  return t;
+}
+
+// A mask: bool (True blocks) or float (added to the scores; -inf blocks, NaN and +inf are refused).
+std::optional<Tensor> read_mask(const std::string& path, const char* what) {
+  if (path.empty()) return std::nullopt;
+  Tensor t = io::read_npy(path);
+  if (auto bad = first_bad_value(t, true)) {
+    throw FileError(path + ": the " + what + " holds " + describe_value(t.data[*bad]) + " at " + unravel(t.shape, *bad) +
+                    " (a float mask is added to the scores: finite values, or -inf to block)");
+  }
+  return t;
+}
+
+std::unique_ptr<Backend> make_backend(const RunArgs& a) {
+  if (a.backend == "cpu") return std::make_unique<ReferenceBackend>();
+  auto options = vulkan::ContextOptions::from_environment();
+  if (!a.device.empty()) {
+    try {
+      vulkan::select_device(vulkan::list_devices(), a.device);
+    } catch (const DeviceError& e) {
+      throw UsageError(std::string("--device: ") + e.what());
+    }
+    options.device = a.device;
+  }
+  return std::make_unique<VulkanBackend>(std::make_shared<vulkan::Context>(options));
+}
+
+// A result is never written with NaN or Inf in it: that is a failure, not an answer.
+void require_finite(const Tensor& t, const char* what) {
+  if (auto bad = first_bad_value(t, false)) {
+    throw std::runtime_error(std::string("the ") + what + " " + shape_string(t.shape) + " holds " +
+                             describe_value(t.data[*bad]) + " at " + unravel(t.shape, *bad) + "; nothing was written");
+  }
+}
+
+void print_summary(const Tensor& t, const std::string& what, const std::string& path) {
+  std::cout << what << " " << shape_string(t.shape);
+  if (!path.empty()) {
+    std::cout << " -> " << path << "\n";
+    return;
+  }
+  float lo = INFINITY, hi = -INFINITY;
+  double sum = 0;
+  for (float v : t.data) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+  }
+  std::cout << ": min " << lo << ", max " << hi << ", mean " << sum / static_cast<double>(t.data.size())
+            << " (not saved)\n";
+}
+
+}  // namespace
+
+CLI::App* add_run(CLI::App& app, RunArgs& a) {
+  auto* cmd = app.add_subcommand("run", "run a PyTorch nn.MultiheadAttention state_dict on .npy inputs");
+  cmd->add_option("--weights", a.weights, "W.safetensors: the module's state_dict under PyTorch's names")->required();
+  cmd->add_option("--query", a.query, "Q.npy: float (B, L, E) batch-first, or unbatched (L, E)")->required();
+  auto* key = cmd->add_option("--key", a.key, "K.npy: (B, S, kdim); with --value; default: the query");
+  auto* value = cmd->add_option("--value", a.value, "V.npy: (B, S, vdim); with --key; default: the query");
+  key->needs(value);
+  value->needs(key);
+  cmd->add_option("--heads", a.heads, "H; default: num_heads in the weight file's __metadata__")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_flag("--causal", a.causal, "block each query from later keys (with any --attn-mask)");
+  cmd->add_option("--key-padding-mask", a.key_padding_mask, "M.npy (B, S): bool True ignores that key, or float added");
+  cmd->add_option("--attn-mask", a.attn_mask, "A.npy (L, S) or (B*H, L, S): bool True blocks, or float added");
+  cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
+      ->check(CLI::IsMember({"gpu", "cpu"}))
+      ->capture_default_str();
+  cmd->add_option("--device", a.device, "GPU index or name substring (see vkattn devices); default: the best");
+  cmd->add_option("--out", a.out, "O.npy: write the output (B, L, E)");
+  auto* weights = cmd->add_option("--attn-weights", a.attn_weights,
+                                  "P.npy: write the attention weights (B, L, S), averaged over heads");
+  cmd->add_flag("--per-head-weights", a.per_head_weights, "write the weights per head, (B, H, L, S)")->needs(weights);
+  return cmd;
+}
+
+int run_run(const RunArgs& a) {
+  if (a.backend == "cpu" && !a.device.empty()) throw UsageError("--device chooses a GPU; it does not apply to --backend cpu");
+  if (!a.out.empty() && a.out == a.attn_weights) throw UsageError("--out and --attn-weights both name " + a.out);
+  for (const auto& path : {a.out, a.attn_weights})
+    if (!path.empty()) io::check_output_path(path);
+
+  auto state = io::load_attention(a.weights, a.heads);
+  state.config.batch_first = true;
+  MultiHeadAttention mha(state.config, std::move(state.weights));
+  Tensor query = read_input(a.query, "query");
+  Tensor key = a.key.empty() ? query : read_input(a.key, "key");
+  Tensor value = a.value.empty() ? query : read_input(a.value, "value");
+  ForwardOptions options;
+  options.key_padding_mask = read_mask(a.key_padding_mask, "key padding mask");
+  options.attn_mask = read_mask(a.attn_mask, "attention mask");
+  options.is_causal = a.causal;
+  options.need_weights = !a.attn_weights.empty();
+  options.average_attn_weights = !a.per_head_weights;
+
+  auto backend = make_backend(a);
+  AttentionResult result = mha.forward(*backend, query, key, value, options);
+  require_finite(result.output, "output");
+  if (result.weights) require_finite(*result.weights, "attention weights");
+
+  std::vector<io::PendingFile> files;
+  if (!a.out.empty()) files.emplace_back(a.out, io::encode_npy(result.output));
+  if (result.weights) files.emplace_back(a.attn_weights, io::encode_npy(*result.weights));
+  for (auto& file : files) file.commit();
+
+  const auto& c = mha.config();
+  std::cout << a.backend << " backend: " << backend->device_name() << "\n"
+            << "nn.MultiheadAttention(embed_dim=" << c.embed_dim << ", num_heads=" << c.num_heads
+            << ", bias=" << (c.bias ? "True" : "False") << ", add_bias_kv=" << (c.add_bias_kv ? "True" : "False")
+            << ", kdim=" << c.key_dim() << ", vdim=" << c.value_dim() << ", batch_first=True) from " << a.weights << "\n";
+  print_summary(result.output, "output", a.out);
+  if (result.weights) {
+    print_summary(*result.weights, a.per_head_weights ? "attention weights per head" : "attention weights averaged over heads",
+                  a.attn_weights);
+  }
+  return 0;
+}
+
+bool is_bad_input(const std::exception& e) {
+  return dynamic_cast<const UsageError*>(&e) || dynamic_cast<const ShapeError*>(&e) ||
+         dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const FileError*>(&e);
+}
+
+}  // namespace vkattn::cli
