@@ -2,13 +2,13 @@
 // FileError naming the source for every malformed file.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "engine/errors.h"
 #include "engine/io/file.h"
 #include "engine/io/npy.h"
+#include "tests/support/bytes.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 
@@ -17,12 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::expect_error;
-
-std::vector<std::byte> bytes_of(const std::string& s) {
-  std::vector<std::byte> out(s.size());
-  std::memcpy(out.data(), s.data(), s.size());
-  return out;
-}
+using testing::bytes_of;
+using testing::raw;
 
 // An .npy file built by hand: magic, version major.0, the header length field, the header (the
 // dict as given, padded to 64 bytes with '\n' last unless `newline` is false), then `data`.
@@ -38,13 +34,6 @@ std::vector<std::byte> npy(const std::string& dict, const std::string& data, int
   file += '\0';
   for (size_t i = 0; i < prefix - 8; ++i) file += static_cast<char>((header.size() >> (8 * i)) & 0xff);
   return bytes_of(file + header + data);
-}
-
-template <typename T>
-std::string raw(std::initializer_list<T> values) {
-  std::string s(values.size() * sizeof(T), '\0');
-  std::memcpy(s.data(), std::data(values), s.size());
-  return s;
 }
 
 const std::string kF32Dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }";

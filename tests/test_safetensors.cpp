@@ -2,33 +2,22 @@
 // and the tensor for every header that lies about the data.
 #include <gtest/gtest.h>
 
-#include <cstring>
 
 #include "engine/errors.h"
 #include "engine/io/safetensors.h"
+#include "tests/support/bytes.h"
 #include "tests/support/expect_error.h"
 
 namespace vkattn {
 namespace {
 
 using testing::expect_error;
+using testing::raw;
 
 // [8-byte little-endian header length][header][data], as the format lays it out.
 std::vector<std::byte> safetensors(const std::string& header, const std::string& data) {
-  std::string file(8, '\0');
   uint64_t n = header.size();
-  std::memcpy(file.data(), &n, 8);
-  file += header + data;
-  std::vector<std::byte> out(file.size());
-  std::memcpy(out.data(), file.data(), file.size());
-  return out;
-}
-
-template <typename T>
-std::string raw(std::initializer_list<T> values) {
-  std::string s(values.size() * sizeof(T), '\0');
-  std::memcpy(s.data(), std::data(values), s.size());
-  return s;
+  return testing::bytes_of(std::string(reinterpret_cast<const char*>(&n), 8) + header + data);
 }
 
 TEST(Safetensors, ReadsEveryDtypeAndTheMetadata) {
