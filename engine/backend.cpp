@@ -1,7 +1,6 @@
 #include "engine/backend.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <initializer_list>
 
@@ -35,11 +34,9 @@ std::vector<TensorInfo> infos(std::initializer_list<const Value*> inputs) {
   return out;
 }
 
-template <class F>
-double wall_time_us(F&& run) {
-  auto start = std::chrono::steady_clock::now();
-  run();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+// The axis names of append_row's output: the key/value sequence before or after split_heads.
+std::vector<std::string> row_dims(const Value& x) {
+  return x.rank() == 4 ? std::vector<std::string>{"b", "h", "t", "c"} : std::vector<std::string>{"b", "t", "f"};
 }
 
 }  // namespace
@@ -62,14 +59,14 @@ Value Backend::make_output(const std::string& step, Shape shape) {
 }
 
 void Backend::report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
-                     double host_us) {
+                     std::vector<std::string> dims) {
   StepEvent event;
   event.index = next_index_++;
   event.name = step;
   event.op = op;
   event.inputs = std::move(inputs);
-  event.output = {output.name, output.shape, output.dtype};
-  if (host_time_is_step_time()) event.host_time_us = host_us;
+  if (dims.size() != output.shape.size()) dims.clear();  // a step used outside the recipe's layouts
+  event.output = {output.name, output.shape, output.dtype, std::move(dims)};
   if (tracers_.empty()) return;
   bool wants_values = std::any_of(tracers_.begin(), tracers_.end(), [](Tracer* t) { return t->wants_values(); });
   std::optional<Tensor> values;
@@ -98,10 +95,10 @@ Value Backend::linear(const std::string& step, const Value& x, const Value& weig
   shape.back() = M;
   Value y = make_output(step, shape);
   int64_t N = element_count(x.shape) / K;
-  double us = wall_time_us([&] {
+  timed(step, [&] {
     run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M);
   });
-  report(step, "linear", infos({&x, &weight, bias}), y, us);
+  report(step, "linear", infos({&x, &weight, bias}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -113,8 +110,8 @@ Value Backend::split_heads(const std::string& step, const Value& x, int64_t head
               " heads do not divide (E must be a multiple of H)");
   int64_t d = E / heads;
   Value y = make_output(step, {B, heads, T, d});
-  double us = wall_time_us([&] { run_split_heads(step, *x.storage, *y.storage, B, T, heads, d); });
-  report(step, "split_heads", infos({&x}), y, us);
+  timed(step, [&] { run_split_heads(step, *x.storage, *y.storage, B, T, heads, d); });
+  report(step, "split_heads", infos({&x}), y, {"b", "h", "t", "c"});
   return y;
 }
 
@@ -131,10 +128,10 @@ Value Backend::append_row(const std::string& step, const Value& x, const Value* 
   Shape shape = x.shape;
   shape[shape.size() - 2] += 1;
   Value y = make_output(step, shape);
-  double us = wall_time_us([&] {
+  timed(step, [&] {
     run_append_row(step, *x.storage, row ? row->storage.get() : nullptr, *y.storage, N, T, C);
   });
-  report(step, "append_row", infos({&x, row}), y, us);
+  report(step, "append_row", infos({&x, row}), y, row_dims(x));
   return y;
 }
 
@@ -146,8 +143,8 @@ Value Backend::attention_scores(const std::string& step, const Value& q, const V
   int64_t B = q.dim(0), H = q.dim(1), L = q.dim(2), S = k.dim(2), d = q.dim(3);
   Value scores = make_output(step, {B, H, L, S});
   float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  double us = wall_time_us([&] { run_attention_scores(step, *q.storage, *k.storage, *scores.storage, B * H, L, S, d, scale); });
-  report(step, "attention_scores", infos({&q, &k}), scores, us);
+  timed(step, [&] { run_attention_scores(step, *q.storage, *k.storage, *scores.storage, B * H, L, S, d, scale); });
+  report(step, "attention_scores", infos({&q, &k}), scores, {"b", "h", "i", "j"});
   return scores;
 }
 
@@ -172,11 +169,11 @@ Value Backend::attention_mask(const std::string& step, const Value& scores, cons
                 shape_string({B, S}) + " for scores " + shape_string(scores.shape));
   }
   Value out = make_output(step, scores.shape);
-  double us = wall_time_us([&] {
+  timed(step, [&] {
     run_attention_mask(step, *scores.storage, attn_mask ? attn_mask->storage.get() : nullptr, rank,
                        key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, *out.storage, B, H, L, S);
   });
-  report(step, "attention_mask", infos({&scores, attn_mask, key_padding_mask}), out, us);
+  report(step, "attention_mask", infos({&scores, attn_mask, key_padding_mask}), out, {"b", "h", "i", "j"});
   return out;
 }
 
@@ -185,8 +182,8 @@ Value Backend::softmax(const std::string& step, const Value& x) {
   require(x.rank() >= 1, step, "input " + describe(x) + " must have a last dim to normalise over");
   int64_t S = x.dim(-1), R = element_count(x.shape) / S;
   Value y = make_output(step, x.shape);
-  double us = wall_time_us([&] { run_softmax(step, *x.storage, *y.storage, R, S); });
-  report(step, "softmax", infos({&x}), y, us);
+  timed(step, [&] { run_softmax(step, *x.storage, *y.storage, R, S); });
+  report(step, "softmax", infos({&x}), y, {"b", "h", "i", "j"});
   return y;
 }
 
@@ -197,8 +194,8 @@ Value Backend::attention_values(const std::string& step, const Value& p, const V
           "weights " + describe(p) + " and value " + describe(v) + " must agree on B, H and S");
   int64_t B = p.dim(0), H = p.dim(1), L = p.dim(2), S = p.dim(3), d = v.dim(3);
   Value out = make_output(step, {B, H, L, d});
-  double us = wall_time_us([&] { run_attention_values(step, *p.storage, *v.storage, *out.storage, B * H, L, S, d); });
-  report(step, "attention_values", infos({&p, &v}), out, us);
+  timed(step, [&] { run_attention_values(step, *p.storage, *v.storage, *out.storage, B * H, L, S, d); });
+  report(step, "attention_values", infos({&p, &v}), out, {"b", "h", "i", "c"});
   return out;
 }
 
@@ -206,8 +203,8 @@ Value Backend::merge_heads(const std::string& step, const Value& x) {
   require_rank(step, x, 4, "(B, H, T, d)");
   int64_t B = x.dim(0), H = x.dim(1), T = x.dim(2), d = x.dim(3);
   Value y = make_output(step, {B, T, H * d});
-  double us = wall_time_us([&] { run_merge_heads(step, *x.storage, *y.storage, B, H, T, d); });
-  report(step, "merge_heads", infos({&x}), y, us);
+  timed(step, [&] { run_merge_heads(step, *x.storage, *y.storage, B, H, T, d); });
+  report(step, "merge_heads", infos({&x}), y, {"b", "i", "f"});
   return y;
 }
 
@@ -215,8 +212,8 @@ Value Backend::average_heads(const std::string& step, const Value& p) {
   require_rank(step, p, 4, "(B, H, L, S)");
   int64_t B = p.dim(0), H = p.dim(1), L = p.dim(2), S = p.dim(3);
   Value avg = make_output(step, {B, L, S});
-  double us = wall_time_us([&] { run_average_heads(step, *p.storage, *avg.storage, B, H, L * S); });
-  report(step, "average_heads", infos({&p}), avg, us);
+  timed(step, [&] { run_average_heads(step, *p.storage, *avg.storage, B, H, L * S); });
+  report(step, "average_heads", infos({&p}), avg, {"b", "i", "j"});
   return avg;
 }
 
@@ -226,7 +223,31 @@ void Backend::remove_tracer(Tracer& tracer) { std::erase(tracers_, &tracer); }
 
 void Backend::begin_pass(const std::string& pass) {
   next_index_ = 0;
+  host_times_.clear();
+  pass_start_ = Clock::now();
+  on_begin_pass(!tracers_.empty());
   for (Tracer* tracer : tracers_) tracer->on_pass(pass, name(), device_name());
+}
+
+void Backend::end_pass(const std::optional<std::string>& error) noexcept {
+  if (tracers_.empty()) return;
+  PassEnd end{host_times_, "host", error};
+  try {
+    auto device = device_step_times();
+    if (device && device->size() == host_times_.size()) {
+      end.step_times = std::move(*device);
+      end.clock = "gpu";
+    }
+  } catch (const std::exception&) {
+    // A device that cannot even be timed (lost, say) must not hide the error being reported.
+  }
+  for (Tracer* tracer : tracers_) {
+    try {
+      tracer->on_pass_end(end);
+    } catch (const std::exception&) {
+      // One sink failing (a full disk) must not stop the others.
+    }
+  }
 }
 
 }  // namespace vkattn

@@ -7,11 +7,14 @@
 // the backend), makes the output, runs the backend's run_<op>, and reports the step to every
 // attached Tracer. `step` is the step's name (q_proj, split_heads_k, …) and the method is its
 // op (linear, split_heads, …): errors, traces and debug labels carry both.
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/errors.h"
 #include "engine/tensor.h"
 #include "engine/tracer.h"
 
@@ -75,15 +78,21 @@ class Backend {
   void remove_tracer(Tracer& tracer);
   // Starts a new pass: step indices restart at 0 and tracers hear `pass`'s name.
   void begin_pass(const std::string& pass);
+  // Ends it: tracers get every step's time (the GPU's once its work is done) and, when the pass
+  // failed, the error. Never throws: it may run while an exception is on its way out.
+  void end_pass(const std::optional<std::string>& error = std::nullopt) noexcept;
 
  protected:
   // Storage for `count` float32 elements (contents undefined until a step writes them).
   virtual std::shared_ptr<Storage> allocate(int64_t count) = 0;
   virtual std::shared_ptr<Storage> store(const Tensor& tensor) = 0;
   virtual std::vector<float> load(const Storage& storage, int64_t count) = 0;
-  // Whether a step's host wall time is its real duration (true on the CPU; on the GPU the host
-  // only records the dispatch).
-  virtual bool host_time_is_step_time() const = 0;
+  // Step timing by the device itself: on_begin_pass(timed) says whether tracers listen, and
+  // device_step_times() returns one time per step run since, or nothing when the device cannot
+  // time them (then the host's times are reported: the real ones on the CPU, the recording
+  // ones on a GPU).
+  virtual void on_begin_pass(bool timed) { (void)timed; }
+  virtual std::optional<std::vector<StepTime>> device_step_times() { return std::nullopt; }
 
   // The run_<op> hooks: shapes are checked, output allocated; arguments mirror reference.h.
   virtual void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
@@ -108,11 +117,30 @@ class Backend {
 
  private:
   Value make_output(const std::string& step, Shape shape);
+  using Clock = std::chrono::steady_clock;
+  // Runs step `step` and remembers its host time. A failure that does not name the step yet
+  // (a Vulkan error, say) is rethrown as a DeviceError that does.
+  template <class F>
+  void timed(const std::string& step, F&& run_step) {
+    auto start = Clock::now();
+    try {
+      run_step();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw DeviceError(step + ": " + e.what());
+    }
+    auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - pass_start_).count(); };
+    host_times_.push_back({us(start), us(Clock::now()) - us(start)});
+  }
+  // Tells the tracers about the step just run; `dims` names the output's axes.
   void report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
-              double host_us);
+              std::vector<std::string> dims);
 
   std::vector<Tracer*> tracers_;
   int next_index_ = 0;
+  Clock::time_point pass_start_ = Clock::now();
+  std::vector<StepTime> host_times_;
 };
 
 }  // namespace vkattn

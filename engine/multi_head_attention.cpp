@@ -132,8 +132,23 @@ AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& quer
   return forward(backend, query, query, query, options);
 }
 
-AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& query_in, const Tensor& key_in,
-                                            const Tensor& value_in, const ForwardOptions& options) const {
+AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& query, const Tensor& key,
+                                            const Tensor& value, const ForwardOptions& options) const {
+  // The pass spans the input checks too, so that tracers hear of every failure and keep the
+  // steps reached before it.
+  backend.begin_pass("multi_head_attention");
+  try {
+    AttentionResult result = run_steps(backend, query, key, value, options);
+    backend.end_pass();
+    return result;
+  } catch (const std::exception& e) {
+    backend.end_pass(e.what());
+    throw;
+  }
+}
+
+AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& query_in, const Tensor& key_in,
+                                              const Tensor& value_in, const ForwardOptions& options) const {
   const auto& c = config_;
   const int64_t E = c.embed_dim, H = c.num_heads;
 
@@ -193,7 +208,6 @@ AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& quer
   }
 
   // ---- the recipe -------------------------------------------------------------------------------
-  backend.begin_pass("multi_head_attention");
   const MultiHeadAttentionWeights& w = weights_;
   auto upload_optional = [&](const char* name, const std::optional<Tensor>& t) {
     return t ? std::optional<Value>(backend.upload(name, *t)) : std::nullopt;

@@ -73,6 +73,10 @@ class MultiHeadAttention {
   AttentionResult forward(Backend& backend, const Tensor& query, const ForwardOptions& options = {}) const;
 
  private:
+  // forward() without the pass around it.
+  AttentionResult run_steps(Backend& backend, const Tensor& query, const Tensor& key, const Tensor& value,
+                            const ForwardOptions& options) const;
+
   MultiHeadAttentionConfig config_;
   MultiHeadAttentionWeights weights_;
 };

@@ -13,7 +13,6 @@ class ReferenceBackend final : public Backend {
   std::shared_ptr<Storage> allocate(int64_t count) override;
   std::shared_ptr<Storage> store(const Tensor& tensor) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
-  bool host_time_is_step_time() const override { return true; }
 
   void run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b, Storage& y,
                   int64_t N, int64_t K, int64_t M) override;

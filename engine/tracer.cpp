@@ -1,7 +1,10 @@
 #include "engine/tracer.h"
 
+#include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <ostream>
+#include <sstream>
 
 namespace vkattn {
 
@@ -14,17 +17,59 @@ std::string input_shapes(const StepEvent& event) {
   return out;
 }
 
+std::string value_summary(const Tensor& values, size_t leading) {
+  std::ostringstream s;
+  s << std::setprecision(4) << "[";
+  for (size_t i = 0; i < std::min(leading, values.data.size()); ++i) s << (i ? ", " : "") << values.data[i];
+  s << (values.data.size() > leading ? ", …]" : "]");
+  // min / max / mean over the finite values (a masked score is -inf by design)
+  float lo = INFINITY, hi = -INFINITY;
+  double sum = 0;
+  size_t finite = 0;
+  for (float v : values.data) {
+    if (!std::isfinite(v)) continue;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+    ++finite;
+  }
+  if (finite) s << " min " << lo << " max " << hi << " mean " << sum / static_cast<double>(finite);
+  if (finite != values.data.size()) s << " (" << values.data.size() - finite << " non-finite)";
+  return s.str();
+}
+
 void ConsoleTracer::on_pass(const std::string& pass, const std::string& backend, const std::string& device) {
-  out_ << pass << " on " << backend << " (" << device << ")\n"
-       << std::left << std::setw(4) << "#" << std::setw(20) << "step" << std::setw(18) << "op"
-       << "inputs -> output\n";
+  title_ = pass + " on " + backend + " (" + device + ")";
+  rows_.clear();
 }
 
 void ConsoleTracer::on_step(const StepEvent& event) {
-  out_ << std::left << std::setw(4) << event.index << std::setw(20) << event.name << std::setw(18)
-       << event.op << input_shapes(event) << " -> " << shape_string(event.output.shape);
-  if (event.host_time_us) out_ << "  " << std::fixed << std::setprecision(1) << *event.host_time_us << " us";
-  out_ << "\n";
+  rows_.push_back({std::to_string(event.index), event.name, event.op,
+                   input_shapes(event) + " -> " + shape_string(event.output.shape),
+                   event.values ? value_summary(*event.values) : std::string()});
+}
+
+void ConsoleTracer::on_pass_end(const PassEnd& end) {
+  size_t shapes_width = 16;
+  for (const Row& r : rows_) shapes_width = std::max(shapes_width, r.shapes.size() + 2);
+  out_ << title_ << "\n"
+       << std::left << std::setw(4) << "#" << std::setw(20) << "step" << std::setw(18) << "op" << std::setw(static_cast<int>(shapes_width))
+       << "inputs -> output" << std::right << std::setw(12) << (end.clock + " us") << (values_ ? "  values" : "") << "\n";
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const Row& r = rows_[i];
+    out_ << std::left << std::setw(4) << r.index << std::setw(20) << r.name << std::setw(18) << r.op
+         << std::setw(static_cast<int>(shapes_width)) << r.shapes << std::right << std::setw(12);
+    std::ostringstream time;  // formatted apart: the caller's stream keeps its own precision
+    if (i < end.step_times.size()) {
+      time << std::fixed << std::setprecision(1) << end.step_times[i].duration_us;
+    } else {
+      time << "-";
+    }
+    out_ << time.str();
+    if (values_) out_ << "  " << r.values;
+    out_ << "\n";
+  }
+  if (end.error) out_ << "stopped after " << rows_.size() << " steps: " << *end.error << "\n";
 }
 
 void StepRecorder::on_step(const StepEvent& event) {

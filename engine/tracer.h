@@ -14,6 +14,20 @@ struct TensorInfo {
   std::string name;  // "query", "q_proj.weight", or the step that produced it
   Shape shape;
   DType dtype = DType::float32;
+  std::vector<std::string> dims;  // a step output's axis names, e.g. b, h, i, j (empty for inputs)
+};
+
+// When a step ran, in microseconds from the start of the pass's first step.
+struct StepTime {
+  double start_us = 0;
+  double duration_us = 0;
+};
+
+// How a pass ended: each step's time, and the error that stopped it, if one did.
+struct PassEnd {
+  std::vector<StepTime> step_times;  // by step index; empty when the backend could not time them
+  std::string clock;                 // "gpu" (timestamp queries) or "host" (the host's steady clock)
+  std::optional<std::string> error;  // the exception's message when a step (or the pass) failed
 };
 
 struct StepEvent {
@@ -23,7 +37,6 @@ struct StepEvent {
   std::vector<TensorInfo> inputs;  // absent optional inputs are not listed
   TensorInfo output;
   const Tensor* values = nullptr;  // the output read back, only when a tracer wants_values()
-  std::optional<double> host_time_us;  // wall time of the step where the host computes it (cpu)
 };
 
 class Tracer {
@@ -37,17 +50,30 @@ class Tracer {
     (void)pass, (void)backend, (void)device;
   }
   virtual void on_step(const StepEvent& event) = 0;
+  // The pass is over, finished or failed; step times are known only now (the GPU's arrive when
+  // its work completes). Called even when a step threw, with what was reported up to it.
+  virtual void on_pass_end(const PassEnd& end) { (void)end; }
 };
 
-// Prints one table row per step: index, step, op, input shapes -> output shape (and time).
+// Prints one table row per step when the pass ends: index, step, op, input shapes -> output
+// shape, time; with values, a few leading values and min / max / mean of each output. A failed
+// pass prints the rows it reached, then the error.
 class ConsoleTracer : public Tracer {
  public:
-  explicit ConsoleTracer(std::ostream& out) : out_(out) {}
+  explicit ConsoleTracer(std::ostream& out, bool values = false) : out_(out), values_(values) {}
+  bool wants_values() const override { return values_; }
   void on_pass(const std::string& pass, const std::string& backend, const std::string& device) override;
   void on_step(const StepEvent& event) override;
+  void on_pass_end(const PassEnd& end) override;
 
  private:
+  struct Row {
+    std::string index, name, op, shapes, values;
+  };
   std::ostream& out_;
+  bool values_;
+  std::string title_;
+  std::vector<Row> rows_;
 };
 
 // Keeps every event (and, when asked, a copy of every output) for later inspection: the
@@ -62,14 +88,21 @@ class StepRecorder : public Tracer {
   bool wants_values() const override { return keep_values_; }
   void on_pass(const std::string&, const std::string&, const std::string&) override { steps_.clear(); }
   void on_step(const StepEvent& event) override;
+  void on_pass_end(const PassEnd& end) override { end_ = end; }
   const std::vector<Step>& steps() const { return steps_; }
+  // How the last pass ended (its step times, its error).
+  const PassEnd& pass_end() const { return end_; }
 
  private:
   bool keep_values_;
   std::vector<Step> steps_;
+  PassEnd end_;
 };
 
 // "(2, 5, 64) (64, 64) (64,)" — the shapes of a step's inputs, as the console shows them.
 std::string input_shapes(const StepEvent& event);
+
+// "[0.12, -0.5, 0.33, …] min -1.2 max 0.9 mean 0.01" — a tensor in one line.
+std::string value_summary(const Tensor& values, size_t leading = 4);
 
 }  // namespace vkattn

@@ -152,4 +152,12 @@ void VulkanBackend::run_average_heads(const std::string& step, const Storage& p,
            uint64_t(B) * plane);
 }
 
+std::optional<std::vector<StepTime>> VulkanBackend::device_step_times() {
+  auto times = recorder_.dispatch_times();  // one dispatch per step
+  if (!times) return std::nullopt;
+  std::vector<StepTime> steps;
+  for (auto [start, end] : *times) steps.push_back({start, end - start});
+  return steps;
+}
+
 }  // namespace vkattn

@@ -35,7 +35,8 @@ class VulkanBackend final : public Backend {
   std::shared_ptr<Storage> allocate(int64_t count) override;
   std::shared_ptr<Storage> store(const Tensor& tensor) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
-  bool host_time_is_step_time() const override { return false; }
+  void on_begin_pass(bool timed) override { recorder_.time_dispatches(timed); }
+  std::optional<std::vector<StepTime>> device_step_times() override;
 
   void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
                   int64_t N, int64_t K, int64_t M) override;

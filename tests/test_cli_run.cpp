@@ -227,8 +227,48 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"weights_dir_missing", good({"--attn-weights", "{dir}/missing/w.npy"}), "w.npy: its directory does not exist"},
         BadRun{"out_is_directory", good({"--out", "{dir}"}), "is a directory, not a file"},
         BadRun{"same_output_twice", good({"--attn-weights", "{dir}/out.npy"}), "--out and --attn-weights both name"},
+        BadRun{"trace_values_without_trace", good({"--trace-values"}), "--trace-values requires --trace"},
         BadRun{"unknown_flag", good({"--bogus"}), "--bogus"}),
     [](const auto& p) { return std::string(p.param.name); });
+
+// ---- --trace and vkattn diff ----
+
+TEST_F(CliRun, TraceDumpsOfBothBackendsAgreeAndDiffFindsACorruptedStep) {
+  const auto g = golden_fixture("self_attention");
+  auto run = [&](const std::string& backend, bool values) {
+    std::vector<std::string> args = {"run", "--weights", g.weights().string(), "--query", g.npy("query").string(),
+                                     "--backend", backend, "--trace", path(backend)};
+    if (values) args.push_back("--trace-values");
+    return vkattn(args);
+  };
+  Exit e = run("cpu", true);
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("7   softmax             softmax           (2, 2, 5, 5) -> (2, 2, 5, 5)"), std::string::npos) << e.out;
+  ASSERT_EQ(run("gpu", true).code, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "gpu" / "timeline.json"));
+
+  e = vkattn({"diff", path("cpu"), path("gpu")});
+  EXPECT_EQ(e.code, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("all 11 compared steps agree"), std::string::npos) << e.out;
+
+  Tensor p = io::read_npy(dir_ / "gpu" / "007_softmax.npy");  // (2, 2, 5, 5)
+  p.at({1, 0, 3, 2}) = 0.5f;
+  io::write_npy(dir_ / "gpu" / "007_softmax.npy", p);
+  e = vkattn({"diff", path("cpu"), path("gpu")});
+  EXPECT_EQ(e.code, 1) << e.out << e.err;
+  EXPECT_NE(e.out.find("first divergent step: 7 softmax (softmax), 1 of 100 elements"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("first at flat index 67 = (b=1, h=0, i=3, j=2)"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("B = 0.5"), std::string::npos) << e.out;
+
+  e = vkattn({"diff", path("cpu"), path("nowhere")});
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.err.find("nowhere/trace.json: no such file"), std::string::npos) << e.err;
+  ASSERT_EQ(run("cpu", false).code, 0);  // shapes only
+  ASSERT_EQ(run("gpu", false).code, 0);
+  e = vkattn({"diff", path("cpu"), path("gpu")});
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.err.find("no step values to compare"), std::string::npos) << e.err;
+}
 
 }  // namespace
 }  // namespace vkattn

@@ -30,9 +30,18 @@ struct RunArgs {
   std::string device;
   std::string out, attn_weights;
   bool per_head_weights = false;
+  std::string trace;  // a dump directory; with side_by_side, DIR/cpu and DIR/gpu
+  bool trace_values = false;
 };
 CLI::App* add_run(CLI::App& app, RunArgs& args);
 int run_run(const RunArgs& args);
+
+struct DiffArgs {
+  std::string a, b;
+  double atol = 1e-5, rtol = 1e-5;
+};
+CLI::App* add_diff(CLI::App& app, DiffArgs& args);
+int run_diff(const DiffArgs& args);
 
 // A usage problem found after parsing (exit 2), e.g. two outputs with one path.
 class UsageError : public std::runtime_error {

@@ -14,6 +14,7 @@
 #include "engine/io/state_dict.h"
 #include "engine/multi_head_attention.h"
 #include "engine/reference_backend.h"
+#include "engine/trace_dump.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan_backend.h"
 #include "tools/commands.h"
@@ -66,6 +67,19 @@ std::optional<Tensor> read_mask(const std::string& path, const char* what) {
                     " (a float mask is added to the scores: finite values, or -inf to block)");
   }
   return t;
+}
+
+// What the trace records of the run: the module's config and the files it read.
+nlohmann::json trace_config(const RunArgs& a, const MultiHeadAttentionConfig& c) {
+  nlohmann::json files = {{"weights", a.weights}, {"query", a.query}};
+  for (auto [name, path] : {std::pair{"key", &a.key}, {"value", &a.value}, {"key_padding_mask", &a.key_padding_mask},
+                            {"attn_mask", &a.attn_mask}}) {
+    if (!path->empty()) files[name] = *path;
+  }
+  return {{"module", "nn.MultiheadAttention"}, {"embed_dim", c.embed_dim}, {"num_heads", c.num_heads},
+          {"bias", c.bias}, {"add_bias_kv", c.add_bias_kv}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()},
+          {"batch_first", true}, {"is_causal", a.causal}, {"need_weights", !a.attn_weights.empty()},
+          {"average_attn_weights", !a.per_head_weights}, {"files", files}};
 }
 
 std::unique_ptr<Backend> make_backend(const RunArgs& a) {
@@ -130,6 +144,8 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   auto* weights = cmd->add_option("--attn-weights", a.attn_weights,
                                   "P.npy: write the attention weights (B, L, S), averaged over heads");
   cmd->add_flag("--per-head-weights", a.per_head_weights, "write the weights per head, (B, H, L, S)")->needs(weights);
+  auto* trace = cmd->add_option("--trace", a.trace, "DIR: print every step and write DIR/trace.json and DIR/timeline.json");
+  cmd->add_flag("--trace-values", a.trace_values, "also read back every step's output: DIR/NNN_<step>.npy")->needs(trace);
   return cmd;
 }
 
@@ -153,6 +169,14 @@ int run_run(const RunArgs& a) {
   options.average_attn_weights = !a.per_head_weights;
 
   auto backend = make_backend(a);
+  std::optional<TraceDump> dump;
+  std::optional<ConsoleTracer> console;
+  if (!a.trace.empty()) {
+    dump.emplace(a.trace, a.trace_values, trace_config(a, mha.config()));
+    console.emplace(std::cout, a.trace_values);
+    backend->add_tracer(*dump);
+    backend->add_tracer(*console);
+  }
   AttentionResult result = mha.forward(*backend, query, key, value, options);
   require_finite(result.output, "output");
   if (result.weights) require_finite(*result.weights, "attention weights");

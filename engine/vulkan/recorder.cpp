@@ -13,6 +13,8 @@ namespace {
 
 constexpr uint32_t kSetsPerPool = 256;
 constexpr uint32_t kMaxBindings = 4;
+// Two per timed dispatch: a forward pass has fewer than 20 steps.
+constexpr uint32_t kTimestampQueries = 512;
 
 using Stage = vk::PipelineStageFlagBits;
 using Acc = vk::AccessFlagBits;
@@ -30,6 +32,9 @@ Recorder::Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_p
   commands_ = std::move(vk::raii::CommandBuffers(device, vk::CommandBufferAllocateInfo(*pool_, vk::CommandBufferLevel::ePrimary, 1)).front());
   fence_ = vk::raii::Fence(device, vk::FenceCreateInfo());
   placeholder_ = std::make_shared<Buffer>(context_, 16, Buffer::Kind::device);
+  if (context_->device_report().timestamps) {
+    timestamps_ = vk::raii::QueryPool(device, vk::QueryPoolCreateInfo({}, vk::QueryType::eTimestamp, kTimestampQueries));
+  }
 }
 
 Recorder::~Recorder() {
@@ -126,7 +131,19 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
   commands_.bindPipeline(vk::PipelineBindPoint::eCompute, *kernel.pipeline());
   commands_.bindDescriptorSets(vk::PipelineBindPoint::eCompute, *kernel.layout(), 0, set, {});
   commands_.pushConstants<std::byte>(*kernel.layout(), vk::ShaderStageFlagBits::eCompute, 0, push_constants);
+  const bool time_this = timing_ && queries_used_ + 2 <= kTimestampQueries;
+  out_of_queries_ |= timing_ && !time_this;
+  if (time_this && reset_pending_) {
+    commands_.resetQueryPool(*timestamps_, 0, kTimestampQueries);
+    reset_pending_ = false;
+  }
+  // Start: once every earlier command's compute work is done (barriers included); end: this one's.
+  if (time_this) commands_.writeTimestamp(vk::PipelineStageFlagBits::eComputeShader, *timestamps_, queries_used_);
   commands_.dispatch(grid.x, grid.y, grid.z);
+  if (time_this) {
+    commands_.writeTimestamp(vk::PipelineStageFlagBits::eComputeShader, *timestamps_, queries_used_ + 1);
+    queries_used_ += 2;
+  }
   if (context_->debug_labels()) commands_.endDebugUtilsLabelEXT();
   in_flight_.insert(in_flight_.end(), buffers.begin(), buffers.end());
 }
@@ -156,6 +173,28 @@ void Recorder::download(const std::shared_ptr<Buffer>& source, void* data, size_
   in_flight_.push_back(staging);
   flush();
   std::memcpy(data, staging->mapped(), bytes);
+}
+
+void Recorder::time_dispatches(bool on) {
+  timing_ = on && *timestamps_;
+  reset_pending_ = timing_;
+  queries_used_ = 0;
+  out_of_queries_ = false;
+}
+
+std::optional<std::vector<std::pair<double, double>>> Recorder::dispatch_times() {
+  if (!timing_ || out_of_queries_ || queries_used_ == 0) return std::nullopt;
+  flush();
+  auto [result, ticks] = timestamps_.getResults<uint64_t>(0, queries_used_, queries_used_ * sizeof(uint64_t),
+                                                          sizeof(uint64_t), vk::QueryResultFlagBits::e64);
+  if (result != vk::Result::eSuccess) return std::nullopt;
+  const double us_per_tick = context_->device_report().timestamp_period_ns / 1000.0;
+  std::vector<std::pair<double, double>> times;
+  for (uint32_t q = 0; q < queries_used_; q += 2) {
+    times.emplace_back(static_cast<double>(ticks[q] - ticks[0]) * us_per_tick,
+                       static_cast<double>(ticks[q + 1] - ticks[0]) * us_per_tick);
+  }
+  return times;
 }
 
 void Recorder::flush() {

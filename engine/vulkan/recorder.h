@@ -8,9 +8,11 @@
 // "GPU" is the CPU, and a spinning host thread would steal a core from the shaders).
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <vulkan/vulkan_raii.hpp>
@@ -42,6 +44,13 @@ class Recorder {
   // Submits everything recorded so far and waits for it.
   void flush();
 
+  // Timestamp queries around every dispatch from now on (when `on` and the device has them),
+  // numbered afresh. dispatch_times() flushes and returns each timed dispatch's (start, end) in
+  // microseconds from the first one's start, or nothing when timing is off, unsupported, or
+  // ran out of queries.
+  void time_dispatches(bool on);
+  std::optional<std::vector<std::pair<double, double>>> dispatch_times();
+
   // A tiny buffer bound where a step's optional input (bias, mask) is absent; never written.
   const std::shared_ptr<Buffer>& placeholder() const { return placeholder_; }
   uint64_t submissions() const { return submissions_; }
@@ -69,6 +78,12 @@ class Recorder {
   std::shared_ptr<Buffer> placeholder_;
   uint64_t submissions_ = 0;
   uint64_t barriers_ = 0;
+  // timestamps: two queries per timed dispatch
+  vk::raii::QueryPool timestamps_ = nullptr;
+  bool timing_ = false;
+  bool reset_pending_ = false;  // the pool is reset in the command buffer before its first use
+  uint32_t queries_used_ = 0;
+  bool out_of_queries_ = false;
 };
 
 }  // namespace vkattn::vulkan

@@ -1,0 +1,175 @@
+#include "engine/trace_dump.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+
+#include "engine/errors.h"
+#include "engine/io/file.h"
+#include "engine/io/npy.h"
+
+namespace vkattn {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json info_json(const TensorInfo& t) { return {{"name", t.name}, {"shape", t.shape}, {"dtype", dtype_name(t.dtype)}}; }
+
+void write_json(const fs::path& path, const json& value) {
+  std::string text = value.dump(1) + "\n";
+  io::write_file(path, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+}  // namespace
+
+TraceDump::TraceDump(fs::path dir, bool values, json config)
+    : dir_(std::move(dir)), values_(values), config_(std::move(config)) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (!fs::is_directory(dir_)) throw FileError(dir_.string() + ": cannot create the trace directory" + (ec ? ": " + ec.message() : ""));
+}
+
+void TraceDump::on_pass(const std::string& pass, const std::string& backend, const std::string& device) {
+  // A dump describes one pass: value files of an earlier one would mislead a reader.
+  static const std::regex step_file(R"(\d{3}_\w+\.npy)");
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    if (std::regex_match(entry.path().filename().string(), step_file)) fs::remove(entry.path());
+  }
+  trace_ = {{"format", "vkattn-trace"}, {"version", 1}, {"pass", pass}, {"backend", backend},
+            {"device", device}, {"config", config_}, {"steps", json::array()}};
+}
+
+void TraceDump::on_step(const StepEvent& event) {
+  json step = {{"index", event.index}, {"name", event.name}, {"op", event.op}, {"inputs", json::array()}};
+  for (const auto& input : event.inputs) step["inputs"].push_back(info_json(input));
+  step["output"] = info_json(event.output);
+  step["output"]["dims"] = event.output.dims;
+  if (event.values) {
+    char file[300];
+    std::snprintf(file, sizeof file, "%03d_%s.npy", event.index, event.name.c_str());
+    io::write_npy(dir_ / file, *event.values);
+    step["output"]["file"] = file;
+  }
+  trace_["steps"].push_back(std::move(step));
+}
+
+void TraceDump::on_pass_end(const PassEnd& end) {
+  json& steps = trace_["steps"];
+  trace_["clock"] = end.clock;
+  json events = json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1},
+                    {"args", {{"name", "vkattn " + trace_["backend"].get<std::string>() + " (" +
+                                           trace_["device"].get<std::string>() + ")"}}}});
+  for (size_t i = 0; i < steps.size(); ++i) {
+    json& step = steps[i];
+    json args = {{"op", step["op"]}, {"output", shape_string(step["output"]["shape"].get<Shape>())}};
+    for (const auto& input : step["inputs"]) args["inputs"].push_back(input["name"].get<std::string>() + " " +
+                                                                      shape_string(input["shape"].get<Shape>()));
+    json event = {{"name", step["name"]}, {"cat", step["op"]}, {"ph", "X"}, {"pid", 1}, {"tid", 1}, {"args", args}};
+    if (i < end.step_times.size()) {
+      step["start_us"] = end.step_times[i].start_us;
+      step["time_us"] = end.step_times[i].duration_us;
+      event["ts"] = end.step_times[i].start_us;
+      event["dur"] = end.step_times[i].duration_us;
+    } else {
+      event["ts"] = 0;
+      event["dur"] = 0;
+    }
+    events.push_back(std::move(event));
+  }
+  if (end.error) trace_["error"] = *end.error;
+  write_json(dir_ / "timeline.json", {{"traceEvents", events}, {"displayTimeUnit", "ms"}});
+  write_json(dir_ / "trace.json", trace_);
+}
+
+TraceFile read_trace(const fs::path& dir) {
+  const fs::path path = dir / "trace.json";
+  auto fail = [&](const std::string& why) { return FileError(path.string() + ": " + why); };
+  auto bytes = io::read_file(path);
+  TraceFile out;
+  try {
+    json t = json::parse(reinterpret_cast<const char*>(bytes.data()), reinterpret_cast<const char*>(bytes.data() + bytes.size()));
+    if (!t.is_object() || t.value("format", "") != "vkattn-trace") throw fail("not a vkattn trace (no \"format\": \"vkattn-trace\")");
+    if (t.value("version", 0) != 1) throw fail("trace version " + t.value("version", json()).dump() + " is not 1");
+    out.backend = t.at("backend").get<std::string>();
+    out.device = t.at("device").get<std::string>();
+    if (t.contains("error")) out.error = t["error"].get<std::string>();
+    for (const auto& s : t.at("steps")) {
+      TraceStep step{s.at("index").get<int>(), s.at("name").get<std::string>(), s.at("op").get<std::string>(),
+                     s.at("output").at("shape").get<Shape>(), s.at("output").value("dims", std::vector<std::string>{}),
+                     std::nullopt};
+      if (s.at("output").contains("file")) step.file = dir / s["output"]["file"].get<std::string>();
+      out.steps.push_back(std::move(step));
+    }
+  } catch (const json::exception& e) {
+    throw fail(std::string("malformed trace: ") + e.what());
+  }
+  return out;
+}
+
+std::string decode_index(const TraceStep& step, size_t flat) {
+  std::vector<size_t> index(step.shape.size());
+  for (size_t axis = step.shape.size(); axis-- > 0;) {
+    index[axis] = flat % static_cast<size_t>(step.shape[axis]);
+    flat /= static_cast<size_t>(step.shape[axis]);
+  }
+  std::string out = "(";
+  for (size_t axis = 0; axis < index.size(); ++axis) {
+    std::string name = axis < step.dims.size() ? step.dims[axis] : "d" + std::to_string(axis);
+    out += (axis ? ", " : "") + name + "=" + std::to_string(index[axis]);
+  }
+  return out + ")";
+}
+
+TraceDiff diff_traces(const TraceFile& a, const TraceFile& b, double atol, double rtol) {
+  auto describe = [](const TraceStep& s) { return s.name + " (" + s.op + ") " + shape_string(s.shape); };
+  const size_t common = std::min(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < common; ++i) {
+    const auto &sa = a.steps[i], &sb = b.steps[i];
+    if (sa.name != sb.name || sa.op != sb.op || sa.shape != sb.shape) {
+      throw FileError("the dumps describe different recipes: step " + std::to_string(i) + " is " + describe(sa) +
+                      " in one and " + describe(sb) + " in the other");
+    }
+  }
+  if (a.steps.size() != b.steps.size() && !a.error && !b.error) {
+    throw FileError("the dumps describe different recipes: " + std::to_string(a.steps.size()) + " steps against " +
+                    std::to_string(b.steps.size()));
+  }
+  TraceDiff diff;
+  for (size_t i = 0; i < common; ++i) {
+    StepDiff d{a.steps[i]};
+    if (a.steps[i].file && b.steps[i].file) {
+      Tensor va = io::read_npy(*a.steps[i].file), vb = io::read_npy(*b.steps[i].file);
+      if (va.shape != a.steps[i].shape || vb.shape != b.steps[i].shape || va.data.size() != vb.data.size()) {
+        throw FileError(a.steps[i].file->string() + ": its shape does not match the trace's " + shape_string(a.steps[i].shape));
+      }
+      d.compared = true;
+      for (size_t k = 0; k < va.data.size(); ++k) {
+        float x = va.data[k], y = vb.data[k];
+        bool same;
+        if (std::isnan(x) || std::isnan(y)) {
+          same = std::isnan(x) && std::isnan(y);
+        } else if (std::isinf(x) || std::isinf(y)) {
+          same = x == y;  // a blocked score is -inf on both sides
+        } else {
+          double e = std::fabs(static_cast<double>(x) - y);
+          d.max_abs_error = std::max(d.max_abs_error, e);
+          same = e <= atol + rtol * std::fabs(static_cast<double>(y));
+        }
+        if (!same && d.mismatches++ == 0) {
+          d.first_mismatch = k;
+          d.a_value = x;
+          d.b_value = y;
+        }
+      }
+      if (d.mismatches && !diff.first_divergent) diff.first_divergent = diff.steps.size();
+    }
+    diff.steps.push_back(d);
+  }
+  return diff;
+}
+
+}  // namespace vkattn

@@ -1,0 +1,74 @@
+#pragma once
+// The trace dump of DESIGN.md, written by a Tracer and read back by `vkattn diff`:
+//   DIR/trace.json      {"format": "vkattn-trace", "version": 1, "backend", "device", "config",
+//                        "clock", "error"?, "steps": [{"index", "name", "op", "inputs": [{"name",
+//                        "shape", "dtype"}], "output": {"name", "shape", "dtype", "dims",
+//                        "file"?}, "start_us"?, "time_us"?}]}
+//   DIR/NNN_<step>.npy  each step's output, when values are traced (numpy.load reads them)
+//   DIR/timeline.json   Chrome trace events, one complete event per step (Perfetto opens it)
+// trace.json and timeline.json are written when the pass ends, also when it failed: a failed
+// pass leaves the steps it reached and the error.
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/tracer.h"
+
+namespace vkattn {
+
+class TraceDump : public Tracer {
+ public:
+  // Creates `dir` if needed (FileError if it cannot); `config` is stored as the dump's "config".
+  TraceDump(std::filesystem::path dir, bool values, nlohmann::json config = nlohmann::json::object());
+  bool wants_values() const override { return values_; }
+  void on_pass(const std::string& pass, const std::string& backend, const std::string& device) override;
+  void on_step(const StepEvent& event) override;
+  void on_pass_end(const PassEnd& end) override;
+
+ private:
+  std::filesystem::path dir_;
+  bool values_;
+  nlohmann::json config_;
+  nlohmann::json trace_;
+};
+
+// One dump read back.
+struct TraceStep {
+  int index = 0;
+  std::string name, op;
+  Shape shape;
+  std::vector<std::string> dims;
+  std::optional<std::filesystem::path> file;  // the values, when traced
+};
+struct TraceFile {
+  std::string backend, device;
+  std::optional<std::string> error;
+  std::vector<TraceStep> steps;
+};
+// FileError "DIR/trace.json: …" when missing or not a vkattn trace.
+TraceFile read_trace(const std::filesystem::path& dir);
+
+// Step-by-step comparison of two dumps of the same recipe.
+struct StepDiff {
+  TraceStep step;
+  bool compared = false;           // both dumps hold this step's values
+  size_t mismatches = 0;           // elements beyond atol + rtol·|b|, NaN against a number included
+  double max_abs_error = 0;        // over elements finite on both sides
+  size_t first_mismatch = 0;       // flat index, when mismatches > 0
+  float a_value = 0, b_value = 0;  // the values there
+};
+struct TraceDiff {
+  std::vector<StepDiff> steps;
+  std::optional<size_t> first_divergent;  // index into steps
+};
+// FileError when a dump is unreadable or the two describe different recipes (another step
+// list, op or shape).
+TraceDiff diff_traces(const TraceFile& a, const TraceFile& b, double atol, double rtol);
+
+// "(b=0, h=1, i=2, j=3)": a flat index decoded into the step output's named dims.
+std::string decode_index(const TraceStep& step, size_t flat);
+
+}  // namespace vkattn

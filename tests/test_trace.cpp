@@ -1,0 +1,279 @@
+// The tracer: every configuration's step list and shapes, GPU timestamps, dumps whose values
+// equal the reference, a timeline with one event per step, a diff that agrees on CPU vs GPU
+// and names the step and index of an injected corruption, shape-only tracing without
+// readbacks, and a failed pass that keeps its trace.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/errors.h"
+#include "engine/io/npy.h"
+#include "engine/multi_head_attention.h"
+#include "engine/trace_dump.h"
+#include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
+
+namespace vkattn {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::random_tensor;
+
+struct Case {
+  const char* name;
+  MultiHeadAttentionConfig config;
+  int64_t L, S;
+  bool mask, need_weights, average;
+  std::vector<std::string> steps;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+const std::vector<std::string> kCore = {"q_proj", "k_proj", "v_proj", "split_heads_q", "split_heads_k", "split_heads_v",
+                                        "attention_scores"};
+std::vector<std::string> steps(std::vector<std::string> head, std::vector<std::string> tail) {
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+
+class TraceSteps : public testing::GpuTest, public ::testing::WithParamInterface<Case> {};
+
+// Both backends report the same steps with the same shapes; the GPU times them by timestamps.
+TEST_P(TraceSteps, AreTheRecipesStepsWithTheirShapesOnBothBackends) {
+  const Case& c = GetParam();
+  MultiHeadAttention mha(c.config, MultiHeadAttentionWeights::random(c.config, 1));
+  const int64_t B = 2, E = c.config.embed_dim, H = c.config.num_heads, d = E / H;
+  Tensor q = random_tensor({B, c.L, E}, 2), k = random_tensor({B, c.S, c.config.key_dim()}, 3),
+         v = random_tensor({B, c.S, c.config.value_dim()}, 4);
+  ForwardOptions o;
+  o.need_weights = c.need_weights;
+  o.average_attn_weights = c.average;
+  if (c.mask) o.key_padding_mask = testing::random_bool_mask({B, c.S}, 0.3f, 5);
+  for (Backend* backend : {static_cast<Backend*>(&cpu()), static_cast<Backend*>(&gpu())}) {
+    StepRecorder rec(false);
+    backend->add_tracer(rec);
+    mha.forward(*backend, q, k, v, o);
+    backend->remove_tracer(rec);
+    std::vector<std::string> names;
+    for (const auto& s : rec.steps()) names.push_back(s.event.name);
+    EXPECT_EQ(names, c.steps) << backend->name();
+    for (const auto& s : rec.steps()) {
+      const auto& e = s.event;
+      Shape want;
+      if (e.op == "linear") want = {B, e.name == "q_proj" || e.name == "out_proj" ? c.L : c.S, E};
+      if (e.name == "split_heads_q") want = {B, H, c.L, d};
+      if (e.name == "split_heads_k" || e.name == "split_heads_v") want = {B, H, c.S, d};
+      if (e.op == "attention_scores" || e.op == "attention_mask" || e.op == "softmax") want = {B, H, c.L, c.S};
+      if (e.op == "attention_values") want = {B, H, c.L, d};
+      if (e.op == "merge_heads") want = {B, c.L, E};
+      if (e.op == "average_heads") want = {B, c.L, c.S};
+      EXPECT_EQ(e.output.shape, want) << backend->name() << " " << e.name;
+      EXPECT_EQ(e.output.dims.size(), want.size()) << e.name;
+    }
+    const PassEnd& end = rec.pass_end();
+    EXPECT_EQ(end.clock, backend == &gpu() ? "gpu" : "host") << "lavapipe has timestamp queries";
+    ASSERT_EQ(end.step_times.size(), rec.steps().size());
+    for (size_t i = 0; i < end.step_times.size(); ++i) {
+      EXPECT_GE(end.step_times[i].start_us, 0.0);
+      EXPECT_GE(end.step_times[i].duration_us, 0.0);
+      if (i > 0) {
+        EXPECT_GE(end.step_times[i].start_us, end.step_times[i - 1].start_us) << "steps run in order";
+      }
+    }
+    EXPECT_FALSE(end.error);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tracer, TraceSteps,
+    ::testing::Values(
+        Case{"self_no_weights", {.embed_dim = 8, .num_heads = 2, .batch_first = true}, 5, 5, false, false, true,
+             steps(kCore, {"softmax", "attention_values", "merge_heads", "out_proj"})},
+        Case{"self_averaged", {.embed_dim = 8, .num_heads = 2, .batch_first = true}, 5, 5, false, true, true,
+             steps(kCore, {"softmax", "attention_values", "merge_heads", "out_proj", "average_heads"})},
+        Case{"masked_per_head", {.embed_dim = 12, .num_heads = 3, .batch_first = true}, 4, 4, true, true, false,
+             steps(kCore, {"attention_mask", "softmax", "attention_values", "merge_heads", "out_proj"})},
+        Case{"cross_kdim_vdim", {.embed_dim = 12, .num_heads = 4, .kdim = 5, .vdim = 7, .batch_first = true}, 3, 17,
+             true, true, true,
+             steps(kCore, {"attention_mask", "softmax", "attention_values", "merge_heads", "out_proj", "average_heads"})}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+class TraceFiles : public testing::GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    dir_ = fs::temp_directory_path() / ("vkattn_trace_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    GpuTest::TearDown();
+  }
+  // A causal cross-attention with a padding mask, dumped from `backend` into dir_/<name>.
+  fs::path dump(Backend& backend, const std::string& name, bool values) {
+    MultiHeadAttentionConfig c{.embed_dim = 12, .num_heads = 3, .kdim = 5, .batch_first = true};
+    MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 7));
+    ForwardOptions o;
+    o.is_causal = true;
+    o.key_padding_mask = testing::random_bool_mask({2, 6}, 0.3f, 8);
+    TraceDump trace(dir_ / name, values, {{"test", name}});
+    backend.add_tracer(trace);
+    mha.forward(backend, random_tensor({2, 4, 12}, 9), random_tensor({2, 6, 5}, 10), random_tensor({2, 6, 12}, 11), o);
+    backend.remove_tracer(trace);
+    return dir_ / name;
+  }
+  fs::path dir_;
+};
+
+TEST_F(TraceFiles, ValueDumpsEqualTheReferenceAndDiffAgrees) {
+  StepRecorder reference(true);
+  cpu().add_tracer(reference);
+  fs::path cpu_dump = dump(cpu(), "cpu", true);
+  cpu().remove_tracer(reference);
+  fs::path gpu_dump = dump(gpu(), "gpu", true);
+
+  TraceFile trace = read_trace(gpu_dump);
+  EXPECT_EQ(trace.backend, "gpu");
+  ASSERT_EQ(trace.steps.size(), reference.steps().size());
+  for (size_t i = 0; i < trace.steps.size(); ++i) {
+    const TraceStep& step = trace.steps[i];
+    ASSERT_TRUE(step.file) << step.name;
+    char expected_name[64];
+    std::snprintf(expected_name, sizeof expected_name, "%03zu_%s.npy", i, step.name.c_str());
+    EXPECT_EQ(step.file->filename(), expected_name);
+    EXPECT_TRUE(testing::all_close(io::read_npy(*step.file), *reference.steps()[i].values)) << step.name;
+  }
+  TraceDiff diff = diff_traces(read_trace(cpu_dump), trace, 1e-5, 1e-5);
+  EXPECT_FALSE(diff.first_divergent);
+  for (const auto& d : diff.steps) EXPECT_TRUE(d.compared) << d.step.name;
+}
+
+TEST_F(TraceFiles, DiffNamesTheStepAndIndexOfAChangedValue) {
+  fs::path a = dump(cpu(), "a", true), b = dump(gpu(), "b", true);
+  TraceFile tb = read_trace(b);
+  const TraceStep& softmax = tb.steps[8];
+  ASSERT_EQ(softmax.name, "softmax");
+  Tensor p = io::read_npy(*softmax.file);  // (2, 3, 4, 6)
+  p.at({1, 2, 3, 4}) += 0.01f;
+  io::write_npy(*softmax.file, p);
+
+  TraceDiff diff = diff_traces(read_trace(a), read_trace(b), 1e-5, 1e-5);
+  ASSERT_TRUE(diff.first_divergent);
+  const StepDiff& d = diff.steps[*diff.first_divergent];
+  EXPECT_EQ(d.step.name, "softmax");
+  EXPECT_EQ(d.mismatches, 1u);
+  EXPECT_EQ(d.first_mismatch, ((1u * 3 + 2) * 4 + 3) * 6 + 4);
+  EXPECT_EQ(decode_index(d.step, d.first_mismatch), "(b=1, h=2, i=3, j=4)");
+  EXPECT_NEAR(d.max_abs_error, 0.01, 1e-6);
+  EXPECT_FLOAT_EQ(d.b_value - d.a_value, 0.01f);
+}
+
+TEST_F(TraceFiles, DiffRefusesDifferentRecipesAndNaNIsADivergence) {
+  fs::path a = dump(cpu(), "a", true);
+  TraceFile ta = read_trace(a), tb = ta;
+  tb.steps[3].shape = {2, 3, 5, 4};
+  EXPECT_THROW(diff_traces(ta, tb, 1e-5, 1e-5), FileError);
+  Tensor v = io::read_npy(*ta.steps[11].file);
+  v.data[0] = NAN;
+  fs::copy(a, dir_ / "nan", fs::copy_options::recursive);
+  io::write_npy(dir_ / "nan" / ta.steps[11].file->filename(), v);
+  TraceDiff diff = diff_traces(ta, read_trace(dir_ / "nan"), 1e-5, 1e-5);
+  ASSERT_TRUE(diff.first_divergent);
+  EXPECT_EQ(diff.steps[*diff.first_divergent].step.index, 11);
+}
+
+TEST_F(TraceFiles, TimelineHasOneCompleteEventPerStepWithGpuTimes) {
+  fs::path dir = dump(gpu(), "gpu", false);
+  std::ifstream in(dir / "timeline.json");
+  auto timeline = nlohmann::json::parse(in);  // throws if it is not JSON
+  std::ifstream trace_in(dir / "trace.json");
+  auto trace = nlohmann::json::parse(trace_in);
+  EXPECT_EQ(trace["format"], "vkattn-trace");
+  EXPECT_EQ(trace["clock"], "gpu");
+  EXPECT_EQ(trace["config"]["test"], "gpu");
+  size_t complete = 0;
+  for (const auto& e : timeline["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    EXPECT_EQ(e["name"], trace["steps"][complete]["name"]);
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    EXPECT_TRUE(e["args"].contains("output"));
+    ++complete;
+  }
+  EXPECT_EQ(complete, trace["steps"].size());
+  EXPECT_EQ(complete, 13u);
+  EXPECT_FALSE(trace["steps"][0]["output"].contains("file")) << "shapes only: no value files";
+}
+
+TEST_F(TraceFiles, ShapeOnlyTracingReadsNothingBack) {
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 3));
+  TraceDump trace(dir_ / "shapes", false);
+  gpu().add_tracer(trace);
+  ForwardOptions o;
+  o.need_weights = false;
+  uint64_t before = gpu().recorder().submissions();
+  mha.forward(gpu(), random_tensor({1, 3, 8}, 4), o);
+  EXPECT_EQ(gpu().recorder().submissions() - before, 1u) << "the output's readback only";
+  gpu().remove_tracer(trace);
+}
+
+// A tracer that fails at one step, as a full disk would.
+class FailAt : public Tracer {
+ public:
+  explicit FailAt(std::string step) : step_(std::move(step)) {}
+  void on_step(const StepEvent& e) override {
+    if (e.name == step_) throw std::runtime_error("disk full while tracing");
+  }
+
+ private:
+  std::string step_;
+};
+
+TEST_F(TraceFiles, AFailedPassKeepsItsTraceAndTheError) {
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 3));
+  TraceDump trace(dir_ / "failed", true);
+  FailAt fail("softmax");
+  gpu().add_tracer(trace);
+  gpu().add_tracer(fail);
+  EXPECT_THROW(mha.forward(gpu(), random_tensor({1, 3, 8}, 4)), std::runtime_error);
+  gpu().remove_tracer(fail);
+
+  TraceFile t = read_trace(dir_ / "failed");
+  ASSERT_EQ(t.steps.size(), 8u) << "q_proj … softmax";
+  EXPECT_EQ(t.steps.back().name, "softmax");
+  EXPECT_TRUE(fs::exists(*t.steps.back().file));
+  ASSERT_TRUE(t.error);
+  EXPECT_EQ(*t.error, "disk full while tracing");
+
+  // An error in the inputs: no step ran, the trace says why.
+  ForwardOptions o;
+  o.key_padding_mask = Tensor({1, 4}, DType::boolean);
+  EXPECT_THROW(mha.forward(gpu(), random_tensor({1, 3, 8}, 4), o), ShapeError);
+  gpu().remove_tracer(trace);
+  t = read_trace(dir_ / "failed");
+  EXPECT_TRUE(t.steps.empty());
+  ASSERT_TRUE(t.error);
+  EXPECT_NE(t.error->find("key_padding_mask (1, 4)"), std::string::npos) << *t.error;
+  EXPECT_FALSE(fs::exists(dir_ / "failed" / "007_softmax.npy")) << "the earlier pass's values are gone";
+}
+
+TEST(ConsoleTracer, PrintsEveryStepWithTimesAndValuesAndTheError) {
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 3));
+  ReferenceBackend cpu;
+  std::ostringstream out;
+  ConsoleTracer console(out, true);
+  FailAt fail("merge_heads");
+  cpu.add_tracer(console);
+  cpu.add_tracer(fail);
+  EXPECT_THROW(mha.forward(cpu, random_tensor({1, 3, 8}, 4)), std::runtime_error);
+  std::string text = out.str();
+  EXPECT_NE(text.find("host us"), std::string::npos) << text;
+  EXPECT_NE(text.find("7   softmax             softmax           (1, 2, 3, 3) -> (1, 2, 3, 3)"), std::string::npos) << text;
+  EXPECT_NE(text.find(" mean 0.3333"), std::string::npos) << "softmax rows of 3 sum to 1:\n" << text;
+  EXPECT_NE(text.find("stopped after 10 steps: disk full while tracing"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace vkattn
