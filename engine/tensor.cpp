@@ -21,6 +21,25 @@ int64_t element_count(const Shape& shape) {
   return n;
 }
 
+Shape unravel_index(const Shape& shape, int64_t flat) {
+  Shape index(shape.size());
+  for (size_t axis = shape.size(); axis-- > 0;) {
+    index[axis] = flat % shape[axis];
+    flat /= shape[axis];
+  }
+  return index;
+}
+
+std::string index_string(const Shape& shape, int64_t flat, const std::vector<std::string>& dims) {
+  Shape index = unravel_index(shape, flat);
+  std::string out = "(";
+  for (size_t axis = 0; axis < index.size(); ++axis) {
+    if (axis) out += ", ";
+    out += (axis < dims.size() ? dims[axis] : "d" + std::to_string(axis)) + "=" + std::to_string(index[axis]);
+  }
+  return out + ")";
+}
+
 Tensor::Tensor(Shape shape_, DType dtype_)
     : shape(std::move(shape_)), data(static_cast<size_t>(element_count(shape))), dtype(dtype_) {}
 

@@ -21,6 +21,12 @@ std::string shape_string(const Shape& shape);
 // Product of the dims; 1 for a scalar shape ().
 int64_t element_count(const Shape& shape);
 
+// The multi-index of element `flat` in a C-order tensor of `shape`.
+Shape unravel_index(const Shape& shape, int64_t flat);
+// "(b=1, h=0, i=3, j=2)": that multi-index with each axis named by `dims` (d0, d1, … where
+// `dims` has no name for it).
+std::string index_string(const Shape& shape, int64_t flat, const std::vector<std::string>& dims = {});
+
 struct Tensor {
   Shape shape;
   std::vector<float> data;

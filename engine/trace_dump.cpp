@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <regex>
 
 #include "engine/errors.h"
@@ -108,20 +107,6 @@ TraceFile read_trace(const fs::path& dir) {
     throw fail(std::string("malformed trace: ") + e.what());
   }
   return out;
-}
-
-std::string decode_index(const TraceStep& step, size_t flat) {
-  std::vector<size_t> index(step.shape.size());
-  for (size_t axis = step.shape.size(); axis-- > 0;) {
-    index[axis] = flat % static_cast<size_t>(step.shape[axis]);
-    flat /= static_cast<size_t>(step.shape[axis]);
-  }
-  std::string out = "(";
-  for (size_t axis = 0; axis < index.size(); ++axis) {
-    std::string name = axis < step.dims.size() ? step.dims[axis] : "d" + std::to_string(axis);
-    out += (axis ? ", " : "") + name + "=" + std::to_string(index[axis]);
-  }
-  return out + ")";
 }
 
 TraceDiff diff_traces(const TraceFile& a, const TraceFile& b, double atol, double rtol) {

@@ -57,7 +57,7 @@ struct StepDiff {
   bool compared = false;           // both dumps hold this step's values
   size_t mismatches = 0;           // elements beyond atol + rtol·|b|, NaN against a number included
   double max_abs_error = 0;        // over elements finite on both sides
-  size_t first_mismatch = 0;       // flat index, when mismatches > 0
+  size_t first_mismatch = 0;       // flat index, when mismatches > 0: index_string(step.shape, it, step.dims)
   float a_value = 0, b_value = 0;  // the values there
 };
 struct TraceDiff {
@@ -67,8 +67,5 @@ struct TraceDiff {
 // FileError when a dump is unreadable or the two describe different recipes (another step
 // list, op or shape).
 TraceDiff diff_traces(const TraceFile& a, const TraceFile& b, double atol, double rtol);
-
-// "(b=0, h=1, i=2, j=3)": a flat index decoded into the step output's named dims.
-std::string decode_index(const TraceStep& step, size_t flat);
 
 }  // namespace vkattn

@@ -163,7 +163,7 @@ TEST_F(TraceFiles, DiffNamesTheStepAndIndexOfAChangedValue) {
   EXPECT_EQ(d.step.name, "softmax");
   EXPECT_EQ(d.mismatches, 1u);
   EXPECT_EQ(d.first_mismatch, ((1u * 3 + 2) * 4 + 3) * 6 + 4);
-  EXPECT_EQ(decode_index(d.step, d.first_mismatch), "(b=1, h=2, i=3, j=4)");
+  EXPECT_EQ(index_string(d.step.shape, static_cast<int64_t>(d.first_mismatch), d.step.dims), "(b=1, h=2, i=3, j=4)");
   EXPECT_NEAR(d.max_abs_error, 0.01, 1e-6);
   EXPECT_FLOAT_EQ(d.b_value - d.a_value, 0.01f);
 }

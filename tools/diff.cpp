@@ -45,7 +45,7 @@ int run_diff(const DiffArgs& a) {
       std::cout << "\nfirst divergent step: " << d.step.index << " " << d.step.name << " (" << d.step.op << "), "
                 << d.mismatches << " of " << element_count(d.step.shape) << " elements beyond atol " << a.atol
                 << " + rtol " << a.rtol << " * |B|\n"
-                << "  first at flat index " << d.first_mismatch << " = " << decode_index(d.step, d.first_mismatch)
+                << "  first at flat index " << d.first_mismatch << " = " << index_string(d.step.shape, static_cast<int64_t>(d.first_mismatch), d.step.dims)
                 << ": A = " << std::setprecision(9) << d.a_value << ", B = " << d.b_value << "\n";
       return 1;
     }

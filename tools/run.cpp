@@ -23,16 +23,6 @@ namespace vkattn::cli {
 
 namespace {
 
-// "(0, 2, 3)": a flat index as a multi-index of `shape`.
-std::string unravel(const Shape& shape, size_t flat) {
-  Shape index(shape.size());
-  for (size_t axis = shape.size(); axis-- > 0;) {
-    index[axis] = static_cast<int64_t>(flat % static_cast<size_t>(shape[axis]));
-    flat /= static_cast<size_t>(shape[axis]);
-  }
-  return shape_string(index);
-}
-
 // The first value that is NaN, or infinite (-inf is allowed where it means "blocked").
 std::optional<size_t> first_bad_value(const Tensor& t, bool allow_negative_infinity) {
   for (size_t i = 0; i < t.data.size(); ++i) {
@@ -53,7 +43,7 @@ Tensor read_input(const std::string& path, const char* what) {
                     "; expected (B, T, features) batch-first, or (T, features) unbatched");
   }
   if (auto bad = first_bad_value(t, false)) {
-    throw FileError(path + ": the " + what + " holds " + describe_value(t.data[*bad]) + " at " + unravel(t.shape, *bad));
+    throw FileError(path + ": the " + what + " holds " + describe_value(t.data[*bad]) + " at " + shape_string(unravel_index(t.shape, static_cast<int64_t>(*bad))));
   }
   return t;
 }
@@ -63,7 +53,7 @@ std::optional<Tensor> read_mask(const std::string& path, const char* what) {
   if (path.empty()) return std::nullopt;
   Tensor t = io::read_npy(path);
   if (auto bad = first_bad_value(t, true)) {
-    throw FileError(path + ": the " + what + " holds " + describe_value(t.data[*bad]) + " at " + unravel(t.shape, *bad) +
+    throw FileError(path + ": the " + what + " holds " + describe_value(t.data[*bad]) + " at " + shape_string(unravel_index(t.shape, static_cast<int64_t>(*bad))) +
                     " (a float mask is added to the scores: finite values, or -inf to block)");
   }
   return t;
@@ -100,7 +90,7 @@ std::unique_ptr<Backend> make_backend(const RunArgs& a) {
 void require_finite(const Tensor& t, const char* what) {
   if (auto bad = first_bad_value(t, false)) {
     throw std::runtime_error(std::string("the ") + what + " " + shape_string(t.shape) + " holds " +
-                             describe_value(t.data[*bad]) + " at " + unravel(t.shape, *bad) + "; nothing was written");
+                             describe_value(t.data[*bad]) + " at " + shape_string(unravel_index(t.shape, static_cast<int64_t>(*bad))) + "; nothing was written");
   }
 }
 

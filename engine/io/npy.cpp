@@ -4,7 +4,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <optional>
 
 #include "engine/errors.h"
 #include "engine/io/element_types.h"

@@ -5,20 +5,6 @@
 
 namespace vkattn::testing {
 
-static std::string decode(int64_t flat, const Shape& shape, const std::vector<std::string>& dims) {
-  std::vector<int64_t> index(shape.size());
-  for (size_t a = shape.size(); a-- > 0;) {
-    index[a] = flat % shape[a];
-    flat /= shape[a];
-  }
-  std::string out = "(";
-  for (size_t a = 0; a < shape.size(); ++a) {
-    if (a) out += ", ";
-    out += (a < dims.size() ? dims[a] : "d" + std::to_string(a)) + "=" + std::to_string(index[a]);
-  }
-  return out + ")";
-}
-
 static bool close(float a, float e, Tolerance tol) {
   if (std::isnan(a) || std::isnan(e)) return false;  // NaN matches nothing, not even NaN
   if (std::isinf(a) || std::isinf(e)) return a == e;
@@ -49,7 +35,7 @@ float max_abs_error(const Tensor& actual, const Tensor& expected) {
   for (size_t i = 0; i < actual.data.size(); ++i) {
     if (close(actual.data[i], expected.data[i], tol)) continue;
     if (mismatches++ < 5) {
-      first << "\n  at " << decode(static_cast<int64_t>(i), actual.shape, dims) << ": actual " << actual.data[i]
+      first << "\n  at " << index_string(actual.shape, static_cast<int64_t>(i), dims) << ": actual " << actual.data[i]
             << ", expected " << expected.data[i];
     }
   }
