@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <regex>
 
+#include "engine/compare.h"
 #include "engine/errors.h"
 #include "engine/io/file.h"
 #include "engine/io/npy.h"
@@ -125,31 +126,15 @@ TraceDiff diff_traces(const TraceFile& a, const TraceFile& b, double atol, doubl
   }
   TraceDiff diff;
   for (size_t i = 0; i < common; ++i) {
-    StepDiff d{a.steps[i]};
+    StepDiff d;
+    d.step = a.steps[i];
     if (a.steps[i].file && b.steps[i].file) {
       Tensor va = io::read_npy(*a.steps[i].file), vb = io::read_npy(*b.steps[i].file);
       if (va.shape != a.steps[i].shape || vb.shape != b.steps[i].shape || va.data.size() != vb.data.size()) {
         throw FileError(a.steps[i].file->string() + ": its shape does not match the trace's " + shape_string(a.steps[i].shape));
       }
       d.compared = true;
-      for (size_t k = 0; k < va.data.size(); ++k) {
-        float x = va.data[k], y = vb.data[k];
-        bool same;
-        if (std::isnan(x) || std::isnan(y)) {
-          same = std::isnan(x) && std::isnan(y);
-        } else if (std::isinf(x) || std::isinf(y)) {
-          same = x == y;  // a blocked score is -inf on both sides
-        } else {
-          double e = std::fabs(static_cast<double>(x) - y);
-          d.max_abs_error = std::max(d.max_abs_error, e);
-          same = e <= atol + rtol * std::fabs(static_cast<double>(y));
-        }
-        if (!same && d.mismatches++ == 0) {
-          d.first_mismatch = k;
-          d.a_value = x;
-          d.b_value = y;
-        }
-      }
+      static_cast<ValueDiff&>(d) = compare_values(va, vb, atol, rtol);
       if (d.mismatches && !diff.first_divergent) diff.first_divergent = diff.steps.size();
     }
     diff.steps.push_back(d);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/compare.h"
 #include "engine/tracer.h"
 
 namespace vkattn {
@@ -51,14 +52,10 @@ struct TraceFile {
 // FileError "DIR/trace.json: …" when missing or not a vkattn trace.
 TraceFile read_trace(const std::filesystem::path& dir);
 
-// Step-by-step comparison of two dumps of the same recipe.
-struct StepDiff {
+// Step-by-step comparison of two dumps of the same recipe. One step's comparison; first_mismatch decodes as index_string(step.shape, it, step.dims).
+struct StepDiff : ValueDiff {
   TraceStep step;
-  bool compared = false;           // both dumps hold this step's values
-  size_t mismatches = 0;           // elements beyond atol + rtol·|b|, NaN against a number included
-  double max_abs_error = 0;        // over elements finite on both sides
-  size_t first_mismatch = 0;       // flat index, when mismatches > 0: index_string(step.shape, it, step.dims)
-  float a_value = 0, b_value = 0;  // the values there
+  bool compared = false;  // both dumps hold this step's values
 };
 struct TraceDiff {
   std::vector<StepDiff> steps;

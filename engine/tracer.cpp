@@ -72,6 +72,13 @@ void ConsoleTracer::on_pass_end(const PassEnd& end) {
   if (end.error) out_ << "stopped after " << rows_.size() << " steps: " << *end.error << "\n";
 }
 
+void StepRecorder::on_pass(const std::string&, const std::string& backend, const std::string& device) {
+  steps_.clear();
+  end_ = {};
+  backend_ = backend;
+  device_ = device;
+}
+
 void StepRecorder::on_step(const StepEvent& event) {
   Step step{event, std::nullopt};
   step.event.values = nullptr;

@@ -86,15 +86,19 @@ class StepRecorder : public Tracer {
   };
   explicit StepRecorder(bool keep_values) : keep_values_(keep_values) {}
   bool wants_values() const override { return keep_values_; }
-  void on_pass(const std::string&, const std::string&, const std::string&) override { steps_.clear(); }
+  void on_pass(const std::string& pass, const std::string& backend, const std::string& device) override;
   void on_step(const StepEvent& event) override;
   void on_pass_end(const PassEnd& end) override { end_ = end; }
   const std::vector<Step>& steps() const { return steps_; }
   // How the last pass ended (its step times, its error).
   const PassEnd& pass_end() const { return end_; }
+  // Where the last pass ran: "cpu" / "gpu", and the device's name.
+  const std::string& backend() const { return backend_; }
+  const std::string& device() const { return device_; }
 
  private:
   bool keep_values_;
+  std::string backend_, device_;
   std::vector<Step> steps_;
   PassEnd end_;
 };

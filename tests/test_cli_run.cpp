@@ -228,6 +228,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"out_is_directory", good({"--out", "{dir}"}), "is a directory, not a file"},
         BadRun{"same_output_twice", good({"--attn-weights", "{dir}/out.npy"}), "--out and --attn-weights both name"},
         BadRun{"trace_values_without_trace", good({"--trace-values"}), "--trace-values requires --trace"},
+        BadRun{"side_by_side_with_backend", good({"--side-by-side", "--backend", "cpu"}), "--backend excludes --side-by-side"},
+        BadRun{"atol_without_side_by_side", good({"--atol", "1e-3"}), "--atol requires --side-by-side"},
+        BadRun{"negative_rtol", good({"--side-by-side", "--rtol", "-1"}), "--rtol"},
         BadRun{"unknown_flag", good({"--bogus"}), "--bogus"}),
     [](const auto& p) { return std::string(p.param.name); });
 
@@ -268,6 +271,46 @@ TEST_F(CliRun, TraceDumpsOfBothBackendsAgreeAndDiffFindsACorruptedStep) {
   e = vkattn({"diff", path("cpu"), path("gpu")});
   EXPECT_EQ(e.code, 2);
   EXPECT_NE(e.err.find("no step values to compare"), std::string::npos) << e.err;
+}
+
+// ---- --side-by-side ----
+
+TEST_F(CliRun, SideBySideComparesEveryStepWritesBothDumpsAndTheGpuResult) {
+  const auto g = golden_fixture("causal_padding_per_head");  // causal self-attention, padding, per-head weights
+  std::vector<std::string> args = {"run", "--weights", g.weights().string(), "--query", g.npy("query").string(),
+                                   "--key-padding-mask", g.npy("key_padding_mask").string(), "--causal",
+                                   "--side-by-side", "--trace", path("dump"), "--trace-values",
+                                   "--out", path("out.npy"), "--attn-weights", path("w.npy"), "--per-head-weights"};
+  Exit e = vkattn(args);
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  for (const char* step : {"q_proj", "attention_scores", "attention_mask", "softmax", "attention_values", "merge_heads", "out_proj"}) {
+    EXPECT_NE(e.out.find(step), std::string::npos) << step << "\n" << e.out;
+  }
+  EXPECT_NE(e.out.find("max |gpu - cpu|"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("every step agrees: gpu and cpu within atol 1e-05"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("gpu backend: "), std::string::npos) << e.out;
+  EXPECT_TRUE(testing::all_close(io::read_npy(path("out.npy")), io::read_npy(g.npy("expected_output")), {.atol = 1e-4f, .rtol = 0.0f}));
+  EXPECT_TRUE(testing::all_close(io::read_npy(path("w.npy")), io::read_npy(g.npy("expected_weights")), {.atol = 1e-5f, .rtol = 0.0f}));
+
+  for (const char* backend : {"gpu", "cpu"}) EXPECT_TRUE(fs::exists(dir_ / "dump" / backend / "003_split_heads_q.npy")) << backend;
+  e = vkattn({"diff", path("dump/gpu"), path("dump/cpu")});
+  EXPECT_EQ(e.code, 0) << e.out << e.err;
+}
+
+TEST_F(CliRun, SideBySideWithAZeroToleranceShowsWhereTheBackendsDifferAndWritesNothing) {
+  // The GPU's softmax and the reference's round differently in the last bit; atol = rtol = 0
+  // turns that into a divergence, which must name its step and write no output.
+  const auto g = golden_fixture("awkward_sizes");
+  Exit e = vkattn({"run", "--weights", g.weights().string(), "--query", g.npy("query").string(), "--key",
+                   g.npy("key").string(), "--value", g.npy("value").string(), "--side-by-side", "--atol", "0",
+                   "--rtol", "0", "--out", path("out.npy")});
+  EXPECT_EQ(e.code, 1) << e.out << e.err;
+  EXPECT_NE(e.out.find("DIVERGES"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("first divergent step: "), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("first at flat index"), std::string::npos) << e.out;
+  EXPECT_NE(e.err.find("the gpu and cpu passes disagree from step"), std::string::npos) << e.err;
+  EXPECT_NE(e.err.find("nothing was written"), std::string::npos) << e.err;
+  EXPECT_TRUE(outputs().empty());
 }
 
 }  // namespace

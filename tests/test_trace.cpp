@@ -1,7 +1,7 @@
 // The tracer: every configuration's step list and shapes, GPU timestamps, dumps whose values
 // equal the reference, a timeline with one event per step, a diff that agrees on CPU vs GPU
 // and names the step and index of an injected corruption, shape-only tracing without
-// readbacks, and a failed pass that keeps its trace.
+// readbacks, a failed pass that keeps its trace, and the side-by-side table of two passes.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include "engine/errors.h"
 #include "engine/io/npy.h"
 #include "engine/multi_head_attention.h"
+#include "engine/side_by_side.h"
 #include "engine/trace_dump.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
@@ -273,6 +274,87 @@ TEST(ConsoleTracer, PrintsEveryStepWithTimesAndValuesAndTheError) {
   EXPECT_NE(text.find("7   softmax             softmax           (1, 2, 3, 3) -> (1, 2, 3, 3)"), std::string::npos) << text;
   EXPECT_NE(text.find(" mean 0.3333"), std::string::npos) << "softmax rows of 3 sum to 1:\n" << text;
   EXPECT_NE(text.find("stopped after 10 steps: disk full while tracing"), std::string::npos) << text;
+}
+
+// ---- SideBySide: two recorded passes zipped ----
+
+class SideBySideTest : public testing::GpuTest {
+ protected:
+  // A causal cross-attention with per-head weights: every kind of step, on both backends.
+  void run_both(StepRecorder& gpu_steps, StepRecorder& cpu_steps) {
+    MultiHeadAttentionConfig c{.embed_dim = 12, .num_heads = 3, .kdim = 5, .vdim = 7, .batch_first = true};
+    MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 5));
+    ForwardOptions o{.need_weights = true, .average_attn_weights = false, .is_causal = true};
+    Tensor q = random_tensor({2, 3, 12}, 6), k = random_tensor({2, 17, 5}, 7), v = random_tensor({2, 17, 7}, 8);
+    ReferenceBackend cpu;
+    cpu.add_tracer(cpu_steps);
+    gpu().add_tracer(gpu_steps);
+    mha.forward(gpu(), q, k, v, o);
+    mha.forward(cpu, q, k, v, o);
+    gpu().remove_tracer(gpu_steps);
+  }
+};
+
+TEST_F(SideBySideTest, GpuAgreesWithTheReferenceAtEveryStepAndTheTableShowsEach) {
+  StepRecorder gpu_steps(true), cpu_steps(true);
+  run_both(gpu_steps, cpu_steps);
+  SideBySide table(gpu_steps, cpu_steps);
+  EXPECT_TRUE(table.agree());
+  EXPECT_FALSE(table.first_divergent());
+  ASSERT_EQ(table.rows().size(), 12u);
+  for (const auto& row : table.rows()) {
+    ASSERT_TRUE(row.diff) << row.event().name;
+    EXPECT_LE(row.diff->max_abs_error, 1e-5) << row.event().name;
+    EXPECT_TRUE(row.tested_time && row.reference_time) << row.event().name;
+  }
+  std::ostringstream out;
+  table.print(out);
+  EXPECT_NE(out.str().find("7   attention_mask      attention_mask    (2, 3, 3, 17) -> (2, 3, 3, 17)"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("every step agrees: gpu and cpu within atol 1e-05 + rtol 1e-05 * |cpu|"), std::string::npos) << out.str();
+}
+
+TEST_F(SideBySideTest, NamesTheFirstStepThatDivergesWithItsIndexAndValues) {
+  StepRecorder gpu_steps(true), cpu_steps(true);
+  run_both(gpu_steps, cpu_steps);
+  // Replay the GPU's pass with one softmax weight changed at (b=1, h=2, i=0, j=4).
+  StepRecorder broken(true);
+  broken.on_pass("forward", "gpu", "replayed");
+  for (const auto& step : gpu_steps.steps()) {
+    Tensor values = *step.values;
+    if (step.event.name == "softmax") values.at({1, 2, 0, 4}) += 0.25f;
+    StepEvent event = step.event;
+    event.values = &values;
+    broken.on_step(event);
+  }
+  broken.on_pass_end(gpu_steps.pass_end());
+  SideBySide table(broken, cpu_steps);
+  EXPECT_FALSE(table.agree());
+  ASSERT_TRUE(table.first_divergent());
+  EXPECT_EQ(table.rows()[*table.first_divergent()].event().name, "softmax");
+  EXPECT_EQ(table.rows()[*table.first_divergent()].diff->mismatches, 1u);
+  std::ostringstream out;
+  table.print(out);
+  EXPECT_NE(out.str().find("first divergent step: 8 softmax (softmax), 1 of 306 elements"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("= (b=1, h=2, i=0, j=4): gpu = "), std::string::npos) << out.str();
+}
+
+TEST_F(SideBySideTest, AFailedPassShowsHowFarItGotAndNeverAgrees) {
+  StepRecorder gpu_steps(true), cpu_steps(true);
+  FailAt fail("merge_heads");
+  gpu().add_tracer(fail);
+  EXPECT_THROW(run_both(gpu_steps, cpu_steps), std::runtime_error);
+  gpu().remove_tracer(fail);
+  gpu().remove_tracer(gpu_steps);
+  // Steps 0-9 were recorded; at merge_heads (10) the tracer attached before the recorder threw.
+  ASSERT_EQ(gpu_steps.steps().size(), 10u);
+  ASSERT_TRUE(gpu_steps.pass_end().error);
+  // Even against itself, a failed pass does not agree: its steps match, its end does not count.
+  SideBySide table(gpu_steps, gpu_steps);
+  EXPECT_FALSE(table.agree()) << "a failed pass agrees with nothing";
+  std::ostringstream out;
+  table.print(out);
+  EXPECT_NE(out.str().find("gpu stopped after 10 steps: "), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("disk full while tracing"), std::string::npos) << out.str();
 }
 
 }  // namespace

@@ -30,8 +30,10 @@ struct RunArgs {
   std::string device;
   std::string out, attn_weights;
   bool per_head_weights = false;
-  std::string trace;  // a dump directory; with side_by_side, DIR/cpu and DIR/gpu
+  std::string trace;  // a dump directory; with side_by_side, DIR/gpu and DIR/cpu
   bool trace_values = false;
+  bool side_by_side = false;  // run the GPU and the CPU reference, compare every step
+  double atol = 1e-5, rtol = 1e-5;
 };
 CLI::App* add_run(CLI::App& app, RunArgs& args);
 int run_run(const RunArgs& args);

@@ -43,10 +43,7 @@ int run_diff(const DiffArgs& a) {
               << (d.mismatches ? "  DIVERGES" : "") << "\n";
     if (d.mismatches) {
       std::cout << "\nfirst divergent step: " << d.step.index << " " << d.step.name << " (" << d.step.op << "), "
-                << d.mismatches << " of " << element_count(d.step.shape) << " elements beyond atol " << a.atol
-                << " + rtol " << a.rtol << " * |B|\n"
-                << "  first at flat index " << d.first_mismatch << " = " << index_string(d.step.shape, static_cast<int64_t>(d.first_mismatch), d.step.dims)
-                << ": A = " << std::setprecision(9) << d.a_value << ", B = " << d.b_value << "\n";
+                << mismatch_report(d, d.step.shape, d.step.dims, "A", "B", a.atol, a.rtol) << "\n";
       return 1;
     }
   }

@@ -3,6 +3,8 @@
 // written whole or not at all: every file is finished under a temporary name before any is
 // renamed into place.
 #include <cmath>
+#include <exception>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -14,6 +16,7 @@
 #include "engine/io/state_dict.h"
 #include "engine/multi_head_attention.h"
 #include "engine/reference_backend.h"
+#include "engine/side_by_side.h"
 #include "engine/trace_dump.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan_backend.h"
@@ -72,8 +75,8 @@ nlohmann::json trace_config(const RunArgs& a, const MultiHeadAttentionConfig& c)
           {"average_attn_weights", !a.per_head_weights}, {"files", files}};
 }
 
-std::unique_ptr<Backend> make_backend(const RunArgs& a) {
-  if (a.backend == "cpu") return std::make_unique<ReferenceBackend>();
+std::unique_ptr<Backend> make_backend(const std::string& backend, const RunArgs& a) {
+  if (backend == "cpu") return std::make_unique<ReferenceBackend>();
   auto options = vulkan::ContextOptions::from_environment();
   if (!a.device.empty()) {
     try {
@@ -126,9 +129,9 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   cmd->add_flag("--causal", a.causal, "block each query from later keys (with any --attn-mask)");
   cmd->add_option("--key-padding-mask", a.key_padding_mask, "M.npy (B, S): bool True ignores that key, or float added");
   cmd->add_option("--attn-mask", a.attn_mask, "A.npy (L, S) or (B*H, L, S): bool True blocks, or float added");
-  cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
-      ->check(CLI::IsMember({"gpu", "cpu"}))
-      ->capture_default_str();
+  auto* backend = cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
+                      ->check(CLI::IsMember({"gpu", "cpu"}))
+                      ->capture_default_str();
   cmd->add_option("--device", a.device, "GPU index or name substring (see vkattn devices); default: the best");
   cmd->add_option("--out", a.out, "O.npy: write the output (B, L, E)");
   auto* weights = cmd->add_option("--attn-weights", a.attn_weights,
@@ -136,6 +139,12 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   cmd->add_flag("--per-head-weights", a.per_head_weights, "write the weights per head, (B, H, L, S)")->needs(weights);
   auto* trace = cmd->add_option("--trace", a.trace, "DIR: print every step and write DIR/trace.json and DIR/timeline.json");
   cmd->add_flag("--trace-values", a.trace_values, "also read back every step's output: DIR/NNN_<step>.npy")->needs(trace);
+  auto* side = cmd->add_flag("--side-by-side", a.side_by_side,
+                             "run on the GPU and the CPU reference; print each step's max |gpu - cpu| "
+                             "(with --trace: DIR/gpu and DIR/cpu); write outputs only when every step agrees")
+                   ->excludes(backend);
+  cmd->add_option("--atol", a.atol, "--side-by-side's absolute tolerance")->capture_default_str()->check(CLI::NonNegativeNumber)->needs(side);
+  cmd->add_option("--rtol", a.rtol, "--side-by-side's relative tolerance (times |cpu|)")->capture_default_str()->check(CLI::NonNegativeNumber)->needs(side);
   return cmd;
 }
 
@@ -158,16 +167,44 @@ int run_run(const RunArgs& a) {
   options.need_weights = !a.attn_weights.empty();
   options.average_attn_weights = !a.per_head_weights;
 
-  auto backend = make_backend(a);
-  std::optional<TraceDump> dump;
-  std::optional<ConsoleTracer> console;
-  if (!a.trace.empty()) {
-    dump.emplace(a.trace, a.trace_values, trace_config(a, mha.config()));
-    console.emplace(std::cout, a.trace_values);
-    backend->add_tracer(*dump);
-    backend->add_tracer(*console);
+  // One pass, or two side by side (the GPU's is the result; the reference checks it).
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (const std::string& name : a.side_by_side ? std::vector<std::string>{"gpu", "cpu"} : std::vector{a.backend}) {
+    backends.push_back(make_backend(name, a));
   }
-  AttentionResult result = mha.forward(*backend, query, key, value, options);
+  std::vector<std::unique_ptr<StepRecorder>> recorders;
+  std::vector<std::unique_ptr<Tracer>> sinks;
+  for (auto& backend : backends) {
+    if (a.side_by_side) backend->add_tracer(*recorders.emplace_back(std::make_unique<StepRecorder>(true)));
+    if (a.trace.empty()) continue;
+    auto dir = a.side_by_side ? std::filesystem::path(a.trace) / backend->name() : std::filesystem::path(a.trace);
+    backend->add_tracer(*sinks.emplace_back(std::make_unique<TraceDump>(dir, a.trace_values, trace_config(a, mha.config()))));
+    if (!a.side_by_side) backend->add_tracer(*sinks.emplace_back(std::make_unique<ConsoleTracer>(std::cout, a.trace_values)));
+  }
+  // Side by side, a failing pass does not stop the other: the table shows how far each got.
+  std::optional<AttentionResult> result_of_first;
+  std::exception_ptr failure;
+  for (auto& backend : backends) {
+    try {
+      AttentionResult r = mha.forward(*backend, query, key, value, options);
+      if (!result_of_first) result_of_first = std::move(r);
+    } catch (...) {
+      if (!a.side_by_side) throw;
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (a.side_by_side) {
+    SideBySide table(*recorders[0], *recorders[1], a.atol, a.rtol);
+    table.print(std::cout);
+    if (failure) std::rethrow_exception(failure);
+    if (!table.agree()) {
+      const auto& step = table.rows()[*table.first_divergent()].event();
+      throw std::runtime_error("the gpu and cpu passes disagree from step " + std::to_string(step.index) + " " +
+                               step.name + " on; nothing was written");
+    }
+  }
+  const AttentionResult& result = *result_of_first;  // the GPU's, side by side
+  const Backend& backend = *backends.front();
   require_finite(result.output, "output");
   if (result.weights) require_finite(*result.weights, "attention weights");
 
@@ -177,7 +214,7 @@ int run_run(const RunArgs& a) {
   for (auto& file : files) file.commit();
 
   const auto& c = mha.config();
-  std::cout << a.backend << " backend: " << backend->device_name() << "\n"
+  std::cout << backend.name() << " backend: " << backend.device_name() << (a.side_by_side ? ", checked by the cpu reference" : "") << "\n"
             << "nn.MultiheadAttention(embed_dim=" << c.embed_dim << ", num_heads=" << c.num_heads
             << ", bias=" << (c.bias ? "True" : "False") << ", add_bias_kv=" << (c.add_bias_kv ? "True" : "False")
             << ", kdim=" << c.key_dim() << ", vdim=" << c.value_dim() << ", batch_first=True) from " << a.weights << "\n";
