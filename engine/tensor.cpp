@@ -1,5 +1,6 @@
 #include "engine/tensor.h"
 
+#include <random>
 #include <stdexcept>
 
 namespace vkattn {
@@ -63,5 +64,13 @@ static size_t flat_offset(const Shape& shape, std::initializer_list<int64_t> ind
 
 float& Tensor::at(std::initializer_list<int64_t> index) { return data[flat_offset(shape, index)]; }
 float Tensor::at(std::initializer_list<int64_t> index) const { return data[flat_offset(shape, index)]; }
+
+Tensor random_tensor(Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Tensor t(std::move(shape));
+  for (float& v : t.data) v = dist(rng);
+  return t;
+}
 
 }  // namespace vkattn

@@ -27,6 +27,11 @@ Shape unravel_index(const Shape& shape, int64_t flat);
 // `dims` has no name for it).
 std::string index_string(const Shape& shape, int64_t flat, const std::vector<std::string>& dims = {});
 
+struct Tensor;
+// A float tensor of `shape` drawn uniformly from [-1, 1) by std::mt19937(seed): the same numbers
+// on every machine, for demos, benchmarks and tests.
+Tensor random_tensor(Shape shape, uint32_t seed);
+
 struct Tensor {
   Shape shape;
   std::vector<float> data;

@@ -1,7 +1,6 @@
 // vkattn demo: random multi-head attention on the GPU and on the CPU reference, every step's
 // shapes and the largest GPU-vs-reference difference.
 #include <iostream>
-#include <random>
 
 #include "engine/multi_head_attention.h"
 #include "engine/reference_backend.h"
@@ -11,17 +10,6 @@
 #include "tools/commands.h"
 
 namespace vkattn::cli {
-
-namespace {
-
-Tensor random_tensor(Shape shape, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Tensor t(std::move(shape));
-  for (float& v : t.data) v = dist(rng);
-  return t;
-}
-
-}  // namespace
 
 CLI::App* add_demo(CLI::App& app, DemoArgs& demo) {
   auto* cmd = app.add_subcommand("demo", "run attention on the GPU and the CPU reference and compare every step");
@@ -39,10 +27,9 @@ CLI::App* add_demo(CLI::App& app, DemoArgs& demo) {
 int run_demo(const DemoArgs& a) {
   MultiHeadAttentionConfig config{.embed_dim = a.embed, .num_heads = a.heads, .batch_first = true};
   MultiHeadAttention mha(config, MultiHeadAttentionWeights::random(config, a.seed));
-  std::mt19937 rng(a.seed + 1);
   int64_t S = a.kv_seq ? a.kv_seq : a.seq;
-  Tensor query = random_tensor({a.batch, a.seq, a.embed}, rng);
-  Tensor memory = a.kv_seq ? random_tensor({a.batch, S, a.embed}, rng) : query;
+  Tensor query = random_tensor({a.batch, a.seq, a.embed}, a.seed + 1);
+  Tensor memory = a.kv_seq ? random_tensor({a.batch, S, a.embed}, a.seed + 2) : query;
   ForwardOptions options;
   options.is_causal = a.causal;
 

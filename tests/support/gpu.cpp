@@ -7,14 +7,6 @@ std::shared_ptr<vulkan::Context> shared_context() {
   return context;
 }
 
-Tensor random_tensor(Shape shape, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Tensor t(std::move(shape));
-  for (float& v : t.data) v = dist(rng);
-  return t;
-}
-
 Tensor random_bool_mask(Shape shape, float p, uint32_t seed) {
   std::mt19937 rng(seed);
   std::bernoulli_distribution blocked(p);

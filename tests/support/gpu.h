@@ -15,8 +15,8 @@ namespace vkattn::testing {
 
 std::shared_ptr<vulkan::Context> shared_context();
 
-// Uniform in [-1, 1), reproducible from the seed.
-Tensor random_tensor(Shape shape, uint32_t seed);
+using vkattn::random_tensor;  // uniform [-1, 1), seeded
+
 // A bool mask (1 = blocked) with each entry blocked with probability `p`.
 Tensor random_bool_mask(Shape shape, float p, uint32_t seed);
 
