@@ -2,6 +2,7 @@
 // both backends write .npy files that match PyTorch; every bad file and bad argument gives exit
 // 2, exactly one line on stderr naming the culprit, and no output file.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -311,6 +312,47 @@ TEST_F(CliRun, SideBySideWithAZeroToleranceShowsWhereTheBackendsDifferAndWritesN
   EXPECT_NE(e.err.find("the gpu and cpu passes disagree from step"), std::string::npos) << e.err;
   EXPECT_NE(e.err.find("nothing was written"), std::string::npos) << e.err;
   EXPECT_TRUE(outputs().empty());
+}
+
+// ---- vkattn bench ----
+
+TEST_F(CliRun, BenchValidatesTimesAndReportsEveryStepAsJson) {
+  Exit e = vkattn({"bench", "--batch", "2", "--seq", "17", "--kv-seq", "3", "--embed", "12", "--heads", "3", "--causal",
+                   "--iters", "3", "--warmup", "1", "--tracing-overhead", "--json"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  auto j = nlohmann::json::parse(e.out);
+  EXPECT_EQ(j["backend"], "gpu");
+  EXPECT_GT(j["total_ms"].get<double>(), 0.0);
+  EXPECT_LE(j["min_ms"].get<double>(), j["total_ms"].get<double>());
+  // 2 B (L E E + 2 S E E + L E E) + 4 B L S E: the projections, Q·Kᵀ and P·V
+  EXPECT_DOUBLE_EQ(j["flops"].get<double>(), 2.0 * 2 * (17 * 144 + 2 * 3 * 144 + 17 * 144) + 4.0 * 2 * 17 * 3 * 12);
+  EXPECT_NEAR(j["gflops"].get<double>(), j["flops"].get<double>() / (j["total_ms"].get<double>() * 1e6), 1e-9);
+  EXPECT_GT(j["peak_device_bytes"].get<uint64_t>(), 4u * 2 * 3 * 17 * 3) << "at least the scores (B, H, L, S)";
+  EXPECT_LE(j["validation_max_abs_error"].get<double>(), 1e-5);
+  EXPECT_EQ(j["step_clock"], "gpu");
+  std::vector<std::string> names;
+  for (const auto& step : j["steps"]) {
+    names.push_back(step["name"]);
+    EXPECT_GE(step["time_us"].get<double>(), 0.0) << step;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "split_heads_q", "split_heads_k", "split_heads_v",
+                                             "attention_scores", "attention_mask", "softmax", "attention_values",
+                                             "merge_heads", "out_proj"}));
+  for (const char* mode : {"none", "shapes", "values"}) EXPECT_GT(j["tracing"][mode]["median_ms"].get<double>(), 0.0) << mode;
+  EXPECT_TRUE(j["tracing"]["shapes"]["overhead"].is_number());
+}
+
+TEST_F(CliRun, BenchPrintsAReportAndRefusesBadShapes) {
+  Exit e = vkattn({"bench", "--batch", "1", "--seq", "5", "--embed", "8", "--heads", "2", "--iters", "2", "--backend", "cpu"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("self-attention B=1 L=5 S=5 E=8 H=2 d=4, need_weights=False, on cpu"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("7   softmax             softmax           (1, 2, 5, 5)"), std::string::npos) << e.out;
+  e = vkattn({"bench", "--embed", "10", "--heads", "3"});
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.err.find("embed_dim=10 is not divisible by num_heads=3"), std::string::npos) << e.err;
+  e = vkattn({"bench", "--trace", "everything"});
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.err.find("--trace"), std::string::npos) << e.err;
 }
 
 }  // namespace

@@ -5,13 +5,19 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
+
+#include "engine/backend.h"
 
 namespace vkattn::cli {
 
 CLI::App* add_devices(CLI::App& app);
 int run_devices();
+// "gpu" on `device` (an index or name substring; empty: VKATTN_DEVICE or the best), or "cpu".
+// UsageError for a device that matches none, or a device given with cpu.
+std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device);
 
 struct DemoArgs {
   int64_t batch = 2, seq = 5, kv_seq = 0, embed = 16, heads = 4;
@@ -44,6 +50,19 @@ struct DiffArgs {
 };
 CLI::App* add_diff(CLI::App& app, DiffArgs& args);
 int run_diff(const DiffArgs& args);
+
+struct BenchArgs {
+  int64_t batch = 1, seq = 128, kv_seq = 0, embed = 256, heads = 8;
+  bool causal = false;
+  std::string backend = "gpu", device;
+  int iters = 10, warmup = 2;
+  std::string tracing = "none";   // the tracer on each timed forward: none, shapes, values
+  bool tracing_overhead = false;  // time all three, alternating
+  bool json = false;
+  uint32_t seed = 0;
+};
+CLI::App* add_bench(CLI::App& app, BenchArgs& args);
+int run_bench(const BenchArgs& args);
 
 // A usage problem found after parsing (exit 2), e.g. two outputs with one path.
 class UsageError : public std::runtime_error {

@@ -1,10 +1,12 @@
 // vkattn devices: every Vulkan device, its limits and optional features, the one vkattn picks,
-// and why any device is unusable.
+// and why any device is unusable; and the backend a command asks for.
 #include <iostream>
 #include <optional>
 
 #include "engine/errors.h"
+#include "engine/reference_backend.h"
 #include "engine/vulkan/context.h"
+#include "engine/vulkan_backend.h"
 #include "tools/commands.h"
 
 namespace vkattn::cli {
@@ -39,6 +41,23 @@ int run_devices() {
   }
   if (chosen) std::cout << "* = the device vkattn uses (set VKATTN_DEVICE to an index or a name to choose)\n";
   return chosen ? 0 : 1;
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device) {
+  if (backend == "cpu") {
+    if (!device.empty()) throw UsageError("--device chooses a GPU; it does not apply to --backend cpu");
+    return std::make_unique<ReferenceBackend>();
+  }
+  auto options = vulkan::ContextOptions::from_environment();
+  if (!device.empty()) {
+    try {
+      vulkan::select_device(vulkan::list_devices(), device);
+    } catch (const DeviceError& e) {
+      throw UsageError(std::string("--device: ") + e.what());
+    }
+    options.device = device;
+  }
+  return std::make_unique<VulkanBackend>(std::make_shared<vulkan::Context>(options));
 }
 
 }  // namespace vkattn::cli

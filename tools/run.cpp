@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -15,11 +16,8 @@
 #include "engine/io/npy.h"
 #include "engine/io/state_dict.h"
 #include "engine/multi_head_attention.h"
-#include "engine/reference_backend.h"
 #include "engine/side_by_side.h"
 #include "engine/trace_dump.h"
-#include "engine/vulkan/context.h"
-#include "engine/vulkan_backend.h"
 #include "tools/commands.h"
 
 namespace vkattn::cli {
@@ -73,20 +71,6 @@ nlohmann::json trace_config(const RunArgs& a, const MultiHeadAttentionConfig& c)
           {"bias", c.bias}, {"add_bias_kv", c.add_bias_kv}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()},
           {"batch_first", true}, {"is_causal", a.causal}, {"need_weights", !a.attn_weights.empty()},
           {"average_attn_weights", !a.per_head_weights}, {"files", files}};
-}
-
-std::unique_ptr<Backend> make_backend(const std::string& backend, const RunArgs& a) {
-  if (backend == "cpu") return std::make_unique<ReferenceBackend>();
-  auto options = vulkan::ContextOptions::from_environment();
-  if (!a.device.empty()) {
-    try {
-      vulkan::select_device(vulkan::list_devices(), a.device);
-    } catch (const DeviceError& e) {
-      throw UsageError(std::string("--device: ") + e.what());
-    }
-    options.device = a.device;
-  }
-  return std::make_unique<VulkanBackend>(std::make_shared<vulkan::Context>(options));
 }
 
 // A result is never written with NaN or Inf in it: that is a failure, not an answer.
@@ -149,7 +133,6 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
 }
 
 int run_run(const RunArgs& a) {
-  if (a.backend == "cpu" && !a.device.empty()) throw UsageError("--device chooses a GPU; it does not apply to --backend cpu");
   if (!a.out.empty() && a.out == a.attn_weights) throw UsageError("--out and --attn-weights both name " + a.out);
   for (const auto& path : {a.out, a.attn_weights})
     if (!path.empty()) io::check_output_path(path);
@@ -170,7 +153,7 @@ int run_run(const RunArgs& a) {
   // One pass, or two side by side (the GPU's is the result; the reference checks it).
   std::vector<std::unique_ptr<Backend>> backends;
   for (const std::string& name : a.side_by_side ? std::vector<std::string>{"gpu", "cpu"} : std::vector{a.backend}) {
-    backends.push_back(make_backend(name, a));
+    backends.push_back(make_backend(name, a.side_by_side && name == "cpu" ? "" : a.device));  // --device picks the GPU
   }
   std::vector<std::unique_ptr<StepRecorder>> recorders;
   std::vector<std::unique_ptr<Tracer>> sinks;

@@ -2,6 +2,7 @@
 //   vkattn devices   every Vulkan device, what it offers, and why one is unusable
 //   vkattn run       a PyTorch nn.MultiheadAttention state_dict on .npy inputs, on the GPU or the CPU
 //   vkattn diff      two trace dumps compared step by step, down to the first divergent element
+//   vkattn bench     one shape timed (validated first): per-step times, GFLOP/s, memory, tracing cost
 //   vkattn demo      random attention on the GPU and the CPU reference, compared step by step
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input; errors are one line on stderr.
 #include <CLI/CLI.hpp>
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
   auto* run = cli::add_run(app, run_args);
   cli::DiffArgs diff_args;
   auto* diff = cli::add_diff(app, diff_args);
+  cli::BenchArgs bench_args;
+  auto* bench = cli::add_bench(app, bench_args);
   cli::DemoArgs demo_args;
   auto* demo = cli::add_demo(app, demo_args);
 
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
     if (devices->parsed()) return cli::run_devices();
     if (run->parsed()) return cli::run_run(run_args);
     if (diff->parsed()) return cli::run_diff(diff_args);
+    if (bench->parsed()) return cli::run_bench(bench_args);
     if (demo->parsed()) return cli::run_demo(demo_args);
     return 2;
   } catch (const std::exception& e) {

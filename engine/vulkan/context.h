@@ -88,6 +88,8 @@ class Context {
   void on_free(uint64_t bytes) const;
   uint64_t allocated_bytes() const { return allocated_; }
   uint64_t peak_allocated_bytes() const { return peak_; }
+  // Starts a new peak measurement from what is allocated now.
+  void reset_peak() const { peak_ = allocated_.load(); }
 
   struct ValidationState;
 

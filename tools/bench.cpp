@@ -1,0 +1,239 @@
+// vkattn bench: one attention shape, validated once against the CPU reference, then timed.
+// Prints the median and fastest forward (wall clock around MultiHeadAttention::forward: inputs
+// and weights uploaded, the output read back), GFLOP/s, peak Vulkan memory and every step's
+// time from one traced forward. --tracing-overhead alternates untraced, shape-traced and
+// value-traced forwards in one run and reports what each tracer costs.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "engine/compare.h"
+#include "engine/multi_head_attention.h"
+#include "engine/reference_backend.h"
+#include "engine/vulkan_backend.h"
+#include "tools/commands.h"
+
+namespace vkattn::cli {
+
+namespace {
+
+using nlohmann::json;
+
+// The multiply-adds of the unfused recipe, times two: four projections, Q·Kᵀ and P·V (masks,
+// softmax and the head reshapes are memory traffic, not counted).
+double forward_flops(const BenchArgs& a) {
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  const double B = d(a.batch), L = d(a.seq), S = d(a.kv_seq ? a.kv_seq : a.seq), E = d(a.embed);
+  return 2 * B * (L * E * E + 2 * S * E * E + L * E * E) + 2 * 2 * B * L * S * E;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The median over rounds of (this mode's time / the untraced time in the same round) - 1:
+// pairing each traced forward with its neighbour cancels the slow drift of a shared machine.
+double paired_overhead(const std::vector<double>& traced, const std::vector<double>& untraced) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < traced.size() && i < untraced.size(); ++i) ratios.push_back(traced[i] / untraced[i]);
+  return median(ratios) - 1;
+}
+
+// The tracers a timed forward can carry: none, shapes only (no readback), or every value.
+const std::vector<std::string> kTracing = {"none", "shapes", "values"};
+
+class Bench {
+ public:
+  explicit Bench(const BenchArgs& a)
+      : a_(a),
+        config_{.embed_dim = a.embed, .num_heads = a.heads, .batch_first = true},
+        mha_(config_, MultiHeadAttentionWeights::random(config_, a.seed)),
+        query_(random_tensor({a.batch, a.seq, a.embed}, a.seed + 1)),
+        memory_(a.kv_seq ? random_tensor({a.batch, a.kv_seq, a.embed}, a.seed + 2) : query_),
+        backend_(make_backend(a.backend, a.device)) {
+    options_.need_weights = false;
+    options_.is_causal = a.causal;
+  }
+
+  Backend& backend() { return *backend_; }
+  const vulkan::Context* context() const {
+    auto* gpu = dynamic_cast<const VulkanBackend*>(backend_.get());
+    return gpu ? &gpu->context() : nullptr;
+  }
+
+  // One forward with the tracing mode's tracer attached; its wall time in ms.
+  double time_forward(const std::string& tracing, StepRecorder* keep = nullptr) {
+    std::optional<StepRecorder> local;
+    StepRecorder* recorder = keep;
+    if (!recorder && tracing != "none") recorder = &local.emplace(tracing == "values");
+    if (recorder) backend_->add_tracer(*recorder);
+    auto start = std::chrono::steady_clock::now();
+    try {
+      last_ = mha_.forward(*backend_, query_, memory_, memory_, options_);
+    } catch (...) {
+      if (recorder) backend_->remove_tracer(*recorder);
+      throw;
+    }
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (recorder) backend_->remove_tracer(*recorder);
+    return ms;
+  }
+
+  // The largest |backend - reference| of the output, or throws when they disagree.
+  double validate() {
+    time_forward("none");
+    ReferenceBackend cpu;
+    AttentionResult expected = mha_.forward(cpu, query_, memory_, memory_, options_);
+    ValueDiff d = compare_values(last_.output, expected.output, 1e-4, 1e-4);
+    if (d.mismatches) {
+      throw std::runtime_error("validation failed: the " + a_.backend + " output differs from the reference: " +
+                               mismatch_report(d, expected.output.shape, {"b", "i", "e"}, a_.backend, "cpu", 1e-4, 1e-4));
+    }
+    return d.max_abs_error;
+  }
+
+ private:
+  const BenchArgs& a_;
+  MultiHeadAttentionConfig config_;
+  MultiHeadAttention mha_;
+  Tensor query_, memory_;
+  std::unique_ptr<Backend> backend_;
+  ForwardOptions options_;
+  AttentionResult last_;
+};
+
+}  // namespace
+
+CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
+  auto* cmd = app.add_subcommand("bench", "time one attention shape (validated against the reference first)");
+  auto size = [&](const char* name, int64_t& v, const char* what) {
+    return cmd->add_option(name, v, what)->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  };
+  size("--batch", a.batch, "B");
+  size("--seq", a.seq, "L, query length");
+  cmd->add_option("--kv-seq", a.kv_seq, "S, key length (cross-attention when given)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  size("--embed", a.embed, "E");
+  size("--heads", a.heads, "H (must divide E)");
+  cmd->add_flag("--causal", a.causal, "block each query from later keys");
+  cmd->add_option("--backend", a.backend, "gpu or cpu")->check(CLI::IsMember({"gpu", "cpu"}))->capture_default_str();
+  cmd->add_option("--device", a.device, "GPU index or name substring (see vkattn devices)");
+  cmd->add_option("--iters", a.iters, "timed forwards (per tracing mode with --tracing-overhead)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", a.warmup, "untimed forwards first")->capture_default_str()->check(CLI::Range(0, 1000));
+  cmd->add_option("--trace", a.tracing, "tracer on each timed forward: none, shapes (no readback) or values")
+      ->check(CLI::IsMember(kTracing))->capture_default_str();
+  cmd->add_flag("--tracing-overhead", a.tracing_overhead,
+                "alternate untraced, shape-traced and value-traced forwards; report each tracer's cost");
+  cmd->add_flag("--json", a.json, "print one JSON object instead of the report");
+  cmd->add_option("--seed", a.seed, "seed for weights and inputs");
+  return cmd;
+}
+
+int run_bench(const BenchArgs& a) {
+  Bench bench(a);
+  const double validation_error = a.backend == "cpu" ? 0.0 : bench.validate();
+  for (int i = 0; i < a.warmup; ++i) bench.time_forward("none");
+
+  // Timed forwards. With --tracing-overhead every mode runs once per round, in a rotating order,
+  // so that drift on a shared machine falls on all three alike.
+  std::map<std::string, std::vector<double>> ms;
+  for (int i = 0; i < a.iters; ++i) {
+    if (!a.tracing_overhead) {
+      ms[a.tracing].push_back(bench.time_forward(a.tracing));
+      continue;
+    }
+    for (size_t m = 0; m < kTracing.size(); ++m) {
+      const std::string& mode = kTracing[(m + static_cast<size_t>(i)) % kTracing.size()];
+      ms[mode].push_back(bench.time_forward(mode));
+    }
+  }
+  const std::string timed = a.tracing_overhead ? "none" : a.tracing;
+  const double total_ms = median(ms[timed]);
+  const double min_ms = *std::min_element(ms[timed].begin(), ms[timed].end());
+
+  // One more forward, shape-traced, for each step's time and the peak memory.
+  StepRecorder steps(false);
+  if (bench.context()) bench.context()->reset_peak();
+  bench.time_forward("shapes", &steps);
+  const uint64_t peak = bench.context() ? bench.context()->peak_allocated_bytes() : 0;
+  const double flops = forward_flops(a);
+  const double gflops = flops / (total_ms * 1e6);
+
+  json steps_json = json::array();
+  for (size_t i = 0; i < steps.steps().size(); ++i) {
+    const StepEvent& e = steps.steps()[i].event;
+    const auto& times = steps.pass_end().step_times;
+    steps_json.push_back({{"index", e.index}, {"name", e.name}, {"op", e.op}, {"output", e.output.shape},
+                          {"time_us", i < times.size() ? json(times[i].duration_us) : json()}});
+  }
+  const int64_t S = a.kv_seq ? a.kv_seq : a.seq;
+  if (a.json) {
+    json out = {{"config", {{"batch", a.batch}, {"seq", a.seq}, {"kv_seq", S}, {"embed", a.embed}, {"heads", a.heads},
+                            {"causal", a.causal}, {"need_weights", false}}},
+                {"backend", a.backend}, {"device", bench.backend().device_name()}, {"iters", a.iters},
+                {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms}, {"flops", flops}, {"gflops", gflops},
+                {"peak_device_bytes", peak}, {"validation_max_abs_error", validation_error},
+                {"step_clock", steps.pass_end().clock}, {"steps", steps_json}};
+    if (a.tracing_overhead) {
+      for (const auto& mode : kTracing) {
+        out["tracing"][mode] = {{"median_ms", median(ms[mode])}, {"min_ms", *std::min_element(ms[mode].begin(), ms[mode].end())}};
+      }
+      for (const char* mode : {"shapes", "values"}) {
+        out["tracing"][mode]["overhead"] = paired_overhead(ms[mode], ms["none"]);
+        out["tracing"][mode]["min_overhead"] = out["tracing"][mode]["min_ms"].get<double>() / min_ms - 1;
+      }
+    }
+    std::cout << out.dump(1) << "\n";
+    return 0;
+  }
+
+  std::cout << std::fixed << std::setprecision(2) << (a.kv_seq ? "cross" : "self") << "-attention B=" << a.batch
+            << " L=" << a.seq << " S=" << S << " E=" << a.embed << " H=" << a.heads << " d=" << a.embed / a.heads
+            << (a.causal ? " causal" : "") << ", need_weights=False, on " << a.backend << " ("
+            << bench.backend().device_name() << ")\n";
+  if (a.backend == "gpu") {
+    std::cout << "validated against the cpu reference: max |gpu - cpu| of the output " << std::scientific
+              << std::setprecision(2) << validation_error << std::fixed << "\n";
+  }
+  std::cout << a.iters << " forwards (" << a.warmup << " warm-up, tracer: " << timed << "): median " << total_ms
+            << " ms, fastest " << min_ms << " ms; " << flops / 1e9 << " GFLOP each, " << gflops << " GFLOP/s\n";
+  if (bench.context()) std::cout << "peak Vulkan memory (device and staging buffers): " << static_cast<double>(peak) / 1048576.0 << " MiB\n";
+  std::cout << "\nstep times (" << steps.pass_end().clock << " clock, one shape-traced forward):\n";
+  double step_sum = 0;
+  for (const auto& t : steps.pass_end().step_times) step_sum += t.duration_us;
+  for (const auto& s : steps_json) {
+    std::cout << std::left << std::setw(4) << s["index"].get<int>() << std::setw(20) << s["name"].get<std::string>()
+              << std::setw(18) << s["op"].get<std::string>() << std::setw(20) << shape_string(s["output"].get<Shape>())
+              << std::right << std::setw(12);
+    if (s["time_us"].is_null()) {
+      std::cout << "-\n";
+    } else {
+      double us = s["time_us"].get<double>();
+      std::cout << us << " us" << std::setw(8) << 100 * us / step_sum << " %\n";
+    }
+  }
+  if (a.tracing_overhead) {
+    std::cout << "\ntracing overhead, " << a.iters << " rounds of one forward per tracer, in rotating order:\n"
+              << "  tracer      median     fastest   overhead (median of per-round ratios; of fastest)\n";
+    for (const auto& mode : kTracing) {
+      const double fast = *std::min_element(ms[mode].begin(), ms[mode].end());
+      std::cout << "  " << std::left << std::setw(8) << mode << std::right << std::setw(9) << median(ms[mode]) << " ms"
+                << std::setw(9) << fast << " ms";
+      if (mode != "none") {
+        std::cout << std::showpos << std::setw(10) << 100 * paired_overhead(ms[mode], ms["none"]) << " %;"
+                  << std::setw(8) << 100 * (fast / min_ms - 1) << " %" << std::noshowpos;
+      }
+      std::cout << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace vkattn::cli
