@@ -218,6 +218,21 @@ TEST_F(TraceFiles, ShapeOnlyTracingReadsNothingBack) {
   gpu().remove_tracer(trace);
 }
 
+TEST_F(TraceFiles, EveryDispatchCarriesADebugLabelNamedAfterItsStep) {
+  ASSERT_TRUE(gpu().context().debug_labels()) << "the tests run with the validation layer, which brings VK_EXT_debug_utils";
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .add_bias_kv = true, .add_zero_attn = true, .kdim = 3,
+                             .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 3));
+  StepRecorder steps(false);
+  gpu().add_tracer(steps);
+  mha.forward(gpu(), random_tensor({2, 3, 8}, 4), random_tensor({2, 5, 3}, 5), random_tensor({2, 5, 8}, 6));
+  gpu().remove_tracer(steps);
+  std::vector<std::string> names;
+  for (const auto& step : steps.steps()) names.push_back(step.event.name);
+  ASSERT_EQ(names.size(), 16u);
+  EXPECT_EQ(gpu().recorder().pass_labels(), names);
+}
+
 // A tracer that fails at one step, as a full disk would.
 class FailAt : public Tracer {
  public:

@@ -127,7 +127,10 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
   }
   context_->device().updateDescriptorSets(writes, {});
 
-  if (context_->debug_labels()) commands_.beginDebugUtilsLabelEXT(vk::DebugUtilsLabelEXT(label.c_str()));
+  if (context_->debug_labels()) {
+    commands_.beginDebugUtilsLabelEXT(vk::DebugUtilsLabelEXT(label.c_str()));
+    pass_labels_.push_back(label);
+  }
   commands_.bindPipeline(vk::PipelineBindPoint::eCompute, *kernel.pipeline());
   commands_.bindDescriptorSets(vk::PipelineBindPoint::eCompute, *kernel.layout(), 0, set, {});
   commands_.pushConstants<std::byte>(*kernel.layout(), vk::ShaderStageFlagBits::eCompute, 0, push_constants);
@@ -178,6 +181,7 @@ void Recorder::download(const std::shared_ptr<Buffer>& source, void* data, size_
 void Recorder::time_dispatches(bool on) {
   timing_ = on && *timestamps_;
   reset_pending_ = timing_;
+  pass_labels_.clear();
   queries_used_ = 0;
   out_of_queries_ = false;
 }

@@ -55,6 +55,9 @@ class Recorder {
   const std::shared_ptr<Buffer>& placeholder() const { return placeholder_; }
   uint64_t submissions() const { return submissions_; }
   uint64_t barriers() const { return barriers_; }
+  // The debug-utils labels recorded since time_dispatches() began the pass, in order (empty
+  // when the instance lacks VK_EXT_debug_utils): what RenderDoc and Nsight will show.
+  const std::vector<std::string>& pass_labels() const { return pass_labels_; }
 
  private:
   enum class Access { read, write };
@@ -78,6 +81,7 @@ class Recorder {
   std::shared_ptr<Buffer> placeholder_;
   uint64_t submissions_ = 0;
   uint64_t barriers_ = 0;
+  std::vector<std::string> pass_labels_;
   // timestamps: two queries per timed dispatch
   vk::raii::QueryPool timestamps_ = nullptr;
   bool timing_ = false;
