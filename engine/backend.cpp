@@ -53,6 +53,14 @@ Tensor Backend::download(const Value& value) {
   return Tensor(value.shape, load(*value.storage, element_count(value.shape)), value.dtype);
 }
 
+Value view(const Value& value, Shape shape) {
+  require(element_count(shape) == element_count(value.shape), value.name,
+          "cannot view " + describe(value) + " as " + shape_string(shape) + ": the element counts differ");
+  Value out = value;
+  out.shape = std::move(shape);
+  return out;
+}
+
 Value Backend::make_output(const std::string& step, Shape shape) {
   int64_t count = element_count(shape);
   return Value{step, std::move(shape), DType::float32, allocate(count)};
@@ -222,6 +230,7 @@ void Backend::add_tracer(Tracer& tracer) { tracers_.push_back(&tracer); }
 void Backend::remove_tracer(Tracer& tracer) { std::erase(tracers_, &tracer); }
 
 void Backend::begin_pass(const std::string& pass) {
+  if (pass_depth_++ > 0) return;  // nested: part of the pass already open
   next_index_ = 0;
   host_times_.clear();
   pass_start_ = Clock::now();
@@ -230,6 +239,7 @@ void Backend::begin_pass(const std::string& pass) {
 }
 
 void Backend::end_pass(const std::optional<std::string>& error) noexcept {
+  if (pass_depth_ == 0 || --pass_depth_ > 0) return;  // unbalanced, or a nested pass: the outer one reports
   if (tracers_.empty()) return;
   PassEnd end{host_times_, "host", error};
   try {

@@ -37,6 +37,10 @@ struct Value {
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
 };
 
+// The same numbers under another shape with as many elements, as torch's view: no step, no copy.
+// (B, T, H, d) viewed as (B, T, E) is the same memory. ShapeError when the counts differ.
+Value view(const Value& value, Shape shape);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -76,10 +80,12 @@ class Backend {
   // Tracing. Tracers are not owned and must outlive their attachment.
   void add_tracer(Tracer& tracer);
   void remove_tracer(Tracer& tracer);
-  // Starts a new pass: step indices restart at 0 and tracers hear `pass`'s name.
+  // Starts a new pass: step indices restart at 0 and tracers hear `pass`'s name. Passes nest: a
+  // pass begun inside another (a module's forward inside a tutorial's part) is part of it.
   void begin_pass(const std::string& pass);
   // Ends it: tracers get every step's time (the GPU's once its work is done) and, when the pass
-  // failed, the error. Never throws: it may run while an exception is on its way out.
+  // failed, the error; a nested pass's end only closes it. Never throws: it may run while an
+  // exception is on its way out.
   void end_pass(const std::optional<std::string>& error = std::nullopt) noexcept;
 
  protected:
@@ -138,6 +144,7 @@ class Backend {
               std::vector<std::string> dims);
 
   std::vector<Tracer*> tracers_;
+  int pass_depth_ = 0;
   int next_index_ = 0;
   Clock::time_point pass_start_ = Clock::now();
   std::vector<StepTime> host_times_;

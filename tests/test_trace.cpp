@@ -274,6 +274,27 @@ TEST_F(TraceFiles, AFailedPassKeepsItsTraceAndTheError) {
   EXPECT_FALSE(fs::exists(dir_ / "failed" / "007_softmax.npy")) << "the earlier pass's values are gone";
 }
 
+TEST(Passes, ANestedPassIsPartOfTheOuterOneAndAViewIsNoStep) {
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 3));
+  ReferenceBackend cpu;
+  StepRecorder steps(false);
+  cpu.add_tracer(steps);
+  ForwardOptions o;
+  o.need_weights = false;
+  cpu.begin_pass("two forwards");
+  mha.forward(cpu, random_tensor({1, 3, 8}, 4), o);
+  Value x = cpu.upload("x", random_tensor({1, 3, 2, 4}, 5));                  // (B, T, H, d)
+  Value heads = cpu.split_heads("split_heads_x", view(x, {1, 3, 8}), 2);  // viewed as (B, T, E)
+  mha.forward(cpu, random_tensor({1, 3, 8}, 6), o);
+  cpu.end_pass();
+  ASSERT_EQ(steps.steps().size(), 23u) << "11 + 1 + 11 steps, one pass";
+  for (size_t i = 0; i < steps.steps().size(); ++i) EXPECT_EQ(steps.steps()[i].event.index, static_cast<int>(i));
+  EXPECT_EQ(steps.pass_end().step_times.size(), 23u);
+  EXPECT_EQ(heads.shape, (Shape{1, 2, 3, 4}));
+  EXPECT_THROW(view(x, {1, 3, 7}), ShapeError);
+}
+
 TEST(ConsoleTracer, PrintsEveryStepWithTimesAndValuesAndTheError) {
   MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
   MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 3));
