@@ -36,6 +36,7 @@ struct RunArgs {
   std::string device;
   std::string out, attn_weights;
   bool per_head_weights = false;
+  std::string images;  // a directory for heatmaps of the attention weights
   std::string trace;  // a dump directory; with side_by_side, DIR/gpu and DIR/cpu
   bool trace_values = false;
   bool side_by_side = false;  // run the GPU and the CPU reference, compare every step

@@ -13,6 +13,7 @@
 
 #include "engine/errors.h"
 #include "engine/io/file.h"
+#include "engine/io/heatmap.h"
 #include "engine/io/npy.h"
 #include "engine/io/state_dict.h"
 #include "engine/multi_head_attention.h"
@@ -121,6 +122,8 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   auto* weights = cmd->add_option("--attn-weights", a.attn_weights,
                                   "P.npy: write the attention weights (B, L, S), averaged over heads");
   cmd->add_flag("--per-head-weights", a.per_head_weights, "write the weights per head, (B, H, L, S)")->needs(weights);
+  cmd->add_option("--images", a.images, "DIR: also draw the attention weights, one SVG heatmap per batch item (and head)")
+      ->needs(weights);
   auto* trace = cmd->add_option("--trace", a.trace, "DIR: print every step and write DIR/trace.json and DIR/timeline.json");
   cmd->add_flag("--trace-values", a.trace_values, "also read back every step's output: DIR/NNN_<step>.npy")->needs(trace);
   auto* side = cmd->add_flag("--side-by-side", a.side_by_side,
@@ -195,6 +198,15 @@ int run_run(const RunArgs& a) {
   if (!a.out.empty()) files.emplace_back(a.out, io::encode_npy(result.output));
   if (result.weights) files.emplace_back(a.attn_weights, io::encode_npy(*result.weights));
   for (auto& file : files) file.commit();
+  std::vector<std::filesystem::path> images;
+  if (!a.images.empty()) {
+    std::filesystem::create_directories(a.images);
+    const bool batched = result.weights->rank() == (a.per_head_weights ? 4 : 3);
+    std::vector<std::string> dims = batched ? std::vector<std::string>{"b"} : std::vector<std::string>{};
+    if (a.per_head_weights) dims.push_back("h");
+    images = io::write_heatmaps(a.images, "attn_weights", *result.weights, dims,
+                                {.title = a.per_head_weights ? "attention weights" : "attention weights, averaged over heads"});
+  }
 
   const auto& c = mha.config();
   std::cout << backend.name() << " backend: " << backend.device_name() << (a.side_by_side ? ", checked by the cpu reference" : "") << "\n"
@@ -206,6 +218,7 @@ int run_run(const RunArgs& a) {
     print_summary(*result.weights, a.per_head_weights ? "attention weights per head" : "attention weights averaged over heads",
                   a.attn_weights);
   }
+  if (!images.empty()) std::cout << images.size() << " heatmap" << (images.size() > 1 ? "s" : "") << " -> " << a.images << "/attn_weights*.svg\n";
   return 0;
 }
 
