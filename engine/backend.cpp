@@ -225,6 +225,23 @@ Value Backend::average_heads(const std::string& step, const Value& p) {
   return avg;
 }
 
+Value Backend::host_step(const std::string& step, const std::string& op, const std::vector<const Value*>& inputs,
+                         std::vector<std::string> dims, const HostStep& compute) {
+  Tensor result;
+  timed(step, [&] {
+    std::vector<Tensor> host;
+    for (const Value* v : inputs) host.push_back(download(*v));
+    result = compute(host);
+  });
+  require(element_count(result.shape) == result.size() && result.size() > 0, step,
+          "the host step made " + std::to_string(result.size()) + " values for shape " + shape_string(result.shape));
+  Value y{step, result.shape, result.dtype, store(result)};
+  std::vector<TensorInfo> in;
+  for (const Value* v : inputs) in.push_back({v->name, v->shape, v->dtype});
+  report(step, op.c_str(), std::move(in), y, std::move(dims));
+  return y;
+}
+
 void Backend::add_tracer(Tracer& tracer) { tracers_.push_back(&tracer); }
 
 void Backend::remove_tracer(Tracer& tracer) { std::erase(tracers_, &tracer); }

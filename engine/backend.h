@@ -9,6 +9,7 @@
 // op (linear, split_heads, …): errors, traces and debug labels carry both.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,6 +77,13 @@ class Backend {
   Value merge_heads(const std::string& step, const Value& x);
   // (B, H, L, S) -> (B, L, S), mean over H
   Value average_heads(const std::string& step, const Value& p);
+
+  // A step computed on the host: the inputs read back, `compute` run on them, its result stored
+  // on this backend and traced like any step (`dims` names its axes). For trying out a new or a
+  // hand-written version of a step; on the GPU it waits for the work before it.
+  using HostStep = std::function<Tensor(const std::vector<Tensor>& inputs)>;
+  Value host_step(const std::string& step, const std::string& op, const std::vector<const Value*>& inputs,
+                  std::vector<std::string> dims, const HostStep& compute);
 
   // Tracing. Tracers are not owned and must outlive their attachment.
   void add_tracer(Tracer& tracer);

@@ -21,6 +21,15 @@ std::string format_time(const std::optional<StepTime>& t) {
   return s.str();
 }
 
+// "[0.1235, -0.5, 0.25, 1, 0.5, 0.75, …]"
+std::string leading(const Tensor& t, size_t n = 6) {
+  std::ostringstream s;
+  s << std::setprecision(4) << "[";
+  for (size_t i = 0; i < std::min(n, t.data.size()); ++i) s << (i ? ", " : "") << t.data[i];
+  s << (t.data.size() > n ? ", …]" : "]");
+  return s.str();
+}
+
 }  // namespace
 
 SideBySide::SideBySide(const StepRecorder& tested, const StepRecorder& reference, double atol, double rtol)
@@ -54,7 +63,7 @@ bool SideBySide::agree() const {
   return std::all_of(rows_.begin(), rows_.end(), [](const Row& r) { return r.diff.has_value(); });
 }
 
-void SideBySide::print(std::ostream& out) const {
+void SideBySide::print(std::ostream& out, bool values) const {
   const std::string a = tested_.backend(), b = reference_.backend();
   std::vector<std::string> shapes;
   size_t width = 16;
@@ -83,6 +92,9 @@ void SideBySide::print(std::ostream& out) const {
     out << std::left << std::setw(4) << e.index << std::setw(20) << e.name << std::setw(18) << e.op
         << std::setw(static_cast<int>(width)) << shapes[i] << std::right << std::setw(10) << format_time(r.tested_time)
         << std::setw(10) << format_time(r.reference_time) << "  " << err.str() << "\n";
+    if (values && r.diff) {
+      out << "      " << a << " " << leading(*r.tested->values) << "\n      " << b << " " << leading(*r.reference->values) << "\n";
+    }
   }
   for (const StepRecorder* r : {&tested_, &reference_}) {
     if (r->pass_end().error) out << r->backend() << " stopped after " << r->steps().size() << " steps: " << *r->pass_end().error << "\n";

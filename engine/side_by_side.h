@@ -33,8 +33,9 @@ class SideBySide {
   // The first row that disagrees (values beyond tolerance, a different step, or one side absent).
   std::optional<size_t> first_divergent() const;
   // The table, then either "every step agrees …" or the first divergent step with its index
-  // decoded into the step's dims and both values; and each pass's error, if one failed.
-  void print(std::ostream& out) const;
+  // decoded into the step's dims and both values; and each pass's error, if one failed. With
+  // `values`, each step's row is followed by its leading values on both sides.
+  void print(std::ostream& out, bool values = false) const;
 
  private:
   const StepRecorder& tested_;
