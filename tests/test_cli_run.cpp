@@ -314,6 +314,27 @@ TEST_F(CliRun, SideBySideWithAZeroToleranceShowsWhereTheBackendsDifferAndWritesN
   EXPECT_TRUE(outputs().empty());
 }
 
+// ---- --images ----
+
+TEST_F(CliRun, ImagesDrawsOneHeatmapPerBatchItemAndHead) {
+  const auto g = golden_fixture("causal_padding_per_head");  // B 3, H 4, L = S = 6
+  Exit e = vkattn({"run", "--weights", g.weights().string(), "--query", g.npy("query").string(), "--causal",
+                   "--attn-weights", path("w.npy"), "--per-head-weights", "--images", path("pictures")});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("12 heatmaps -> "), std::string::npos) << e.out;
+  size_t images = 0;
+  for (const auto& entry : fs::directory_iterator(dir_ / "pictures")) {
+    std::string svg = slurp(entry.path());
+    EXPECT_NE(svg.find("data-rows=\"6\" data-cols=\"6\""), std::string::npos) << entry.path();
+    ++images;
+  }
+  EXPECT_EQ(images, 12u);
+  EXPECT_TRUE(fs::exists(dir_ / "pictures" / "attn_weights_b2_h3.svg"));
+  e = vkattn({"run", "--weights", g.weights().string(), "--query", g.npy("query").string(), "--images", path("p")});
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.err.find("--images requires --attn-weights"), std::string::npos) << e.err;
+}
+
 // ---- vkattn bench ----
 
 TEST_F(CliRun, BenchValidatesTimesAndReportsEveryStepAsJson) {

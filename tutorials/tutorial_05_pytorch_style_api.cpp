@@ -1,0 +1,103 @@
+// Lesson 05: the nn.MultiheadAttention-style API: batch_first, cross-attention with kdim/vdim,
+// weights averaged or per head, and a PyTorch state_dict loaded from a safetensors file.
+//
+// Follows "How can I use PyTorch's nn.MultiheadAttention?", and corrects it twice:
+//  - Its example 1 calls MultiheadAttention(embed_dim=4, num_heads=2) on x = randn(2, 5, 4)
+//    "batch size 2, sequence length 5". Without batch_first=True PyTorch reads (L, N, E): 5
+//    sequences of length 2, and the weights come back (N, L, S) = (5, 2, 2), not (2, 5, 5).
+//  - Its example 2 passes qdim=8. nn.MultiheadAttention has no qdim (PyTorch raises TypeError:
+//    unexpected keyword argument 'qdim'): the query must have embed_dim features; only keys
+//    (kdim) and values (vdim) may differ.
+// The encoder layer of its example 3 is lesson 06's.
+//
+// Run: build/bin/tutorial_05_pytorch_style_api [--images DIR] [--device D]
+#include <cmath>
+#include <sstream>
+
+#include "engine/compare.h"
+#include "engine/errors.h"
+#include "engine/io/npy.h"
+#include "engine/io/state_dict.h"
+#include "engine/multi_head_attention.h"
+#include "tutorials/lesson.h"
+
+using namespace vkattn;
+
+namespace {
+
+std::string describe(const AttentionResult& r) {
+  return "output " + shape_string(r.output.shape) + ", weights " + shape_string(r.weights->shape);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Lesson 05: the nn.MultiheadAttention API, batch_first, kdim/vdim, weights, state_dict", [](tutorial::Lesson& lesson) {
+    // ---- 1 and 2: batch_first ----
+    const Tensor x = random_tensor({2, 5, 4}, 1);
+    lesson.say(
+        "Example 1 of the article: MultiheadAttention(embed_dim=4, num_heads=2) on x (2, 5, 4).\n"
+        "batch_first is False by default, so x is read as (L, N, E) = 5 sequences of 2 tokens.");
+    const MultiHeadAttention seq_first({.embed_dim = 4, .num_heads = 2});
+    auto [r1, r1_cpu] = lesson.part("batch_first=False: x is (L=2, N=5, E=4)", [&](Backend& b) { return seq_first.forward(b, x); });
+    lesson.say("batch_first=False: " + describe(r1) + "  <- weights are (N, L, S) = (5, 2, 2)\n"
+               "(the steps above ran on (N, L, E) = (5, 2, 4): the module puts the batch first before q_proj)");
+    const MultiHeadAttention batch_first({.embed_dim = 4, .num_heads = 2, .batch_first = true});
+    auto [r2, r2_cpu] = lesson.part("batch_first=True: x is (N=2, L=5, E=4)", [&](Backend& b) { return batch_first.forward(b, x); });
+    lesson.say("batch_first=True:  " + describe(r2) + "  <- what the article meant: (2, 5, 5)");
+    lesson.images("weights_batch_first", *r2.weights, {"b"}, {.title = "weights averaged over heads"});
+
+    // ---- 3: cross-attention with kdim / vdim ----
+    lesson.say(
+        "Example 2 projects q to 8 features and passes qdim=8, which PyTorch rejects. The query must have\n"
+        "embed_dim features; keys may have kdim and values vdim. Cross-attention: 5 queries over 7 keys.");
+    const MultiHeadAttention cross({.embed_dim = 4, .num_heads = 2, .kdim = 6, .vdim = 3, .batch_first = true});
+    const Tensor q = random_tensor({2, 5, 4}, 2), k = random_tensor({2, 7, 6}, 3), v = random_tensor({2, 7, 3}, 4);
+    auto [r3, r3_cpu] = lesson.part("embed_dim=4, kdim=6, vdim=3: q (2,5,4), k (2,7,6), v (2,7,3)", [&](Backend& b) {
+      return cross.forward(b, q, k, v);
+    });
+    lesson.say("cross-attention: " + describe(r3) + ": L = 5 queries, S = 7 keys, output back to embed_dim 4");
+    try {
+      cross.forward(lesson.cpu(), random_tensor({2, 5, 8}, 5), k, v);
+    } catch (const ShapeError& e) {
+      lesson.say(std::string("and a query of 8 features, as the article's, is refused:\n  ") + e.what());
+    }
+
+    // ---- 4: weights averaged or per head ----
+    lesson.say(
+        "need_weights=True returns the weights averaged over the heads, (N, L, S); average_attn_weights=False\n"
+        "returns each head's, (N, H, L, S). The average is the mean of the per-head planes:");
+    auto [r4, r4_cpu] = lesson.part("the weights averaged, then per head", [&](Backend& b) {
+      ForwardOptions per_head;
+      per_head.average_attn_weights = false;
+      return std::pair{cross.forward(b, q, k, v), cross.forward(b, q, k, v, per_head)};
+    });
+    Tensor mean({2, 5, 7});
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t i = 0; i < 5; ++i)
+        for (int64_t j = 0; j < 7; ++j) mean.at({n, i, j}) = (r4.second.weights->at({n, 0, i, j}) + r4.second.weights->at({n, 1, i, j})) / 2;
+    std::ostringstream avg;
+    avg << "averaged " << shape_string(r4.first.weights->shape) << ", per head " << shape_string(r4.second.weights->shape)
+        << "; max |averaged - mean of the heads| = " << compare_values(*r4.first.weights, mean, 1e-6, 1e-6).max_abs_error;
+    lesson.say(avg.str());
+    lesson.images("weights_per_head", *r4.second.weights, {"b", "h"}, {.title = "cross-attention weights per head"});
+
+    // ---- 5: a PyTorch state_dict ----
+    const std::string dir = VKATTN_TUTORIAL_DATA;
+    lesson.say(
+        "Loading weights PyTorch trained: safetensors.torch.save_file(mha.state_dict(), 'W.safetensors').\n"
+        "This one (" + dir + "/weights.safetensors) was saved by tests/golden/generate.py, with the\n"
+        "output nn.MultiheadAttention computed for its query. in_proj_weight is split into q, k, v; num_heads\n"
+        "comes from the file's __metadata__ (or vkattn run --heads).");
+    io::AttentionState state = io::load_attention(dir + "/weights.safetensors");
+    state.config.batch_first = true;
+    const MultiHeadAttention trained(state.config, state.weights);
+    const Tensor query = io::read_npy(dir + "/query.npy");
+    auto [r5, r5_cpu] = lesson.part("nn.MultiheadAttention from its state_dict", [&](Backend& b) { return trained.forward(b, query); });
+    const Tensor torch_output = io::read_npy(dir + "/expected_output.npy");
+    std::ostringstream torch;
+    torch << "embed_dim " << state.config.embed_dim << ", num_heads " << state.config.num_heads << ": " << describe(r5)
+          << "; max |vkattn gpu - PyTorch| = " << compare_values(r5.output, torch_output, 1e-4, 0).max_abs_error;
+    lesson.say(torch.str());
+  });
+}

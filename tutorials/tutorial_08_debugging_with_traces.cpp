@@ -1,0 +1,97 @@
+// Lesson 08: debugging with traces: a deliberately broken step, and how a diff of two trace
+// dumps points at it.
+//
+// The bug is the one "Implementing multi-head self-attention from scratch" warns about: merging
+// the heads with attn_output.view(B, T, E) straight from (B, H, T, d), without the
+// .transpose(1, 2) first. The shapes are all right, nothing raises, the numbers are wrong. Here
+// merge_heads is replaced by that wrong version (a host step under the same name), both recipes
+// are dumped with their values (as `vkattn run --trace DIR --trace-values` would), and the dumps
+// are compared step by step (as `vkattn diff` does): the first step that differs is the broken
+// one, with the first wrong element's index in its own dims and both values.
+//
+// Note what does NOT find it: the GPU and the CPU agree on the broken recipe. Side by side checks
+// the kernels; a diff against a known-good dump checks the recipe.
+//
+// Run: build/bin/tutorial_08_debugging_with_traces [--device D]
+#include <filesystem>
+#include <sstream>
+
+#include "engine/compare.h"
+#include "engine/multi_head_attention.h"
+#include "engine/trace_dump.h"
+#include "tutorials/lesson.h"
+
+using namespace vkattn;
+
+namespace {
+
+const int64_t B = 2, T = 4, E = 8, H = 2;
+
+// (B, H, T, d) -> (B, T, E) the wrong way: the same memory read as (B, T, E), no transpose.
+Tensor merge_without_transpose(const std::vector<Tensor>& inputs) { return Tensor({B, T, E}, inputs[0].data); }
+
+// The recipe of lesson 04, with merge_heads done right or wrong.
+Tensor attention(Backend& b, const MultiHeadAttentionWeights& w, const Tensor& x, bool broken) {
+  Value X = b.upload("x", x);
+  auto project = [&](const char* step, const Value& in, const Tensor& weight, const Tensor& bias) {
+    Value W = b.upload(std::string(step) + ".weight", weight), bias_value = b.upload(std::string(step) + ".bias", bias);
+    return b.linear(step, in, W, &bias_value);
+  };
+  Value Q = b.split_heads("split_heads_q", project("q_proj", X, w.q_proj_weight, *w.q_proj_bias), H);
+  Value K = b.split_heads("split_heads_k", project("k_proj", X, w.k_proj_weight, *w.k_proj_bias), H);
+  Value V = b.split_heads("split_heads_v", project("v_proj", X, w.v_proj_weight, *w.v_proj_bias), H);
+  Value heads = b.attention_values("attention_values", b.softmax("softmax", b.attention_scores("attention_scores", Q, K)), V);
+  Value merged = broken ? b.host_step("merge_heads", "merge_heads", {&heads}, {"b", "i", "f"}, merge_without_transpose)
+                        : b.merge_heads("merge_heads", heads);
+  return b.download(project("out_proj", merged, w.out_proj_weight, *w.out_proj_bias));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tutorial::run(argc, argv, "Lesson 08: a broken step, found by diffing two trace dumps", [](tutorial::Lesson& lesson) {
+    const MultiHeadAttentionConfig config{.embed_dim = E, .num_heads = H, .batch_first = true};
+    const MultiHeadAttentionWeights w = MultiHeadAttentionWeights::random(config, 1);
+    const Tensor x = random_tensor({B, T, E}, 2);
+    const std::filesystem::path dumps = std::filesystem::temp_directory_path() / "vkattn_tutorial_08";
+
+    // Each recipe on both backends; the CPU's pass is also dumped, values and all.
+    auto run = [&](const char* heading, const char* dump, bool broken) {
+      TraceDump trace(dumps / dump, /*values=*/true);
+      lesson.cpu().add_tracer(trace);
+      auto result = lesson.part(heading, [&](Backend& b) { return attention(b, w, x, broken); });
+      lesson.cpu().remove_tracer(trace);
+      return result;
+    };
+    lesson.say("The recipe of lesson 04 on x (2, 4, 8), 2 heads, dumped to " + (dumps / "good").string() + ":");
+    auto [good, good_cpu] = run("the right recipe", "good", false);
+    lesson.say(
+        "The same recipe with merge_heads written as attn_output.view(B, T, E), forgetting .transpose(1, 2),\n"
+        "dumped to " + (dumps / "broken").string() + ":");
+    auto [broken, broken_cpu] = run("merge_heads without the transpose", "broken", true);
+
+    ValueDiff outputs = compare_values(broken, good, 1e-5, 1e-5);
+    std::ostringstream symptom;
+    symptom << "The GPU agreed with the CPU on both. Only the outputs tell them apart: " << outputs.mismatches << " of "
+            << broken.size() << " values differ, by up to " << outputs.max_abs_error << ". Which step went wrong?\n"
+            << "Diff the dumps step by step (vkattn diff " << (dumps / "broken").string() << " " << (dumps / "good").string() << "):";
+    lesson.say(symptom.str());
+
+    TraceDiff diff = diff_traces(read_trace(dumps / "broken"), read_trace(dumps / "good"), 1e-5, 1e-5);
+    std::ostringstream rows;
+    for (const StepDiff& d : diff.steps) {
+      rows << "  " << d.step.index << " " << d.step.name << " " << shape_string(d.step.shape) << ": max |broken - good| "
+           << d.max_abs_error << (d.mismatches ? "  DIVERGES" : "") << "\n";
+    }
+    lesson.say(rows.str());
+    if (!diff.first_divergent) throw std::runtime_error("the diff found no divergence; the lesson's bug is gone");
+    const StepDiff& first = diff.steps[*diff.first_divergent];
+    lesson.say("first divergent step: " + std::to_string(first.step.index) + " " + first.step.name + ", " +
+               mismatch_report(first, first.step.shape, first.step.dims, "broken", "good", 1e-5, 1e-5));
+    lesson.say(
+        "Every step before merge_heads agrees exactly, so the bug is in merge_heads itself. Element (b, i, f) of\n"
+        "its output must be head f / d's feature f % d at position i; the view without the transpose reads the\n"
+        "(B, H, T, d) memory as if it were (B, T, H, d), so position i gets another position's features.");
+    if (first.step.name != "merge_heads") throw std::runtime_error("the diff pointed at " + first.step.name);
+  });
+}
