@@ -156,10 +156,10 @@ Value Backend::attention_scores(const std::string& step, const Value& q, const V
   return scores;
 }
 
-Value Backend::attention_mask(const std::string& step, const Value& scores, const Value* attn_mask,
-                              const Value* key_padding_mask, bool causal) {
-  require_rank(step, scores, 4, "(B, H, L, S)");
-  int64_t B = scores.dim(0), H = scores.dim(1), L = scores.dim(2), S = scores.dim(3);
+// The rank of attn_mask (0: none, 2: (L, S), 3: (B·H, L, S)), after checking both masks against
+// scores of shape (B, H, L, S); `against` names those scores in the message.
+static int check_masks(const std::string& step, const Value* attn_mask, const Value* key_padding_mask, int64_t B,
+                       int64_t H, int64_t L, int64_t S, const std::string& against) {
   int rank = 0;
   if (attn_mask) {
     require_float(step, *attn_mask);
@@ -167,21 +167,51 @@ Value Backend::attention_mask(const std::string& step, const Value& scores, cons
     bool ok3 = attn_mask->shape == Shape{B * H, L, S};
     require(ok2 || ok3, step,
             "attn_mask " + shape_string(attn_mask->shape) + " must be (L, S) = " + shape_string({L, S}) +
-                " or (B·H, L, S) = " + shape_string({B * H, L, S}) + " for scores " + shape_string(scores.shape));
+                " or (B·H, L, S) = " + shape_string({B * H, L, S}) + " for " + against);
     rank = ok2 ? 2 : 3;
   }
   if (key_padding_mask) {
     require_float(step, *key_padding_mask);
     require(key_padding_mask->shape == Shape{B, S}, step,
             "key_padding_mask " + shape_string(key_padding_mask->shape) + " must be (B, S) = " +
-                shape_string({B, S}) + " for scores " + shape_string(scores.shape));
+                shape_string({B, S}) + " for " + against);
   }
+  return rank;
+}
+
+Value Backend::attention_mask(const std::string& step, const Value& scores, const Value* attn_mask,
+                              const Value* key_padding_mask, bool causal) {
+  require_rank(step, scores, 4, "(B, H, L, S)");
+  int64_t B = scores.dim(0), H = scores.dim(1), L = scores.dim(2), S = scores.dim(3);
+  int rank = check_masks(step, attn_mask, key_padding_mask, B, H, L, S, "scores " + shape_string(scores.shape));
   Value out = make_output(step, scores.shape);
   timed(step, [&] {
     run_attention_mask(step, *scores.storage, attn_mask ? attn_mask->storage.get() : nullptr, rank,
                        key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, *out.storage, B, H, L, S);
   });
   report(step, "attention_mask", infos({&scores, attn_mask, key_padding_mask}), out, {"b", "h", "i", "j"});
+  return out;
+}
+
+Value Backend::flash_attention(const std::string& step, const Value& q, const Value& k, const Value& v,
+                               const Value* attn_mask, const Value* key_padding_mask, bool causal) {
+  require_rank(step, q, 4, "(B, H, L, d)");
+  require_rank(step, k, 4, "(B, H, S, d)");
+  require_rank(step, v, 4, "(B, H, S, d)");
+  require(q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3) && v.shape == k.shape, step,
+          "query " + describe(q) + ", key " + describe(k) + " and value " + describe(v) +
+              " must agree on B, H and d, and key and value on S");
+  int64_t B = q.dim(0), H = q.dim(1), L = q.dim(2), S = k.dim(2), d = q.dim(3);
+  int rank = check_masks(step, attn_mask, key_padding_mask, B, H, L, S,
+                         "the scores (B, H, L, S) = " + shape_string({B, H, L, S}));
+  Value out = make_output(step, {B, H, L, d});
+  float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  timed(step, [&] {
+    run_flash_attention(step, *q.storage, *k.storage, *v.storage, attn_mask ? attn_mask->storage.get() : nullptr, rank,
+                        key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, *out.storage, B, H, L, S,
+                        d, scale);
+  });
+  report(step, "flash_attention", infos({&q, &k, &v, attn_mask, key_padding_mask}), out, {"b", "h", "i", "c"});
   return out;
 }
 

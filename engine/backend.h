@@ -69,6 +69,11 @@ class Backend {
   // -inf above the diagonal. Masks are additive float (a bool mask becomes 0 / -inf first).
   Value attention_mask(const std::string& step, const Value& scores, const Value* attn_mask,
                        const Value* key_padding_mask, bool causal);
+  // The fused path: attention_scores, attention_mask, softmax and attention_values in one step
+  // that never holds the (L, S) scores (an online softmax per query row). Q (B, H, L, d), K and
+  // V (B, H, S, d), masks as attention_mask's -> (B, H, L, d); a fully masked row gives zeros.
+  Value flash_attention(const std::string& step, const Value& q, const Value& k, const Value& v,
+                        const Value* attn_mask, const Value* key_padding_mask, bool causal);
   // row-wise over the last dim; a fully masked row gives zeros
   Value softmax(const std::string& step, const Value& x);
   // P (B, H, L, S) · V (B, H, S, d) -> (B, H, L, d)
@@ -122,6 +127,10 @@ class Backend {
                                   int attn_mask_rank, const Storage* key_padding_mask, bool causal,
                                   Storage& out, int64_t B, int64_t H, int64_t L, int64_t S) = 0;
   virtual void run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) = 0;
+  virtual void run_flash_attention(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
+                                   const Storage* attn_mask, int attn_mask_rank, const Storage* key_padding_mask,
+                                   bool causal, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S, int64_t d,
+                                   float scale) = 0;
   virtual void run_attention_values(const std::string& step, const Storage& p, const Storage& v,
                                     Storage& out, int64_t BH, int64_t L, int64_t S, int64_t d) = 0;
   virtual void run_merge_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t H,

@@ -152,6 +152,10 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   const auto& c = config_;
   const int64_t E = c.embed_dim, H = c.num_heads;
 
+  if (options.attention == AttentionPath::fused && options.need_weights) {
+    throw ConfigError(kForward + ": the fused path (flash_attention) never holds the attention weights; "
+                                 "pass need_weights=false");
+  }
   // ---- inputs: check against PyTorch's rules, then bring to batch-first (B, T, C) -------------
   for (auto [name, t] : {std::pair{"query", &query_in}, {"key", &key_in}, {"value", &value_in}}) {
     require(t->dtype == DType::float32, std::string(name) + " is " + dtype_name(t->dtype) + " but must be float32");
@@ -244,17 +248,23 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
     k = backend.append_row("add_zero_attn_k", k, nullptr);  // (B, H, S'+1, d)
     v = backend.append_row("add_zero_attn_v", v, nullptr);  // (B, H, S'+1, d)
   }
-  Value scores = backend.attention_scores("attention_scores", q, k);  // (B, H, L, S')
-  if (mask_a || mask_k || options.is_causal) {
-    scores = backend.attention_mask("attention_mask", scores, ptr(mask_a), ptr(mask_k), options.is_causal);
+  Value heads;             // (B, H, L, d)
+  std::optional<Value> p;  // (B, H, L, S'), unfused only
+  if (options.attention == AttentionPath::fused) {
+    heads = backend.flash_attention("flash_attention", q, k, v, ptr(mask_a), ptr(mask_k), options.is_causal);
+  } else {
+    Value scores = backend.attention_scores("attention_scores", q, k);  // (B, H, L, S')
+    if (mask_a || mask_k || options.is_causal) {
+      scores = backend.attention_mask("attention_mask", scores, ptr(mask_a), ptr(mask_k), options.is_causal);
+    }
+    p = backend.softmax("softmax", scores);                       // (B, H, L, S')
+    heads = backend.attention_values("attention_values", *p, v);  // (B, H, L, d)
   }
-  Value p = backend.softmax("softmax", scores);                         // (B, H, L, S')
-  Value heads = backend.attention_values("attention_values", p, v);     // (B, H, L, d)
   Value merged = backend.merge_heads("merge_heads", heads);             // (B, L, E)
   Value out = backend.linear("out_proj", merged, wo, ptr(bo));          // (B, L, E)
   std::optional<Value> weights;
   if (options.need_weights) {
-    weights = options.average_attn_weights ? backend.average_heads("average_heads", p) : p;
+    weights = options.average_attn_weights ? backend.average_heads("average_heads", *p) : *p;
   }
 
   // ---- outputs: back to the caller's layout -----------------------------------------------------

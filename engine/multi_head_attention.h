@@ -43,12 +43,18 @@ struct MultiHeadAttentionWeights {
   static MultiHeadAttentionWeights random(const MultiHeadAttentionConfig& config, uint32_t seed);
 };
 
+// unfused: attention_scores, attention_mask, softmax, attention_values, each a step (and the
+// weights can be returned). fused: one flash_attention step that never holds the (L, S) scores;
+// it cannot return the weights (need_weights must be false).
+enum class AttentionPath { unfused, fused };
+
 struct ForwardOptions {
   std::optional<Tensor> key_padding_mask;  // (B, S) or (S,) unbatched; bool True = ignore key, float = added
   bool need_weights = true;
   std::optional<Tensor> attn_mask;  // (L, S) or (B·H, L, S); bool True = blocked, float = added
   bool average_attn_weights = true;
   bool is_causal = false;  // block key j > query i
+  AttentionPath attention = AttentionPath::unfused;
 };
 
 struct AttentionResult {

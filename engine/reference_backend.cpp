@@ -63,6 +63,14 @@ void ReferenceBackend::run_softmax(const std::string&, const Storage& x, Storage
   reference::softmax(in(x), out(y), R, S);
 }
 
+void ReferenceBackend::run_flash_attention(const std::string&, const Storage& q, const Storage& k, const Storage& v,
+                                           const Storage* attn_mask, int attn_mask_rank,
+                                           const Storage* key_padding_mask, bool causal, Storage& o, int64_t B,
+                                           int64_t H, int64_t L, int64_t S, int64_t d, float scale) {
+  reference::flash_attention(in(q), in(k), in(v), in(attn_mask), attn_mask_rank, in(key_padding_mask), causal, out(o),
+                             B, H, L, S, d, scale);
+}
+
 void ReferenceBackend::run_attention_values(const std::string&, const Storage& p, const Storage& v, Storage& o,
                                             int64_t BH, int64_t L, int64_t S, int64_t d) {
   reference::attention_values(in(p), in(v), out(o), BH, L, S, d);

@@ -125,6 +125,21 @@ void VulkanBackend::run_attention_mask(const std::string& step, const Storage& s
            params, uint64_t(B) * H * L * S);
 }
 
+void VulkanBackend::run_flash_attention(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
+                                        const Storage* attn_mask, int attn_mask_rank, const Storage* key_padding_mask,
+                                        bool causal, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S,
+                                        int64_t d, float scale) {
+  // the head dim sizes the accumulator: one pipeline per d
+  const auto& kern = kernel("flash_attention", 6, sizeof(vulkan::FlashAttentionParams), {u32(d)});
+  vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
+                                      key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
+  dispatch(step, kern,
+           {buffer_of(q), attn_mask ? buffer_of(*attn_mask) : recorder_.placeholder(),
+            key_padding_mask ? buffer_of(*key_padding_mask) : recorder_.placeholder(), buffer_of(k), buffer_of(v),
+            buffer_of(out)},
+           params, uint64_t(B) * H * L);
+}
+
 void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) {
   const auto& k = kernel("softmax", 2, sizeof(vulkan::SoftmaxParams));
   // one workgroup per row

@@ -49,6 +49,9 @@ class VulkanBackend final : public Backend {
   void run_attention_mask(const std::string& step, const Storage& scores, const Storage* attn_mask,
                           int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out,
                           int64_t B, int64_t H, int64_t L, int64_t S) override;
+  void run_flash_attention(const std::string& step, const Storage& q, const Storage& k, const Storage& v, const Storage* attn_mask,
+                           int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out, int64_t B,
+                           int64_t H, int64_t L, int64_t S, int64_t d, float scale) override;
   void run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) override;
   void run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
                             int64_t BH, int64_t L, int64_t S, int64_t d) override;

@@ -1,5 +1,3 @@
-#include <limits>
-
 #include "reference/reference.h"
 
 namespace vkattn::reference {
@@ -9,18 +7,12 @@ namespace vkattn::reference {
 void attention_mask(const float* scores, const float* attn_mask, int attn_mask_rank,
                     const float* key_padding_mask, bool causal, float* out, int64_t B, int64_t H,
                     int64_t L, int64_t S) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < L; ++i)
         for (int64_t j = 0; j < S; ++j) {
           int64_t index = ((b * H + h) * L + i) * S + j;
-          float s = scores[index];
-          if (attn_mask_rank == 2) s += attn_mask[i * S + j];
-          if (attn_mask_rank == 3) s += attn_mask[index];
-          if (key_padding_mask) s += key_padding_mask[b * S + j];
-          if (causal && j > i) s = neg_inf;  // top-left aligned, as torch's is_causal
-          out[index] = s;
+          out[index] = masked_score(scores[index], attn_mask, attn_mask_rank, key_padding_mask, causal, index, b, i, j, S);
         }
 }
 

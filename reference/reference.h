@@ -4,6 +4,7 @@
 // the same order as the shaders, no cleverness: this is the ground truth and the thing to read.
 // Notation: B batch, L query length, S key length, T either, E embed dim, H heads, d = E/H.
 #include <cstdint>
+#include <limits>
 
 namespace vkattn::reference {
 
@@ -26,6 +27,28 @@ void attention_scores(const float* q, const float* k, float* scores, int64_t BH,
 void attention_mask(const float* scores, const float* attn_mask, int attn_mask_rank,
                     const float* key_padding_mask, bool causal, float* out, int64_t B, int64_t H,
                     int64_t L, int64_t S);
+
+// One score after the masks: score + attn_mask + key_padding_mask, -inf where causal and j > i
+// (top-left aligned, as torch's is_causal). Shared by attention_mask and flash_attention.
+//   `index` is the score's flat index in (B·H, L, S); b its batch item; i, j its query and key
+inline float masked_score(float score, const float* attn_mask, int attn_mask_rank, const float* key_padding_mask,
+                          bool causal, int64_t index, int64_t b, int64_t i, int64_t j, int64_t S) {
+  if (attn_mask_rank == 2) score += attn_mask[i * S + j];
+  if (attn_mask_rank == 3) score += attn_mask[index];
+  if (key_padding_mask) score += key_padding_mask[b * S + j];
+  if (causal && j > i) score = -std::numeric_limits<float>::infinity();
+  return score;
+}
+
+// out = softmax(masked(Q · Kᵀ · scale)) · V, one query row at a time, never holding the (L, S)
+// scores: an online softmax keeps the running max m (from -1e30, a large finite negative), the
+// running sum l of exp(s - m) and the running output Σ exp(s - m)·v, rescaling both by
+// exp(m_old - m_new) when the max grows. Blocked keys (-inf) are skipped; a row with none left
+// keeps l = 0 and gives zeros, as softmax does.
+//   Q (B·H, L, d), K, V (B·H, S, d), out (B·H, L, d); masks as attention_mask's
+void flash_attention(const float* q, const float* k, const float* v, const float* attn_mask, int attn_mask_rank,
+                     const float* key_padding_mask, bool causal, float* out, int64_t B, int64_t H, int64_t L,
+                     int64_t S, int64_t d, float scale);
 
 // row-wise softmax, max-subtracted   x, y (R, S); a row of all -inf gives all 0
 void softmax(const float* x, float* y, int64_t R, int64_t S);

@@ -7,10 +7,9 @@
 //   out              (B, H, L, S) = scores + attn_mask + key_padding_mask, and -inf where
 //                    causal and j > i (top-left aligned, as torch's is_causal)
 #include "common.glsl"
+#include "mask.glsl"
 
 layout(std430, binding = 0) readonly buffer Scores { float scores[]; };
-layout(std430, binding = 1) readonly buffer AttnMask { float attn_mask[]; };
-layout(std430, binding = 2) readonly buffer KeyPaddingMask { float key_padding_mask[]; };
 layout(std430, binding = 3) writeonly buffer Output { float masked[]; };
 
 layout(push_constant) uniform Params {
@@ -31,10 +30,6 @@ void main() {
   uint bh = index / (p.cols * p.rows);  // b·H + h
   uint b = bh / p.heads;
 
-  float s = scores[index];
-  if (p.attn_mask_rank == 2u) s += attn_mask[i * p.cols + j];
-  if (p.attn_mask_rank == 3u) s += attn_mask[index];
-  if (p.has_key_padding_mask != 0u) s += key_padding_mask[b * p.cols + j];
-  if (p.causal != 0u && j > i) s = NEG_INF;
-  masked[index] = s;
+  masked[index] = masked_score(scores[index], p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u, index,
+                               b, i, j, p.cols);
 }

@@ -229,6 +229,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"out_is_directory", good({"--out", "{dir}"}), "is a directory, not a file"},
         BadRun{"same_output_twice", good({"--attn-weights", "{dir}/out.npy"}), "--out and --attn-weights both name"},
         BadRun{"trace_values_without_trace", good({"--trace-values"}), "--trace-values requires --trace"},
+        BadRun{"fused_with_weights", good({"--attention", "fused"}),
+               "the fused path (flash_attention) never holds the attention weights"},
+        BadRun{"unknown_attention", good({"--attention", "flash"}), "--attention: flash not in {unfused,fused}"},
         BadRun{"side_by_side_with_backend", good({"--side-by-side", "--backend", "cpu"}), "--backend excludes --side-by-side"},
         BadRun{"atol_without_side_by_side", good({"--atol", "1e-3"}), "--atol requires --side-by-side"},
         BadRun{"negative_rtol", good({"--side-by-side", "--rtol", "-1"}), "--rtol"},
@@ -366,7 +369,7 @@ TEST_F(CliRun, BenchValidatesTimesAndReportsEveryStepAsJson) {
 TEST_F(CliRun, BenchPrintsAReportAndRefusesBadShapes) {
   Exit e = vkattn({"bench", "--batch", "1", "--seq", "5", "--embed", "8", "--heads", "2", "--iters", "2", "--backend", "cpu"});
   ASSERT_EQ(e.code, 0) << e.err;
-  EXPECT_NE(e.out.find("self-attention B=1 L=5 S=5 E=8 H=2 d=4, need_weights=False, on cpu"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("self-attention B=1 L=5 S=5 E=8 H=2 d=4, need_weights=False, unfused, on cpu"), std::string::npos) << e.out;
   EXPECT_NE(e.out.find("7   softmax             softmax           (1, 2, 5, 5)"), std::string::npos) << e.out;
   e = vkattn({"bench", "--embed", "10", "--heads", "3"});
   EXPECT_EQ(e.code, 2);

@@ -73,6 +73,13 @@ TEST_P(Golden, MatchesPyTorch) {
   };
   RecordProperty("output_max_abs_error", scientific(testing::max_abs_error(result.output, expected_output)));
   RecordProperty("weights_max_abs_error", scientific(weights_error));
+
+  // The fused path (one flash_attention step, no weights) matches PyTorch too.
+  options.need_weights = false;
+  options.attention = AttentionPath::fused;
+  AttentionResult fused = mha.forward(backend, query, key, value, options);
+  EXPECT_TRUE(testing::all_close(fused.output, expected_output, kOutputTolerance)) << "fused";
+  RecordProperty("fused_output_max_abs_error", scientific(testing::max_abs_error(fused.output, expected_output)));
 }
 
 INSTANTIATE_TEST_SUITE_P(PyTorch, Golden,

@@ -35,6 +35,14 @@ class Module : public testing::GpuTest {
     for (float x : got.output.data) EXPECT_TRUE(std::isfinite(x)) << "non-finite output";
     return got;
   }
+  // The fused path (flash_attention, no weights) gives the unfused output on both backends.
+  void expect_fused_matches(const MultiHeadAttention& mha, const Tensor& q, const Tensor& k, const Tensor& v,
+                            ForwardOptions options, const Tensor& unfused_output) {
+    options.need_weights = false;
+    options.attention = AttentionPath::fused;
+    AttentionResult fused = expect_backends_agree(mha, q, k, v, options);
+    EXPECT_TRUE(all_close(fused.output, unfused_output)) << "fused against unfused";
+  }
 };
 
 // ---- every mask kind and combination, on cross-attention with L ≠ S ------------------------------
@@ -68,6 +76,7 @@ TEST_P(Masks, GpuMatchesReference) {
   if (padding == Padding::additive) o.key_padding_mask = float_mask({B, S}, 5);
   AttentionResult r = expect_backends_agree(mha, q, kv, kv, o);
   EXPECT_EQ(r.weights->shape, average ? Shape({B, L, S}) : Shape({B, H, L, S}));
+  expect_fused_matches(mha, q, kv, kv, o, r.output);
 }
 INSTANTIATE_TEST_SUITE_P(All, Masks,
                          Combine(Values(AttnMask::none, AttnMask::bool2d, AttnMask::float2d, AttnMask::bool3d, AttnMask::float3d),
@@ -90,6 +99,7 @@ TEST_P(Configs, GpuMatchesReference) {
   o.key_padding_mask = random_bool_mask({k.B, k.S}, 0.2f, 11);
   o.is_causal = true;
   AttentionResult r = expect_backends_agree(mha, q, key, value, o);
+  expect_fused_matches(mha, q, key, value, o, r.output);
   int64_t appended = (k.add_bias_kv ? 1 : 0) + (k.add_zero_attn ? 1 : 0);
   EXPECT_EQ(r.output.shape, (Shape{k.B, k.L, k.E}));
   EXPECT_EQ(r.weights->shape, (Shape{k.B, k.L, k.S + appended}));
@@ -109,6 +119,26 @@ INSTANTIATE_TEST_SUITE_P(
            Case{1, 65, 65, 64, 8, 0, 0, true, false, false}));   // a workgroup and one
 
 // ---- properties ------------------------------------------------------------------------------------
+TEST_F(Module, TheFusedPathIsOneFlashAttentionStepAndReturnsNoWeights) {
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 1));
+  ForwardOptions o;
+  o.attention = AttentionPath::fused;
+  EXPECT_THROW(mha.forward(cpu(), random_tensor({1, 3, 8}, 2), o), ConfigError) << "need_weights is true by default";
+  o.need_weights = false;
+  o.is_causal = true;
+  StepRecorder steps(false);
+  gpu().add_tracer(steps);
+  AttentionResult r = mha.forward(gpu(), random_tensor({1, 3, 8}, 2), o);
+  gpu().remove_tracer(steps);
+  EXPECT_FALSE(r.weights);
+  std::vector<std::string> names;
+  for (const auto& step : steps.steps()) names.push_back(step.event.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "split_heads_q", "split_heads_k", "split_heads_v",
+                                             "flash_attention", "merge_heads", "out_proj"}));
+}
+
+
 TEST_F(Module, FullyMaskedRowsGiveZeroWeightsAndTheOutputBias) {
   MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
   MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 3));

@@ -1,6 +1,7 @@
 // Every step: the GPU shader against the CPU reference, through the Backend API, over shapes
 // that break kernels — 1, 3, 17, 113, non-multiples of the workgroup size (63, 65), L ≠ S,
-// H = 1 and H = E (d = 1), fully masked rows — and over workgroup sizes and folded grids.
+// H = 1 and H = E (d = 1), fully masked rows — and over workgroup sizes and folded grids. The
+// fused flash_attention is also held to the unfused steps it replaces.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -141,6 +142,66 @@ TEST_P(Mask, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Sweep, Mask, Combine(Values(Attn{1, 1, 1, 1, 0}, Attn{2, 3, 17, 5, 0}, Attn{1, 2, 5, 113, 0}, Attn{3, 1, 65, 65, 0}),
                                               Values(0, 2, 3), Bool(), Bool()));
 
+// ---- flash_attention: the fused step, against its reference and against the unfused steps ---------
+// masks: attn_mask rank (0, 2, 3), key padding, causal
+using Masks = std::tuple<int, bool, bool>;
+const auto kMaskKinds = Values(Masks{0, false, false}, Masks{2, true, false}, Masks{3, false, true}, Masks{2, true, true},
+                               Masks{0, true, true});
+
+// q, k, v (B, H, ·, d), then attn_mask and key_padding_mask with some -inf; key padding blocks
+// every key of the last batch item, so its rows are fully masked.
+std::vector<Tensor> flash_inputs(const Attn& shape, int attn_rank) {
+  auto [B, H, L, S, d] = shape;
+  Tensor padding = additive_mask({B, S}, 24);
+  for (int64_t j = 0; j < S; ++j) padding.at({B - 1, j}) = -kInf;
+  return {random_tensor({B, H, L, d}, 21), random_tensor({B, H, S, d}, 22), random_tensor({B, H, S, d}, 23),
+          additive_mask(attn_rank == 3 ? Shape{B * H, L, S} : Shape{L, S}, 25), padding};
+}
+
+Step flash_step(int attn_rank, bool padding, bool causal) {
+  return [=](Backend& b, const std::vector<Value>& v) {
+    return b.flash_attention("flash_attention", v[0], v[1], v[2], attn_rank ? &v[3] : nullptr, padding ? &v[4] : nullptr, causal);
+  };
+}
+
+Step unfused_step(int attn_rank, bool padding, bool causal) {
+  return [=](Backend& b, const std::vector<Value>& v) {
+    Value scores = b.attention_scores("attention_scores", v[0], v[1]);
+    scores = b.attention_mask("attention_mask", scores, attn_rank ? &v[3] : nullptr, padding ? &v[4] : nullptr, causal);
+    return b.attention_values("attention_values", b.softmax("softmax", scores), v[2]);
+  };
+}
+
+class FlashAttention : public Ops, public ::testing::WithParamInterface<std::tuple<Attn, Masks>> {};
+TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
+  auto [shape, masks] = GetParam();
+  auto [attn_rank, padding, causal] = masks;
+  auto in = flash_inputs(shape, attn_rank);
+  EXPECT_TRUE(check(in, flash_step(attn_rank, padding, causal), {"b", "h", "i", "c"}));
+  // the fused step computes what the four unfused steps compute, on either backend
+  auto run = [&](Backend& b, const Step& step) {
+    std::vector<Value> values;
+    for (size_t i = 0; i < in.size(); ++i) values.push_back(b.upload("in" + std::to_string(i), in[i]));
+    return b.download(step(b, values));
+  };
+  Tensor unfused = run(cpu(), unfused_step(attn_rank, padding, causal));
+  EXPECT_TRUE(all_close(run(cpu(), flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}));
+  EXPECT_TRUE(all_close(run(gpu(), flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}));
+  if (padding) {
+    auto [B, H, L, S, d] = shape;
+    Tensor out = run(gpu(), flash_step(attn_rank, padding, causal));
+    for (int64_t k = (B - 1) * H * L * d; k < B * H * L * d; ++k) ASSERT_EQ(out.data[static_cast<size_t>(k)], 0.0f) << "fully masked row";
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, FlashAttention, Combine(kAttentionShapes, kMaskKinds));
+
+TEST_F(Ops, FlashAttentionRefusesMismatchedShapes) {
+  Value q = gpu().upload("q", random_tensor({1, 2, 3, 4}, 1)), k = gpu().upload("k", random_tensor({1, 2, 5, 4}, 2));
+  Value v = gpu().upload("v", random_tensor({1, 2, 6, 4}, 3)), mask = gpu().upload("m", random_tensor({3, 6}, 4));
+  EXPECT_THROW(gpu().flash_attention("flash_attention", q, k, v, nullptr, nullptr, false), ShapeError);
+  EXPECT_THROW(gpu().flash_attention("flash_attention", q, k, k, &mask, nullptr, false), ShapeError);
+}
+
 // ---- softmax: (R, S), with fully masked and partly masked rows ------------------------------------
 class Softmax : public Ops, public ::testing::WithParamInterface<std::tuple<int, int>> {};
 TEST_P(Softmax, MatchesReferenceAndZeroesFullyMaskedRows) {
@@ -204,6 +265,7 @@ TEST(Folding, EveryStepMatchesReferenceOnAForcedTinyGrid) {
   step({random_tensor({2, 3, 9, 7}, 7), random_tensor({2, 3, 7, 4}, 8)},
        [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); });
   step({random_tensor({2, 3, 9, 7}, 9)}, [](Backend& b, const std::vector<Value>& v) { return b.average_heads("average_heads", v[0]); });
+  step(flash_inputs({2, 3, 41, 7, 4}, 2), flash_step(2, true, true));  // 246 rows in 31 workgroups of 8
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 

@@ -60,6 +60,7 @@ class Bench {
         backend_(make_backend(a.backend, a.device)) {
     options_.need_weights = false;
     options_.is_causal = a.causal;
+    options_.attention = a.attention == "fused" ? AttentionPath::fused : AttentionPath::unfused;
   }
 
   Backend& backend() { return *backend_; }
@@ -91,7 +92,7 @@ class Bench {
     time_forward("none");
     ReferenceBackend cpu;
     AttentionResult expected = mha_.forward(cpu, query_, memory_, memory_, options_);
-    ValueDiff d = compare_values(last_.output, expected.output, 1e-4, 1e-4);
+    ValueDiff d = compare_values(last_.output, expected.output, 1e-4, 1e-4);  // the reference runs the same path
     if (d.mismatches) {
       throw std::runtime_error("validation failed: the " + a_.backend + " output differs from the reference: " +
                                mismatch_report(d, expected.output.shape, {"b", "i", "e"}, a_.backend, "cpu", 1e-4, 1e-4));
@@ -124,6 +125,9 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
   cmd->add_flag("--causal", a.causal, "block each query from later keys");
   cmd->add_option("--backend", a.backend, "gpu or cpu")->check(CLI::IsMember({"gpu", "cpu"}))->capture_default_str();
   cmd->add_option("--device", a.device, "GPU index or name substring (see vkattn devices)");
+  cmd->add_option("--attention", a.attention, "unfused (four steps) or fused (one flash_attention step)")
+      ->check(CLI::IsMember({"unfused", "fused"}))
+      ->capture_default_str();
   cmd->add_option("--iters", a.iters, "timed forwards (per tracing mode with --tracing-overhead)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", a.warmup, "untimed forwards first")->capture_default_str()->check(CLI::Range(0, 1000));
@@ -176,7 +180,7 @@ int run_bench(const BenchArgs& a) {
   const int64_t S = a.kv_seq ? a.kv_seq : a.seq;
   if (a.json) {
     json out = {{"config", {{"batch", a.batch}, {"seq", a.seq}, {"kv_seq", S}, {"embed", a.embed}, {"heads", a.heads},
-                            {"causal", a.causal}, {"need_weights", false}}},
+                            {"causal", a.causal}, {"need_weights", false}, {"attention", a.attention}}},
                 {"backend", a.backend}, {"device", bench.backend().device_name()}, {"iters", a.iters},
                 {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms}, {"flops", flops}, {"gflops", gflops},
                 {"peak_device_bytes", peak}, {"validation_max_abs_error", validation_error},
@@ -196,7 +200,7 @@ int run_bench(const BenchArgs& a) {
 
   std::cout << std::fixed << std::setprecision(2) << (a.kv_seq ? "cross" : "self") << "-attention B=" << a.batch
             << " L=" << a.seq << " S=" << S << " E=" << a.embed << " H=" << a.heads << " d=" << a.embed / a.heads
-            << (a.causal ? " causal" : "") << ", need_weights=False, on " << a.backend << " ("
+            << (a.causal ? " causal" : "") << ", need_weights=False, " << a.attention << ", on " << a.backend << " ("
             << bench.backend().device_name() << ")\n";
   if (a.backend == "gpu") {
     std::cout << "validated against the cpu reference: max |gpu - cpu| of the output " << std::scientific

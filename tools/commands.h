@@ -39,6 +39,7 @@ struct RunArgs {
   std::string images;  // a directory for heatmaps of the attention weights
   std::string trace;  // a dump directory; with side_by_side, DIR/gpu and DIR/cpu
   bool trace_values = false;
+  std::string attention = "unfused";  // or "fused": one flash_attention step
   bool side_by_side = false;  // run the GPU and the CPU reference, compare every step
   double atol = 1e-5, rtol = 1e-5;
 };
@@ -56,6 +57,7 @@ struct BenchArgs {
   int64_t batch = 1, seq = 128, kv_seq = 0, embed = 256, heads = 8;
   bool causal = false;
   std::string backend = "gpu", device;
+  std::string attention = "unfused";  // or "fused"
   int iters = 10, warmup = 2;
   std::string tracing = "none";   // the tracer on each timed forward: none, shapes, values
   bool tracing_overhead = false;  // time all three, alternating

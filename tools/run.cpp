@@ -71,7 +71,7 @@ nlohmann::json trace_config(const RunArgs& a, const MultiHeadAttentionConfig& c)
   return {{"module", "nn.MultiheadAttention"}, {"embed_dim", c.embed_dim}, {"num_heads", c.num_heads},
           {"bias", c.bias}, {"add_bias_kv", c.add_bias_kv}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()},
           {"batch_first", true}, {"is_causal", a.causal}, {"need_weights", !a.attn_weights.empty()},
-          {"average_attn_weights", !a.per_head_weights}, {"files", files}};
+          {"average_attn_weights", !a.per_head_weights}, {"attention", a.attention}, {"files", files}};
 }
 
 // A result is never written with NaN or Inf in it: that is a failure, not an answer.
@@ -112,6 +112,10 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   cmd->add_option("--heads", a.heads, "H; default: num_heads in the weight file's __metadata__")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_flag("--causal", a.causal, "block each query from later keys (with any --attn-mask)");
+  cmd->add_option("--attention", a.attention,
+                  "unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")
+      ->check(CLI::IsMember({"unfused", "fused"}))
+      ->capture_default_str();
   cmd->add_option("--key-padding-mask", a.key_padding_mask, "M.npy (B, S): bool True ignores that key, or float added");
   cmd->add_option("--attn-mask", a.attn_mask, "A.npy (L, S) or (B*H, L, S): bool True blocks, or float added");
   auto* backend = cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
@@ -152,6 +156,7 @@ int run_run(const RunArgs& a) {
   options.is_causal = a.causal;
   options.need_weights = !a.attn_weights.empty();
   options.average_attn_weights = !a.per_head_weights;
+  options.attention = a.attention == "fused" ? AttentionPath::fused : AttentionPath::unfused;
 
   // One pass, or two side by side (the GPU's is the result; the reference checks it).
   std::vector<std::unique_ptr<Backend>> backends;

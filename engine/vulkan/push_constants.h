@@ -32,6 +32,17 @@ struct AttentionScoresParams {  // shaders/attention_scores.comp
   float scale;                  // 1/√d
 };
 
+struct FlashAttentionParams {        // shaders/flash_attention.comp
+  glm::uint batch;                   // B
+  glm::uint heads;                   // H
+  glm::uint rows;                    // L
+  glm::uint cols;                    // S
+  float scale;                       // 1/√d
+  glm::uint attn_mask_rank;          // 0, 2 or 3
+  glm::uint has_key_padding_mask;    // 0 or 1
+  glm::uint causal;                  // 0 or 1
+};
+
 struct AttentionMaskParams {         // shaders/attention_mask.comp
   glm::uint batch;                   // B
   glm::uint heads;                   // H
@@ -61,7 +72,7 @@ struct AverageHeadsParams {  // shaders/average_heads.comp
 };
 
 static_assert(sizeof(LinearParams) == 12 && sizeof(HeadsParams) == 16 && sizeof(AppendRowParams) == 12);
-static_assert(sizeof(AttentionScoresParams) == 20 && sizeof(AttentionMaskParams) == 28);
+static_assert(sizeof(AttentionScoresParams) == 20 && sizeof(AttentionMaskParams) == 28 && sizeof(FlashAttentionParams) == 32);
 static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AttentionValuesParams) == 16 && sizeof(AverageHeadsParams) == 12);
 
 }  // namespace vkattn::vulkan

@@ -12,7 +12,7 @@ namespace vkattn::vulkan {
 namespace {
 
 constexpr uint32_t kSetsPerPool = 256;
-constexpr uint32_t kMaxBindings = 4;
+constexpr uint32_t kMaxBindings = 6;  // flash_attention: q, attn_mask, key_padding_mask, k, v, out
 // Two per timed dispatch: a forward pass has fewer than 20 steps.
 constexpr uint32_t kTimestampQueries = 512;
 
@@ -102,7 +102,8 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
                         std::span<const std::byte> push_constants, uint64_t groups, const std::string& label) {
   if (buffers.size() != kernel.bindings() || buffers.size() > kMaxBindings) {
     throw std::logic_error(label + ": kernel " + kernel.name() + " has " + std::to_string(kernel.bindings()) +
-                           " bindings but " + std::to_string(buffers.size()) + " buffers were given");
+                           " bindings but " + std::to_string(buffers.size()) + " buffers were given (at most " +
+                           std::to_string(kMaxBindings) + ")");
   }
   if (push_constants.size() != kernel.push_constant_bytes()) {
     throw std::logic_error(label + ": push constants of " + std::to_string(push_constants.size()) + " bytes for kernel " +
