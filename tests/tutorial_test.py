@@ -45,6 +45,12 @@ LESSONS = {
          "averaged (2, 5, 7), per head (2, 2, 5, 7); max |averaged - mean of the heads| = 0"],
         {"weights_batch_first_b0.svg": (5, 5), "weights_batch_first_b1.svg": (5, 5),
          **{f"weights_per_head_b{b}_h{h}.svg": (5, 7) for b in range(2) for h in range(2)}}),
+    "tutorial_07_fused_vs_unfused": (
+        ["7   attention_mask      attention_mask    (2, 4, 17, 17) (2, 17) -> (2, 4, 17, 17)",
+         "18  flash_attention     flash_attention   (2, 4, 17, 16) (2, 4, 17, 16) (2, 4, 17, 16) (2, 17) -> (2, 4, 17, 16)",
+         "fused against unfused, on the GPU: max |difference|",
+         "   1024      16.00 MiB"],
+        {}),
     "tutorial_08_debugging_with_traces": (
         ["first divergent step: 9 merge_heads, 48 of 64 elements",
          "first at flat index 4 = (b=0, i=0, f=4)",
@@ -80,6 +86,13 @@ def main(executable):
         assert written == sorted(images), f"{name}: wrote {written}, expected {sorted(images)}"
         for image, (rows, cols) in images.items():
             check_image(pathlib.Path(tmp) / image, rows, cols)
+    if name == "tutorial_07_fused_vs_unfused":
+        # L, scores MiB, unfused ms, fused ms, unfused MiB, fused MiB: memory O(L) fused, O(L²) unfused
+        rows = {int(m[0]): [float(v) for v in m[1:]] for m in
+                re.findall(r"^ +(\d+) +([\d.]+) MiB +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)$", out, re.M)}
+        assert sorted(rows) == [128, 256, 512, 1024], f"{name}: table rows {sorted(rows)}"
+        unfused_growth, fused_growth = rows[1024][3] / rows[128][3], rows[1024][4] / rows[128][4]
+        assert fused_growth <= 8.5 and unfused_growth >= 24, f"{name}: memory grew x{fused_growth} fused, x{unfused_growth} unfused"
     if name == "tutorial_05_pytorch_style_api":
         error = float(re.search(r"max \|vkattn gpu - PyTorch\| = (\S+)", out).group(1))
         assert error <= 1e-4, f"{name}: {error} from PyTorch"
