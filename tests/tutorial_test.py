@@ -19,7 +19,7 @@ LESSONS = {
          "(32, 8, 128, 64) (32, 8, 128, 64) -> (32, 8, 128, 128)",
          "merge_heads gives (32, 128, 512) = (B, T, H·d)",
          "not the (B, T, H, T) = (32, 128, 8, 128) the article prints"],
-        {}),
+        {"scores_wrong_layout_b0_t0.svg": (8, 8), "weights_b0_h0.svg": (128, 128)}),
     "tutorial_02_scaled_dot_product": (
         ["row sums: 1.000000 1.000000 1.000000",
          "scaled:   mean largest weight", "unscaled: mean largest weight",

@@ -9,7 +9,7 @@
 // .transpose(1, 2)); then Q·Kᵀ is (B, H, T, T), softmax and ·V give (B, H, T, d), and
 // merge_heads (transpose back and reshape) gives (B, T, H·d), the article's example 3.
 //
-// Run: build/bin/tutorial_01_batched_matmul [--device D]
+// Run: build/bin/tutorial_01_batched_matmul [--images DIR] [--device D]
 #include <cmath>
 #include <sstream>
 
@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
              "another head's key at the SAME position. No position looks at any other: this is not attention,\n"
              "and not the (B, T, H, T) = (32, 128, 8, 128) the article prints.";
     lesson.say(shape.str());
+    Tensor first_position({H, H}, std::vector<float>(wrong.data.begin(), wrong.data.begin() + H * H));
+    lesson.images("scores_wrong_layout_b0_t0", first_position, {},
+                  {.title = "Q·Kᵀ in the (B,T,H,d) layout at b=0, t=0: heads against heads",
+                   .rows = "query head", .cols = "key head"});
 
     lesson.say(
         "The right way: move the heads forward, (B, T, H, d) -> (B, H, T, d). (B, T, H, d) is the same memory\n"
@@ -47,14 +51,16 @@ int main(int argc, char** argv) {
       Value scores = b.attention_scores("attention_scores", qh, kh);   // (B, H, T, T)
       Value weights = b.softmax("softmax", scores);                     // (B, H, T, T), rows sum to 1
       Value context = b.attention_values("attention_values", weights, vh);  // (B, H, T, d)
-      return b.download(b.merge_heads("merge_heads", context));       // (B, T, H·d)
+      return std::pair{b.download(b.merge_heads("merge_heads", context)), b.download(weights)};  // (B, T, H·d)
     });
     std::ostringstream done;
     done << "attention_scores is (B, H, T, T) = (32, 8, 128, 128): every position against every position, per head.\n"
-         << "merge_heads gives " << shape_string(right.shape)
+         << "merge_heads gives " << shape_string(right.first.shape)
          << " = (B, T, H·d), the concatenated heads the output projection takes.\n"
          << "The wrong layout made " << element_count(wrong.shape) << " scores; the right one "
          << B * H * T * T << ": 16 times more, because T = 128 is 16 times H = 8.";
     lesson.say(done.str());
+    Tensor first_head({T, T}, std::vector<float>(right.second.data.begin(), right.second.data.begin() + T * T));
+    lesson.images("weights_b0_h0", first_head, {}, {.title = "attention weights at b=0, h=0: positions against positions"});
   });
 }
