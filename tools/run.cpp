@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <string>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/errors.h"

@@ -73,7 +73,7 @@ std::string heatmap_svg(const Tensor& plane, const HeatmapLabels& labels) {
                        : format("white = %.4g, dark blue = %.4g%s", static_cast<double>(lo), static_cast<double>(hi),
                                 blocked_cells ? ", grey = -inf (blocked)" : "");
   svg += format("<text x=\"%d\" y=\"38\" font-size=\"11\" fill=\"#555\">", left) + xml_escape(legend) + "</text>\n";
-  // axis titles: columns above the grid, rows rotated at its left
+  // axis titles: columns below the grid, rows rotated at its left
   svg += format("<text x=\"%lld\" y=\"%lld\" font-size=\"12\" text-anchor=\"middle\">",
                 static_cast<long long>(left + C * cell / 2), static_cast<long long>(top + R * cell + 35)) +
          xml_escape(labels.cols) + "</text>\n";
