@@ -253,7 +253,7 @@ std::vector<std::byte> encode_npy(const Tensor& tensor) {
   std::byte* data = out.data() + total;
   if (boolean) {
     for (size_t i = 0; i < tensor.data.size(); ++i) data[i] = std::byte{tensor.data[i] != 0.0f};
-  } else {
+  } else if (!tensor.data.empty()) {  // memcpy from an empty vector's null data() is undefined
     std::memcpy(data, tensor.data.data(), tensor.data.size() * sizeof(float));
   }
   return out;
