@@ -146,6 +146,8 @@ InstanceSetup instance_setup(const vk::raii::Context& loader, bool validation) {
                         " is not installed (Debian package: vulkan-validationlayers)");
     }
     setup.layers.push_back(kValidationLayer);
+    // the layer's own extension: lets the instance turn on synchronization validation
+    setup.extensions.push_back(VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME);
   }
   if (has_extension(extensions, VK_EXT_DEBUG_UTILS_EXTENSION_NAME)) {
     setup.extensions.push_back(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
@@ -240,9 +242,15 @@ Context::Context(const ContextOptions& options) : loader_((init_logging(), make_
 
   vk::ApplicationInfo app("vkattn", 1, "vkattn", 1, VK_API_VERSION_1_1);
   vk::InstanceCreateInfo info(setup.flags, &app, setup.layers, setup.extensions);
-  // Chained so that messages about instance creation itself are caught too.
+  // Chained so that messages about instance creation itself are caught too; with validation on,
+  // synchronization validation checks every barrier the Recorder inserts (or leaves out).
   auto debug_info = messenger_info(validation_.get());
-  if (validation_) info.pNext = &debug_info;
+  const vk::ValidationFeatureEnableEXT enabled[] = {vk::ValidationFeatureEnableEXT::eSynchronizationValidation};
+  vk::ValidationFeaturesEXT features(enabled, {});
+  if (validation_) {
+    features.pNext = &debug_info;  // debug_info itself stays unchained: the messenger is made from it too
+    info.pNext = &features;
+  }
   instance_ = vk::raii::Instance(loader_, info);
   if (validation_) messenger_ = vk::raii::DebugUtilsMessengerEXT(instance_, debug_info);
 
