@@ -231,6 +231,7 @@ size_t select_device(const std::vector<DeviceReport>& reports, const std::string
 ContextOptions ContextOptions::from_environment() {
   ContextOptions options;
   options.validation = env_flag("VKATTN_VALIDATION");
+  if (std::getenv("VKATTN_SYNC_VALIDATION")) options.sync_validation = env_flag("VKATTN_SYNC_VALIDATION");
   if (const char* device = std::getenv("VKATTN_DEVICE")) options.device = device;
   return options;
 }
@@ -247,7 +248,8 @@ Context::Context(const ContextOptions& options) : loader_((init_logging(), make_
   auto debug_info = messenger_info(validation_.get());
   const vk::ValidationFeatureEnableEXT enabled[] = {vk::ValidationFeatureEnableEXT::eSynchronizationValidation};
   vk::ValidationFeaturesEXT features(enabled, {});
-  if (validation_) {
+  if (validation_) info.pNext = &debug_info;
+  if (validation_ && options.sync_validation) {
     features.pNext = &debug_info;  // debug_info itself stays unchained: the messenger is made from it too
     info.pNext = &features;
   }
