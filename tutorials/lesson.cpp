@@ -3,12 +3,10 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 
-#include "engine/errors.h"
 #include "engine/side_by_side.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan_backend.h"

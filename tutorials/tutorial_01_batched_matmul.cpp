@@ -10,7 +10,6 @@
 // merge_heads (transpose back and reshape) gives (B, T, H·d), the article's example 3.
 //
 // Run: build/bin/tutorial_01_batched_matmul [--images DIR] [--device D]
-#include <cmath>
 #include <sstream>
 
 #include "tutorials/lesson.h"

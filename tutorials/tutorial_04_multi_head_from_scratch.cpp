@@ -13,8 +13,6 @@
 // Then the same weights through vkattn's MultiHeadAttention module: the same numbers.
 //
 // Run: build/bin/tutorial_04_multi_head_from_scratch [--images DIR] [--device D]
-#include <algorithm>
-#include <cmath>
 #include <sstream>
 
 #include "engine/compare.h"

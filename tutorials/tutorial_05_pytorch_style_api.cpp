@@ -11,7 +11,6 @@
 // The encoder layer of its example 3 is lesson 06's.
 //
 // Run: build/bin/tutorial_05_pytorch_style_api [--images DIR] [--device D]
-#include <cmath>
 #include <sstream>
 
 #include "engine/compare.h"

@@ -56,9 +56,9 @@ const char* device_type_name(vk::PhysicalDeviceType type);
 size_t select_device(const std::vector<DeviceReport>& reports, const std::string& selector);
 
 struct ContextOptions {
-  bool validation = false;  // VK_LAYER_KHRONOS_validation; an error if it is not installed
+  bool validation = false;       // VK_LAYER_KHRONOS_validation; an error if it is not installed
   bool sync_validation = true;  // with validation: its synchronization validation too
-  std::string device;       // index or name substring; empty picks the best device
+  std::string device;           // index or name substring; empty picks the best device
   // VKATTN_VALIDATION (1/true/on), VKATTN_SYNC_VALIDATION (0/false/off turns it off) and
   // VKATTN_DEVICE.
   static ContextOptions from_environment();
