@@ -46,7 +46,7 @@ Value Backend::upload(const std::string& name, const Tensor& tensor) {
           "tensor data holds " + std::to_string(tensor.size()) + " values but its shape " +
               shape_string(tensor.shape) + " needs " + std::to_string(element_count(tensor.shape)));
   require(tensor.size() > 0, name, "tensor " + shape_string(tensor.shape) + " is empty; every dim must be >= 1");
-  return Value{name, tensor.shape, tensor.dtype, store(tensor)};
+  return Value{scoped(name), tensor.shape, tensor.dtype, store(tensor)};
 }
 
 Tensor Backend::download(const Value& value) {
@@ -85,7 +85,8 @@ void Backend::report(const std::string& step, const char* op, std::vector<Tensor
   for (Tracer* tracer : tracers_) tracer->on_step(event);
 }
 
-Value Backend::linear(const std::string& step, const Value& x, const Value& weight, const Value* bias) {
+Value Backend::linear(const std::string& step_name, const Value& x, const Value& weight, const Value* bias) {
+  const std::string step = scoped(step_name);
   require_float(step, x);
   require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim");
   require_rank(step, weight, 2, "(out_features, in_features)");
@@ -110,7 +111,8 @@ Value Backend::linear(const std::string& step, const Value& x, const Value& weig
   return y;
 }
 
-Value Backend::split_heads(const std::string& step, const Value& x, int64_t heads) {
+Value Backend::split_heads(const std::string& step_name, const Value& x, int64_t heads) {
+  const std::string step = scoped(step_name);
   require_rank(step, x, 3, "(B, T, E)");
   int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
   require(heads >= 1 && E % heads == 0, step,
@@ -123,7 +125,8 @@ Value Backend::split_heads(const std::string& step, const Value& x, int64_t head
   return y;
 }
 
-Value Backend::append_row(const std::string& step, const Value& x, const Value* row) {
+Value Backend::append_row(const std::string& step_name, const Value& x, const Value* row) {
+  const std::string step = scoped(step_name);
   require_float(step, x);
   require(x.rank() >= 2, step, "input " + describe(x) + " must be (…, T, C)");
   int64_t T = x.dim(-2), C = x.dim(-1);
@@ -143,7 +146,8 @@ Value Backend::append_row(const std::string& step, const Value& x, const Value* 
   return y;
 }
 
-Value Backend::attention_scores(const std::string& step, const Value& q, const Value& k) {
+Value Backend::attention_scores(const std::string& step_name, const Value& q, const Value& k) {
+  const std::string step = scoped(step_name);
   require_rank(step, q, 4, "(B, H, L, d)");
   require_rank(step, k, 4, "(B, H, S, d)");
   require(q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3), step,
@@ -179,8 +183,9 @@ static int check_masks(const std::string& step, const Value* attn_mask, const Va
   return rank;
 }
 
-Value Backend::attention_mask(const std::string& step, const Value& scores, const Value* attn_mask,
+Value Backend::attention_mask(const std::string& step_name, const Value& scores, const Value* attn_mask,
                               const Value* key_padding_mask, bool causal) {
+  const std::string step = scoped(step_name);
   require_rank(step, scores, 4, "(B, H, L, S)");
   int64_t B = scores.dim(0), H = scores.dim(1), L = scores.dim(2), S = scores.dim(3);
   int rank = check_masks(step, attn_mask, key_padding_mask, B, H, L, S, "scores " + shape_string(scores.shape));
@@ -193,8 +198,9 @@ Value Backend::attention_mask(const std::string& step, const Value& scores, cons
   return out;
 }
 
-Value Backend::flash_attention(const std::string& step, const Value& q, const Value& k, const Value& v,
+Value Backend::flash_attention(const std::string& step_name, const Value& q, const Value& k, const Value& v,
                                const Value* attn_mask, const Value* key_padding_mask, bool causal) {
+  const std::string step = scoped(step_name);
   require_rank(step, q, 4, "(B, H, L, d)");
   require_rank(step, k, 4, "(B, H, S, d)");
   require_rank(step, v, 4, "(B, H, S, d)");
@@ -215,7 +221,8 @@ Value Backend::flash_attention(const std::string& step, const Value& q, const Va
   return out;
 }
 
-Value Backend::softmax(const std::string& step, const Value& x) {
+Value Backend::softmax(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
   require_float(step, x);
   require(x.rank() >= 1, step, "input " + describe(x) + " must have a last dim to normalise over");
   int64_t S = x.dim(-1), R = element_count(x.shape) / S;
@@ -225,7 +232,8 @@ Value Backend::softmax(const std::string& step, const Value& x) {
   return y;
 }
 
-Value Backend::attention_values(const std::string& step, const Value& p, const Value& v) {
+Value Backend::attention_values(const std::string& step_name, const Value& p, const Value& v) {
+  const std::string step = scoped(step_name);
   require_rank(step, p, 4, "(B, H, L, S)");
   require_rank(step, v, 4, "(B, H, S, d)");
   require(p.dim(0) == v.dim(0) && p.dim(1) == v.dim(1) && p.dim(3) == v.dim(2), step,
@@ -237,7 +245,8 @@ Value Backend::attention_values(const std::string& step, const Value& p, const V
   return out;
 }
 
-Value Backend::merge_heads(const std::string& step, const Value& x) {
+Value Backend::merge_heads(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
   require_rank(step, x, 4, "(B, H, T, d)");
   int64_t B = x.dim(0), H = x.dim(1), T = x.dim(2), d = x.dim(3);
   Value y = make_output(step, {B, T, H * d});
@@ -246,7 +255,8 @@ Value Backend::merge_heads(const std::string& step, const Value& x) {
   return y;
 }
 
-Value Backend::average_heads(const std::string& step, const Value& p) {
+Value Backend::average_heads(const std::string& step_name, const Value& p) {
+  const std::string step = scoped(step_name);
   require_rank(step, p, 4, "(B, H, L, S)");
   int64_t B = p.dim(0), H = p.dim(1), L = p.dim(2), S = p.dim(3);
   Value avg = make_output(step, {B, L, S});
@@ -255,8 +265,92 @@ Value Backend::average_heads(const std::string& step, const Value& p) {
   return avg;
 }
 
-Value Backend::host_step(const std::string& step, const std::string& op, const std::vector<const Value*>& inputs,
+Value Backend::layer_norm(const std::string& step_name, const Value& x, const Value& weight, const Value& bias,
+                          float eps) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim to normalise over");
+  int64_t E = x.dim(-1), N = element_count(x.shape) / E;
+  for (const Value* p : {&weight, &bias}) {
+    require_rank(step, *p, 1, "(E,)");
+    require(p->dim(0) == E, step, describe(*p) + " must have " + std::to_string(E) + " elements, one per feature of " + describe(x));
+  }
+  require(eps > 0.0f && std::isfinite(eps), step, "eps " + std::to_string(eps) + " must be a positive finite number");
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_layer_norm(step, *x.storage, *weight.storage, *bias.storage, *y.storage, N, E, eps); });
+  report(step, "layer_norm", infos({&x, &weight, &bias}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::gelu(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_gelu(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "gelu", infos({&x}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::relu(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_relu(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "relu", infos({&x}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::residual_add(const std::string& step_name, const Value& x, const Value& residual) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  require_float(step, residual);
+  require(x.shape == residual.shape, step, describe(x) + " and " + describe(residual) + " must have the same shape");
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_residual_add(step, *x.storage, *residual.storage, *y.storage, element_count(x.shape)); });
+  report(step, "residual_add", infos({&x, &residual}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::embedding(const std::string& step_name, const Value& ids, const Value& table) {
+  const std::string step = scoped(step_name);
+  require(ids.dtype == DType::int64, step, "token ids " + describe(ids) + " are " + dtype_name(ids.dtype) + " but must be int64");
+  require(ids.rank() == 2, step, "token ids " + describe(ids) + " have rank " + std::to_string(ids.rank()) + " but must be (B, T)");
+  require_rank(step, table, 2, "(vocab_size, E)");
+  int64_t B = ids.dim(0), T = ids.dim(1), V = table.dim(0), E = table.dim(1);
+  Value y = make_output(step, {B, T, E});
+  timed(step, [&] { run_embedding(step, *ids.storage, *table.storage, *y.storage, B * T, V, E); });
+  report(step, "embedding", infos({&ids, &table}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::positional_encoding(const std::string& step_name, const Value& x, const Value& table) {
+  const std::string step = scoped(step_name);
+  require_rank(step, x, 3, "(B, T, E)");
+  require_rank(step, table, 2, "(max_positions, E)");
+  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
+  require(table.dim(1) == E, step, "table " + describe(table) + " has " + std::to_string(table.dim(1)) +
+                                       " features but input " + describe(x) + " has " + std::to_string(E));
+  require(table.dim(0) >= T, step, "table " + describe(table) + " has " + std::to_string(table.dim(0)) +
+                                       " positions, fewer than the " + std::to_string(T) + " of input " + describe(x));
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_positional_encoding(step, *x.storage, *table.storage, *y.storage, B, T, E); });
+  report(step, "positional_encoding", infos({&x, &table}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::mean_pool(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_rank(step, x, 3, "(B, T, E)");
+  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
+  Value y = make_output(step, {B, E});
+  timed(step, [&] { run_mean_pool(step, *x.storage, *y.storage, B, T, E); });
+  report(step, "mean_pool", infos({&x}), y, {"b", "f"});
+  return y;
+}
+
+Value Backend::host_step(const std::string& step_name, const std::string& op, const std::vector<const Value*>& inputs,
                          std::vector<std::string> dims, const HostStep& compute) {
+  const std::string step = scoped(step_name);
   Tensor result;
   timed(step, [&] {
     std::vector<Tensor> host;
@@ -270,6 +364,17 @@ Value Backend::host_step(const std::string& step, const std::string& op, const s
   for (const Value* v : inputs) in.push_back({v->name, v->shape, v->dtype});
   report(step, op.c_str(), std::move(in), y, std::move(dims));
   return y;
+}
+
+void Backend::push_scope(const std::string& scope) {
+  scope_lengths_.push_back(scope_.size());
+  scope_ += scope + ".";
+}
+
+void Backend::pop_scope() noexcept {
+  if (scope_lengths_.empty()) return;
+  scope_.resize(scope_lengths_.back());
+  scope_lengths_.pop_back();
 }
 
 void Backend::add_tracer(Tracer& tracer) { tracers_.push_back(&tracer); }

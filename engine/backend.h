@@ -83,12 +83,37 @@ class Backend {
   // (B, H, L, S) -> (B, L, S), mean over H
   Value average_heads(const std::string& step, const Value& p);
 
+  // ---- the encoder block's steps (TransformerEncoderLayer) and the classifier's ----------------
+  // Normalised over the last dim with its biased variance, eps inside the square root, then
+  // scaled and shifted: torch's LayerNorm.   x (…, E), weight and bias (E) -> (…, E)
+  Value layer_norm(const std::string& step, const Value& x, const Value& weight, const Value& bias, float eps);
+  // x · Φ(x) = x/2 · (1 + erf(x/√2)): torch's exact GELU (approximate='none'). Any shape.
+  Value gelu(const std::string& step, const Value& x);
+  // max(x, 0). Any shape.
+  Value relu(const std::string& step, const Value& x);
+  // x + residual, two tensors of one shape: the skip connection around a sub-block.
+  Value residual_add(const std::string& step, const Value& x, const Value& residual);
+  // Rows of `table` picked by token id: ids (B, T) int64, table (V, E) -> (B, T, E). An id
+  // outside [0, V) gives a row of NaN (modules check ids on the host before they upload them).
+  Value embedding(const std::string& step, const Value& ids, const Value& table);
+  // x + the first T rows of a learnt position table: x (B, T, E), table (P, E), P >= T -> (B, T, E)
+  Value positional_encoding(const std::string& step, const Value& x, const Value& table);
+  // The mean over the positions: (B, T, E) -> (B, E)
+  Value mean_pool(const std::string& step, const Value& x);
+
   // A step computed on the host: the inputs read back, `compute` run on them, its result stored
   // on this backend and traced like any step (`dims` names its axes). For trying out a new or a
   // hand-written version of a step; on the GPU it waits for the work before it.
   using HostStep = std::function<Tensor(const std::vector<Tensor>& inputs)>;
   Value host_step(const std::string& step, const std::string& op, const std::vector<const Value*>& inputs,
                   std::vector<std::string> dims, const HostStep& compute);
+
+  // Step scopes: inside push_scope("layers.0") every step and uploaded input is named
+  // "layers.0.<name>" (in traces, errors and debug labels); scopes nest, as PyTorch's module
+  // paths do ("layers.0.self_attn.out_proj"). StepScope pushes and pops one.
+  void push_scope(const std::string& scope);
+  void pop_scope() noexcept;
+  std::string scoped(const std::string& name) const { return scope_ + name; }
 
   // Tracing. Tracers are not owned and must outlive their attachment.
   void add_tracer(Tracer& tracer);
@@ -137,6 +162,18 @@ class Backend {
                                int64_t T, int64_t d) = 0;
   virtual void run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B,
                                  int64_t H, int64_t plane) = 0;
+  virtual void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
+                              Storage& y, int64_t N, int64_t E, float eps) = 0;
+  virtual void run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
+  virtual void run_relu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
+  virtual void run_residual_add(const std::string& step, const Storage& x, const Storage& residual, Storage& y,
+                                int64_t n) = 0;
+  virtual void run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y, int64_t N,
+                             int64_t V, int64_t E) = 0;
+  virtual void run_positional_encoding(const std::string& step, const Storage& x, const Storage& table, Storage& y,
+                                       int64_t B, int64_t T, int64_t E) = 0;
+  virtual void run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
+                             int64_t E) = 0;
 
  private:
   Value make_output(const std::string& step, Shape shape);
@@ -161,10 +198,24 @@ class Backend {
               std::vector<std::string> dims);
 
   std::vector<Tracer*> tracers_;
+  std::string scope_;                 // "layers.0.self_attn." inside two scopes
+  std::vector<size_t> scope_lengths_;  // scope_'s length before each push
   int pass_depth_ = 0;
   int next_index_ = 0;
   Clock::time_point pass_start_ = Clock::now();
   std::vector<StepTime> host_times_;
+};
+
+// Pushes a step scope for as long as it lives.
+class StepScope {
+ public:
+  StepScope(Backend& backend, const std::string& scope) : backend_(backend) { backend_.push_scope(scope); }
+  ~StepScope() { backend_.pop_scope(); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  Backend& backend_;
 };
 
 }  // namespace vkattn

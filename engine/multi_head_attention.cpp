@@ -191,6 +191,7 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   std::optional<Tensor> attn_mask, key_padding_mask;
   if (options.attn_mask) {
     const Tensor& m = *options.attn_mask;
+    require(m.dtype != DType::int64, "attn_mask is int64 but must be bool or float32");
     Shape per_batch = {(batched ? B : 1) * H, L, S};
     require(m.shape == Shape{L, S} || m.shape == per_batch,
             "attn_mask " + shape_string(m.shape) + " must be (L, S) = " + shape_string({L, S}) + " or " +
@@ -199,6 +200,7 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   }
   if (options.key_padding_mask) {
     const Tensor& m = *options.key_padding_mask;
+    require(m.dtype != DType::int64, "key_padding_mask is int64 but must be bool or float32");
     Shape expected = batched ? Shape{B, S} : Shape{S};
     require(m.shape == expected, "key_padding_mask " + shape_string(m.shape) + " must be " +
                                      (batched ? "(B, S) = " : "(S,) = ") + shape_string(expected));

@@ -86,4 +86,37 @@ void ReferenceBackend::run_average_heads(const std::string&, const Storage& p, S
   reference::average_heads(in(p), out(avg), B, H, plane);
 }
 
+void ReferenceBackend::run_layer_norm(const std::string&, const Storage& x, const Storage& weight, const Storage& bias,
+                                      Storage& y, int64_t N, int64_t E, float eps) {
+  reference::layer_norm(in(x), in(weight), in(bias), out(y), N, E, eps);
+}
+
+void ReferenceBackend::run_gelu(const std::string&, const Storage& x, Storage& y, int64_t n) {
+  reference::gelu(in(x), out(y), n);
+}
+
+void ReferenceBackend::run_relu(const std::string&, const Storage& x, Storage& y, int64_t n) {
+  reference::relu(in(x), out(y), n);
+}
+
+void ReferenceBackend::run_residual_add(const std::string&, const Storage& x, const Storage& residual, Storage& y,
+                                        int64_t n) {
+  reference::residual_add(in(x), in(residual), out(y), n);
+}
+
+void ReferenceBackend::run_embedding(const std::string&, const Storage& ids, const Storage& table, Storage& y,
+                                     int64_t N, int64_t V, int64_t E) {
+  reference::embedding(in(ids), in(table), out(y), N, V, E);
+}
+
+void ReferenceBackend::run_positional_encoding(const std::string&, const Storage& x, const Storage& table, Storage& y,
+                                               int64_t B, int64_t T, int64_t E) {
+  reference::positional_encoding(in(x), in(table), out(y), B, T, E);
+}
+
+void ReferenceBackend::run_mean_pool(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,
+                                     int64_t E) {
+  reference::mean_pool(in(x), out(y), B, T, E);
+}
+
 }  // namespace vkattn

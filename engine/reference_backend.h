@@ -35,6 +35,16 @@ class ReferenceBackend final : public Backend {
                        int64_t d) override;
   void run_average_heads(const std::string&, const Storage& p, Storage& avg, int64_t B, int64_t H,
                          int64_t plane) override;
+  void run_layer_norm(const std::string&, const Storage& x, const Storage& weight, const Storage& bias, Storage& y,
+                      int64_t N, int64_t E, float eps) override;
+  void run_gelu(const std::string&, const Storage& x, Storage& y, int64_t n) override;
+  void run_relu(const std::string&, const Storage& x, Storage& y, int64_t n) override;
+  void run_residual_add(const std::string&, const Storage& x, const Storage& residual, Storage& y, int64_t n) override;
+  void run_embedding(const std::string&, const Storage& ids, const Storage& table, Storage& y, int64_t N, int64_t V,
+                     int64_t E) override;
+  void run_positional_encoding(const std::string&, const Storage& x, const Storage& table, Storage& y, int64_t B,
+                               int64_t T, int64_t E) override;
+  void run_mean_pool(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
 };
 
 }  // namespace vkattn

@@ -5,7 +5,14 @@
 
 namespace vkattn {
 
-const char* dtype_name(DType dtype) { return dtype == DType::boolean ? "bool" : "float32"; }
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::float32: return "float32";
+    case DType::boolean: return "bool";
+    case DType::int64: return "int64";
+  }
+  return "?";
+}
 
 std::string shape_string(const Shape& shape) {
   std::string out = "(";

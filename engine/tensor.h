@@ -1,6 +1,7 @@
 #pragma once
 // A host tensor: a shape and a dense row-major (C order) array of floats.
-// Masks are tensors too: dtype boolean stores 0 (keep) and 1 (blocked) as floats.
+// Masks are tensors too: dtype boolean stores 0 (keep) and 1 (blocked) as floats. Token ids
+// are dtype int64, integers stored as floats (exact: the readers refuse |id| > 2^24).
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -10,9 +11,9 @@ namespace vkattn {
 
 using Shape = std::vector<int64_t>;
 
-enum class DType { float32, boolean };
+enum class DType { float32, boolean, int64 };
 
-// "float32" / "bool": numpy's names, as the trace writes them.
+// "float32" / "bool" / "int64": numpy's names, as the trace writes them.
 const char* dtype_name(DType dtype);
 
 // "(2, 5, 64)"

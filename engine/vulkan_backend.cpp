@@ -167,6 +167,50 @@ void VulkanBackend::run_average_heads(const std::string& step, const Storage& p,
            uint64_t(B) * plane);
 }
 
+void VulkanBackend::run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
+                                   Storage& y, int64_t N, int64_t E, float eps) {
+  const auto& k = kernel("layer_norm", 4, sizeof(vulkan::LayerNormParams));
+  // one workgroup per row
+  dispatch(step, k, {buffer_of(x), buffer_of(weight), buffer_of(bias), buffer_of(y)},
+           vulkan::LayerNormParams{u32(N), u32(E), eps}, uint64_t(N), true);
+}
+
+void VulkanBackend::run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) {
+  const auto& k = kernel("gelu", 2, sizeof(vulkan::ElementwiseParams));
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
+}
+
+void VulkanBackend::run_relu(const std::string& step, const Storage& x, Storage& y, int64_t n) {
+  const auto& k = kernel("relu", 2, sizeof(vulkan::ElementwiseParams));
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
+}
+
+void VulkanBackend::run_residual_add(const std::string& step, const Storage& x, const Storage& residual, Storage& y,
+                                     int64_t n) {
+  const auto& k = kernel("residual_add", 3, sizeof(vulkan::ElementwiseParams));
+  dispatch(step, k, {buffer_of(x), buffer_of(residual), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
+}
+
+void VulkanBackend::run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y,
+                                  int64_t N, int64_t V, int64_t E) {
+  const auto& k = kernel("embedding", 3, sizeof(vulkan::EmbeddingParams));
+  dispatch(step, k, {buffer_of(ids), buffer_of(table), buffer_of(y)}, vulkan::EmbeddingParams{u32(N), u32(V), u32(E)},
+           uint64_t(N) * E);
+}
+
+void VulkanBackend::run_positional_encoding(const std::string& step, const Storage& x, const Storage& table,
+                                            Storage& y, int64_t B, int64_t T, int64_t E) {
+  const auto& k = kernel("positional_encoding", 3, sizeof(vulkan::PositionalEncodingParams));
+  dispatch(step, k, {buffer_of(x), buffer_of(table), buffer_of(y)},
+           vulkan::PositionalEncodingParams{u32(B * T * E), u32(T * E)}, uint64_t(B) * T * E);
+}
+
+void VulkanBackend::run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
+                                  int64_t E) {
+  const auto& k = kernel("mean_pool", 2, sizeof(vulkan::MeanPoolParams));
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::MeanPoolParams{u32(B), u32(T), u32(E)}, uint64_t(B) * E);
+}
+
 std::optional<std::vector<StepTime>> VulkanBackend::device_step_times() {
   auto times = recorder_.dispatch_times();  // one dispatch per step
   if (!times) return std::nullopt;

@@ -59,6 +59,16 @@ class VulkanBackend final : public Backend {
                        int64_t d) override;
   void run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B, int64_t H,
                          int64_t plane) override;
+  void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias, Storage& y,
+                      int64_t N, int64_t E, float eps) override;
+  void run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) override;
+  void run_relu(const std::string& step, const Storage& x, Storage& y, int64_t n) override;
+  void run_residual_add(const std::string& step, const Storage& x, const Storage& residual, Storage& y, int64_t n) override;
+  void run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y, int64_t N, int64_t V,
+                     int64_t E) override;
+  void run_positional_encoding(const std::string& step, const Storage& x, const Storage& table, Storage& y, int64_t B,
+                               int64_t T, int64_t E) override;
+  void run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
 
  private:
   // The pipeline for shaders/<name>.comp with these extra specialization constants, made once.

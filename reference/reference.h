@@ -63,4 +63,29 @@ void merge_heads(const float* x, float* y, int64_t B, int64_t H, int64_t T, int6
 // mean over heads    p (B, H, L·S) -> avg (B, L·S)
 void average_heads(const float* p, float* avg, int64_t B, int64_t H, int64_t plane);
 
+// ---- the encoder block (TransformerEncoderLayer) and the classifier around it --------------------
+
+// y = (x - mean) / √(var + eps) · weight + bias over each row; var the biased variance (÷ E)
+//   x, y (N, E)  weight, bias (E)
+void layer_norm(const float* x, const float* weight, const float* bias, float* y, int64_t N, int64_t E, float eps);
+
+// y = x · Φ(x) = x/2 · (1 + erf(x/√2)), torch's exact GELU      x, y (n)
+void gelu(const float* x, float* y, int64_t n);
+
+// y = max(x, 0)      x, y (n)
+void relu(const float* x, float* y, int64_t n);
+
+// y = x + residual      x, residual, y (n)
+void residual_add(const float* x, const float* residual, float* y, int64_t n);
+
+// y[n, :] = table[ids[n], :]   ids (N) integer-valued floats, table (V, E), y (N, E); an id
+// outside [0, V) gives a row of NaN
+void embedding(const float* ids, const float* table, float* y, int64_t N, int64_t V, int64_t E);
+
+// y[b, t, :] = x[b, t, :] + table[t, :]      x, y (B, T, E), table (P, E) with P >= T
+void positional_encoding(const float* x, const float* table, float* y, int64_t B, int64_t T, int64_t E);
+
+// y[b, :] = mean over t of x[b, t, :]      x (B, T, E), y (B, E)
+void mean_pool(const float* x, float* y, int64_t B, int64_t T, int64_t E);
+
 }  // namespace vkattn::reference

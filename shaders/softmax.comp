@@ -6,6 +6,7 @@
 // One workgroup per row: pass 1 reduces the max, pass 2 the sum of exp(x - max), pass 3 writes.
 // The reductions use shared memory; a subgroup version is the performance issue's.
 #include "common.glsl"
+#include "workgroup_reduce.glsl"
 
 layout(std430, binding = 0) readonly buffer Input { float x[]; };
 layout(std430, binding = 1) writeonly buffer Output { float y[]; };
@@ -14,33 +15,6 @@ layout(push_constant) uniform Params {
   uint rows;  // R
   uint cols;  // S
 } p;
-
-shared float partial[gl_WorkGroupSize.x];
-
-// Tree reduction of partial[] into partial[0]; `use_max` picks max, else sum.
-float workgroup_reduce(float value, bool use_max) {
-  uint lane = gl_LocalInvocationID.x;
-  partial[lane] = value;
-  barrier();
-  // The workgroup size need not be a power of two: fold the top part onto a power-of-two prefix.
-  uint width = 1u;
-  while (width * 2u <= gl_WorkGroupSize.x) width *= 2u;
-  if (lane >= width) {
-    uint dst = lane - width;
-    partial[dst] = use_max ? max(partial[dst], partial[lane]) : partial[dst] + partial[lane];
-  }
-  barrier();
-  for (uint stride = width / 2u; stride > 0u; stride /= 2u) {
-    if (lane < stride) {
-      partial[lane] = use_max ? max(partial[lane], partial[lane + stride])
-                              : partial[lane] + partial[lane + stride];
-    }
-    barrier();
-  }
-  float result = partial[0];
-  barrier();  // everyone has read partial[0] before the next reduction overwrites it
-  return result;
-}
 
 void main() {
   uint row = flat_workgroup_id();

@@ -101,6 +101,21 @@ TEST(Npy, ConvertsFloat16AndFloat64ToFloat32) {
   EXPECT_EQ(d.data, (std::vector<float>{0.1f, -1e10f, 3.0f}));
 }
 
+TEST(Npy, ReadsIntegersAsTokenIdsAndWritesThemBack) {
+  auto i64 = npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }", raw<int64_t>({0, 999, -3, 16777216}));
+  Tensor t = io::parse_npy(i64, "ids.npy");
+  EXPECT_EQ(t.dtype, DType::int64);
+  EXPECT_EQ(t.data, (std::vector<float>{0.0f, 999.0f, -3.0f, 16777216.0f}));
+  auto i32 = npy("{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }", raw<int32_t>({7, -1, 42}));
+  Tensor u = io::parse_npy(i32, "ids.npy");
+  EXPECT_EQ(u.dtype, DType::int64);
+  EXPECT_EQ(u.data, (std::vector<float>{7.0f, -1.0f, 42.0f}));
+  // written as '<i8', read back the same
+  Tensor back = io::parse_npy(io::encode_npy(t), "back.npy");
+  EXPECT_EQ(back.dtype, DType::int64);
+  EXPECT_EQ(back.data, t.data);
+}
+
 struct BadNpy {
   const char* name;
   std::vector<std::byte> bytes;
@@ -148,8 +163,10 @@ INSTANTIATE_TEST_SUITE_P(
                "big-endian data ('>f4') is not supported"},
         BadNpy{"object", npy("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", std::string(16, '\0')),
                "object arrays are not supported"},
-        BadNpy{"int64", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", std::string(16, '\0')),
-               "dtype '<i8' is not supported"},
+        BadNpy{"int16", npy("{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }", std::string(4, '\0')),
+               "dtype '<i2' is not supported"},
+        BadNpy{"int64_beyond_float32", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", raw<int64_t>({1, 16777217})),
+               "integer element 1 holds 16777217, beyond the ±2^24"},
         BadNpy{"truncated", npy(kF32Dict, four_floats.substr(0, 14)), "truncated: shape (2, 2) of float32 needs 16 data bytes but the file has 14"},
         BadNpy{"trailing_bytes", npy(kF32Dict, four_floats + "xy"), "2 unexpected bytes after the 16 data bytes"},
         BadNpy{"huge_shape", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (100000000000, 100000000000)}", four_floats),

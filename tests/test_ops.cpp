@@ -4,6 +4,7 @@
 // fused flash_attention is also held to the unfused steps it replaces.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <tuple>
@@ -223,6 +224,107 @@ TEST_P(Softmax, MatchesReferenceAndZeroesFullyMaskedRows) {
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, Softmax, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 63, 64, 65, 113, 1000)));
 
+// ---- the encoder block's steps ------------------------------------------------------------------------
+// layer_norm over (N, E): rows far from zero mean (a one-pass variance would cancel), constant rows
+// (variance 0: eps alone), E = 1 (every output is the bias).
+class LayerNorm : public Ops, public ::testing::WithParamInterface<std::tuple<int, int>> {};
+TEST_P(LayerNorm, MatchesReference) {
+  auto [N, E] = GetParam();
+  Tensor x = random_tensor({N, E}, 19);
+  for (int n = 0; n < N; ++n) {
+    for (int e = 0; e < E; ++e) {
+      float& v = x.data[n * E + e];
+      if (n % 3 == 1) v = v * 3.0f + 100.0f;  // large mean
+      if (n % 3 == 2) v = 0.5f;               // constant row
+    }
+  }
+  std::vector<Tensor> in{x, random_tensor({E}, 20), random_tensor({E}, 21)};
+  EXPECT_TRUE(check(in, [](Backend& b, const std::vector<Value>& v) { return b.layer_norm("norm1", v[0], v[1], v[2], 1e-5f); },
+                    {"n", "e"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, LayerNorm, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 63, 64, 65, 113, 1000)));
+
+TEST_F(Ops, LayerNormNormalisesEachRow) {
+  // with weight 1 and bias 0 every row has mean 0 and variance 1 - eps/(var + eps) ≈ 1
+  Tensor x = random_tensor({5, 48}, 22);
+  Value ones = gpu().upload("w", Tensor({48}, std::vector<float>(48, 1.0f)));
+  Value zeros = gpu().upload("b", Tensor({48}));
+  Tensor y = gpu().download(gpu().layer_norm("norm", gpu().upload("x", x), ones, zeros, 1e-5f));
+  for (int n = 0; n < 5; ++n) {
+    double mean = 0, var = 0;
+    for (int e = 0; e < 48; ++e) mean += y.data[n * 48 + e] / 48.0;
+    for (int e = 0; e < 48; ++e) var += (y.data[n * 48 + e] - mean) * (y.data[n * 48 + e] - mean) / 48.0;
+    EXPECT_NEAR(mean, 0.0, 1e-6) << "row " << n;
+    EXPECT_NEAR(var, 1.0, 1e-3) << "row " << n;
+  }
+}
+
+// gelu / relu / residual_add over lengths that are not multiples of the workgroup size, with
+// values out to ±8 (gelu's tails) and exact zeros.
+class Elementwise : public Ops, public ::testing::WithParamInterface<int> {};
+TEST_P(Elementwise, MatchesReference) {
+  int n = GetParam();
+  Tensor x = random_tensor({n}, 23);
+  for (int i = 0; i < n; ++i) x.data[i] = i % 7 == 0 ? 0.0f : x.data[i] * 8.0f;
+  EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.gelu("gelu", v[0]); }, {"i"}));
+  EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.relu("relu", v[0]); }, {"i"}));
+  EXPECT_TRUE(check({x, random_tensor({n}, 24)},
+                    [](Backend& b, const std::vector<Value>& v) { return b.residual_add("residual_add1", v[0], v[1]); }, {"i"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, Elementwise, Values(1, 3, 17, 63, 64, 65, 113, 1000));
+
+TEST_F(Ops, ResidualAddRefusesDifferentShapes) {
+  Value a = gpu().upload("a", random_tensor({2, 3, 4}, 1)), b = gpu().upload("b", random_tensor({2, 4, 3}, 2));
+  EXPECT_THROW(gpu().residual_add("residual_add1", a, b), ShapeError);
+}
+
+// embedding: ids (B, T) into a (V, E) table, with an id out of range and one not an integer.
+class Embedding : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int, int>> {};
+TEST_P(Embedding, MatchesReference) {
+  auto [B, T, V, E] = GetParam();
+  Tensor ids({B, T}, DType::int64);
+  for (int i = 0; i < B * T; ++i) ids.data[i] = static_cast<float>((i * 7) % V);
+  EXPECT_TRUE(check({ids, random_tensor({V, E}, 25)},
+                    [](Backend& b, const std::vector<Value>& v) { return b.embedding("embedding", v[0], v[1]); }, {"b", "t", "f"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, Embedding, Combine(Values(1, 3), Values(1, 17, 113), Values(1, 5, 1000), Values(1, 17, 65)));
+
+TEST_F(Ops, EmbeddingGivesNaNForAnIdOutsideTheTable) {
+  Tensor ids({1, 4}, {0, 3, -1, 1.5f}, DType::int64);  // 3 is past a 3-row table; -1 and 1.5 are no ids
+  for (Backend* b : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    Tensor y = b->download(b->embedding("embedding", b->upload("ids", ids), b->upload("table", random_tensor({3, 2}, 26))));
+    EXPECT_FALSE(std::isnan(y.data[0])) << b->name();
+    for (int i = 2; i < 8; ++i) EXPECT_TRUE(std::isnan(y.data[i])) << b->name() << " element " << i;
+  }
+}
+
+TEST_F(Ops, EmbeddingWantsInt64Ids) {
+  Value ids = gpu().upload("ids", random_tensor({1, 4}, 1)), table = gpu().upload("table", random_tensor({3, 2}, 2));
+  EXPECT_THROW(gpu().embedding("embedding", ids, table), ShapeError);
+}
+
+class PositionalEncoding : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int, int>> {};
+TEST_P(PositionalEncoding, MatchesReference) {
+  auto [B, T, E, extra] = GetParam();
+  EXPECT_TRUE(check({random_tensor({B, T, E}, 27), random_tensor({T + extra, E}, 28)},
+                    [](Backend& b, const std::vector<Value>& v) { return b.positional_encoding("positional_encoding", v[0], v[1]); },
+                    {"b", "t", "f"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, PositionalEncoding, Combine(Values(1, 3), Values(1, 17, 113), Values(1, 3, 65), Values(0, 5)));
+
+TEST_F(Ops, PositionalEncodingRefusesATableShorterThanTheSequence) {
+  Value x = gpu().upload("x", random_tensor({2, 6, 4}, 1)), table = gpu().upload("table", random_tensor({5, 4}, 2));
+  EXPECT_THROW(gpu().positional_encoding("positional_encoding", x, table), ShapeError);
+}
+
+class MeanPool : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int>> {};
+TEST_P(MeanPool, MatchesReference) {
+  auto [B, T, E] = GetParam();
+  EXPECT_TRUE(check({random_tensor({B, T, E}, 29)}, [](Backend& b, const std::vector<Value>& v) { return b.mean_pool("mean_pool", v[0]); },
+                    {"b", "f"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, MeanPool, Combine(Values(1, 3, 17), Values(1, 17, 113), Values(1, 3, 65, 113)));
+
 // ---- workgroup sizes: 1, a non-power of two, the default, a large one -------------------------------
 class Workgroup : public ::testing::TestWithParam<uint32_t> {};
 TEST_P(Workgroup, EveryStepMatchesReference) {
@@ -240,6 +342,10 @@ TEST_P(Workgroup, EveryStepMatchesReference) {
        [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); }, {"b", "h", "i", "j"});
   step({random_tensor({2, 3, 17, 13}, 7), random_tensor({2, 3, 13, 5}, 8)},
        [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); }, {"b", "h", "i", "c"});
+  step({random_tensor({17, 113}, 9), random_tensor({113}, 10), random_tensor({113}, 11)},
+       [](Backend& b, const std::vector<Value>& v) { return b.layer_norm("norm1", v[0], v[1], v[2], 1e-5f); }, {"n", "e"});
+  step({random_tensor({3, 17, 5}, 12)}, [](Backend& b, const std::vector<Value>& v) { return b.gelu("gelu", v[0]); }, {"b", "t", "f"});
+  step({random_tensor({3, 17, 5}, 13)}, [](Backend& b, const std::vector<Value>& v) { return b.mean_pool("mean_pool", v[0]); }, {"b", "f"});
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, Workgroup, Values(1u, 48u, 64u, 256u));
@@ -266,6 +372,17 @@ TEST(Folding, EveryStepMatchesReferenceOnAForcedTinyGrid) {
        [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); });
   step({random_tensor({2, 3, 9, 7}, 9)}, [](Backend& b, const std::vector<Value>& v) { return b.average_heads("average_heads", v[0]); });
   step(flash_inputs({2, 3, 41, 7, 4}, 2), flash_step(2, true, true));  // 246 rows in 31 workgroups of 8
+  step({random_tensor({113, 6}, 10), random_tensor({6}, 11), random_tensor({6}, 12)},
+       [](Backend& b, const std::vector<Value>& v) { return b.layer_norm("norm1", v[0], v[1], v[2], 1e-5f); });
+  step({random_tensor({2, 9, 12}, 13)}, [](Backend& b, const std::vector<Value>& v) { return b.gelu("gelu", v[0]); });
+  step({random_tensor({2, 9, 12}, 14)}, [](Backend& b, const std::vector<Value>& v) { return b.relu("relu", v[0]); });
+  step({random_tensor({2, 9, 12}, 15), random_tensor({2, 9, 12}, 16)},
+       [](Backend& b, const std::vector<Value>& v) { return b.residual_add("residual_add1", v[0], v[1]); });
+  step({Tensor({3, 9}, std::vector<float>(27, 4.0f), DType::int64), random_tensor({7, 12}, 17)},
+       [](Backend& b, const std::vector<Value>& v) { return b.embedding("embedding", v[0], v[1]); });
+  step({random_tensor({2, 9, 12}, 18), random_tensor({11, 12}, 19)},
+       [](Backend& b, const std::vector<Value>& v) { return b.positional_encoding("positional_encoding", v[0], v[1]); });
+  step({random_tensor({9, 5, 12}, 20)}, [](Backend& b, const std::vector<Value>& v) { return b.mean_pool("mean_pool", v[0]); });
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 

@@ -100,6 +100,58 @@ TEST(Reference, AverageHeadsIsTheMeanOverHeads) {
   EXPECT_FLOAT_EQ(avg[1], 4.0f);
 }
 
+TEST(Reference, LayerNormCentresScalesAndShifts) {
+  const float x[] = {1, 2, 3, 5, 5, 5};  // (N=2, E=3); the second row is constant
+  const float w[] = {1, 1, 2}, b[] = {0, 0, 1};
+  float y[6];
+  reference::layer_norm(x, w, b, y, 2, 3, 0.0f);  // mean 2, biased var 2/3
+  EXPECT_FLOAT_EQ(y[0], -1.2247449f);
+  EXPECT_FLOAT_EQ(y[1], 0.0f);
+  EXPECT_FLOAT_EQ(y[2], 2 * 1.2247449f + 1);
+  reference::layer_norm(x, w, b, y, 2, 3, 1e-5f);  // var 0: eps keeps it finite, every output is the bias
+  EXPECT_EQ(std::vector<float>(y + 3, y + 6), (std::vector<float>{0, 0, 1}));
+}
+
+TEST(Reference, GeluIsXTimesTheNormalCdf) {
+  const float x[] = {0, 1, -1, 3, -10, 10};
+  float y[6];
+  reference::gelu(x, y, 6);
+  // torch.nn.functional.gelu(torch.tensor([0., 1, -1, 3, -10, 10], dtype=torch.float64))
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_FLOAT_EQ(y[1], 0.8413447460685429f);
+  EXPECT_FLOAT_EQ(y[2], -0.15865525393145707f);
+  EXPECT_FLOAT_EQ(y[3], 2.99595030590511f);
+  EXPECT_FLOAT_EQ(y[4], -7.619853024160527e-23f);  // -10·Φ(-10); torch's 1 + erf form cancels to -0
+  EXPECT_FLOAT_EQ(y[5], 10.0f);
+}
+
+TEST(Reference, ReluAndResidualAdd) {
+  const float x[] = {-2, 0, 3}, r[] = {1, 1, -4};
+  float y[3];
+  reference::relu(x, y, 3);
+  EXPECT_EQ(std::vector<float>(y, y + 3), (std::vector<float>{0, 0, 3}));
+  reference::residual_add(x, r, y, 3);
+  EXPECT_EQ(std::vector<float>(y, y + 3), (std::vector<float>{-1, 1, -1}));
+}
+
+TEST(Reference, EmbeddingPositionalEncodingAndMeanPool) {
+  const float table[] = {0, 1, 10, 11, 20, 21};  // (V=3, E=2)
+  const float ids[] = {2, 0, 5};                 // (N=3); 5 is outside the table
+  float emb[6];
+  reference::embedding(ids, table, emb, 3, 3, 2);
+  EXPECT_EQ(std::vector<float>(emb, emb + 4), (std::vector<float>{20, 21, 0, 1}));
+  EXPECT_TRUE(std::isnan(emb[4]) && std::isnan(emb[5]));
+
+  const float x[] = {1, 2, 3, 4, 5, 6, 7, 8};  // (B=2, T=2, E=2)
+  const float pos[] = {100, 200, 300, 400, 500, 600};  // (P=3, E=2): the first T=2 rows are used
+  float y[8];
+  reference::positional_encoding(x, pos, y, 2, 2, 2);
+  EXPECT_EQ(std::vector<float>(y, y + 8), (std::vector<float>{101, 202, 303, 404, 105, 206, 307, 408}));
+  float pooled[4];
+  reference::mean_pool(x, pooled, 2, 2, 2);
+  EXPECT_EQ(std::vector<float>(pooled, pooled + 4), (std::vector<float>{2, 3, 6, 7}));
+}
+
 // torch.nn.MultiheadAttention from its definition, one (batch, head) at a time, in double:
 // independent of every reference function.
 struct Naive {

@@ -39,7 +39,7 @@ std::string describe_value(float v) { return std::isnan(v) ? "NaN" : (v > 0 ? "+
 // query / key / value: float, (B, T, features) or unbatched (T, features), every value finite.
 Tensor read_input(const std::string& path, const char* what) {
   Tensor t = io::read_npy(path);
-  if (t.dtype != DType::float32) throw FileError(path + ": the " + what + " is bool; a float array is expected");
+  if (t.dtype != DType::float32) throw FileError(path + ": the " + what + " is " + dtype_name(t.dtype) + "; a float array is expected");
   if (t.rank() != 3 && t.rank() != 2) {
     throw FileError(path + ": the " + what + " has shape " + shape_string(t.shape) +
                     "; expected (B, T, features) batch-first, or (T, features) unbatched");
@@ -54,6 +54,7 @@ Tensor read_input(const std::string& path, const char* what) {
 std::optional<Tensor> read_mask(const std::string& path, const char* what) {
   if (path.empty()) return std::nullopt;
   Tensor t = io::read_npy(path);
+  if (t.dtype == DType::int64) throw FileError(path + ": the " + what + " is int64; a bool or float array is expected");
   if (auto bad = first_bad_value(t, true)) {
     throw FileError(path + ": the " + what + " holds " + describe_value(t.data[*bad]) + " at " + shape_string(unravel_index(t.shape, static_cast<int64_t>(*bad))) +
                     " (a float mask is added to the scores: finite values, or -inf to block)");

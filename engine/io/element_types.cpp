@@ -19,6 +19,8 @@ size_t stored_size(StoredType type) {
     case StoredType::bfloat16: return 2;
     case StoredType::float64: return 8;
     case StoredType::boolean: return 1;
+    case StoredType::int32: return 4;
+    case StoredType::int64: return 8;
   }
   return 0;
 }
@@ -30,11 +32,30 @@ const char* stored_type_name(StoredType type) {
     case StoredType::bfloat16: return "bfloat16";
     case StoredType::float64: return "float64";
     case StoredType::boolean: return "bool";
+    case StoredType::int32: return "int32";
+    case StoredType::int64: return "int64";
   }
   return "?";
 }
 
-DType engine_dtype(StoredType type) { return type == StoredType::boolean ? DType::boolean : DType::float32; }
+DType engine_dtype(StoredType type) {
+  switch (type) {
+    case StoredType::boolean: return DType::boolean;
+    case StoredType::int32:
+    case StoredType::int64: return DType::int64;
+    default: return DType::float32;
+  }
+}
+
+// An integer element as a float, exactly: |v| <= 2^24, the largest range float32 holds without gaps.
+static float exact_integer(int64_t v, size_t index, const std::string& context) {
+  constexpr int64_t kLimit = int64_t{1} << 24;
+  if (v > kLimit || v < -kLimit) {
+    throw FileError(context + ": integer element " + std::to_string(index) + " holds " + std::to_string(v) +
+                    ", beyond the ±2^24 (16777216) that vkattn stores exactly");
+  }
+  return static_cast<float>(v);
+}
 
 template <typename T>
 static T load(const std::byte* p) {
@@ -64,6 +85,8 @@ std::vector<float> decode_elements(StoredType type, std::span<const std::byte> b
         out[i] = static_cast<float>(v);
         break;
       }
+      case StoredType::int32: out[i] = exact_integer(load<int32_t>(p), i, context); break;
+      case StoredType::int64: out[i] = exact_integer(load<int64_t>(p), i, context); break;
     }
   }
   return out;

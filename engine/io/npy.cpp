@@ -149,13 +149,15 @@ StoredType parse_descr(const std::string& descr, const std::string& source) {
   if (descr == "<f2") return StoredType::float16;
   if (descr == "<f8") return StoredType::float64;
   if (descr == "|b1") return StoredType::boolean;
+  if (descr == "<i4") return StoredType::int32;
+  if (descr == "<i8") return StoredType::int64;
   if (!descr.empty() && descr[0] == '>') {
     throw FileError(source + ": big-endian data ('" + descr + "') is not supported; save arr.astype('<" +
                     descr.substr(1) + "')");
   }
   if (descr == "|O" || descr == "O" || descr == "<O") throw FileError(source + ": object arrays are not supported");
   throw FileError(source + ": dtype '" + descr + "' is not supported; vkattn reads float32 ('<f4'), float16 ('<f2'), "
-                  "float64 ('<f8') and bool ('|b1')");
+                  "float64 ('<f8'), bool ('|b1') and int32 / int64 ('<i4', '<i8') token ids");
 }
 
 }  // namespace
@@ -233,8 +235,9 @@ Tensor read_npy(const std::filesystem::path& path) { return parse_npy(read_file(
 
 std::vector<std::byte> encode_npy(const Tensor& tensor) {
   const bool boolean = tensor.dtype == DType::boolean;
+  const bool integer = tensor.dtype == DType::int64;
   std::string header = "{'descr': '";
-  header += boolean ? "|b1" : "<f4";
+  header += boolean ? "|b1" : integer ? "<i8" : "<f4";
   header += "', 'fortran_order': False, 'shape': " + shape_string(tensor.shape) + ", }";
   // NumPy pads the header with spaces so that the data starts 64-byte aligned, and ends it in '\n'.
   const bool version2 = header.size() + 12 >= 65535;
@@ -243,7 +246,7 @@ std::vector<std::byte> encode_npy(const Tensor& tensor) {
   header.append(total - prefix - header.size() - 1, ' ');
   header += '\n';
 
-  const size_t width = boolean ? 1 : 4;
+  const size_t width = boolean ? 1 : integer ? 8 : 4;
   std::vector<std::byte> out(total + tensor.data.size() * width);
   std::memcpy(out.data(), kMagic, kMagicSize);
   out[6] = std::byte{static_cast<unsigned char>(version2 ? 2 : 1)};
@@ -253,6 +256,11 @@ std::vector<std::byte> encode_npy(const Tensor& tensor) {
   std::byte* data = out.data() + total;
   if (boolean) {
     for (size_t i = 0; i < tensor.data.size(); ++i) data[i] = std::byte{tensor.data[i] != 0.0f};
+  } else if (integer) {
+    for (size_t i = 0; i < tensor.data.size(); ++i) {
+      auto v = static_cast<int64_t>(tensor.data[i]);
+      std::memcpy(data + 8 * i, &v, sizeof v);
+    }
   } else if (!tensor.data.empty()) {  // memcpy from an empty vector's null data() is undefined
     std::memcpy(data, tensor.data.data(), tensor.data.size() * sizeof(float));
   }

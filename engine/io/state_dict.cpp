@@ -32,7 +32,7 @@ class StateDict {
     auto it = file_.tensors.find(name);
     if (it == file_.tensors.end()) throw error("missing tensor '" + name + "', expected shape " + expected_text);
     const Tensor& t = it->second;
-    if (t.dtype != DType::float32) throw error("tensor '" + name + "' is bool; a float tensor is expected");
+    if (t.dtype != DType::float32) throw error("tensor '" + name + "' is " + dtype_name(t.dtype) + "; a float tensor is expected");
     if (t.shape != expected) {
       throw error("tensor '" + name + "' has shape " + shape_string(t.shape) + ", expected " + expected_text);
     }

@@ -71,8 +71,37 @@ struct AverageHeadsParams {  // shaders/average_heads.comp
   glm::uint plane;           // L·S
 };
 
+struct LayerNormParams {  // shaders/layer_norm.comp
+  glm::uint rows;         // N
+  glm::uint cols;         // E
+  float eps;
+};
+
+struct ElementwiseParams {  // shaders/unary.glsl (gelu, relu), shaders/residual_add.comp
+  glm::uint count;          // n
+};
+
+struct EmbeddingParams {  // shaders/embedding.comp
+  glm::uint tokens;       // N = B·T
+  glm::uint vocab;        // V
+  glm::uint dim;          // E
+};
+
+struct PositionalEncodingParams {  // shaders/positional_encoding.comp
+  glm::uint count;                 // B·T·E
+  glm::uint period;                // T·E
+};
+
+struct MeanPoolParams {  // shaders/mean_pool.comp
+  glm::uint batch;       // B
+  glm::uint tokens;      // T
+  glm::uint dim;         // E
+};
+
 static_assert(sizeof(LinearParams) == 12 && sizeof(HeadsParams) == 16 && sizeof(AppendRowParams) == 12);
 static_assert(sizeof(AttentionScoresParams) == 20 && sizeof(AttentionMaskParams) == 28 && sizeof(FlashAttentionParams) == 32);
 static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AttentionValuesParams) == 16 && sizeof(AverageHeadsParams) == 12);
+static_assert(sizeof(LayerNormParams) == 12 && sizeof(ElementwiseParams) == 4 && sizeof(EmbeddingParams) == 12);
+static_assert(sizeof(PositionalEncodingParams) == 8 && sizeof(MeanPoolParams) == 12);
 
 }  // namespace vkattn::vulkan

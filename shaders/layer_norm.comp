@@ -1,0 +1,43 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// layer_norm — the norm1, norm2 and final norm steps: torch.nn.LayerNorm over the last axis
+//   x (N, E)       every leading dim flattened into N = B·T rows
+//   weight (E), bias (E)
+//   y (N, E)       (x - mean) / √(var + eps) · weight + bias, var the biased variance (÷ E)
+// One workgroup per row: pass 1 reduces Σ x for the mean, pass 2 Σ (x - mean)² (two passes, no
+// cancellation), pass 3 writes.
+#include "common.glsl"
+#include "workgroup_reduce.glsl"
+
+layout(std430, binding = 0) readonly buffer Input { float x[]; };
+layout(std430, binding = 1) readonly buffer Weight { float weight[]; };
+layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 3) writeonly buffer Output { float y[]; };
+
+layout(push_constant) uniform Params {
+  uint rows;  // N
+  uint cols;  // E
+  float eps;
+} p;
+
+void main() {
+  uint row = flat_workgroup_id();
+  if (row >= p.rows) return;  // uniform per workgroup: the whole group leaves together
+  uint lane = gl_LocalInvocationID.x;
+  uint start = row * p.cols;
+
+  float sum = 0.0;
+  for (uint e = lane; e < p.cols; e += gl_WorkGroupSize.x) sum += x[start + e];
+  float mean = workgroup_reduce(sum, false) / float(p.cols);
+
+  float squares = 0.0;
+  for (uint e = lane; e < p.cols; e += gl_WorkGroupSize.x) {
+    float centred = x[start + e] - mean;
+    squares += centred * centred;
+  }
+  float inv_std = inversesqrt(workgroup_reduce(squares, false) / float(p.cols) + p.eps);
+
+  for (uint e = lane; e < p.cols; e += gl_WorkGroupSize.x) {
+    y[start + e] = (x[start + e] - mean) * inv_std * weight[e] + bias[e];
+  }
+}

@@ -1,0 +1,8 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// relu — the feed-forward activation (torch's default for TransformerEncoderLayer): y = max(x, 0)
+//   x (n), y (n)
+
+float activation(float x) { return max(x, 0.0); }
+
+#include "unary.glsl"
