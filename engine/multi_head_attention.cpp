@@ -207,22 +207,53 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
     key_padding_mask = canonical_mask(m);
     key_padding_mask->shape = {B, S};
   }
+  // ---- the recipe, on the backend ------------------------------------------------------------------
+  ForwardOptions masks = options;
+  masks.attn_mask = attn_mask;
+  masks.key_padding_mask = key_padding_mask;
+  Value q_in = backend.upload("query", query);  // (B, L, E)
+  Value k_in = backend.upload("key", key);      // (B, S, kdim)
+  Value v_in = backend.upload("value", value);  // (B, S, vdim)
+  AttentionValues values = attend(backend, q_in, k_in, v_in, masks);
+  const Value& out = values.output;
+  const std::optional<Value>& weights = values.weights;
+
+  // ---- outputs: back to the caller's layout -----------------------------------------------------
+  AttentionResult result;
+  result.output = backend.download(out);
+  if (!batched) result.output.shape = {L, E};
+  else if (!c.batch_first) result.output = swap01(result.output);
+  if (weights) {
+    result.weights = backend.download(*weights);
+    if (!batched) result.weights->shape.erase(result.weights->shape.begin());
+  }
+  return result;
+}
+
+AttentionValues MultiHeadAttention::attend(Backend& backend, const Value& q_in, const Value& k_in, const Value& v_in,
+                                           const ForwardOptions& options) const {
+  const auto& c = config_;
+  const int64_t H = c.num_heads;
+  if (options.attention == AttentionPath::fused && options.need_weights) {
+    throw ConfigError(kForward + ": the fused path (flash_attention) never holds the attention weights; "
+                                 "pass need_weights=false");
+  }
+  // masks: additive float, one zero column per appended key position (never blocked)
+  std::optional<Tensor> attn_mask, key_padding_mask;
+  if (options.attn_mask) attn_mask = canonical_mask(*options.attn_mask);
+  if (options.key_padding_mask) key_padding_mask = canonical_mask(*options.key_padding_mask);
   int64_t appended = (c.add_bias_kv ? 1 : 0) + (c.add_zero_attn ? 1 : 0);
   for (int64_t i = 0; i < appended; ++i) {
     if (attn_mask) attn_mask = pad_last(*attn_mask);
     if (key_padding_mask) key_padding_mask = pad_last(*key_padding_mask);
   }
 
-  // ---- the recipe -------------------------------------------------------------------------------
   const MultiHeadAttentionWeights& w = weights_;
   auto upload_optional = [&](const char* name, const std::optional<Tensor>& t) {
     return t ? std::optional<Value>(backend.upload(name, *t)) : std::nullopt;
   };
   auto ptr = [](const std::optional<Value>& v) { return v ? &*v : nullptr; };
 
-  Value q_in = backend.upload("query", query);  // (B, L, E)
-  Value k_in = backend.upload("key", key);      // (B, S, kdim)
-  Value v_in = backend.upload("value", value);  // (B, S, vdim)
   Value wq = backend.upload("q_proj_weight", w.q_proj_weight);
   Value wk = backend.upload("k_proj_weight", w.k_proj_weight);
   Value wv = backend.upload("v_proj_weight", w.v_proj_weight);
@@ -262,21 +293,10 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
     p = backend.softmax("softmax", scores);                       // (B, H, L, S')
     heads = backend.attention_values("attention_values", *p, v);  // (B, H, L, d)
   }
-  Value merged = backend.merge_heads("merge_heads", heads);             // (B, L, E)
-  Value out = backend.linear("out_proj", merged, wo, ptr(bo));          // (B, L, E)
-  std::optional<Value> weights;
+  Value merged = backend.merge_heads("merge_heads", heads);  // (B, L, E)
+  AttentionValues result{backend.linear("out_proj", merged, wo, ptr(bo)), std::nullopt};  // (B, L, E)
   if (options.need_weights) {
-    weights = options.average_attn_weights ? backend.average_heads("average_heads", *p) : *p;
-  }
-
-  // ---- outputs: back to the caller's layout -----------------------------------------------------
-  AttentionResult result;
-  result.output = backend.download(out);
-  if (!batched) result.output.shape = {L, E};
-  else if (!c.batch_first) result.output = swap01(result.output);
-  if (weights) {
-    result.weights = backend.download(*weights);
-    if (!batched) result.weights->shape.erase(result.weights->shape.begin());
+    result.weights = options.average_attn_weights ? backend.average_heads("average_heads", *p) : *p;
   }
   return result;
 }

@@ -62,6 +62,12 @@ struct AttentionResult {
   std::optional<Tensor> weights;  // (B, L, S) averaged or (B, H, L, S) per head; no B unbatched
 };
 
+// attend()'s results, still on the backend.
+struct AttentionValues {
+  Value output;                  // (B, L, E)
+  std::optional<Value> weights;  // (B, L, S) averaged or (B, H, L, S), when need_weights
+};
+
 class MultiHeadAttention {
  public:
   // Validates the config (ConfigError) and draws weights with MultiHeadAttentionWeights::random(seed 0).
@@ -77,6 +83,14 @@ class MultiHeadAttention {
                           const ForwardOptions& options = {}) const;
   // Self-attention: key = value = query.
   AttentionResult forward(Backend& backend, const Tensor& query, const ForwardOptions& options = {}) const;
+
+  // The recipe's steps alone, on values already on the backend, for modules built around this
+  // one (TransformerEncoderLayer): no pass, no download. Inputs are batch-first — query
+  // (B, L, E), key (B, S, kdim), value (B, S, vdim) — and the masks in options are in their
+  // batched shapes, attn_mask (L, S) or (B·H, L, S) and key_padding_mask (B, S); the steps check
+  // them (ShapeError naming the step). Weights are uploaded on each call.
+  AttentionValues attend(Backend& backend, const Value& query, const Value& key, const Value& value,
+                         const ForwardOptions& options) const;
 
  private:
   // forward() without the pass around it.
