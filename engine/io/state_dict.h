@@ -14,6 +14,7 @@
 
 #include "engine/io/safetensors.h"
 #include "engine/multi_head_attention.h"
+#include "engine/transformer_encoder.h"
 
 namespace vkattn::io {
 
@@ -25,7 +26,28 @@ struct AttentionState {
 };
 
 // `num_heads` 0 means: take it from the metadata. Given and present in the metadata, they must agree.
-AttentionState attention_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source);
+// `prefix` reads the attention of a larger module ("layers.0.self_attn."): only names under it
+// are looked at, and messages name tensors in full.
+AttentionState attention_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source,
+                                         const std::string& prefix = "");
 AttentionState load_attention(const std::filesystem::path& path, int64_t num_heads = 0);
+
+// torch.nn.TransformerEncoder's state_dict — layers.N.self_attn.in_proj_weight (3E, E),
+// layers.N.self_attn.in_proj_bias (3E,), layers.N.self_attn.out_proj.weight / .bias,
+// layers.N.linear1.weight (F, E) / .bias (F,), layers.N.linear2.weight (E, F) / .bias,
+// layers.N.norm1.weight / .bias, layers.N.norm2.weight / .bias (E,) for N = 0 … n-1, and
+// norm.weight / norm.bias (E,) when it has a final norm — or one nn.TransformerEncoderLayer's
+// (the same names without "layers.N."). The layer count, E and F come from the file; num_heads
+// as for attention; activation, norm_first and layer_norm_eps leave no trace in a state_dict and
+// stay at torch's defaults (relu, post-norm, 1e-5) for the caller to set. A missing, extra or
+// mis-shaped tensor, or a gap in the layer numbers, is a FileError naming it.
+struct EncoderState {
+  TransformerEncoderConfig config;
+  TransformerEncoderWeights weights;
+  bool single_layer = false;  // the file is one TransformerEncoderLayer's (config.num_layers == 1)
+};
+
+EncoderState encoder_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source);
+EncoderState load_encoder(const std::filesystem::path& path, int64_t num_heads = 0);
 
 }  // namespace vkattn::io

@@ -1,0 +1,243 @@
+#include "engine/transformer_encoder.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "engine/errors.h"
+
+namespace vkattn {
+namespace {
+
+Tensor uniform(Shape shape, float low, float high, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(low, high);
+  Tensor t(std::move(shape));
+  for (float& v : t.data) v = dist(rng);
+  return t;
+}
+
+// torch.nn.Linear's weight (out, in) or bias (out,): U(-1/√in, 1/√in)
+Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng) {
+  float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+  return uniform(std::move(shape), -bound, bound, rng);
+}
+
+LayerNormWeights random_norm(int64_t E, std::mt19937& rng) {
+  return {uniform({E}, 0.75f, 1.25f, rng), uniform({E}, -0.25f, 0.25f, rng)};
+}
+
+void check_weight(const std::string& who, const std::string& name, const Tensor& t, const Shape& expected,
+                  const std::string& dims) {
+  if (t.shape != expected || t.dtype != DType::float32 || element_count(t.shape) != t.size()) {
+    throw ShapeError(who + ": weight " + name + " is " + dtype_name(t.dtype) + " " + shape_string(t.shape) +
+                     " but the config needs float32 " + dims + " = " + shape_string(expected));
+  }
+}
+
+void check_norm(const std::string& who, const std::string& name, const LayerNormWeights& norm, int64_t E) {
+  check_weight(who, name + ".weight", norm.weight, {E}, "(E,)");
+  check_weight(who, name + ".bias", norm.bias, {E}, "(E,)");
+}
+
+// The step `name` (a layer_norm) with its weights uploaded as name.weight and name.bias.
+Value norm_step(Backend& backend, const std::string& name, const Value& x, const LayerNormWeights& norm, float eps) {
+  Value weight = backend.upload(name + ".weight", norm.weight);
+  Value bias = backend.upload(name + ".bias", norm.bias);
+  return backend.layer_norm(name, x, weight, bias, eps);
+}
+
+MultiHeadAttentionConfig attention_config(const TransformerEncoderLayerConfig& c) {
+  MultiHeadAttentionConfig a;
+  a.embed_dim = c.d_model;
+  a.num_heads = c.nhead;
+  a.batch_first = true;
+  return a;
+}
+
+// One traced pass of `steps` over src: upload, run, download, back to the caller's layout.
+template <class Steps>
+Tensor run_pass(Backend& backend, const std::string& pass, const EncoderInput& input, const Steps& steps) {
+  backend.begin_pass(pass);
+  try {
+    Value x = backend.upload("src", input.src);  // (B, L, E)
+    Tensor out = backend.download(steps(x));
+    if (!input.batched) out.shape.erase(out.shape.begin());
+    backend.end_pass();
+    return out;
+  } catch (const std::exception& e) {
+    backend.end_pass(e.what());
+    throw;
+  }
+}
+
+}  // namespace
+
+const char* activation_name(Activation activation) { return activation == Activation::gelu ? "gelu" : "relu"; }
+
+TransformerEncoderLayerWeights TransformerEncoderLayerWeights::random(const TransformerEncoderLayerConfig& c,
+                                                                      uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t E = c.d_model, F = c.dim_feedforward;
+  TransformerEncoderLayerWeights w;
+  w.self_attn = MultiHeadAttentionWeights::random(attention_config(c), seed + 1);
+  w.linear1_weight = linear_parameter({F, E}, E, rng);
+  w.linear1_bias = linear_parameter({F}, E, rng);
+  w.linear2_weight = linear_parameter({E, F}, F, rng);
+  w.linear2_bias = linear_parameter({E}, F, rng);
+  w.norm1 = random_norm(E, rng);
+  w.norm2 = random_norm(E, rng);
+  return w;
+}
+
+TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerConfig config)
+    : TransformerEncoderLayer(config, TransformerEncoderLayerWeights::random(config, 0)) {}
+
+TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerConfig config,
+                                                 TransformerEncoderLayerWeights weights)
+    : config_(config), weights_(std::move(weights)), self_attn_(attention_config(config_), weights_.self_attn) {
+  const std::string who = "TransformerEncoderLayer";
+  const auto& c = config_;
+  if (c.dim_feedforward <= 0) {
+    throw ConfigError(who + ": dim_feedforward=" + std::to_string(c.dim_feedforward) + " must be >= 1");
+  }
+  if (!(c.layer_norm_eps > 0.0f) || !std::isfinite(c.layer_norm_eps)) {
+    throw ConfigError(who + ": layer_norm_eps=" + std::to_string(c.layer_norm_eps) + " must be a positive number");
+  }
+  const int64_t E = c.d_model, F = c.dim_feedforward;
+  const auto& w = weights_;
+  if (!w.self_attn.q_proj_bias || !w.self_attn.out_proj_bias || w.self_attn.bias_k) {
+    throw ShapeError(who + ": self_attn must have biases and no bias_k / bias_v, as TransformerEncoderLayer builds it");
+  }
+  check_weight(who, "linear1.weight", w.linear1_weight, {F, E}, "(F, E)");
+  check_weight(who, "linear1.bias", w.linear1_bias, {F}, "(F,)");
+  check_weight(who, "linear2.weight", w.linear2_weight, {E, F}, "(E, F)");
+  check_weight(who, "linear2.bias", w.linear2_bias, {E}, "(E,)");
+  check_norm(who, "norm1", w.norm1, E);
+  check_norm(who, "norm2", w.norm2, E);
+}
+
+Value TransformerEncoderLayer::steps(Backend& backend, const Value& x, const ForwardOptions& attention) const {
+  const auto& c = config_;
+  const auto& w = weights_;
+  auto self_attn = [&](const Value& in) {  // (B, L, E) -> (B, L, E)
+    StepScope scope(backend, "self_attn");
+    return self_attn_.attend(backend, in, in, in, attention).output;
+  };
+  auto ffn = [&](const Value& in) {  // (B, L, E) -> (B, L, F) -> (B, L, E)
+    Value w1 = backend.upload("linear1.weight", w.linear1_weight);
+    Value b1 = backend.upload("linear1.bias", w.linear1_bias);
+    Value w2 = backend.upload("linear2.weight", w.linear2_weight);
+    Value b2 = backend.upload("linear2.bias", w.linear2_bias);
+    Value hidden = backend.linear("linear1", in, w1, &b1);  // (B, L, F)
+    hidden = c.activation == Activation::gelu ? backend.gelu("gelu", hidden) : backend.relu("relu", hidden);
+    return backend.linear("linear2", hidden, w2, &b2);  // (B, L, E)
+  };
+  const float eps = c.layer_norm_eps;
+  if (c.norm_first) {
+    Value h = backend.residual_add("residual_add1", x, self_attn(norm_step(backend, "norm1", x, w.norm1, eps)));
+    return backend.residual_add("residual_add2", h, ffn(norm_step(backend, "norm2", h, w.norm2, eps)));
+  }
+  Value h = norm_step(backend, "norm1", backend.residual_add("residual_add1", x, self_attn(x)), w.norm1, eps);
+  return norm_step(backend, "norm2", backend.residual_add("residual_add2", h, ffn(h)), w.norm2, eps);
+}
+
+Tensor TransformerEncoderLayer::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
+  EncoderInput input = prepare_encoder_input("TransformerEncoderLayer.forward", config_, src, options);
+  return run_pass(backend, "transformer_encoder_layer", input,
+                  [&](const Value& x) { return steps(backend, x, input.attention); });
+}
+
+TransformerEncoderWeights TransformerEncoderWeights::random(const TransformerEncoderConfig& config, uint32_t seed) {
+  TransformerEncoderWeights w;
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    w.layers.push_back(TransformerEncoderLayerWeights::random(config.layer, seed + 100 * static_cast<uint32_t>(i)));
+  }
+  if (config.final_norm) {
+    std::mt19937 rng(seed + 99);
+    w.norm = random_norm(config.layer.d_model, rng);
+  }
+  return w;
+}
+
+TransformerEncoder::TransformerEncoder(TransformerEncoderConfig config, TransformerEncoderWeights weights)
+    : config_(config) {
+  const std::string who = "TransformerEncoder";
+  if (config_.num_layers < 1) {
+    throw ConfigError(who + ": num_layers=" + std::to_string(config_.num_layers) + " must be >= 1");
+  }
+  if (static_cast<int64_t>(weights.layers.size()) != config_.num_layers) {
+    throw ShapeError(who + ": " + std::to_string(weights.layers.size()) + " layers of weights for num_layers=" +
+                     std::to_string(config_.num_layers));
+  }
+  if (config_.final_norm != weights.norm.has_value()) {
+    throw ShapeError(who + (config_.final_norm ? ": final_norm is on but norm.weight / norm.bias are missing"
+                                               : ": norm.weight / norm.bias are given but final_norm is off"));
+  }
+  if (weights.norm) check_norm(who, "norm", *weights.norm, config_.layer.d_model);
+  norm_ = std::move(weights.norm);
+  for (auto& layer : weights.layers) layers_.emplace_back(config_.layer, std::move(layer));
+}
+
+Value TransformerEncoder::steps(Backend& backend, const Value& x, const ForwardOptions& attention) const {
+  Value out = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    StepScope scope(backend, "layers." + std::to_string(i));
+    out = layers_[i].steps(backend, out, attention);  // (B, L, E)
+  }
+  if (norm_) out = norm_step(backend, "norm", out, *norm_, config_.layer.layer_norm_eps);
+  return out;
+}
+
+Tensor TransformerEncoder::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
+  EncoderInput input = prepare_encoder_input("TransformerEncoder.forward", config_.layer, src, options);
+  return run_pass(backend, "transformer_encoder", input,
+                  [&](const Value& x) { return steps(backend, x, input.attention); });
+}
+
+EncoderInput prepare_encoder_input(const std::string& who, const TransformerEncoderLayerConfig& c, const Tensor& src,
+                                   const EncoderOptions& options) {
+  auto require = [&](bool ok, const std::string& message) {
+    if (!ok) throw ShapeError(who + ": " + message);
+  };
+  const int64_t E = c.d_model, H = c.nhead;
+  require(src.dtype == DType::float32, "src is " + std::string(dtype_name(src.dtype)) + " but must be float32");
+  require(element_count(src.shape) == src.size(), "src holds " + std::to_string(src.size()) + " values but its shape " +
+                                                      shape_string(src.shape) + " needs " +
+                                                      std::to_string(element_count(src.shape)));
+  require(src.rank() == 3 || src.rank() == 2,
+          "src " + shape_string(src.shape) + " must be (B, L, E) batch-first, or (L, E) unbatched");
+  require(src.dim(-1) == E, "src " + shape_string(src.shape) + " has " + std::to_string(src.dim(-1)) +
+                                " features but d_model=" + std::to_string(E));
+
+  EncoderInput input;
+  input.batched = src.rank() == 3;
+  input.src = input.batched ? src : Tensor({1, src.dim(0), E}, src.data);
+  const int64_t B = input.src.dim(0), L = input.src.dim(1);
+  auto& a = input.attention;
+  a.need_weights = false;
+  a.is_causal = options.is_causal;
+  a.attention = options.attention;
+  if (options.src_key_padding_mask) {
+    const Tensor& m = *options.src_key_padding_mask;
+    Shape expected = input.batched ? Shape{B, L} : Shape{L};
+    require(m.dtype != DType::int64, "src_key_padding_mask is int64 but must be bool or float32");
+    require(m.shape == expected, "src_key_padding_mask " + shape_string(m.shape) + " must be " +
+                                     (input.batched ? "(B, L) = " : "(L,) = ") + shape_string(expected) +
+                                     " for src " + shape_string(src.shape));
+    a.key_padding_mask = m;
+    a.key_padding_mask->shape = {B, L};
+  }
+  if (options.mask) {
+    const Tensor& m = *options.mask;
+    Shape per_batch = {B * H, L, L};
+    require(m.dtype != DType::int64, "mask is int64 but must be bool or float32");
+    require(m.shape == Shape{L, L} || m.shape == per_batch,
+            "mask " + shape_string(m.shape) + " must be (L, L) = " + shape_string({L, L}) + " or " +
+                (input.batched ? "(B·H, L, L) = " : "(H, L, L) = ") + shape_string(per_batch) + " for src " +
+                shape_string(src.shape));
+    a.attn_mask = m;
+  }
+  return input;
+}
+
+}  // namespace vkattn
