@@ -66,14 +66,16 @@ bool SideBySide::agree() const {
 void SideBySide::print(std::ostream& out, bool values) const {
   const std::string a = tested_.backend(), b = reference_.backend();
   std::vector<std::string> shapes;
-  size_t width = 16;
+  size_t width = 16, name_width = 20;  // scoped names (layers.0.self_attn.q_proj) widen the column
   for (const Row& r : rows_) {
     const StepEvent& e = r.event();
     shapes.push_back(input_shapes(e) + " -> " + shape_string(e.output.shape));
     width = std::max(width, shapes.back().size() + 2);
+    name_width = std::max(name_width, e.name.size() + 2);
   }
+  const int name_w = static_cast<int>(name_width);
   out << a << ": " << tested_.device() << "    " << b << ": " << reference_.device() << "\n"
-      << std::left << std::setw(4) << "#" << std::setw(20) << "step" << std::setw(18) << "op"
+      << std::left << std::setw(4) << "#" << std::setw(name_w) << "step" << std::setw(18) << "op"
       << std::setw(static_cast<int>(width)) << "inputs -> output" << std::right << std::setw(10) << (a + " us")
       << std::setw(10) << (b + " us") << "  max |" << a << " - " << b << "|\n";
   for (size_t i = 0; i < rows_.size(); ++i) {
@@ -89,7 +91,7 @@ void SideBySide::print(std::ostream& out, bool values) const {
     } else {
       err << std::scientific << std::setprecision(2) << r.diff->max_abs_error << (r.diff->mismatches ? "  DIVERGES" : "");
     }
-    out << std::left << std::setw(4) << e.index << std::setw(20) << e.name << std::setw(18) << e.op
+    out << std::left << std::setw(4) << e.index << std::setw(name_w) << e.name << std::setw(18) << e.op
         << std::setw(static_cast<int>(width)) << shapes[i] << std::right << std::setw(10) << format_time(r.tested_time)
         << std::setw(10) << format_time(r.reference_time) << "  " << err.str() << "\n";
     if (values && r.diff) {

@@ -50,14 +50,18 @@ void ConsoleTracer::on_step(const StepEvent& event) {
 }
 
 void ConsoleTracer::on_pass_end(const PassEnd& end) {
-  size_t shapes_width = 16;
-  for (const Row& r : rows_) shapes_width = std::max(shapes_width, r.shapes.size() + 2);
+  size_t shapes_width = 16, name_width = 20;  // scoped names (layers.0.self_attn.q_proj) widen the column
+  for (const Row& r : rows_) {
+    shapes_width = std::max(shapes_width, r.shapes.size() + 2);
+    name_width = std::max(name_width, r.name.size() + 2);
+  }
+  const int name_w = static_cast<int>(name_width);
   out_ << title_ << "\n"
-       << std::left << std::setw(4) << "#" << std::setw(20) << "step" << std::setw(18) << "op" << std::setw(static_cast<int>(shapes_width))
+       << std::left << std::setw(4) << "#" << std::setw(name_w) << "step" << std::setw(18) << "op" << std::setw(static_cast<int>(shapes_width))
        << "inputs -> output" << std::right << std::setw(12) << (end.clock + " us") << (values_ ? "  values" : "") << "\n";
   for (size_t i = 0; i < rows_.size(); ++i) {
     const Row& r = rows_[i];
-    out_ << std::left << std::setw(4) << r.index << std::setw(20) << r.name << std::setw(18) << r.op
+    out_ << std::left << std::setw(4) << r.index << std::setw(name_w) << r.name << std::setw(18) << r.op
          << std::setw(static_cast<int>(shapes_width)) << r.shapes << std::right << std::setw(12);
     std::ostringstream time;  // formatted apart: the caller's stream keeps its own precision
     if (i < end.step_times.size()) {

@@ -155,7 +155,8 @@ TEST_P(CliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
   const auto fixture = golden_fixture("self_attention");
   std::vector<std::string> args;
   for (std::string a : GetParam().args) {
-    for (auto [key, value] : {std::pair{"{dir}", dir_.string()}, std::pair{"{g}", fixture.dir.string()}}) {
+    for (auto [key, value] : {std::pair{"{dir}", dir_.string()}, std::pair{"{g}", fixture.dir.string()},
+                              std::pair{"{e}", std::string(VKATTN_GOLDEN_ENCODER_DIR "/encoder2_post_gelu_norm_padding")}}) {
       if (auto at = a.find(key); at != std::string::npos) a.replace(at, std::string(key).size(), value);
     }
     args.push_back(a);
@@ -237,6 +238,104 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"negative_rtol", good({"--side-by-side", "--rtol", "-1"}), "--rtol"},
         BadRun{"unknown_flag", good({"--bogus"}), "--bogus"}),
     [](const auto& p) { return std::string(p.param.name); });
+
+// `vkattn encode` with one bad change to a good command line (the same replace-or-append rule).
+std::vector<std::string> good_encode(std::vector<std::string> change) {
+  std::vector<std::string> args = {"encode", "--weights", "{e}/weights.safetensors", "--input", "{e}/src.npy",
+                                   "--src-key-padding-mask", "{e}/src_key_padding_mask.npy", "--out", "{dir}/out.npy"};
+  auto at = std::find(args.begin(), args.end(), change[0]);
+  if (at != args.end() && change.size() == 2) {
+    *(at + 1) = change[1];
+  } else {
+    args.insert(args.end(), change.begin(), change.end());
+  }
+  return args;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    CliEncode, CliBadInput,
+    ::testing::Values(
+        BadRun{"no_input", {"encode", "--weights", "{e}/weights.safetensors", "--out", "{dir}/out.npy"}, "--input is required"},
+        BadRun{"weights_missing", good_encode({"--weights", "{dir}/nope.safetensors"}), "nope.safetensors: no such file"},
+        BadRun{"weights_of_attention", good_encode({"--weights", "{g}/weights.safetensors"}),
+               "unexpected tensor 'in_proj_bias' (24,) in an nn.TransformerEncoderLayer state_dict"},
+        BadRun{"input_empty", good_encode({"--input", "{dir}/empty.npy"}), "empty.npy: empty file"},
+        BadRun{"input_truncated", good_encode({"--input", "{dir}/truncated.npy"}), "truncated.npy: truncated"},
+        BadRun{"input_bool", good_encode({"--input", "{dir}/bool.npy"}), "bool.npy: the input is bool"},
+        BadRun{"input_rank4", good_encode({"--input", "{dir}/rank4.npy"}), "rank4.npy: the input has shape (1, 2, 5, 8)"},
+        BadRun{"input_nan", good_encode({"--input", "{dir}/nan.npy"}), "nan.npy: the input holds NaN at (0, 1, 2)"},
+        BadRun{"input_wrong_features", good_encode({"--input", "{dir}/e7.npy"}), "src (2, 5, 7) has 7 features but d_model=16"},
+        BadRun{"padding_mask_wrong_shape", good_encode({"--src-key-padding-mask", "{dir}/mask_wrong.npy"}),
+               "src_key_padding_mask (2, 4) must be (B, L) = (2, 6)"},
+        BadRun{"mask_wrong_shape", good_encode({"--mask", "{dir}/mask_wrong.npy"}), "mask (2, 4) must be (L, L) = (6, 6)"},
+        BadRun{"mask_nan", good_encode({"--mask", "{dir}/mask_nan.npy"}), "mask_nan.npy: the mask holds NaN at (3, 1)"},
+        BadRun{"heads_disagree", good_encode({"--heads", "4"}), "--heads 4 disagrees with num_heads 2"},
+        BadRun{"unknown_activation", good_encode({"--activation", "swish"}), "--activation: swish not in {relu,gelu}"},
+        BadRun{"negative_eps", good_encode({"--eps", "-1e-5"}), "--eps"},
+        BadRun{"unknown_backend", good_encode({"--backend", "tpu"}), "--backend"},
+        BadRun{"out_dir_missing", good_encode({"--out", "{dir}/no/such/dir/out.npy"}), "out.npy: its directory does not exist"},
+        BadRun{"trace_values_without_trace", good_encode({"--trace-values"}), "--trace-values requires --trace"},
+        BadRun{"unknown_flag", good_encode({"--bogus"}), "--bogus"}),
+    [](const auto& p) { return std::string(p.param.name); });
+
+// ---- vkattn encode: every encoder fixture, both backends ----
+
+class CliEncodeGolden : public CliRun, public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
+
+TEST_P(CliEncodeGolden, WritesWhatPyTorchComputes) {
+  const auto& [name, backend] = GetParam();
+  const fs::path fixture = fs::path(VKATTN_GOLDEN_ENCODER_DIR) / name;
+  std::ifstream in(fixture / "config.json");
+  auto config = nlohmann::json::parse(in);
+  std::ostringstream eps;
+  eps << config.at("layer_norm_eps").get<double>();
+  std::vector<std::string> args = {"encode", "--weights", (fixture / "weights.safetensors").string(), "--input",
+                                   (fixture / "src.npy").string(), "--activation", config.at("activation"), "--eps",
+                                   eps.str(), "--backend", backend, "--out", path("out.npy")};
+  if (config.at("norm_first").get<bool>()) args.push_back("--norm-first");
+  if (config.at("is_causal").get<bool>()) args.push_back("--causal");
+  if (fs::exists(fixture / "src_key_padding_mask.npy")) {
+    args.insert(args.end(), {"--src-key-padding-mask", (fixture / "src_key_padding_mask.npy").string()});
+  }
+  Exit e = vkattn(args);
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.err, "");
+  EXPECT_NE(e.out.find(config.at("module") == "TransformerEncoder" ? "nn.TransformerEncoder(" : "nn.TransformerEncoderLayer("),
+            std::string::npos) << e.out;
+  EXPECT_TRUE(testing::all_close(io::read_npy(path("out.npy")), io::read_npy(fixture / "expected_output.npy"),
+                                 {.atol = 1e-4f, .rtol = 0.0f}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CliEncodeGolden,
+                         ::testing::Combine(::testing::Values("layer_post_relu", "layer_pre_gelu_padding",
+                                                              "encoder2_post_gelu_norm_padding", "encoder3_pre_relu_causal_eps",
+                                                              "encoder1_post_relu_norm_awkward",
+                                                              "encoder2_pre_gelu_norm_unbatched"),
+                                            ::testing::Values("gpu", "cpu")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+TEST_F(CliRun, EncodeTracesEveryStepOfEveryLayer) {
+  const fs::path fixture = fs::path(VKATTN_GOLDEN_ENCODER_DIR) / "encoder3_pre_relu_causal_eps";
+  Exit e = vkattn({"encode", "--weights", (fixture / "weights.safetensors").string(), "--input", (fixture / "src.npy").string(),
+                   "--norm-first", "--eps", "1e-6", "--causal", "--attention", "fused", "--trace", path("trace"), "--trace-values"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  std::ifstream in(dir_ / "trace" / "trace.json");
+  auto trace = nlohmann::json::parse(in);
+  EXPECT_EQ(trace.at("config").at("module"), "nn.TransformerEncoder");
+  EXPECT_EQ(trace.at("config").at("num_layers"), 3);
+  const auto& steps = trace.at("steps");
+  // per pre-norm layer: norm1, q/k/v_proj, 3 split_heads, flash_attention, merge_heads, out_proj,
+  // residual_add1, norm2, linear1, relu, linear2, residual_add2 = 16 steps
+  ASSERT_EQ(steps.size(), 3u * 16u);
+  EXPECT_EQ(steps[0].at("name"), "layers.0.norm1");
+  EXPECT_EQ(steps[7].at("name"), "layers.0.self_attn.flash_attention");
+  EXPECT_EQ(steps[47].at("name"), "layers.2.residual_add2");
+  EXPECT_EQ(steps[47].at("op"), "residual_add");
+  for (const auto& step : steps) EXPECT_TRUE(fs::exists(dir_ / "trace" / step.at("output").at("file").get<std::string>()));
+  // the last step's dump is the output
+  EXPECT_TRUE(testing::all_close(io::read_npy(dir_ / "trace" / steps[47].at("output").at("file").get<std::string>()),
+                                 io::read_npy(fixture / "expected_output.npy"), {.atol = 1e-4f, .rtol = 0.0f}));
+}
 
 // ---- --trace and vkattn diff ----
 

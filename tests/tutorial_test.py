@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ElementTree
 # lesson -> (strings its output must contain, {image file: (rows, cols)})
 LESSONS = {
     "tutorial_01_batched_matmul": (
-        ["scores_wrong_layout attention_scores  (32, 128, 8, 64) (32, 128, 8, 64) -> (32, 128, 8, 8)",
+        ["scores_wrong_layout  attention_scores  (32, 128, 8, 64) (32, 128, 8, 64) -> (32, 128, 8, 8)",
          "(32, 8, 128, 64) (32, 8, 128, 64) -> (32, 8, 128, 128)",
          "merge_heads gives (32, 128, 512) = (B, T, H·d)",
          "not the (B, T, H, T) = (32, 128, 8, 128) the article prints"],

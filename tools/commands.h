@@ -46,6 +46,24 @@ struct RunArgs {
 CLI::App* add_run(CLI::App& app, RunArgs& args);
 int run_run(const RunArgs& args);
 
+struct EncodeArgs {
+  std::string weights, input;
+  int64_t heads = 0;  // 0: from the weight file's __metadata__
+  std::string activation = "relu";
+  bool norm_first = false;
+  double eps = 1e-5;
+  std::string src_key_padding_mask, mask;
+  bool causal = false;
+  std::string attention = "unfused";  // or "fused"
+  std::string backend = "gpu";
+  std::string device;
+  std::string out;
+  std::string trace;
+  bool trace_values = false;
+};
+CLI::App* add_encode(CLI::App& app, EncodeArgs& args);
+int run_encode(const EncodeArgs& args);
+
 struct DiffArgs {
   std::string a, b;
   double atol = 1e-5, rtol = 1e-5;

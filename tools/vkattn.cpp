@@ -1,6 +1,7 @@
 // vkattn — the command line (DESIGN.md: command-line contract).
 //   vkattn devices   every Vulkan device, what it offers, and why one is unusable
 //   vkattn run       a PyTorch nn.MultiheadAttention state_dict on .npy inputs, on the GPU or the CPU
+//   vkattn encode    a PyTorch nn.TransformerEncoder state_dict on a .npy input, on the GPU or the CPU
 //   vkattn diff      two trace dumps compared step by step, down to the first divergent element
 //   vkattn bench     one shape timed (validated first): per-step times, GFLOP/s, memory, tracing cost
 //   vkattn demo      random attention on the GPU and the CPU reference, compared step by step
@@ -18,6 +19,8 @@ int main(int argc, char** argv) {
   auto* devices = cli::add_devices(app);
   cli::RunArgs run_args;
   auto* run = cli::add_run(app, run_args);
+  cli::EncodeArgs encode_args;
+  auto* encode = cli::add_encode(app, encode_args);
   cli::DiffArgs diff_args;
   auto* diff = cli::add_diff(app, diff_args);
   cli::BenchArgs bench_args;
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
   try {
     if (devices->parsed()) return cli::run_devices();
     if (run->parsed()) return cli::run_run(run_args);
+    if (encode->parsed()) return cli::run_encode(encode_args);
     if (diff->parsed()) return cli::run_diff(diff_args);
     if (bench->parsed()) return cli::run_bench(bench_args);
     if (demo->parsed()) return cli::run_demo(demo_args);

@@ -1,0 +1,120 @@
+// vkattn encode: a PyTorch nn.TransformerEncoder (or one nn.TransformerEncoderLayer), from its
+// state_dict in a safetensors file, on a batch-first .npy input, on the GPU (or the CPU
+// reference with --backend cpu). The output is written whole or not at all.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "engine/errors.h"
+#include "engine/io/file.h"
+#include "engine/io/npy.h"
+#include "engine/io/state_dict.h"
+#include "engine/trace_dump.h"
+#include "engine/transformer_encoder.h"
+#include "tools/commands.h"
+#include "tools/inputs.h"
+
+namespace vkattn::cli {
+
+namespace {
+
+// torch's repr of the module, e.g. "nn.TransformerEncoder(2 × TransformerEncoderLayer(d_model=16,
+// nhead=2, dim_feedforward=32, activation=gelu, norm_first=False, layer_norm_eps=1e-05), norm=LayerNorm(16))"
+std::string describe(const io::EncoderState& state) {
+  const auto& c = state.config;
+  const auto& l = c.layer;
+  std::ostringstream layer;
+  layer << "TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead
+        << ", dim_feedforward=" << l.dim_feedforward << ", activation=" << activation_name(l.activation)
+        << ", norm_first=" << (l.norm_first ? "True" : "False") << ", layer_norm_eps=" << l.layer_norm_eps
+        << ", batch_first=True)";
+  if (state.single_layer) return "nn." + layer.str();
+  std::ostringstream out;
+  out << "nn.TransformerEncoder(" << c.num_layers << " × " << layer.str();
+  if (c.final_norm) out << ", norm=LayerNorm(" << l.d_model << ")";
+  out << ")";
+  return out.str();
+}
+
+nlohmann::json trace_config(const EncodeArgs& a, const io::EncoderState& state) {
+  const auto& c = state.config;
+  nlohmann::json files = {{"weights", a.weights}, {"input", a.input}};
+  if (!a.src_key_padding_mask.empty()) files["src_key_padding_mask"] = a.src_key_padding_mask;
+  if (!a.mask.empty()) files["mask"] = a.mask;
+  return {{"module", state.single_layer ? "nn.TransformerEncoderLayer" : "nn.TransformerEncoder"},
+          {"num_layers", c.num_layers}, {"d_model", c.layer.d_model}, {"nhead", c.layer.nhead},
+          {"dim_feedforward", c.layer.dim_feedforward}, {"activation", activation_name(c.layer.activation)},
+          {"norm_first", c.layer.norm_first}, {"layer_norm_eps", c.layer.layer_norm_eps},
+          {"final_norm", c.final_norm}, {"batch_first", true}, {"is_causal", a.causal},
+          {"attention", a.attention}, {"files", files}};
+}
+
+}  // namespace
+
+CLI::App* add_encode(CLI::App& app, EncodeArgs& a) {
+  auto* cmd = app.add_subcommand("encode", "run a PyTorch nn.TransformerEncoder (or one layer's) state_dict on a .npy input");
+  cmd->add_option("--weights", a.weights,
+                  "W.safetensors: the state_dict under PyTorch's names (layers.N.… and norm.…, or one layer's)")
+      ->required();
+  cmd->add_option("--input", a.input, "X.npy: float (B, L, E) batch-first, or unbatched (L, E)")->required();
+  cmd->add_option("--heads", a.heads, "nhead; default: num_heads in the weight file's __metadata__")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--activation", a.activation, "the feed-forward activation: relu (torch's default) or gelu")
+      ->check(CLI::IsMember({"relu", "gelu"}))
+      ->capture_default_str();
+  cmd->add_flag("--norm-first", a.norm_first, "pre-norm layers (norm_first=True): x + attn(norm1(x)), x + ffn(norm2(x))");
+  cmd->add_option("--eps", a.eps, "layer_norm_eps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--src-key-padding-mask", a.src_key_padding_mask,
+                  "M.npy (B, L): bool True marks padding no position attends to, or float added");
+  cmd->add_option("--mask", a.mask, "A.npy (L, L) or (B*H, L, L): bool True blocks, or float added (torch's mask)");
+  cmd->add_flag("--causal", a.causal, "block each position from later ones (with any --mask)");
+  cmd->add_option("--attention", a.attention,
+                  "unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step)")
+      ->check(CLI::IsMember({"unfused", "fused"}))
+      ->capture_default_str();
+  cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
+      ->check(CLI::IsMember({"gpu", "cpu"}))
+      ->capture_default_str();
+  cmd->add_option("--device", a.device, "GPU index or name substring (see vkattn devices); default: the best");
+  cmd->add_option("--out", a.out, "Y.npy: write the output, shaped like the input");
+  auto* trace = cmd->add_option("--trace", a.trace, "DIR: print every step and write DIR/trace.json and DIR/timeline.json");
+  cmd->add_flag("--trace-values", a.trace_values, "also read back every step's output: DIR/NNN_<step>.npy")->needs(trace);
+  return cmd;
+}
+
+int run_encode(const EncodeArgs& a) {
+  if (!a.out.empty()) io::check_output_path(a.out);
+  auto state = io::load_encoder(a.weights, a.heads);
+  auto& layer = state.config.layer;
+  layer.activation = a.activation == "gelu" ? Activation::gelu : Activation::relu;
+  layer.norm_first = a.norm_first;
+  layer.layer_norm_eps = static_cast<float>(a.eps);
+
+  Tensor input = read_input(a.input, "input");
+  EncoderOptions options;
+  options.src_key_padding_mask = read_mask(a.src_key_padding_mask, "src key padding mask");
+  options.mask = read_mask(a.mask, "mask");
+  options.is_causal = a.causal;
+  options.attention = a.attention == "fused" ? AttentionPath::fused : AttentionPath::unfused;
+
+  auto backend = make_backend(a.backend, a.device);
+  std::vector<std::unique_ptr<Tracer>> sinks;
+  if (!a.trace.empty()) {
+    backend->add_tracer(*sinks.emplace_back(std::make_unique<TraceDump>(a.trace, a.trace_values, trace_config(a, state))));
+    backend->add_tracer(*sinks.emplace_back(std::make_unique<ConsoleTracer>(std::cout, a.trace_values)));
+  }
+  Tensor output = state.single_layer
+                      ? TransformerEncoderLayer(layer, std::move(state.weights.layers[0])).forward(*backend, input, options)
+                      : TransformerEncoder(state.config, std::move(state.weights)).forward(*backend, input, options);
+  require_finite(output, "output");
+  if (!a.out.empty()) io::write_npy(a.out, output);
+
+  std::cout << backend->name() << " backend: " << backend->device_name() << "\n"
+            << describe(state) << " from " << a.weights << "\n";
+  print_summary(output, "output", a.out);
+  return 0;
+}
+
+}  // namespace vkattn::cli

@@ -1,0 +1,78 @@
+#include "tools/inputs.h"
+
+#include <cmath>
+#include <iostream>
+#include <stdexcept>
+
+#include "engine/errors.h"
+#include "engine/io/npy.h"
+
+namespace vkattn::cli {
+
+namespace {
+
+// The first value that is NaN, or infinite (-inf is allowed where it means "blocked").
+std::optional<size_t> first_bad_value(const Tensor& t, bool allow_negative_infinity) {
+  for (size_t i = 0; i < t.data.size(); ++i) {
+    float v = t.data[i];
+    if (std::isnan(v) || (std::isinf(v) && !(allow_negative_infinity && v < 0))) return i;
+  }
+  return std::nullopt;
+}
+
+std::string describe_value(float v) { return std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf"); }
+
+}  // namespace
+
+// query / key / value: float, (B, T, features) or unbatched (T, features), every value finite.
+Tensor read_input(const std::string& path, const char* what) {
+  Tensor t = io::read_npy(path);
+  if (t.dtype != DType::float32) throw FileError(path + ": the " + what + " is " + dtype_name(t.dtype) + "; a float array is expected");
+  if (t.rank() != 3 && t.rank() != 2) {
+    throw FileError(path + ": the " + what + " has shape " + shape_string(t.shape) +
+                    "; expected (B, T, features) batch-first, or (T, features) unbatched");
+  }
+  if (auto bad = first_bad_value(t, false)) {
+    throw FileError(path + ": the " + what + " holds " + describe_value(t.data[*bad]) + " at " + shape_string(unravel_index(t.shape, static_cast<int64_t>(*bad))));
+  }
+  return t;
+}
+
+// A mask: bool (True blocks) or float (added to the scores; -inf blocks, NaN and +inf are refused).
+std::optional<Tensor> read_mask(const std::string& path, const char* what) {
+  if (path.empty()) return std::nullopt;
+  Tensor t = io::read_npy(path);
+  if (t.dtype == DType::int64) throw FileError(path + ": the " + what + " is int64; a bool or float array is expected");
+  if (auto bad = first_bad_value(t, true)) {
+    throw FileError(path + ": the " + what + " holds " + describe_value(t.data[*bad]) + " at " + shape_string(unravel_index(t.shape, static_cast<int64_t>(*bad))) +
+                    " (a float mask is added to the scores: finite values, or -inf to block)");
+  }
+  return t;
+}
+
+// A result is never written with NaN or Inf in it: that is a failure, not an answer.
+void require_finite(const Tensor& t, const char* what) {
+  if (auto bad = first_bad_value(t, false)) {
+    throw std::runtime_error(std::string("the ") + what + " " + shape_string(t.shape) + " holds " +
+                             describe_value(t.data[*bad]) + " at " + shape_string(unravel_index(t.shape, static_cast<int64_t>(*bad))) + "; nothing was written");
+  }
+}
+
+void print_summary(const Tensor& t, const std::string& what, const std::string& path) {
+  std::cout << what << " " << shape_string(t.shape);
+  if (!path.empty()) {
+    std::cout << " -> " << path << "\n";
+    return;
+  }
+  float lo = INFINITY, hi = -INFINITY;
+  double sum = 0;
+  for (float v : t.data) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+  }
+  std::cout << ": min " << lo << ", max " << hi << ", mean " << sum / static_cast<double>(t.data.size())
+            << " (not saved)\n";
+}
+
+}  // namespace vkattn::cli
