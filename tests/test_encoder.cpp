@@ -12,6 +12,7 @@
 #include "engine/io/npy.h"
 #include "engine/io/state_dict.h"
 #include "engine/transformer_encoder.h"
+#include "examples/simple_transformer.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
@@ -108,6 +109,48 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EncoderGolden,
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param) +
                                   (std::get<2>(info.param) == AttentionPath::fused ? "_fused" : "_unfused");
                          });
+
+// ---- the article's SimpleTransformer: embedding, positions, blocks, mean pool, classifier ----------
+class SimpleTransformerGolden : public testing::GpuTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(SimpleTransformerGolden, GivesPyTorchsLogits) {
+  const fs::path dir = kGolden / "simple_transformer";
+  auto model = examples::SimpleTransformer::load(dir / "weights.safetensors");
+  EXPECT_EQ(model.num_layers(), 2u);
+  EXPECT_EQ(model.block_config().activation, Activation::gelu);
+  Backend& backend = GetParam() == "gpu" ? static_cast<Backend&>(gpu()) : cpu();
+  StepRecorder recorder(false);
+  backend.add_tracer(recorder);
+  Tensor logits = model.forward(backend, io::read_npy(dir / "tokens.npy"));
+  backend.remove_tracer(recorder);
+  EXPECT_TRUE(testing::all_close(logits, io::read_npy(dir / "expected_logits.npy"), kTorchTolerance, {"b", "class"}));
+  const auto& steps = recorder.steps();
+  ASSERT_GE(steps.size(), 5u);
+  EXPECT_EQ(steps[0].event.name, "embedding");
+  EXPECT_EQ(steps[1].event.name, "pos_encoding");
+  EXPECT_EQ(steps[1].event.op, "positional_encoding");
+  EXPECT_EQ(steps[2].event.name, "blocks.0.self_attn.q_proj");
+  EXPECT_EQ(steps[steps.size() - 2].event.name, "mean_pool");
+  EXPECT_EQ(steps.back().event.name, "classifier");
+}
+INSTANTIATE_TEST_SUITE_P(Backends, SimpleTransformerGolden, ::testing::Values("gpu", "cpu"));
+
+TEST(SimpleTransformer, RefusesATokenOutsideTheVocabulary) {
+  auto model = examples::SimpleTransformer::load(kGolden / "simple_transformer" / "weights.safetensors");
+  ReferenceBackend cpu;
+  Tensor tokens({2, 3}, {1, 2, 3, 4, 50, 6}, DType::int64);
+  testing::expect_error<ShapeError>([&] { model.forward(cpu, tokens); },
+                                    {"token 50 at (1, 1) is outside the vocabulary [0, 50)"});
+  testing::expect_error<ShapeError>([&] { model.forward(cpu, random_tensor({2, 3}, 1)); },
+                                    {"tokens are float32 (2, 3); int64 token ids (B, T) are expected"});
+}
+
+TEST(SimpleTransformer, NamesAMissingTensorByTheArticlesName) {
+  auto file = io::read_safetensors(kGolden / "simple_transformer" / "weights.safetensors");
+  file.tensors.erase("blocks.1.ff.3.weight");
+  testing::expect_error<FileError>([&] { examples::SimpleTransformer::from_state_dict(file, 0, "m.safetensors"); },
+                                   {"m.safetensors: missing tensor 'blocks.1.ff.3.weight', expected shape (16, 64)"});
+}
 
 // ---- the trace: every step, under its module path -------------------------------------------------
 class EncoderTrace : public testing::GpuTest {};
