@@ -45,6 +45,16 @@ LESSONS = {
          "averaged (2, 5, 7), per head (2, 2, 5, 7); max |averaged - mean of the heads| = 0"],
         {"weights_batch_first_b0.svg": (5, 5), "weights_batch_first_b1.svg": (5, 5),
          **{f"weights_per_head_b{b}_h{h}.svg": (5, 7) for b in range(2) for h in range(2)}}),
+    "tutorial_06_encoder_block": (
+        ["11  residual_add1               residual_add      (5, 2, 4) (5, 2, 4) -> (5, 2, 4)",
+         "12  norm1                       layer_norm        (5, 2, 4) (4,) (4,) -> (5, 2, 4)",
+         "Encoder Layer Output Shape: (5, 2, 4)",
+         "   0   -0.502  -0.475  -0.447  -0.419  -0.392   2.235",
+         "   0   -0.0040  -0.1587  -0.1543   0.0000   0.3457   0.8413   2.9960",
+         "0   norm1                       layer_norm        (1, 3, 8) (8,) (8,) -> (1, 3, 8)",
+         "38  norm                                 layer_norm",
+         "2 layers, d_model 16, nhead 2, dim_feedforward 32: output (2, 6, 16); max |vkattn gpu - PyTorch| = "],
+        {}),
     "tutorial_07_fused_vs_unfused": (
         ["7   attention_mask      attention_mask    (2, 4, 17, 17) (2, 17) -> (2, 4, 17, 17)",
          "18  flash_attention     flash_attention   (2, 4, 17, 16) (2, 4, 17, 16) (2, 4, 17, 16) (2, 17) -> (2, 4, 17, 16)",
@@ -93,7 +103,7 @@ def main(executable):
         assert sorted(rows) == [128, 256, 512, 1024], f"{name}: table rows {sorted(rows)}"
         unfused_growth, fused_growth = rows[1024][3] / rows[128][3], rows[1024][4] / rows[128][4]
         assert fused_growth <= 8.5 and unfused_growth >= 24, f"{name}: memory grew x{fused_growth} fused, x{unfused_growth} unfused"
-    if name == "tutorial_05_pytorch_style_api":
+    if name in ("tutorial_05_pytorch_style_api", "tutorial_06_encoder_block"):
         error = float(re.search(r"max \|vkattn gpu - PyTorch\| = (\S+)", out).group(1))
         assert error <= 1e-4, f"{name}: {error} from PyTorch"
     print(f"{name}: exit 0, {len(expected)} expected lines, {len(images)} images checked")
