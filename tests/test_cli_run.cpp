@@ -171,9 +171,7 @@ TEST_P(CliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
 
 // Arguments that run fine, with one bad change: `change` replaces the value of an option
 // already there, or is appended.
-std::vector<std::string> good(std::vector<std::string> change) {
-  std::vector<std::string> args = {"run", "--weights", "{g}/weights.safetensors", "--query", "{g}/query.npy",
-                                   "--out", "{dir}/out.npy", "--attn-weights", "{dir}/w.npy"};
+std::vector<std::string> changed(std::vector<std::string> args, const std::vector<std::string>& change) {
   auto at = std::find(args.begin(), args.end(), change[0]);
   if (at != args.end() && change.size() == 2) {
     *(at + 1) = change[1];
@@ -181,6 +179,12 @@ std::vector<std::string> good(std::vector<std::string> change) {
     args.insert(args.end(), change.begin(), change.end());
   }
   return args;
+}
+
+std::vector<std::string> good(const std::vector<std::string>& change) {
+  return changed({"run", "--weights", "{g}/weights.safetensors", "--query", "{g}/query.npy", "--out", "{dir}/out.npy",
+                  "--attn-weights", "{dir}/w.npy"},
+                 change);
 }
 
 std::vector<std::string> with_query(const std::string& query) {
@@ -239,17 +243,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"unknown_flag", good({"--bogus"}), "--bogus"}),
     [](const auto& p) { return std::string(p.param.name); });
 
-// `vkattn encode` with one bad change to a good command line (the same replace-or-append rule).
-std::vector<std::string> good_encode(std::vector<std::string> change) {
-  std::vector<std::string> args = {"encode", "--weights", "{e}/weights.safetensors", "--input", "{e}/src.npy",
-                                   "--src-key-padding-mask", "{e}/src_key_padding_mask.npy", "--out", "{dir}/out.npy"};
-  auto at = std::find(args.begin(), args.end(), change[0]);
-  if (at != args.end() && change.size() == 2) {
-    *(at + 1) = change[1];
-  } else {
-    args.insert(args.end(), change.begin(), change.end());
-  }
-  return args;
+// `vkattn encode` with one bad change to a good command line.
+std::vector<std::string> good_encode(const std::vector<std::string>& change) {
+  return changed({"encode", "--weights", "{e}/weights.safetensors", "--input", "{e}/src.npy", "--src-key-padding-mask",
+                  "{e}/src_key_padding_mask.npy", "--out", "{dir}/out.npy"},
+                 change);
 }
 
 INSTANTIATE_TEST_SUITE_P(
