@@ -4,6 +4,7 @@
 #include <set>
 
 #include "engine/errors.h"
+#include "engine/io/state_dict.h"
 
 namespace vkattn::examples {
 namespace {
@@ -17,15 +18,6 @@ Tensor take(const io::Safetensors& file, const std::string& source, const std::s
                     shape_string(it->second.shape) + ", expected float32 " + shape_string(shape));
   }
   return it->second;
-}
-
-int64_t heads_from(const io::Safetensors& file, int64_t requested, const std::string& source) {
-  if (requested > 0) return requested;
-  auto it = file.metadata.find("num_heads");
-  int64_t heads = 0;
-  if (it != file.metadata.end()) std::from_chars(it->second.data(), it->second.data() + it->second.size(), heads);
-  if (heads <= 0) throw FileError(source + ": the number of heads is unknown: pass --heads, or store num_heads in __metadata__");
-  return heads;
 }
 
 }  // namespace
@@ -59,7 +51,7 @@ SimpleTransformer SimpleTransformer::from_state_dict(const io::Safetensors& file
   }
   if (blocks.empty()) throw FileError(source + ": no blocks.N.… tensors: the model has no encoder blocks");
 
-  TransformerEncoderLayerConfig config{.d_model = E, .nhead = heads_from(file, num_heads, source),
+  TransformerEncoderLayerConfig config{.d_model = E, .nhead = io::num_heads(file, num_heads, source),
                                        .dim_feedforward = 4 * E, .activation = Activation::gelu};
   for (int64_t n = 0; n < static_cast<int64_t>(blocks.size()); ++n) {
     const std::string p = "blocks." + std::to_string(n) + ".";

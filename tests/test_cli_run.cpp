@@ -310,7 +310,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CliEncodeGolden,
                                                               "encoder1_post_relu_norm_awkward",
                                                               "encoder2_pre_gelu_norm_unbatched"),
                                             ::testing::Values("gpu", "cpu")),
-                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+                         [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
 TEST_F(CliRun, EncodeTracesEveryStepOfEveryLayer) {
   const fs::path fixture = fs::path(VKATTN_GOLDEN_ENCODER_DIR) / "encoder3_pre_relu_causal_eps";

@@ -105,9 +105,9 @@ TEST_P(EncoderGolden, MatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, EncoderGolden,
                          ::testing::Combine(::testing::ValuesIn(encoder_fixtures()), ::testing::Values("gpu", "cpu"),
                                             ::testing::Values(AttentionPath::unfused, AttentionPath::fused)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param) +
-                                  (std::get<2>(info.param) == AttentionPath::fused ? "_fused" : "_unfused");
+                         [](const auto& p) {
+                           return std::get<0>(p.param) + "_" + std::get<1>(p.param) +
+                                  (std::get<2>(p.param) == AttentionPath::fused ? "_fused" : "_unfused");
                          });
 
 // ---- the article's SimpleTransformer: embedding, positions, blocks, mean pool, classifier ----------

@@ -65,7 +65,6 @@ class StateDict {
     return take_matrix(relative, 0, E, "(E, " + width + ") = (" + std::to_string(E) + ", " + width + ")");
   }
 
-  const std::string& prefix() const { return prefix_; }
 
  private:
   const Safetensors& file_;
@@ -88,7 +87,10 @@ std::string dims(std::initializer_list<std::string> names, const Shape& values) 
   return text + (names.size() == 1 ? ",)" : ")") + " = " + shape_string(values);
 }
 
-int64_t heads_from(const Safetensors& file, int64_t requested, const StateDict& sd) {
+}  // namespace
+
+int64_t num_heads(const Safetensors& file, int64_t requested, const std::string& source) {
+  StateDict sd(file, source);
   auto it = file.metadata.find("num_heads");
   std::optional<int64_t> stored;
   if (it != file.metadata.end()) {
@@ -108,8 +110,6 @@ int64_t heads_from(const Safetensors& file, int64_t requested, const StateDict& 
   if (!stored) throw sd.error("the number of heads is unknown: pass --heads, or store num_heads in __metadata__");
   return *stored;
 }
-
-}  // namespace
 
 AttentionState attention_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source,
                                          const std::string& prefix) {
@@ -184,7 +184,7 @@ AttentionState attention_from_state_dict(const Safetensors& file, int64_t num_he
       *slot = std::move(t);
     }
   }
-  c.num_heads = heads_from(file, num_heads, sd);
+  c.num_heads = io::num_heads(file, num_heads, source);
   return state;
 }
 

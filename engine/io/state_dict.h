@@ -25,6 +25,10 @@ struct AttentionState {
   MultiHeadAttentionWeights weights;
 };
 
+// The number of heads: `requested` when > 0, else __metadata__["num_heads"]; given and stored,
+// they must agree. A FileError "SOURCE: …" when neither says, or the metadata is no positive integer.
+int64_t num_heads(const Safetensors& file, int64_t requested, const std::string& source);
+
 // `num_heads` 0 means: take it from the metadata. Given and present in the metadata, they must agree.
 // `prefix` reads the attention of a larger module ("layers.0.self_attn."): only names under it
 // are looked at, and messages name tensors in full.
