@@ -2,7 +2,6 @@
 // batch-first .npy inputs, on the GPU (or the CPU reference with --backend cpu). Outputs are
 // written whole or not at all: every file is finished under a temporary name before any is
 // renamed into place.
-#include <cmath>
 #include <exception>
 #include <filesystem>
 #include <iostream>
