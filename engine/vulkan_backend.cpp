@@ -24,13 +24,17 @@ uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 VulkanBackend::VulkanBackend() : VulkanBackend(std::make_shared<vulkan::Context>()) {}
 
 VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options options)
-    : context_(std::move(context)), options_(options), recorder_(context_, options.max_groups_per_dim) {
+    : context_(std::move(context)),
+      options_(options),
+      gemm_(options.gemm ? *options.gemm : vulkan::plan_gemm(context_->device_report())),
+      recorder_(context_, options.max_groups_per_dim) {
   const auto& device = context_->device_report();
   if (options_.workgroup_size == 0 || options_.workgroup_size > device.max_workgroup_size_x ||
       options_.workgroup_size > device.max_workgroup_invocations) {
     throw DeviceError("workgroup size " + std::to_string(options_.workgroup_size) + " is outside 1.." +
                       std::to_string(device.max_workgroup_size_x) + " for device '" + device.name + "'");
   }
+  vulkan::check_gemm_plan(gemm_, device);
 }
 
 VulkanBackend::~VulkanBackend() = default;
@@ -62,13 +66,13 @@ std::vector<float> VulkanBackend::load(const Storage& storage, int64_t count) {
 }
 
 const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
-                                            std::vector<uint32_t> specialization) {
-  std::string key = name;
+                                            std::vector<uint32_t> specialization, uint32_t workgroup_size) {
+  if (workgroup_size == 0) workgroup_size = options_.workgroup_size;
+  std::string key = name + "@" + std::to_string(workgroup_size);
   for (uint32_t v : specialization) key += ":" + std::to_string(v);
   auto& slot = kernels_[key];
   if (!slot) {
-    slot = std::make_unique<vulkan::Kernel>(*context_, name, bindings, push_bytes, options_.workgroup_size,
-                                            specialization);
+    slot = std::make_unique<vulkan::Kernel>(*context_, name, bindings, push_bytes, workgroup_size, specialization);
   }
   return *slot;
 }
@@ -84,12 +88,21 @@ void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kern
   recorder_.dispatch(kernel, buffers, std::as_bytes(std::span(&params, 1)), groups, step);
 }
 
+void VulkanBackend::run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
+                             const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K,
+                             float scale, bool b_k_by_n) {
+  // vec4 loads need every row of A and B to start on a multiple of 4 floats
+  const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0);
+  const auto& k = kernel(name, 4, sizeof(vulkan::GemmParams), gemm_.specialization(vec4, bias != nullptr),
+                         gemm_.workgroup_size);
+  vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale};
+  dispatch(step, k, {buffer_of(a), buffer_of(b), bias ? buffer_of(*bias) : recorder_.placeholder(), buffer_of(c)},
+           params, gemm_.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true);
+}
+
 void VulkanBackend::run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
                                Storage& y, int64_t N, int64_t K, int64_t M) {
-  const auto& k = kernel("linear", 4, sizeof(vulkan::LinearParams), {b ? 1u : 0u});
-  vulkan::LinearParams params{u32(N), u32(K), u32(M)};
-  dispatch(step, k, {buffer_of(x), buffer_of(w), b ? buffer_of(*b) : recorder_.placeholder(), buffer_of(y)}, params,
-           uint64_t(N) * M);
+  run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false);
 }
 
 void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
@@ -108,9 +121,7 @@ void VulkanBackend::run_append_row(const std::string& step, const Storage& x, co
 
 void VulkanBackend::run_attention_scores(const std::string& step, const Storage& q, const Storage& k_,
                                          Storage& scores, int64_t BH, int64_t L, int64_t S, int64_t d, float scale) {
-  const auto& k = kernel("attention_scores", 3, sizeof(vulkan::AttentionScoresParams));
-  dispatch(step, k, {buffer_of(q), buffer_of(k_), buffer_of(scores)},
-           vulkan::AttentionScoresParams{u32(BH), u32(L), u32(S), u32(d), scale}, uint64_t(BH) * L * S);
+  run_gemm(step, "attention_scores", q, k_, nullptr, scores, BH, L, S, d, scale, false);
 }
 
 void VulkanBackend::run_attention_mask(const std::string& step, const Storage& scores, const Storage* attn_mask,
@@ -148,9 +159,7 @@ void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Stora
 
 void VulkanBackend::run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
                                          int64_t BH, int64_t L, int64_t S, int64_t d) {
-  const auto& k = kernel("attention_values", 3, sizeof(vulkan::AttentionValuesParams));
-  dispatch(step, k, {buffer_of(p), buffer_of(v), buffer_of(out)},
-           vulkan::AttentionValuesParams{u32(BH), u32(L), u32(d), u32(S)}, uint64_t(BH) * L * d);
+  run_gemm(step, "attention_values", p, v, nullptr, out, BH, L, d, S, 1.0f, true);
 }
 
 void VulkanBackend::run_merge_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t H,

@@ -3,18 +3,23 @@
 // that is submitted only when a value is read back (download, or a tracer that wants values).
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "engine/backend.h"
 #include "engine/vulkan/buffer.h"
 #include "engine/vulkan/context.h"
+#include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/kernel.h"
 #include "engine/vulkan/recorder.h"
 
 namespace vkattn {
 
 struct VulkanBackendOptions {
-  uint32_t workgroup_size = 64;     // invocations per workgroup, for every kernel
+  uint32_t workgroup_size = 64;     // invocations per workgroup, for every kernel but the GEMMs'
   uint32_t max_groups_per_dim = 0;  // > 0 lowers the device's limit (tests force folding)
+  // linear, attention_scores and attention_values: the tiling the device suits (gemm_plan.h),
+  // unless a plan is given (tests run every variant on one device)
+  std::optional<vulkan::GemmPlan> gemm;
 };
 
 class VulkanBackend final : public Backend {
@@ -30,6 +35,7 @@ class VulkanBackend final : public Backend {
   std::string device_name() const override { return context_->device_report().name; }
   const vulkan::Context& context() const { return *context_; }
   const vulkan::Recorder& recorder() const { return recorder_; }
+  const vulkan::GemmPlan& gemm_plan() const { return gemm_; }
 
  protected:
   std::shared_ptr<Storage> allocate(int64_t count) override;
@@ -71,9 +77,15 @@ class VulkanBackend final : public Backend {
   void run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
 
  private:
-  // The pipeline for shaders/<name>.comp with these extra specialization constants, made once.
+  // The pipeline for shaders/<name>.comp with these extra specialization constants, made once;
+  // `workgroup_size` 0 means options_.workgroup_size.
   const vulkan::Kernel& kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
-                               std::vector<uint32_t> specialization = {});
+                               std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0);
+  // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
+  // B is stored (batch, K, N) when `b_k_by_n`, else (batch, N, K).
+  void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
+                const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
+                bool b_k_by_n);
   // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,
@@ -82,6 +94,7 @@ class VulkanBackend final : public Backend {
 
   std::shared_ptr<vulkan::Context> context_;
   Options options_;
+  vulkan::GemmPlan gemm_;
   vulkan::Recorder recorder_;
   std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels_;
 };

@@ -9,9 +9,9 @@ void attention_scores(const float* q, const float* k, float* scores, int64_t BH,
   for (int64_t n = 0; n < BH; ++n)
     for (int64_t i = 0; i < L; ++i)
       for (int64_t j = 0; j < S; ++j) {
-        float acc = 0.0f;
+        double acc = 0.0;  // summed in double, as linear
         for (int64_t c = 0; c < d; ++c) acc += q[(n * L + i) * d + c] * k[(n * S + j) * d + c];
-        scores[(n * L + i) * S + j] = acc * scale;
+        scores[(n * L + i) * S + j] = static_cast<float>(acc) * scale;
       }
 }
 

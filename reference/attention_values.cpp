@@ -9,9 +9,9 @@ void attention_values(const float* p, const float* v, float* out, int64_t BH, in
   for (int64_t n = 0; n < BH; ++n)
     for (int64_t i = 0; i < L; ++i)
       for (int64_t c = 0; c < d; ++c) {
-        float acc = 0.0f;
+        double acc = 0.0;  // summed in double, as linear
         for (int64_t j = 0; j < S; ++j) acc += p[(n * L + i) * S + j] * v[(n * S + j) * d + c];
-        out[(n * L + i) * d + c] = acc;
+        out[(n * L + i) * d + c] = static_cast<float>(acc);
       }
 }
 

@@ -1,19 +1,199 @@
-// The inner product shared by linear, attention_scores and attention_values: each is a batched
-// matrix product C[n, i, j] = Σ_k A[n, i, k] · B[n, j, k] read through strides, so one loop
-// serves x·Wᵀ, Q·Kᵀ and P·V (where V is read down its columns). Each invocation owns one
-// output element; the tiled version is the performance issue's.
+// The batched matrix product behind linear, attention_scores and attention_values:
+//   C[n, i, j] = scale · Σ_k A[n, i, k] · B(n, k, j)  (+ bias[j])
+//   A (batch, M, K) row-major;  B stored (batch, N, K) — x·Wᵀ, Q·Kᵀ — or, with B_IS_K_BY_N
+//   defined by the including shader, (batch, K, N) — P·V;  C (batch, M, N).
+// fp32 throughout. Two tilings of the same sum, picked per device by specialization constant 1:
 //
-// Bindings: 0 = A, 1 = B (read-only); the including shader declares its own output bindings.
+//   VARIANT 0, subgroup broadcast (CPU devices: lavapipe runs a subgroup's lanes as SIMD lanes,
+//     and a load whose address differs per lane becomes a loop over the lanes, so speed follows
+//     multiply-adds per load). A subgroup owns TILE_M = subgroup-size rows × subgroup-size·TILE_N
+//     columns; each lane loads one row's next four k of A and gets the others' by
+//     subgroupBroadcast (a lane shuffle), and loads only its own TILE_N columns of B: 1 + TILE_N
+//     vec4 loads per 4·TILE_M·TILE_N multiply-adds.
+//   VARIANT 1, shared-memory tiles (GPUs: coalesced loads, reuse from shared memory). A
+//     workgroup of SIDE² invocations owns a 4·SIDE square block of C; each invocation a 4 × 4
+//     register tile; K is walked 16 at a time through shared memory.
+//
+// VEC4 (constant 2) reads A and B as vec4: the host sets it when K (and, for (K, N) storage, N)
+// is a multiple of 4, so every row starts on a vec4. Rows and columns past the edge are clamped
+// on load and skipped on store; a k past K reads 0.
+//
+// Bindings: 0 = A, 1 = B, 2 = bias (read only when HAS_BIAS), 3 = C.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
 
-layout(std430, binding = 0) readonly buffer InputA { float a[]; };
-layout(std430, binding = 1) readonly buffer InputB { float b[]; };
+layout(constant_id = 1) const uint VARIANT = 0;      // 0 = subgroup broadcast, 1 = shared-memory tiles
+layout(constant_id = 2) const bool VEC4 = false;     // rows of A and B are whole vec4s
+layout(constant_id = 3) const bool HAS_BIAS = false; // add bias[j]
+layout(constant_id = 4) const uint TILE_M = 8;       // VARIANT 0: rows per subgroup = the subgroup size
+layout(constant_id = 5) const uint TILE_N = 8;       // VARIANT 0: columns per lane, a multiple of 4
+layout(constant_id = 6) const uint SIDE = 16;        // VARIANT 1: the workgroup is SIDE × SIDE
 
-// Σ_k a[a_start + k·a_step] · b[b_start + k·b_step] for k in [0, inner), in fp32.
-float strided_dot(uint a_start, uint a_step, uint b_start, uint b_step, uint inner) {
-  float acc = 0.0;
-  for (uint k = 0; k < inner; ++k) {
-    acc += a[a_start + k * a_step] * b[b_start + k * b_step];
+layout(std430, binding = 0) readonly buffer InputA { float a[]; };
+layout(std430, binding = 0) readonly buffer InputA4 { vec4 a4[]; };
+layout(std430, binding = 1) readonly buffer InputB { float b[]; };
+layout(std430, binding = 1) readonly buffer InputB4 { vec4 b4[]; };
+layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 3) writeonly buffer Output { float c[]; };
+
+layout(push_constant) uniform Params {
+  uint batch;   // n
+  uint rows;    // M
+  uint cols;    // N
+  uint inner;   // K
+  float scale;  // 1 for linear, 1/√d for attention_scores
+} p;
+
+// A[n, i, k..k+3] (zeros past K)
+vec4 load_a(uint n, uint i, uint k) {
+  uint at = (n * p.rows + i) * p.inner + k;
+  if (VEC4) return a4[at / 4u];
+  vec4 v = vec4(0.0);
+  for (uint t = 0u; t < 4u; ++t) {
+    if (k + t < p.inner) v[t] = a[at + t];
   }
-  return acc;
+  return v;
+}
+
+#ifdef B_IS_K_BY_N
+// B stored (K, N): B[n, k, j..j+3] (zeros past K or N)
+vec4 load_b_row(uint n, uint k, uint j) {
+  uint at = (n * p.inner + k) * p.cols + j;
+  if (VEC4) return k < p.inner ? b4[at / 4u] : vec4(0.0);
+  vec4 v = vec4(0.0);
+  for (uint t = 0u; t < 4u; ++t) {
+    if (k < p.inner && j + t < p.cols) v[t] = b[at + t];
+  }
+  return v;
+}
+#else
+// B stored (N, K): B[n, j, k..k+3] (zeros past K)
+vec4 load_b_col(uint n, uint j, uint k) {
+  uint at = (n * p.cols + j) * p.inner + k;
+  if (VEC4) return b4[at / 4u];
+  vec4 v = vec4(0.0);
+  for (uint t = 0u; t < 4u; ++t) {
+    if (k + t < p.inner) v[t] = b[at + t];
+  }
+  return v;
+}
+#endif
+
+void store_c(uint n, uint i, uint j, float value) {
+  if (i >= p.rows || j >= p.cols) return;
+  value *= p.scale;
+  if (HAS_BIAS) value += bias[j];
+  c[(n * p.rows + i) * p.cols + j] = value;
+}
+
+// ---- VARIANT 0: subgroup broadcast --------------------------------------------------------------
+
+void gemm_broadcast() {
+  // one unit of work per subgroup: (n, row block, column block), column blocks fastest so that
+  // neighbouring subgroups share rows of A in cache
+  const uint block_cols = TILE_M * TILE_N;
+  uint row_blocks = (p.rows + TILE_M - 1u) / TILE_M;
+  uint col_blocks = (p.cols + block_cols - 1u) / block_cols;
+  uint unit = flat_workgroup_id() * gl_NumSubgroups + gl_SubgroupID;
+  if (unit >= p.batch * row_blocks * col_blocks) return;  // uniform per subgroup
+  uint n = unit / (row_blocks * col_blocks);
+  uint i0 = (unit / col_blocks) % row_blocks * TILE_M;
+  uint j0 = unit % col_blocks * block_cols + gl_SubgroupInvocationID * TILE_N;
+  uint my_row = min(i0 + gl_SubgroupInvocationID, p.rows - 1u);  // the row of A this lane loads
+
+  vec4 acc[TILE_M][TILE_N / 4u];
+  for (uint r = 0u; r < TILE_M; ++r) {
+    for (uint q = 0u; q < TILE_N / 4u; ++q) acc[r][q] = vec4(0.0);
+  }
+  for (uint k = 0u; k < p.inner; k += 4u) {
+    vec4 mine = load_a(n, my_row, k);
+#ifdef B_IS_K_BY_N
+    vec4 bk[4][TILE_N / 4u];  // B[k + t, j0 + 4q .. + 3]
+    for (uint t = 0u; t < 4u; ++t) {
+      for (uint q = 0u; q < TILE_N / 4u; ++q) bk[t][q] = load_b_row(n, k + t, min(j0 + 4u * q, p.cols - 1u));
+    }
+    for (uint r = 0u; r < TILE_M; ++r) {
+      vec4 ar = subgroupShuffle(mine, r);  // A[n, i0 + r, k..k+3]
+      for (uint q = 0u; q < TILE_N / 4u; ++q) {
+        acc[r][q] += ar.x * bk[0][q] + ar.y * bk[1][q] + ar.z * bk[2][q] + ar.w * bk[3][q];
+      }
+    }
+#else
+    vec4 bj[TILE_N];  // B[n, j0 + j, k..k+3]
+    for (uint j = 0u; j < TILE_N; ++j) bj[j] = load_b_col(n, min(j0 + j, p.cols - 1u), k);
+    for (uint r = 0u; r < TILE_M; ++r) {
+      vec4 ar = subgroupShuffle(mine, r);
+      for (uint q = 0u; q < TILE_N / 4u; ++q) {
+        acc[r][q] += vec4(dot(ar, bj[4u * q]), dot(ar, bj[4u * q + 1u]), dot(ar, bj[4u * q + 2u]),
+                          dot(ar, bj[4u * q + 3u]));
+      }
+    }
+#endif
+  }
+  for (uint r = 0u; r < TILE_M; ++r) {
+    for (uint q = 0u; q < TILE_N / 4u; ++q) {
+      for (uint t = 0u; t < 4u; ++t) store_c(n, i0 + r, j0 + 4u * q + t, acc[r][q][t]);
+    }
+  }
+}
+
+// ---- VARIANT 1: shared-memory tiles -------------------------------------------------------------
+
+const uint BLOCK = 4u * SIDE;  // C block per workgroup: BLOCK × BLOCK
+const uint DEPTH = 16u;        // k per shared tile
+
+shared float tile_a[DEPTH][BLOCK];  // tile_a[k][i] = A[n, i0 + i, k0 + k]
+shared float tile_b[DEPTH][BLOCK];  // tile_b[k][j] = B(n, k0 + k, j0 + j)
+
+void gemm_shared() {
+  uint row_blocks = (p.rows + BLOCK - 1u) / BLOCK;
+  uint col_blocks = (p.cols + BLOCK - 1u) / BLOCK;
+  uint unit = flat_workgroup_id();
+  if (unit >= p.batch * row_blocks * col_blocks) return;  // uniform per workgroup
+  uint n = unit / (row_blocks * col_blocks);
+  uint i0 = (unit / col_blocks) % row_blocks * BLOCK;
+  uint j0 = unit % col_blocks * BLOCK;
+  uint lane = gl_LocalInvocationID.x;
+  uint ti = lane / SIDE, tj = lane % SIDE;  // this invocation's outputs: rows ti + SIDE·r, cols tj + SIDE·s
+
+  float acc[4][4];
+  for (uint r = 0u; r < 4u; ++r) {
+    for (uint s = 0u; s < 4u; ++s) acc[r][s] = 0.0;
+  }
+  for (uint k0 = 0u; k0 < p.inner; k0 += DEPTH) {
+    // SIDE² invocations fill DEPTH × BLOCK floats of each tile
+    for (uint e = lane; e < DEPTH * BLOCK; e += SIDE * SIDE) {
+      uint kk = e % DEPTH, ii = e / DEPTH;  // consecutive lanes walk k: A's and (N, K) B's rows
+      uint k = k0 + kk;
+      tile_a[kk][ii] = (k < p.inner && i0 + ii < p.rows) ? a[(n * p.rows + i0 + ii) * p.inner + k] : 0.0;
+#ifdef B_IS_K_BY_N
+      uint jj = e % BLOCK, kb = e / BLOCK;  // consecutive lanes walk j: (K, N) B's rows
+      tile_b[kb][jj] = (k0 + kb < p.inner && j0 + jj < p.cols) ? b[(n * p.inner + k0 + kb) * p.cols + j0 + jj] : 0.0;
+#else
+      tile_b[kk][ii] = (k < p.inner && j0 + ii < p.cols) ? b[(n * p.cols + j0 + ii) * p.inner + k] : 0.0;
+#endif
+    }
+    barrier();
+    for (uint kk = 0u; kk < DEPTH; ++kk) {
+      float ar[4], bs[4];
+      for (uint r = 0u; r < 4u; ++r) ar[r] = tile_a[kk][ti + SIDE * r];
+      for (uint s = 0u; s < 4u; ++s) bs[s] = tile_b[kk][tj + SIDE * s];
+      for (uint r = 0u; r < 4u; ++r) {
+        for (uint s = 0u; s < 4u; ++s) acc[r][s] += ar[r] * bs[s];
+      }
+    }
+    barrier();
+  }
+  for (uint r = 0u; r < 4u; ++r) {
+    for (uint s = 0u; s < 4u; ++s) store_c(n, i0 + ti + SIDE * r, j0 + tj + SIDE * s, acc[r][s]);
+  }
+}
+
+void main() {
+  if (VARIANT == 0u) {
+    gemm_broadcast();
+  } else {
+    gemm_shared();
+  }
 }

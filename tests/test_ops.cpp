@@ -350,6 +350,52 @@ TEST_P(Workgroup, EveryStepMatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, Workgroup, Values(1u, 48u, 64u, 256u));
 
+// ---- GEMM tilings: linear, attention_scores and attention_values under every plan ---------------------
+// Whatever the device would pick, each tiling of gemm.glsl must give the reference's numbers:
+// K a multiple of 4 (vec4 loads) and not, M and N inside one tile, on its edge and past it.
+class GemmTiling : public ::testing::TestWithParam<std::tuple<vulkan::GemmVariant, uint32_t>> {};
+TEST_P(GemmTiling, MatchesReference) {
+  auto [variant, size] = GetParam();
+  const auto& device = testing::shared_context()->device_report();
+  vulkan::GemmPlan plan = vulkan::plan_gemm(device, variant);
+  if (variant == vulkan::GemmVariant::broadcast) plan.tile_n = size;
+  if (variant == vulkan::GemmVariant::shared) plan.side = size, plan.workgroup_size = size * size;
+  uint64_t before = testing::shared_context()->validation_message_count();
+  VulkanBackend gpu(testing::shared_context(), {.gemm = plan});
+  ReferenceBackend cpu;
+  auto step = [&](std::vector<Tensor> in, const Step& s) { EXPECT_TRUE(gpu_matches_reference(gpu, cpu, in, s, {})) << plan.describe(); };
+  for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {9, 128, 64}, {70, 3, 129}}) {
+    step({random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)},
+         [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], &v[2]); });
+  }
+  for (auto [BH, L, S, d] : {std::tuple{2, 17, 5, 4}, {3, 9, 70, 64}, {1, 113, 3, 17}, {1, 3, 8, 6}}) {
+    step({random_tensor({1, BH, L, d}, 4), random_tensor({1, BH, S, d}, 5)},
+         [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); });
+    step({random_tensor({1, BH, L, S}, 6), random_tensor({1, BH, S, d}, 7)},
+         [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); });
+  }
+  EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+INSTANTIATE_TEST_SUITE_P(Plans, GemmTiling,
+                         Values(std::tuple{vulkan::GemmVariant::broadcast, 4u}, std::tuple{vulkan::GemmVariant::broadcast, 8u},
+                                std::tuple{vulkan::GemmVariant::broadcast, 16u}, std::tuple{vulkan::GemmVariant::shared, 8u},
+                                std::tuple{vulkan::GemmVariant::shared, 16u}),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param) == vulkan::GemmVariant::broadcast ? "broadcast_tile_n" : "shared_side") +
+                                  std::to_string(std::get<1>(p.param));
+                         });
+
+TEST(GemmPlan, ABadPlanIsRefusedWithWhatTheDeviceLacks) {
+  vulkan::GemmPlan plan = vulkan::plan_gemm(testing::shared_context()->device_report(), vulkan::GemmVariant::broadcast);
+  plan.tile_m = 3;
+  try {
+    VulkanBackend gpu(testing::shared_context(), {.gemm = plan});
+    FAIL() << "a tile_m other than the subgroup size was accepted";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("subgroup size (8)"), std::string::npos) << e.what();
+  }
+}
+
 // ---- grid folding ------------------------------------------------------------------------------------
 // With at most 5 workgroups per dimension, every step's grid folds into y and z (and softmax's
 // 113 rows need 5×5×5); the results must not change.

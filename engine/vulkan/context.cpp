@@ -107,8 +107,9 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   auto chain = device.getProperties2<vk::PhysicalDeviceProperties2, vk::PhysicalDeviceSubgroupProperties>();
   const auto& subgroup = chain.get<vk::PhysicalDeviceSubgroupProperties>();
   r.subgroup_size = subgroup.subgroupSize;
-  r.subgroup_arithmetic = (subgroup.supportedStages & vk::ShaderStageFlagBits::eCompute) &&
-                          (subgroup.supportedOperations & vk::SubgroupFeatureFlagBits::eArithmetic);
+  const bool in_compute = bool(subgroup.supportedStages & vk::ShaderStageFlagBits::eCompute);
+  r.subgroup_arithmetic = in_compute && (subgroup.supportedOperations & vk::SubgroupFeatureFlagBits::eArithmetic);
+  r.subgroup_shuffle = in_compute && (subgroup.supportedOperations & vk::SubgroupFeatureFlagBits::eShuffle);
   auto features = device.getFeatures2<vk::PhysicalDeviceFeatures2, vk::PhysicalDevice16BitStorageFeatures>();
   r.storage_buffer_16bit = features.get<vk::PhysicalDevice16BitStorageFeatures>().storageBuffer16BitAccess;
 

@@ -40,6 +40,7 @@ struct DeviceReport {
   // optional features: queried, used only where present
   uint32_t subgroup_size = 0;
   bool subgroup_arithmetic = false;  // in compute shaders
+  bool subgroup_shuffle = false;     // in compute shaders
   bool storage_buffer_16bit = false;
   bool timestamps = false;  // on the compute queue
   float timestamp_period_ns = 0.0f;

@@ -5,10 +5,12 @@
 
 namespace vkattn::vulkan {
 
-struct LinearParams {  // shaders/linear.comp
-  glm::uint rows;      // N
-  glm::uint inner;     // K
-  glm::uint cols;      // M
+struct GemmParams {  // shaders/gemm.glsl: linear, attention_scores, attention_values
+  glm::uint batch;    // 1 for linear, B·H for attention
+  glm::uint rows;     // M
+  glm::uint cols;     // N
+  glm::uint inner;    // K
+  float scale;        // 1, or 1/√d for attention_scores
 };
 
 struct HeadsParams {   // shaders/split_heads.comp, shaders/merge_heads.comp
@@ -22,14 +24,6 @@ struct AppendRowParams {  // shaders/append_row.comp
   glm::uint batch;        // N
   glm::uint tokens;       // T of the input
   glm::uint channels;     // C
-};
-
-struct AttentionScoresParams {  // shaders/attention_scores.comp
-  glm::uint batch;              // B·H
-  glm::uint rows;               // L
-  glm::uint cols;               // S
-  glm::uint inner;              // d
-  float scale;                  // 1/√d
 };
 
 struct FlashAttentionParams {        // shaders/flash_attention.comp
@@ -56,13 +50,6 @@ struct AttentionMaskParams {         // shaders/attention_mask.comp
 struct SoftmaxParams {  // shaders/softmax.comp
   glm::uint rows;       // R
   glm::uint cols;       // S
-};
-
-struct AttentionValuesParams {  // shaders/attention_values.comp
-  glm::uint batch;              // B·H
-  glm::uint rows;               // L
-  glm::uint cols;               // d
-  glm::uint inner;              // S
 };
 
 struct AverageHeadsParams {  // shaders/average_heads.comp
@@ -98,9 +85,9 @@ struct MeanPoolParams {  // shaders/mean_pool.comp
   glm::uint dim;         // E
 };
 
-static_assert(sizeof(LinearParams) == 12 && sizeof(HeadsParams) == 16 && sizeof(AppendRowParams) == 12);
-static_assert(sizeof(AttentionScoresParams) == 20 && sizeof(AttentionMaskParams) == 28 && sizeof(FlashAttentionParams) == 32);
-static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AttentionValuesParams) == 16 && sizeof(AverageHeadsParams) == 12);
+static_assert(sizeof(GemmParams) == 20 && sizeof(HeadsParams) == 16 && sizeof(AppendRowParams) == 12);
+static_assert(sizeof(AttentionMaskParams) == 28 && sizeof(FlashAttentionParams) == 32);
+static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AverageHeadsParams) == 12);
 static_assert(sizeof(LayerNormParams) == 12 && sizeof(ElementwiseParams) == 4 && sizeof(EmbeddingParams) == 12);
 static_assert(sizeof(PositionalEncodingParams) == 8 && sizeof(MeanPoolParams) == 12);
 

@@ -1,0 +1,39 @@
+#pragma once
+// GemmPlan: how shaders/gemm.glsl tiles linear, attention_scores and attention_values on one
+// device, chosen from its properties (and overridable, so tests run both variants on lavapipe).
+//
+//   broadcast — for CPU devices (lavapipe): a subgroup owns subgroup-size rows; lanes share A
+//               by subgroupShuffle and each loads only its own columns of B. Speed there follows
+//               multiply-adds per load, and shared memory only adds copies.
+//   shared    — for GPUs: a workgroup of side² invocations owns a (4·side)² block of the output,
+//               staged through shared memory 16 k at a time, each invocation a 4 × 4 register tile.
+#include <cstdint>
+#include <string>
+
+#include "engine/vulkan/context.h"
+
+namespace vkattn::vulkan {
+
+enum class GemmVariant { automatic, broadcast, shared };
+
+struct GemmPlan {
+  GemmVariant variant = GemmVariant::shared;
+  uint32_t workgroup_size = 256;
+  uint32_t tile_m = 8;   // broadcast: rows per subgroup (= the subgroup size)
+  uint32_t tile_n = 8;   // broadcast: columns per lane
+  uint32_t side = 16;    // shared: invocations per side of the workgroup's square
+
+  // Workgroups for a (batch, M, N) output.
+  uint64_t groups(uint64_t batch, uint64_t rows, uint64_t cols) const;
+  // The specialization constants 1… of gemm.glsl (constant 0, the workgroup size, is separate).
+  std::vector<uint32_t> specialization(bool vec4, bool has_bias) const;
+  std::string describe() const;  // "broadcast 8×64 per subgroup, workgroup 64"
+};
+
+// `requested` automatic picks broadcast on CPU devices with subgroup shuffles of 4…16 lanes, and
+// shared elsewhere. Throws DeviceError when the device cannot run the requested variant.
+GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested = GemmVariant::automatic);
+// Throws DeviceError naming what `plan` asks of `device` that it lacks (a hand-made plan).
+void check_gemm_plan(const GemmPlan& plan, const DeviceReport& device);
+
+}  // namespace vkattn::vulkan
