@@ -77,6 +77,15 @@ const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bi
   return *slot;
 }
 
+std::pair<std::vector<uint32_t>, uint64_t> VulkanBackend::row_plan(int64_t rows) const {
+  const auto& device = context_->device_report();
+  const uint32_t lanes = device.subgroup_size;
+  if (options_.subgroup_rows && device.subgroup_arithmetic && lanes > 0 && options_.workgroup_size % lanes == 0) {
+    return {{1u}, ceil_div(uint64_t(rows), options_.workgroup_size / lanes)};  // a row per subgroup
+  }
+  return {{0u}, uint64_t(rows)};  // a row per workgroup
+}
+
 template <class Params>
 void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kernel,
                              std::vector<std::shared_ptr<Buffer>> buffers, const Params& params, uint64_t invocations,
@@ -152,9 +161,9 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
 }
 
 void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) {
-  const auto& k = kernel("softmax", 2, sizeof(vulkan::SoftmaxParams));
-  // one workgroup per row
-  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::SoftmaxParams{u32(R), u32(S)}, uint64_t(R), true);
+  auto [specialization, groups] = row_plan(R);
+  const auto& k = kernel("softmax", 2, sizeof(vulkan::SoftmaxParams), specialization);
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::SoftmaxParams{u32(R), u32(S)}, groups, true);
 }
 
 void VulkanBackend::run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
@@ -178,10 +187,10 @@ void VulkanBackend::run_average_heads(const std::string& step, const Storage& p,
 
 void VulkanBackend::run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
                                    Storage& y, int64_t N, int64_t E, float eps) {
-  const auto& k = kernel("layer_norm", 4, sizeof(vulkan::LayerNormParams));
-  // one workgroup per row
+  auto [specialization, groups] = row_plan(N);
+  const auto& k = kernel("layer_norm", 4, sizeof(vulkan::LayerNormParams), specialization);
   dispatch(step, k, {buffer_of(x), buffer_of(weight), buffer_of(bias), buffer_of(y)},
-           vulkan::LayerNormParams{u32(N), u32(E), eps}, uint64_t(N), true);
+           vulkan::LayerNormParams{u32(N), u32(E), eps}, groups, true);
 }
 
 void VulkanBackend::run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) {

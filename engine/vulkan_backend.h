@@ -20,6 +20,10 @@ struct VulkanBackendOptions {
   // linear, attention_scores and attention_values: the tiling the device suits (gemm_plan.h),
   // unless a plan is given (tests run every variant on one device)
   std::optional<vulkan::GemmPlan> gemm;
+  // softmax and layer_norm: a row per subgroup, reduced by subgroup arithmetic, where the device
+  // has it and the workgroup is whole subgroups; false forces a row per workgroup, reduced through
+  // shared memory (row_reduce.glsl)
+  bool subgroup_rows = true;
 };
 
 class VulkanBackend final : public Backend {
@@ -86,6 +90,8 @@ class VulkanBackend final : public Backend {
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                 bool b_k_by_n);
+  // The specialization and workgroup count of a one-row-at-a-time step (row_reduce.glsl).
+  std::pair<std::vector<uint32_t>, uint64_t> row_plan(int64_t rows) const;
   // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,

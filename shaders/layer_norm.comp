@@ -4,10 +4,10 @@
 //   x (N, E)       every leading dim flattened into N = B·T rows
 //   weight (E), bias (E)
 //   y (N, E)       (x - mean) / √(var + eps) · weight + bias, var the biased variance (÷ E)
-// One workgroup per row: pass 1 reduces Σ x for the mean, pass 2 Σ (x - mean)² (two passes, no
+// One subgroup (or workgroup: row_reduce.glsl) per row: pass 1 reduces Σ x for the mean, pass 2 Σ (x - mean)² (two passes, no
 // cancellation), pass 3 writes.
 #include "common.glsl"
-#include "workgroup_reduce.glsl"
+#include "row_reduce.glsl"
 
 layout(std430, binding = 0) readonly buffer Input { float x[]; };
 layout(std430, binding = 1) readonly buffer Weight { float weight[]; };
@@ -21,23 +21,23 @@ layout(push_constant) uniform Params {
 } p;
 
 void main() {
-  uint row = flat_workgroup_id();
-  if (row >= p.rows) return;  // uniform per workgroup: the whole group leaves together
-  uint lane = gl_LocalInvocationID.x;
+  uint row = row_id();
+  if (row >= p.rows) return;  // uniform per row: all its owners leave together
+  uint lane = row_lane();
   uint start = row * p.cols;
 
   float sum = 0.0;
-  for (uint e = lane; e < p.cols; e += gl_WorkGroupSize.x) sum += x[start + e];
-  float mean = workgroup_reduce(sum, false) / float(p.cols);
+  for (uint e = lane; e < p.cols; e += row_width()) sum += x[start + e];
+  float mean = row_reduce(sum, false) / float(p.cols);
 
   float squares = 0.0;
-  for (uint e = lane; e < p.cols; e += gl_WorkGroupSize.x) {
+  for (uint e = lane; e < p.cols; e += row_width()) {
     float centred = x[start + e] - mean;
     squares += centred * centred;
   }
-  float inv_std = inversesqrt(workgroup_reduce(squares, false) / float(p.cols) + p.eps);
+  float inv_std = inversesqrt(row_reduce(squares, false) / float(p.cols) + p.eps);
 
-  for (uint e = lane; e < p.cols; e += gl_WorkGroupSize.x) {
+  for (uint e = lane; e < p.cols; e += row_width()) {
     y[start + e] = (x[start + e] - mean) * inv_std * weight[e] + bias[e];
   }
 }

@@ -204,17 +204,20 @@ TEST_F(Ops, FlashAttentionRefusesMismatchedShapes) {
 }
 
 // ---- softmax: (R, S), with fully masked and partly masked rows ------------------------------------
-class Softmax : public Ops, public ::testing::WithParamInterface<std::tuple<int, int>> {};
+// Both reductions (row_reduce.glsl): a row per subgroup, and the forced shared-memory fallback.
+class Softmax : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, bool>> {};
 TEST_P(Softmax, MatchesReferenceAndZeroesFullyMaskedRows) {
-  auto [R, S] = GetParam();
+  auto [R, S, subgroup_rows] = GetParam();
+  VulkanBackend gpu(testing::shared_context(), {.subgroup_rows = subgroup_rows});
   Tensor x = random_tensor({R, S}, 16);
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < S; ++j) x.data[r * S + j] *= 20.0f;                      // saturating scores
     if (r % 3 == 1) for (int j = 0; j < S; ++j) x.data[r * S + j] = -kInf;      // fully masked row
     if (r % 3 == 2) for (int j = 0; j < S; j += 2) x.data[r * S + j] = -kInf;   // partly masked row
   }
-  EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); }, {"r", "j"}));
-  Tensor y = gpu().download(gpu().softmax("softmax", gpu().upload("x", x)));
+  EXPECT_TRUE(gpu_matches_reference(gpu, cpu(), {x}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); },
+                                    {"r", "j"}));
+  Tensor y = gpu.download(gpu.softmax("softmax", gpu.upload("x", x)));
   for (int r = 0; r < R; ++r) {
     float sum = 0;
     for (int j = 0; j < S; ++j) sum += y.data[r * S + j];
@@ -222,14 +225,15 @@ TEST_P(Softmax, MatchesReferenceAndZeroesFullyMaskedRows) {
     EXPECT_NEAR(sum, fully_masked ? 0.0f : 1.0f, 1e-5f) << "row " << r;
   }
 }
-INSTANTIATE_TEST_SUITE_P(Sweep, Softmax, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 63, 64, 65, 113, 1000)));
+INSTANTIATE_TEST_SUITE_P(Sweep, Softmax, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 63, 64, 65, 113, 1000), Bool()));
 
 // ---- the encoder block's steps ------------------------------------------------------------------------
 // layer_norm over (N, E): rows far from zero mean (a one-pass variance would cancel), constant rows
 // (variance 0: eps alone), E = 1 (every output is the bias).
-class LayerNorm : public Ops, public ::testing::WithParamInterface<std::tuple<int, int>> {};
+class LayerNorm : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, bool>> {};
 TEST_P(LayerNorm, MatchesReference) {
-  auto [N, E] = GetParam();
+  auto [N, E, subgroup_rows] = GetParam();
+  VulkanBackend gpu(testing::shared_context(), {.subgroup_rows = subgroup_rows});
   Tensor x = random_tensor({N, E}, 19);
   for (int n = 0; n < N; ++n) {
     for (int e = 0; e < E; ++e) {
@@ -239,10 +243,11 @@ TEST_P(LayerNorm, MatchesReference) {
     }
   }
   std::vector<Tensor> in{x, random_tensor({E}, 20), random_tensor({E}, 21)};
-  EXPECT_TRUE(check(in, [](Backend& b, const std::vector<Value>& v) { return b.layer_norm("norm1", v[0], v[1], v[2], 1e-5f); },
-                    {"n", "e"}));
+  EXPECT_TRUE(gpu_matches_reference(gpu, cpu(), in,
+                                    [](Backend& b, const std::vector<Value>& v) { return b.layer_norm("norm1", v[0], v[1], v[2], 1e-5f); },
+                                    {"n", "e"}));
 }
-INSTANTIATE_TEST_SUITE_P(Sweep, LayerNorm, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 63, 64, 65, 113, 1000)));
+INSTANTIATE_TEST_SUITE_P(Sweep, LayerNorm, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 63, 64, 65, 113, 1000), Bool()));
 
 TEST_F(Ops, LayerNormNormalisesEachRow) {
   // with weight 1 and bias 0 every row has mean 0 and variance 1 - eps/(var + eps) ≈ 1
