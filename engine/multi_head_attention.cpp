@@ -73,6 +73,27 @@ Tensor pad_last(const Tensor& mask) {
 
 }  // namespace
 
+AttentionPath resolve_attention(AttentionPath requested, bool need_weights) {
+  if (requested != AttentionPath::automatic) return requested;
+  return need_weights ? AttentionPath::unfused : AttentionPath::fused;
+}
+
+AttentionPath parse_attention_path(const std::string& name) {
+  if (name == "auto") return AttentionPath::automatic;
+  if (name == "unfused") return AttentionPath::unfused;
+  if (name == "fused") return AttentionPath::fused;
+  throw ConfigError("attention path '" + name + "' is not one of auto, unfused, fused");
+}
+
+const char* attention_path_name(AttentionPath path) {
+  switch (path) {
+    case AttentionPath::automatic: return "auto";
+    case AttentionPath::unfused: return "unfused";
+    case AttentionPath::fused: return "fused";
+  }
+  return "?";
+}
+
 MultiHeadAttentionWeights MultiHeadAttentionWeights::random(const MultiHeadAttentionConfig& c, uint32_t seed) {
   std::mt19937 rng(seed);
   int64_t E = c.embed_dim;
@@ -234,7 +255,8 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, const Value& q_in, 
                                            const ForwardOptions& options) const {
   const auto& c = config_;
   const int64_t H = c.num_heads;
-  if (options.attention == AttentionPath::fused && options.need_weights) {
+  const AttentionPath path = resolve_attention(options.attention, options.need_weights);
+  if (path == AttentionPath::fused && options.need_weights) {
     throw ConfigError(kForward + ": the fused path (flash_attention) never holds the attention weights; "
                                  "pass need_weights=false");
   }
@@ -283,7 +305,7 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, const Value& q_in, 
   }
   Value heads;             // (B, H, L, d)
   std::optional<Value> p;  // (B, H, L, S'), unfused only
-  if (options.attention == AttentionPath::fused) {
+  if (path == AttentionPath::fused) {
     heads = backend.flash_attention("flash_attention", q, k, v, ptr(mask_a), ptr(mask_k), options.is_causal);
   } else {
     Value scores = backend.attention_scores("attention_scores", q, k);  // (B, H, L, S')

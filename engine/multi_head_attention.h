@@ -45,8 +45,15 @@ struct MultiHeadAttentionWeights {
 
 // unfused: attention_scores, attention_mask, softmax, attention_values, each a step (and the
 // weights can be returned). fused: one flash_attention step that never holds the (L, S) scores;
-// it cannot return the weights (need_weights must be false).
-enum class AttentionPath { unfused, fused };
+// it cannot return the weights (need_weights must be false). automatic: fused when the weights
+// are not wanted, unfused when they are (PyTorch picks its fused kernels the same way).
+enum class AttentionPath { automatic, unfused, fused };
+
+// The path a forward takes: `requested`, with automatic resolved by need_weights.
+AttentionPath resolve_attention(AttentionPath requested, bool need_weights);
+// "auto", "unfused", "fused" (the CLI's --attention) <-> the path; ConfigError for another name.
+AttentionPath parse_attention_path(const std::string& name);
+const char* attention_path_name(AttentionPath path);
 
 struct ForwardOptions {
   std::optional<Tensor> key_padding_mask;  // (B, S) or (S,) unbatched; bool True = ignore key, float = added
@@ -54,7 +61,7 @@ struct ForwardOptions {
   std::optional<Tensor> attn_mask;  // (L, S) or (B·H, L, S); bool True = blocked, float = added
   bool average_attn_weights = true;
   bool is_causal = false;  // block key j > query i
-  AttentionPath attention = AttentionPath::unfused;
+  AttentionPath attention = AttentionPath::automatic;
 };
 
 struct AttentionResult {

@@ -62,7 +62,7 @@ struct EncoderOptions {
   // (L, L) or (B·H, L, L): bool True = blocked, or float added (torch's `mask`)
   std::optional<Tensor> mask;
   bool is_causal = false;  // block key j > query i
-  AttentionPath attention = AttentionPath::unfused;
+  AttentionPath attention = AttentionPath::automatic;  // the encoder never returns weights: fused
 };
 
 class TransformerEncoderLayer {

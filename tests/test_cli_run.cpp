@@ -236,7 +236,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"trace_values_without_trace", good({"--trace-values"}), "--trace-values requires --trace"},
         BadRun{"fused_with_weights", good({"--attention", "fused"}),
                "the fused path (flash_attention) never holds the attention weights"},
-        BadRun{"unknown_attention", good({"--attention", "flash"}), "--attention: flash not in {unfused,fused}"},
+        BadRun{"unknown_attention", good({"--attention", "flash"}), "--attention: flash not in {auto,unfused,fused}"},
         BadRun{"side_by_side_with_backend", good({"--side-by-side", "--backend", "cpu"}), "--backend excludes --side-by-side"},
         BadRun{"atol_without_side_by_side", good({"--atol", "1e-3"}), "--atol requires --side-by-side"},
         BadRun{"negative_rtol", good({"--side-by-side", "--rtol", "-1"}), "--rtol"},
@@ -341,7 +341,7 @@ TEST_F(CliRun, TraceDumpsOfBothBackendsAgreeAndDiffFindsACorruptedStep) {
   const auto g = golden_fixture("self_attention");
   auto run = [&](const std::string& backend, bool values) {
     std::vector<std::string> args = {"run", "--weights", g.weights().string(), "--query", g.npy("query").string(),
-                                     "--backend", backend, "--trace", path(backend)};
+                                     "--backend", backend, "--attention", "unfused", "--trace", path(backend)};
     if (values) args.push_back("--trace-values");
     return vkattn(args);
   };
@@ -439,7 +439,7 @@ TEST_F(CliRun, ImagesDrawsOneHeatmapPerBatchItemAndHead) {
 
 TEST_F(CliRun, BenchValidatesTimesAndReportsEveryStepAsJson) {
   Exit e = vkattn({"bench", "--batch", "2", "--seq", "17", "--kv-seq", "3", "--embed", "12", "--heads", "3", "--causal",
-                   "--iters", "3", "--warmup", "1", "--tracing-overhead", "--json"});
+                   "--attention", "unfused", "--iters", "3", "--warmup", "1", "--tracing-overhead", "--json"});
   ASSERT_EQ(e.code, 0) << e.err;
   auto j = nlohmann::json::parse(e.out);
   EXPECT_EQ(j["backend"], "gpu");
@@ -466,8 +466,9 @@ TEST_F(CliRun, BenchValidatesTimesAndReportsEveryStepAsJson) {
 TEST_F(CliRun, BenchPrintsAReportAndRefusesBadShapes) {
   Exit e = vkattn({"bench", "--batch", "1", "--seq", "5", "--embed", "8", "--heads", "2", "--iters", "2", "--backend", "cpu"});
   ASSERT_EQ(e.code, 0) << e.err;
-  EXPECT_NE(e.out.find("self-attention B=1 L=5 S=5 E=8 H=2 d=4, need_weights=False, unfused, on cpu"), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("7   softmax             softmax           (1, 2, 5, 5)"), std::string::npos) << e.out;
+  // without weights, bench's default path is the fused one
+  EXPECT_NE(e.out.find("self-attention B=1 L=5 S=5 E=8 H=2 d=4, need_weights=False, fused, on cpu"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("6   flash_attention     flash_attention   (1, 2, 5, 4)"), std::string::npos) << e.out;
   e = vkattn({"bench", "--embed", "10", "--heads", "3"});
   EXPECT_EQ(e.code, 2);
   EXPECT_NE(e.err.find("embed_dim=10 is not divisible by num_heads=3"), std::string::npos) << e.err;

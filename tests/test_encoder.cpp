@@ -202,14 +202,17 @@ TEST_F(EncoderTrace, PreNormNormalisesBeforeEachSubBlock) {
   auto attention = attention_steps("self_attn.", false);
   expected.insert(expected.end(), attention.begin(), attention.end());
   for (const char* s : {"residual_add1", "norm2", "linear1", "relu", "linear2", "residual_add2"}) expected.push_back(s);
-  EXPECT_EQ(step_names(gpu(), [&] { layer.forward(gpu(), random_tensor({2, 3, 8}, 1)); }), expected);
+  EXPECT_EQ(step_names(gpu(), [&] { layer.forward(gpu(), random_tensor({2, 3, 8}, 1), {.attention = AttentionPath::unfused}); }),
+            expected);
 }
 
-TEST_F(EncoderTrace, TheFusedPathReplacesTheAttentionCoreWithOneStep) {
+TEST_F(EncoderTrace, TheFusedPathReplacesTheAttentionCoreWithOneStepAndIsTheDefault) {
   TransformerEncoderLayer layer({.d_model = 8, .nhead = 2, .dim_feedforward = 5});
-  auto names = step_names(gpu(), [&] { layer.forward(gpu(), random_tensor({2, 3, 8}, 1), {.attention = AttentionPath::fused}); });
-  EXPECT_NE(std::find(names.begin(), names.end(), "self_attn.flash_attention"), names.end());
-  EXPECT_EQ(std::find(names.begin(), names.end(), "self_attn.softmax"), names.end());
+  for (AttentionPath path : {AttentionPath::fused, AttentionPath::automatic}) {
+    auto names = step_names(gpu(), [&] { layer.forward(gpu(), random_tensor({2, 3, 8}, 1), {.attention = path}); });
+    EXPECT_NE(std::find(names.begin(), names.end(), "self_attn.flash_attention"), names.end());
+    EXPECT_EQ(std::find(names.begin(), names.end(), "self_attn.softmax"), names.end());
+  }
 }
 
 // ---- random layers of awkward sizes: the GPU against the reference ----------------------------------

@@ -65,7 +65,7 @@ TEST_P(TraceSteps, AreTheRecipesStepsWithTheirShapesOnBothBackends) {
       if (e.name == "split_heads_q") want = {B, H, c.L, d};
       if (e.name == "split_heads_k" || e.name == "split_heads_v") want = {B, H, c.S, d};
       if (e.op == "attention_scores" || e.op == "attention_mask" || e.op == "softmax") want = {B, H, c.L, c.S};
-      if (e.op == "attention_values") want = {B, H, c.L, d};
+      if (e.op == "attention_values" || e.op == "flash_attention") want = {B, H, c.L, d};
       if (e.op == "merge_heads") want = {B, c.L, E};
       if (e.op == "average_heads") want = {B, c.L, c.S};
       EXPECT_EQ(e.output.shape, want) << backend->name() << " " << e.name;
@@ -88,8 +88,10 @@ TEST_P(TraceSteps, AreTheRecipesStepsWithTheirShapesOnBothBackends) {
 INSTANTIATE_TEST_SUITE_P(
     Tracer, TraceSteps,
     ::testing::Values(
-        Case{"self_no_weights", {.embed_dim = 8, .num_heads = 2, .batch_first = true}, 5, 5, false, false, true,
-             steps(kCore, {"softmax", "attention_values", "merge_heads", "out_proj"})},
+        // without weights the module picks the fused path by itself
+        Case{"self_no_weights_fused", {.embed_dim = 8, .num_heads = 2, .batch_first = true}, 5, 5, false, false, true,
+             {"q_proj", "k_proj", "v_proj", "split_heads_q", "split_heads_k", "split_heads_v", "flash_attention",
+              "merge_heads", "out_proj"}},
         Case{"self_averaged", {.embed_dim = 8, .num_heads = 2, .batch_first = true}, 5, 5, false, true, true,
              steps(kCore, {"softmax", "attention_values", "merge_heads", "out_proj", "average_heads"})},
         Case{"masked_per_head", {.embed_dim = 12, .num_heads = 3, .batch_first = true}, 4, 4, true, true, false,
@@ -282,6 +284,7 @@ TEST(Passes, ANestedPassIsPartOfTheOuterOneAndAViewIsNoStep) {
   cpu.add_tracer(steps);
   ForwardOptions o;
   o.need_weights = false;
+  o.attention = AttentionPath::unfused;
   cpu.begin_pass("two forwards");
   mha.forward(cpu, random_tensor({1, 3, 8}, 4), o);
   Value x = cpu.upload("x", random_tensor({1, 3, 2, 4}, 5));                  // (B, T, H, d)

@@ -58,6 +58,7 @@ TEST_F(Recording, OneForwardIsOneSubmissionPerReadbackWithBarriersOnlyBetweenDep
   Tensor x = random_tensor({2, 5, 16}, 2);
   ForwardOptions no_weights;
   no_weights.need_weights = false;
+  no_weights.attention = AttentionPath::unfused;  // the steps below
   const auto& rec = gpu().recorder();
   uint64_t submissions = rec.submissions(), barriers = rec.barriers();
   mha.forward(gpu(), x, no_weights);

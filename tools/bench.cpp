@@ -60,7 +60,7 @@ class Bench {
         backend_(make_backend(a.backend, a.device)) {
     options_.need_weights = false;
     options_.is_causal = a.causal;
-    options_.attention = a.attention == "fused" ? AttentionPath::fused : AttentionPath::unfused;
+    options_.attention = parse_attention_path(a.attention);
   }
 
   Backend& backend() { return *backend_; }
@@ -125,8 +125,8 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
   cmd->add_flag("--causal", a.causal, "block each query from later keys");
   cmd->add_option("--backend", a.backend, "gpu or cpu")->check(CLI::IsMember({"gpu", "cpu"}))->capture_default_str();
   cmd->add_option("--device", a.device, "GPU index or name substring (see vkattn devices)");
-  cmd->add_option("--attention", a.attention, "unfused (four steps) or fused (one flash_attention step)")
-      ->check(CLI::IsMember({"unfused", "fused"}))
+  cmd->add_option("--attention", a.attention, "auto (= fused: bench asks for no weights), unfused (four steps) or fused (one flash_attention step)")
+      ->check(CLI::IsMember({"auto", "unfused", "fused"}))
       ->capture_default_str();
   cmd->add_option("--iters", a.iters, "timed forwards (per tracing mode with --tracing-overhead)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
@@ -180,7 +180,7 @@ int run_bench(const BenchArgs& a) {
   const int64_t S = a.kv_seq ? a.kv_seq : a.seq;
   if (a.json) {
     json out = {{"config", {{"batch", a.batch}, {"seq", a.seq}, {"kv_seq", S}, {"embed", a.embed}, {"heads", a.heads},
-                            {"causal", a.causal}, {"need_weights", false}, {"attention", a.attention}}},
+                            {"causal", a.causal}, {"need_weights", false}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), false))}}},
                 {"backend", a.backend}, {"device", bench.backend().device_name()}, {"iters", a.iters},
                 {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms}, {"flops", flops}, {"gflops", gflops},
                 {"peak_device_bytes", peak}, {"validation_max_abs_error", validation_error},
@@ -200,7 +200,7 @@ int run_bench(const BenchArgs& a) {
 
   std::cout << std::fixed << std::setprecision(2) << (a.kv_seq ? "cross" : "self") << "-attention B=" << a.batch
             << " L=" << a.seq << " S=" << S << " E=" << a.embed << " H=" << a.heads << " d=" << a.embed / a.heads
-            << (a.causal ? " causal" : "") << ", need_weights=False, " << a.attention << ", on " << a.backend << " ("
+            << (a.causal ? " causal" : "") << ", need_weights=False, " << attention_path_name(resolve_attention(parse_attention_path(a.attention), false)) << ", on " << a.backend << " ("
             << bench.backend().device_name() << ")\n";
   if (a.backend == "gpu") {
     std::cout << "validated against the cpu reference: max |gpu - cpu| of the output " << std::scientific

@@ -39,7 +39,7 @@ struct RunArgs {
   std::string images;  // a directory for heatmaps of the attention weights
   std::string trace;  // a dump directory; with side_by_side, DIR/gpu and DIR/cpu
   bool trace_values = false;
-  std::string attention = "unfused";  // or "fused": one flash_attention step
+  std::string attention = "auto";  // fused without weights, else unfused; or "unfused", "fused"
   bool side_by_side = false;  // run the GPU and the CPU reference, compare every step
   double atol = 1e-5, rtol = 1e-5;
 };
@@ -54,7 +54,7 @@ struct EncodeArgs {
   double eps = 1e-5;
   std::string src_key_padding_mask, mask;
   bool causal = false;
-  std::string attention = "unfused";  // or "fused"
+  std::string attention = "auto";  // or "unfused", "fused"
   std::string backend = "gpu";
   std::string device;
   std::string out;
@@ -75,7 +75,7 @@ struct BenchArgs {
   int64_t batch = 1, seq = 128, kv_seq = 0, embed = 256, heads = 8;
   bool causal = false;
   std::string backend = "gpu", device;
-  std::string attention = "unfused";  // or "fused"
+  std::string attention = "auto";  // or "unfused", "fused"
   int iters = 10, warmup = 2;
   std::string tracing = "none";   // the tracer on each timed forward: none, shapes, values
   bool tracing_overhead = false;  // time all three, alternating

@@ -71,8 +71,8 @@ CLI::App* add_encode(CLI::App& app, EncodeArgs& a) {
   cmd->add_option("--mask", a.mask, "A.npy (L, L) or (B*H, L, L): bool True blocks, or float added (torch's mask)");
   cmd->add_flag("--causal", a.causal, "block each position from later ones (with any --mask)");
   cmd->add_option("--attention", a.attention,
-                  "unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step)")
-      ->check(CLI::IsMember({"unfused", "fused"}))
+                  "auto (= fused: an encoder returns no weights), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step)")
+      ->check(CLI::IsMember({"auto", "unfused", "fused"}))
       ->capture_default_str();
   cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
       ->check(CLI::IsMember({"gpu", "cpu"}))
@@ -97,7 +97,7 @@ int run_encode(const EncodeArgs& a) {
   options.src_key_padding_mask = read_mask(a.src_key_padding_mask, "src key padding mask");
   options.mask = read_mask(a.mask, "mask");
   options.is_causal = a.causal;
-  options.attention = a.attention == "fused" ? AttentionPath::fused : AttentionPath::unfused;
+  options.attention = parse_attention_path(a.attention);
 
   auto backend = make_backend(a.backend, a.device);
   std::vector<std::unique_ptr<Tracer>> sinks;

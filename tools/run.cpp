@@ -35,7 +35,8 @@ nlohmann::json trace_config(const RunArgs& a, const MultiHeadAttentionConfig& c)
   return {{"module", "nn.MultiheadAttention"}, {"embed_dim", c.embed_dim}, {"num_heads", c.num_heads},
           {"bias", c.bias}, {"add_bias_kv", c.add_bias_kv}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()},
           {"batch_first", true}, {"is_causal", a.causal}, {"need_weights", !a.attn_weights.empty()},
-          {"average_attn_weights", !a.per_head_weights}, {"attention", a.attention}, {"files", files}};
+          {"average_attn_weights", !a.per_head_weights}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), !a.attn_weights.empty()))},
+          {"files", files}};
 }
 
 }  // namespace
@@ -52,8 +53,8 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_flag("--causal", a.causal, "block each query from later keys (with any --attn-mask)");
   cmd->add_option("--attention", a.attention,
-                  "unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")
-      ->check(CLI::IsMember({"unfused", "fused"}))
+                  "auto (fused when no weights are written, else unfused), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")
+      ->check(CLI::IsMember({"auto", "unfused", "fused"}))
       ->capture_default_str();
   cmd->add_option("--key-padding-mask", a.key_padding_mask, "M.npy (B, S): bool True ignores that key, or float added");
   cmd->add_option("--attn-mask", a.attn_mask, "A.npy (L, S) or (B*H, L, S): bool True blocks, or float added");
@@ -95,7 +96,7 @@ int run_run(const RunArgs& a) {
   options.is_causal = a.causal;
   options.need_weights = !a.attn_weights.empty();
   options.average_attn_weights = !a.per_head_weights;
-  options.attention = a.attention == "fused" ? AttentionPath::fused : AttentionPath::unfused;
+  options.attention = parse_attention_path(a.attention);
 
   // One pass, or two side by side (the GPU's is the result; the reference checks it).
   std::vector<std::unique_ptr<Backend>> backends;

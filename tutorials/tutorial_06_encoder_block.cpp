@@ -31,10 +31,13 @@ int main(int argc, char** argv) {
         "  x = norm2(x + linear2(relu(linear1(x))))  the feed-forward network, its residual, layer_norm\n"
         "That is torch's nn.TransformerEncoderLayer(d_model=4, nhead=2, dim_feedforward=4). Its x (2, 5, 4)\n"
         "without batch_first is 5 sequences of 2 tokens; batch-first that is x (N=5, L=2, E=4).");
+    // An encoder never returns attention weights, so by default it runs the fused flash_attention;
+    // this lesson asks for the unfused steps to show scores, softmax and values one by one.
+    const EncoderOptions each_step{.attention = AttentionPath::unfused};
     const TransformerEncoderLayer article({.d_model = 4, .nhead = 2, .dim_feedforward = 4});
     const Tensor x = random_tensor({5, 2, 4}, 1);
     auto [y, y_cpu] = lesson.part("TransformerEncoderLayer(d_model=4, nhead=2, dim_feedforward=4), post-norm, relu",
-                                  [&](Backend& b) { return article.forward(b, x); });
+                                  [&](Backend& b) { return article.forward(b, x, each_step); });
     lesson.say("Encoder Layer Output Shape: " + shape_string(y.shape) +
                "  <- every step keeps (N, L, E) but linear1, which widens to dim_feedforward\n"
                "(here 4, as the article's; torch's default is 2048, the SimpleTransformer's 4·E)");
@@ -76,8 +79,8 @@ int main(int argc, char** argv) {
     const TransformerEncoderLayer post(post_config, weights), pre(pre_config, weights);
     const Tensor z = random_tensor({1, 3, 8}, 3);
     auto [pre_out, pre_out_cpu] = lesson.part("the same weights, norm_first=True: norm1 comes first, residual_add2 last",
-                                              [&](Backend& b) { return pre.forward(b, z); });
-    Tensor post_out = post.forward(lesson.cpu(), z);
+                                              [&](Backend& b) { return pre.forward(b, z, each_step); });
+    Tensor post_out = post.forward(lesson.cpu(), z, each_step);
     auto row_std = [](const Tensor& t, int64_t i) {  // the spread of token i's features
       const int64_t E = t.dim(-1);
       double mean = 0, var = 0;
@@ -104,7 +107,8 @@ int main(int argc, char** argv) {
     state.config.layer.activation = Activation::gelu;  // not in a state_dict: torch's constructor argument
     const TransformerEncoder encoder(state.config, state.weights);
     const Tensor src = io::read_npy(dir + "/src.npy");
-    EncoderOptions options{.src_key_padding_mask = io::read_npy(dir + "/src_key_padding_mask.npy")};
+    EncoderOptions options{.src_key_padding_mask = io::read_npy(dir + "/src_key_padding_mask.npy"),
+                           .attention = AttentionPath::unfused};
     auto [encoded, encoded_cpu] = lesson.part("nn.TransformerEncoder from its state_dict: 2 layers and the final norm",
                                               [&](Backend& b) { return encoder.forward(b, src, options); });
     std::ostringstream torch;

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
     ForwardOptions unfused, fused;
     unfused.need_weights = fused.need_weights = false;  // the fused path never holds the weights
     unfused.is_causal = fused.is_causal = true;
+    unfused.attention = AttentionPath::unfused;  // without weights the module would pick fused itself
     fused.attention = AttentionPath::fused;
 
     // ---- 1: the same forward, both ways, on both backends ----
