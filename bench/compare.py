@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""vkattn against PyTorch on the same machine, in one run.
+
+For each shape, torch.nn.MultiheadAttention (eval, no_grad, need_weights=False, batch_first,
+OMP threads = cores) and `vkattn bench --json` take turns, round after round, so that a shared
+machine's drift falls on both alike. Prints each path's median forward, GFLOP/s and peak device
+memory, and the ratio torch_ms / vkattn_ms (above 1: vkattn is faster).
+
+  python3 bench/compare.py [--vkattn build/bin/vkattn] [--rounds 3] [--iters 3] [--shapes S1,S2,S3,S4]
+      [--json results.json]
+
+Shapes (the performance issue's): S1 (B 32, L 100, E 512, H 8), the seed article's benchmark;
+S2 (1, 1024, 512, 8, causal); S3 (4, 256, 768, 12); S4 (1, 4096, 512, 8, causal, fused only:
+the unfused path's (B, H, L, L) scores would need 512 MiB).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CORES = os.cpu_count() or 1
+os.environ.setdefault("OMP_NUM_THREADS", str(CORES))  # before torch is imported
+
+import torch  # noqa: E402  (Debian's python3-torch)
+
+SHAPES = {
+    "S1": dict(batch=32, seq=100, embed=512, heads=8, causal=False, paths=("unfused", "fused")),
+    "S2": dict(batch=1, seq=1024, embed=512, heads=8, causal=True, paths=("unfused", "fused")),
+    "S3": dict(batch=4, seq=256, embed=768, heads=12, causal=False, paths=("unfused", "fused")),
+    "S4": dict(batch=1, seq=4096, embed=512, heads=8, causal=True, paths=("fused",)),
+}
+
+
+def flops(s):
+    """The projections, Q·Kᵀ and P·V, as vkattn bench counts them (masks and softmax excluded)."""
+    B, L, E = s["batch"], s["seq"], s["embed"]
+    return 2 * B * 4 * L * E * E + 2 * 2 * B * L * L * E
+
+
+def torch_times(s, iters):
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(s["embed"], s["heads"], batch_first=True).eval()
+    x = torch.randn(s["batch"], s["seq"], s["embed"])
+    mask = torch.ones(s["seq"], s["seq"], dtype=torch.bool).triu(1) if s["causal"] else None
+    times = []
+    with torch.no_grad():
+        mha(x, x, x, attn_mask=mask, need_weights=False)  # warm-up
+        for _ in range(iters):
+            start = time.perf_counter()
+            mha(x, x, x, attn_mask=mask, need_weights=False)
+            times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def vkattn_run(binary, s, path, iters):
+    cmd = [binary, "bench", "--batch", str(s["batch"]), "--seq", str(s["seq"]), "--embed", str(s["embed"]),
+           "--heads", str(s["heads"]), "--attention", path, "--iters", str(iters), "--warmup", "1", "--json"]
+    if s["causal"]:
+        cmd.append("--causal")
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"compare.py: {' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def blas_warning():
+    """Debian's torch calls whatever libblas.so.3 is installed: netlib's reference BLAS is ~40x slower
+    than OpenBLAS, which would flatter vkattn."""
+    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    if os.path.exists(blas) and "openblas" not in blas:
+        print(f"warning: torch's BLAS is {blas}, not OpenBLAS; apt install libopenblas0-pthread for a fair "
+              "comparison", file=sys.stderr)
+
+
+def main():
+    blas_warning()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vkattn", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin", "vkattn"))
+    parser.add_argument("--rounds", type=int, default=3, help="turns each side takes per shape and path")
+    parser.add_argument("--iters", type=int, default=3, help="timed forwards per turn")
+    parser.add_argument("--shapes", default="S1,S2,S3,S4")
+    parser.add_argument("--json", help="also write every measurement here")
+    args = parser.parse_args()
+    torch.set_num_threads(CORES)
+    names = args.shapes.split(",")
+    for n in names:
+        if n not in SHAPES:
+            sys.exit(f"compare.py: unknown shape {n!r}; choose from {', '.join(SHAPES)}")
+
+    results = {n: {"torch": [], **{p: [] for p in SHAPES[n]["paths"]}} for n in names}
+    memory = {}
+    for r in range(args.rounds):
+        for n in names:  # torch, then each vkattn path, shape by shape, round after round
+            s = SHAPES[n]
+            results[n]["torch"] += torch_times(s, args.iters)
+            for p in s["paths"]:
+                out = vkattn_run(args.vkattn, s, p, args.iters)
+                results[n][p].append(out["total_ms"])
+                memory[(n, p)] = out["peak_device_bytes"]
+            print(f"round {r + 1}/{args.rounds}: {n} done", file=sys.stderr, flush=True)
+
+    print(f"torch {torch.__version__} on {CORES} threads against vkattn bench (median of {args.rounds} "
+          f"turns of {args.iters} forwards each; ratio = torch_ms / vkattn_ms)")
+    print(f"{'shape':6} {'path':8} {'torch ms':>9} {'vkattn ms':>10} {'GFLOP/s':>8} {'peak MiB':>9} {'ratio':>7}")
+    table = []
+    for n in names:
+        s = SHAPES[n]
+        t = statistics.median(results[n]["torch"])
+        for p in s["paths"]:
+            v = statistics.median(results[n][p])
+            row = dict(shape=n, path=p, torch_ms=t, vkattn_ms=v, gflops=flops(s) / (v * 1e6),
+                       peak_device_bytes=memory[(n, p)], ratio=t / v)
+            table.append(row)
+            print(f"{n:6} {p:8} {t:9.1f} {v:10.1f} {row['gflops']:8.2f} {row['peak_device_bytes'] / 2**20:9.1f} "
+                  f"{row['ratio']:7.3f}")
+        if "unfused" in s["paths"] and "fused" in s["paths"]:
+            u, f = statistics.median(results[n]["unfused"]), statistics.median(results[n]["fused"])
+            print(f"{n:6} fused is {u / f:.2f}x the unfused path's speed")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": table, "raw": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
