@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-
 #include "engine/errors.h"
 #include "engine/vulkan/push_constants.h"
 

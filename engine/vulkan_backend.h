@@ -39,7 +39,6 @@ class VulkanBackend final : public Backend {
   std::string device_name() const override { return context_->device_report().name; }
   const vulkan::Context& context() const { return *context_; }
   const vulkan::Recorder& recorder() const { return recorder_; }
-  const vulkan::GemmPlan& gemm_plan() const { return gemm_; }
 
  protected:
   std::shared_ptr<Storage> allocate(int64_t count) override;

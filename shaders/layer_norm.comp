@@ -4,8 +4,8 @@
 //   x (N, E)       every leading dim flattened into N = B·T rows
 //   weight (E), bias (E)
 //   y (N, E)       (x - mean) / √(var + eps) · weight + bias, var the biased variance (÷ E)
-// One subgroup (or workgroup: row_reduce.glsl) per row: pass 1 reduces Σ x for the mean, pass 2 Σ (x - mean)² (two passes, no
-// cancellation), pass 3 writes.
+// One subgroup (or workgroup: row_reduce.glsl) per row: pass 1 reduces Σ x for the mean, pass 2
+// Σ (x - mean)² (two passes, no cancellation), pass 3 writes.
 #include "common.glsl"
 #include "row_reduce.glsl"
 

@@ -9,6 +9,7 @@
 //               staged through shared memory 16 k at a time, each invocation a 4 × 4 register tile.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/vulkan/context.h"
 
@@ -27,7 +28,7 @@ struct GemmPlan {
   uint64_t groups(uint64_t batch, uint64_t rows, uint64_t cols) const;
   // The specialization constants 1… of gemm.glsl (constant 0, the workgroup size, is separate).
   std::vector<uint32_t> specialization(bool vec4, bool has_bias) const;
-  std::string describe() const;  // "broadcast 8×64 per subgroup, workgroup 64"
+  std::string describe() const;  // "broadcast: 8×64 per subgroup, workgroup 64"
 };
 
 // `requested` automatic picks broadcast on CPU devices with subgroup shuffles of 4…16 lanes, and
