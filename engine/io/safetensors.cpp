@@ -63,7 +63,10 @@ Safetensors parse_safetensors(std::span<const std::byte> bytes, const std::strin
   const auto buffer = bytes.subspan(8 + header_length);
   Safetensors out;
   std::vector<Entry> entries;
-  for (const auto& [name, info] : header.items()) {
+  for (const auto& item : header.items()) {
+    // plain references, not a structured binding: clang before 16 cannot capture those in lambdas
+    const std::string& name = item.key();
+    const json& info = item.value();
     if (name == "__metadata__") {
       if (!info.is_object()) throw fail("__metadata__ is not an object");
       for (const auto& [key, value] : info.items()) {
