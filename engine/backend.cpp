@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <initializer_list>
 
 #include "engine/errors.h"
+#include "engine/sizing_backend.h"
 
 namespace vkattn {
 namespace {
@@ -46,7 +48,7 @@ Value Backend::upload(const std::string& name, const Tensor& tensor) {
           "tensor data holds " + std::to_string(tensor.size()) + " values but its shape " +
               shape_string(tensor.shape) + " needs " + std::to_string(element_count(tensor.shape)));
   require(tensor.size() > 0, name, "tensor " + shape_string(tensor.shape) + " is empty; every dim must be >= 1");
-  return Value{scoped(name), tensor.shape, tensor.dtype, store(tensor)};
+  return Value{scoped(name), tensor.shape, tensor.dtype, store(scoped(name), tensor)};
 }
 
 Tensor Backend::download(const Value& value) {
@@ -63,7 +65,7 @@ Value view(const Value& value, Shape shape) {
 
 Value Backend::make_output(const std::string& step, Shape shape) {
   int64_t count = element_count(shape);
-  return Value{step, std::move(shape), DType::float32, allocate(count)};
+  return Value{step, std::move(shape), DType::float32, allocate(step, count)};
 }
 
 void Backend::report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
@@ -359,11 +361,50 @@ Value Backend::host_step(const std::string& step_name, const std::string& op, co
   });
   require(element_count(result.shape) == result.size() && result.size() > 0, step,
           "the host step made " + std::to_string(result.size()) + " values for shape " + shape_string(result.shape));
-  Value y{step, result.shape, result.dtype, store(result)};
+  Value y{step, result.shape, result.dtype, store(step, result)};
   std::vector<TensorInfo> in;
   for (const Value* v : inputs) in.push_back({v->name, v->shape, v->dtype});
   report(step, op.c_str(), std::move(in), y, std::move(dims));
   return y;
+}
+
+namespace {
+
+std::string mib(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+  return text;
+}
+
+}  // namespace
+
+void check_tensor_fits(const MemoryLimits& limits, const std::string& name, int64_t count) {
+  const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(float);
+  if (bytes <= limits.max_tensor_bytes) return;
+  throw DeviceError(name + " needs " + mib(bytes) + " (" + std::to_string(bytes) + " bytes) in one buffer, " +
+                    mib(bytes - limits.max_tensor_bytes) + " over " + limits.max_tensor_limit + " (" +
+                    mib(limits.max_tensor_bytes) + ") of '" + limits.device + "'");
+}
+
+void Backend::preflight(const std::string& pass, const std::function<void(Backend&)>& recipe) {
+  const auto limits = memory_limits();
+  if (!limits) return;
+  SizingBackend sizing;
+  sizing.scope_ = scope_;
+  recipe(sizing);
+  uint64_t total = 0;
+  const SizingBackend::Tensor* largest = nullptr;
+  for (const auto& t : sizing.tensors()) {
+    check_tensor_fits(*limits, t.name, t.count);
+    total += static_cast<uint64_t>(t.count) * sizeof(float);
+    if (!largest || t.count > largest->count) largest = &t;
+  }
+  if (total > limits->max_total_bytes) {
+    throw DeviceError(scoped(pass) + " needs " + mib(total) + " of device memory at once, " +
+                      mib(total - limits->max_total_bytes) + " over " + limits->max_total_limit + " (" +
+                      mib(limits->max_total_bytes) + ") of '" + limits->device + "'; its largest tensor is " +
+                      largest->name + " (" + mib(static_cast<uint64_t>(largest->count) * sizeof(float)) + ")");
+  }
 }
 
 void Backend::push_scope(const std::string& scope) {

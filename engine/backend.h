@@ -42,6 +42,20 @@ struct Value {
 // (B, T, H, d) viewed as (B, T, E) is the same memory. ShapeError when the counts differ.
 Value view(const Value& value, Shape shape);
 
+// The device memory a backend's passes must fit in (VulkanBackend: its device's limits), each
+// limit with the name a message gives it.
+struct MemoryLimits {
+  std::string device;
+  uint64_t max_tensor_bytes = 0;  // one buffer
+  std::string max_tensor_limit;   // "maxStorageBufferRange"
+  uint64_t max_total_bytes = 0;   // everything a pass holds at once
+  std::string max_total_limit;    // "the largest device-local memory heap"
+};
+
+// DeviceError "NAME needs X MiB in one buffer, Y MiB over LIMIT (Z MiB) of 'DEVICE'" when a
+// tensor of `count` floats does not fit.
+void check_tensor_fits(const MemoryLimits& limits, const std::string& name, int64_t count);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -108,6 +122,14 @@ class Backend {
   Value host_step(const std::string& step, const std::string& op, const std::vector<const Value*>& inputs,
                   std::vector<std::string> dims, const HostStep& compute);
 
+  // Runs `recipe` — a module's pass: its uploads and steps — on a SizingBackend, which computes
+  // and allocates nothing, and checks every tensor it would create against memory_limits(), and
+  // all of them together (a pass holds its tensors until its work is done). Throws the
+  // DeviceError that names the limit and the excess before anything is allocated; nothing to
+  // check on a backend without limits (the reference).
+  void preflight(const std::string& pass, const std::function<void(Backend&)>& recipe);
+  virtual std::optional<MemoryLimits> memory_limits() const { return std::nullopt; }
+
   // Step scopes: inside push_scope("layers.0") every step and uploaded input is named
   // "layers.0.<name>" (in traces, errors and debug labels); scopes nest, as PyTorch's module
   // paths do ("layers.0.self_attn.out_proj"). StepScope pushes and pops one.
@@ -128,8 +150,9 @@ class Backend {
 
  protected:
   // Storage for `count` float32 elements (contents undefined until a step writes them).
-  virtual std::shared_ptr<Storage> allocate(int64_t count) = 0;
-  virtual std::shared_ptr<Storage> store(const Tensor& tensor) = 0;
+  // `name` is the step's or the uploaded tensor's (scoped), for messages and for sizing.
+  virtual std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) = 0;
+  virtual std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) = 0;
   virtual std::vector<float> load(const Storage& storage, int64_t count) = 0;
   // Step timing by the device itself: on_begin_pass(timed) says whether tracers listen, and
   // device_step_times() returns one time per step run since, or nothing when the device cannot
@@ -188,7 +211,7 @@ class Backend {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      throw DeviceError(step + ": " + e.what());
+      throw device_error(step, e);
     }
     auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - pass_start_).count(); };
     host_times_.push_back({us(start), us(Clock::now()) - us(start)});

@@ -232,10 +232,14 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   ForwardOptions masks = options;
   masks.attn_mask = attn_mask;
   masks.key_padding_mask = key_padding_mask;
-  Value q_in = backend.upload("query", query);  // (B, L, E)
-  Value k_in = backend.upload("key", key);      // (B, S, kdim)
-  Value v_in = backend.upload("value", value);  // (B, S, vdim)
-  AttentionValues values = attend(backend, q_in, k_in, v_in, masks);
+  auto recipe = [&](Backend& b) {
+    Value q_in = b.upload("query", query);  // (B, L, E)
+    Value k_in = b.upload("key", key);      // (B, S, kdim)
+    Value v_in = b.upload("value", value);  // (B, S, vdim)
+    return attend(b, q_in, k_in, v_in, masks);
+  };
+  backend.preflight("multi_head_attention", [&](Backend& b) { recipe(b); });
+  AttentionValues values = recipe(backend);
   const Value& out = values.output;
   const std::optional<Value>& weights = values.weights;
 

@@ -15,13 +15,13 @@ float* out(Storage& s) { return static_cast<HostStorage&>(s).data.data(); }
 
 }  // namespace
 
-std::shared_ptr<Storage> ReferenceBackend::allocate(int64_t count) {
+std::shared_ptr<Storage> ReferenceBackend::allocate(const std::string&, int64_t count) {
   auto storage = std::make_shared<HostStorage>();
   storage->data.resize(static_cast<size_t>(count));
   return storage;
 }
 
-std::shared_ptr<Storage> ReferenceBackend::store(const Tensor& tensor) {
+std::shared_ptr<Storage> ReferenceBackend::store(const std::string&, const Tensor& tensor) {
   auto storage = std::make_shared<HostStorage>();
   storage->data = tensor.data;
   return storage;

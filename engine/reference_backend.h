@@ -10,8 +10,8 @@ class ReferenceBackend final : public Backend {
   std::string device_name() const override { return "reference (C++ loops)"; }
 
  protected:
-  std::shared_ptr<Storage> allocate(int64_t count) override;
-  std::shared_ptr<Storage> store(const Tensor& tensor) override;
+  std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
+  std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
 
   void run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b, Storage& y,

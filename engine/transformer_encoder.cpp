@@ -54,13 +54,15 @@ MultiHeadAttentionConfig attention_config(const TransformerEncoderLayerConfig& c
   return a;
 }
 
-// One traced pass of `steps` over src: upload, run, download, back to the caller's layout.
+// One traced pass of `steps(backend, src)`: checked against the backend's memory limits, then
+// upload, run, download, back to the caller's layout.
 template <class Steps>
 Tensor run_pass(Backend& backend, const std::string& pass, const EncoderInput& input, const Steps& steps) {
   backend.begin_pass(pass);
   try {
-    Value x = backend.upload("src", input.src);  // (B, L, E)
-    Tensor out = backend.download(steps(x));
+    auto recipe = [&](Backend& b) { return steps(b, b.upload("src", input.src)); };  // src (B, L, E)
+    backend.preflight(pass, [&](Backend& b) { recipe(b); });
+    Tensor out = backend.download(recipe(backend));
     if (!input.batched) out.shape.erase(out.shape.begin());
     backend.end_pass();
     return out;
@@ -144,7 +146,7 @@ Value TransformerEncoderLayer::steps(Backend& backend, const Value& x, const For
 Tensor TransformerEncoderLayer::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
   EncoderInput input = prepare_encoder_input("TransformerEncoderLayer.forward", config_, src, options);
   return run_pass(backend, "transformer_encoder_layer", input,
-                  [&](const Value& x) { return steps(backend, x, input.attention); });
+                  [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
 }
 
 TransformerEncoderWeights TransformerEncoderWeights::random(const TransformerEncoderConfig& config, uint32_t seed) {
@@ -191,7 +193,7 @@ Value TransformerEncoder::steps(Backend& backend, const Value& x, const ForwardO
 Tensor TransformerEncoder::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
   EncoderInput input = prepare_encoder_input("TransformerEncoder.forward", config_.layer, src, options);
   return run_pass(backend, "transformer_encoder", input,
-                  [&](const Value& x) { return steps(backend, x, input.attention); });
+                  [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
 }
 
 EncoderInput prepare_encoder_input(const std::string& who, const TransformerEncoderLayerConfig& c, const Tensor& src,

@@ -40,22 +40,31 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
 
 VulkanBackend::~VulkanBackend() = default;
 
-std::shared_ptr<Storage> VulkanBackend::allocate(int64_t count) {
+std::optional<MemoryLimits> VulkanBackend::memory_limits() const {
   const auto& device = context_->device_report();
-  uint64_t bytes = static_cast<uint64_t>(count) * sizeof(float);
-  // Shaders index with 32-bit uints and bind whole buffers: both limits apply to every tensor.
-  if (bytes > device.max_storage_buffer_range) {
-    throw DeviceError("a tensor of " + std::to_string(count) + " floats (" + std::to_string(bytes) +
-                      " bytes) exceeds maxStorageBufferRange (" + std::to_string(device.max_storage_buffer_range) +
-                      " bytes) of '" + device.name + "'");
+  MemoryLimits limits{.device = device.name,
+                      .max_tensor_bytes = device.max_storage_buffer_range,
+                      .max_tensor_limit = "maxStorageBufferRange",
+                      .max_total_bytes = device.device_local_bytes,
+                      .max_total_limit = "the largest device-local memory heap"};
+  if (options_.memory_limit_bytes > 0 && options_.memory_limit_bytes < limits.max_total_bytes) {
+    limits.max_total_bytes = options_.memory_limit_bytes;
+    limits.max_total_limit = "the memory limit set for this backend";
   }
+  return limits;
+}
+
+std::shared_ptr<Storage> VulkanBackend::allocate(const std::string& name, int64_t count) {
+  // Shaders bind whole buffers: the range limit applies to every tensor. preflight() checks a
+  // module's pass as a whole before this; a step run on its own is checked here.
+  check_tensor_fits(*memory_limits(), name, count);
   auto storage = std::make_shared<DeviceStorage>();
-  storage->buffer = std::make_shared<Buffer>(context_, bytes, Buffer::Kind::device);
+  storage->buffer = std::make_shared<Buffer>(context_, static_cast<uint64_t>(count) * sizeof(float), Buffer::Kind::device);
   return storage;
 }
 
-std::shared_ptr<Storage> VulkanBackend::store(const Tensor& tensor) {
-  auto storage = allocate(tensor.size());
+std::shared_ptr<Storage> VulkanBackend::store(const std::string& name, const Tensor& tensor) {
+  auto storage = allocate(name, tensor.size());
   recorder_.upload(buffer_of(*storage), tensor.data.data(), tensor.data.size() * sizeof(float));
   return storage;
 }

@@ -24,6 +24,9 @@ struct VulkanBackendOptions {
   // has it and the workgroup is whole subgroups; false forces a row per workgroup, reduced through
   // shared memory (row_reduce.glsl)
   bool subgroup_rows = true;
+  // > 0 caps the device memory a pass may use below the device's largest device-local heap
+  // (a GPU shared with other work); preflight() refuses a pass that would need more
+  uint64_t memory_limit_bytes = 0;
 };
 
 class VulkanBackend final : public Backend {
@@ -41,8 +44,9 @@ class VulkanBackend final : public Backend {
   const vulkan::Recorder& recorder() const { return recorder_; }
 
  protected:
-  std::shared_ptr<Storage> allocate(int64_t count) override;
-  std::shared_ptr<Storage> store(const Tensor& tensor) override;
+  std::optional<MemoryLimits> memory_limits() const override;
+  std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
+  std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
   void on_begin_pass(bool timed) override { recorder_.time_dispatches(timed); }
   std::optional<std::vector<StepTime>> device_step_times() override;

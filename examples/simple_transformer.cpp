@@ -101,19 +101,23 @@ Tensor SimpleTransformer::forward(Backend& backend, const Tensor& tokens) const 
 
   backend.begin_pass("simple_transformer");
   try {
-    Value ids = backend.upload("tokens", tokens);  // (B, T)
-    Value x = backend.embedding("embedding", ids, backend.upload("embedding.weight", embedding_));  // (B, T, E)
-    x = backend.positional_encoding("pos_encoding", x, backend.upload("pos_encoding", pos_encoding_));  // (B, T, E)
-    ForwardOptions attention;
-    attention.need_weights = false;
-    for (size_t n = 0; n < blocks_.size(); ++n) {
-      StepScope scope(backend, "blocks." + std::to_string(n));
-      x = blocks_[n].steps(backend, x, attention);  // (B, T, E)
-    }
-    Value pooled = backend.mean_pool("mean_pool", x);  // (B, E)
-    Value w = backend.upload("classifier.weight", classifier_weight_);
-    Value b = backend.upload("classifier.bias", classifier_bias_);
-    Tensor logits = backend.download(backend.linear("classifier", pooled, w, &b));  // (B, C)
+    auto recipe = [&](Backend& on) {
+      Value ids = on.upload("tokens", tokens);  // (B, T)
+      Value x = on.embedding("embedding", ids, on.upload("embedding.weight", embedding_));  // (B, T, E)
+      x = on.positional_encoding("pos_encoding", x, on.upload("pos_encoding", pos_encoding_));  // (B, T, E)
+      ForwardOptions attention;
+      attention.need_weights = false;
+      for (size_t n = 0; n < blocks_.size(); ++n) {
+        StepScope scope(on, "blocks." + std::to_string(n));
+        x = blocks_[n].steps(on, x, attention);  // (B, T, E)
+      }
+      Value pooled = on.mean_pool("mean_pool", x);  // (B, E)
+      Value w = on.upload("classifier.weight", classifier_weight_);
+      Value b = on.upload("classifier.bias", classifier_bias_);
+      return on.linear("classifier", pooled, w, &b);  // (B, C)
+    };
+    backend.preflight("simple_transformer", [&](Backend& on) { recipe(on); });
+    Tensor logits = backend.download(recipe(backend));
     backend.end_pass();
     return logits;
   } catch (const std::exception& e) {

@@ -4,6 +4,8 @@
 
 #include "engine/errors.h"
 #include "engine/multi_head_attention.h"
+#include "engine/sizing_backend.h"
+#include "engine/transformer_encoder.h"
 #include "engine/vulkan/context.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
@@ -100,6 +102,116 @@ TEST_F(ForwardErrors, StepsNameThemselvesInErrors) {
 TEST(UploadErrors, EmptyTensorIsRefused) {
   ReferenceBackend cpu;
   expect_error<ShapeError>([&] { cpu.upload("query", Tensor({2, 0, 4})); }, {"query", "(2, 0, 4)", "empty"});
+}
+
+// ---- device limits: checked for the whole pass before anything is allocated ---------------------------
+class DeviceLimits : public testing::GpuTest {
+ protected:
+  // Runs `f`, which must throw a DeviceError with every fragment, and checks that no device
+  // memory was allocated on the way.
+  void expect_refused_before_allocating(const std::function<void()>& f, std::initializer_list<std::string> fragments) {
+    const auto& context = *testing::shared_context();
+    const uint64_t before = context.allocated_bytes();
+    context.reset_peak();
+    expect_error<DeviceError>(f, fragments);
+    EXPECT_EQ(context.peak_allocated_bytes(), before) << "device memory was allocated before the refusal";
+  }
+};
+
+TEST_F(DeviceLimits, ScoresBeyondMaxStorageBufferRangeAreRefusedByName) {
+  // (1, 1, 32768, 32768) scores: 4 GiB, past any 32-bit buffer range, from a 1 MiB query
+  MultiHeadAttention mha(MultiHeadAttentionConfig{.embed_dim = 8, .num_heads = 1, .batch_first = true});
+  Tensor x = random_tensor({1, 32768, 8}, 1);
+  ForwardOptions unfused{.attention = AttentionPath::unfused};
+  expect_refused_before_allocating([&] { mha.forward(gpu(), x, unfused); },
+                                   {"attention_scores needs 4096.0 MiB (4294967296 bytes) in one buffer",
+                                    "over maxStorageBufferRange", gpu().device_name()});
+}
+
+TEST_F(DeviceLimits, APassOverTheMemoryLimitIsRefusedWithItsTotalAndLargestTensor) {
+  VulkanBackend::Options options;
+  options.memory_limit_bytes = 1 << 20;
+  VulkanBackend capped(testing::shared_context(), options);
+  MultiHeadAttention mha(MultiHeadAttentionConfig{.embed_dim = 64, .num_heads = 4, .batch_first = true});
+  Tensor x = random_tensor({4, 128, 64}, 2);
+  ForwardOptions unfused{.attention = AttentionPath::unfused};
+  expect_refused_before_allocating([&] { mha.forward(capped, x, unfused); },
+                                   {"multi_head_attention needs ", "MiB of device memory at once",
+                                    "over the memory limit set for this backend (1.0 MiB)",
+                                    "its largest tensor is attention_scores (1.0 MiB)"});
+  // the encoder's pass is checked as a whole too, its tensors named in their layers
+  TransformerEncoderConfig config;
+  config.layer = {.d_model = 64, .nhead = 4, .dim_feedforward = 256};
+  config.num_layers = 2;
+  TransformerEncoder encoder(config, TransformerEncoderWeights::random(config, 5));
+  expect_refused_before_allocating([&] { encoder.forward(capped, x); },
+                                   {"transformer_encoder needs ", "over the memory limit set for this backend"});
+  // the same pass under a limit it fits in runs, and matches the reference
+  options.memory_limit_bytes = 64 << 20;
+  VulkanBackend roomy(testing::shared_context(), options);
+  Tensor ours = mha.forward(roomy, x, unfused).output;
+  Tensor expected = mha.forward(cpu(), x, unfused).output;
+  ASSERT_EQ(ours.shape, expected.shape);
+  for (size_t i = 0; i < ours.data.size(); ++i) ASSERT_NEAR(ours.data[i], expected.data[i], 1e-4) << i;
+}
+
+TEST_F(DeviceLimits, ThePreflightSizesWhatThePassAllocates) {
+  // A whole forward on the SizingBackend lists the device buffers the real pass holds at once:
+  // the real peak is at least their sum, and at most that plus the staging buffers of the uploads
+  // and of the download, which are no larger.
+  MultiHeadAttention mha(MultiHeadAttentionConfig{.embed_dim = 16, .num_heads = 2, .batch_first = true});
+  Tensor x = random_tensor({2, 9, 16}, 3);
+  ForwardOptions unfused{.attention = AttentionPath::unfused};
+  SizingBackend sizing;
+  mha.forward(sizing, x, unfused);
+  uint64_t predicted = 0;
+  for (const auto& t : sizing.tensors()) predicted += static_cast<uint64_t>(t.count) * sizeof(float);
+  // query, key, value; 4 weights, 4 biases; q, k, v; 3 split heads; scores, mask-free softmax, values;
+  // merged; output; averaged weights
+  EXPECT_EQ(predicted, sizeof(float) * (3 * 288 + 4 * 256 + 4 * 16 + 3 * 288 + 3 * 288 + 2 * 324 + 288 + 288 + 288 + 162));
+  const auto& context = *testing::shared_context();
+  const uint64_t before = context.allocated_bytes();
+  context.reset_peak();
+  mha.forward(gpu(), x, unfused);
+  const uint64_t used = context.peak_allocated_bytes() - before;
+  EXPECT_GE(used, predicted);
+  EXPECT_LE(used, 2 * predicted);
+}
+
+// ---- Vulkan errors by their VkResult names ---------------------------------------------------------------
+TEST(VulkanErrors, AreNamedByTheirVkResultWithWhatTheyMean) {
+  EXPECT_EQ(vk_result_name("ErrorOutOfDeviceMemory"), "VK_ERROR_OUT_OF_DEVICE_MEMORY");
+  EXPECT_EQ(vk_result_name("ErrorOutOfDateKHR"), "VK_ERROR_OUT_OF_DATE_KHR");
+  EXPECT_EQ(vk_result_name("Success"), "VK_SUCCESS");
+  std::string oom = device_error("q_proj", vk::OutOfDeviceMemoryError("vk::Device::allocateMemory")).what();
+  EXPECT_EQ(oom.rfind("q_proj: vk::Device::allocateMemory failed with VK_ERROR_OUT_OF_DEVICE_MEMORY; the device ran "
+                      "out of memory",
+                      0),
+            0u)
+      << oom;
+  std::string lost = device_error("softmax", vk::DeviceLostError("vk::Queue::submit")).what();
+  EXPECT_NE(lost.find("softmax: vk::Queue::submit failed with VK_ERROR_DEVICE_LOST; the driver lost the device"),
+            std::string::npos)
+      << lost;
+  // anything else keeps its message
+  EXPECT_STREQ(device_error("out_proj", std::runtime_error("odd")).what(), "out_proj: odd");
+}
+
+TEST(VulkanErrors, AStepMeetingOneReportsItAsADeviceErrorNamingTheStep) {
+  ReferenceBackend cpu;
+  Value x = cpu.upload("x", random_tensor({2, 3}, 4));
+  expect_error<DeviceError>(
+      [&] {
+        cpu.host_step("my_step", "custom", {&x}, {}, [](const std::vector<Tensor>&) -> Tensor {
+          throw vk::OutOfDeviceMemoryError("vk::Device::allocateMemory");
+        });
+      },
+      {"my_step: vk::Device::allocateMemory failed with VK_ERROR_OUT_OF_DEVICE_MEMORY"});
+}
+
+TEST(ErrorMessages, AreOneLineWhateverTheyQuote) {
+  FileError e(std::string("w.safetensors: tensor 'a\nb\x01' is odd"));
+  EXPECT_STREQ(e.what(), "w.safetensors: tensor 'a\\nb\\x01' is odd");
 }
 
 // ---- device selection ---------------------------------------------------------------------------------

@@ -173,6 +173,9 @@ INSTANTIATE_TEST_SUITE_P(
                "is too large"},
         BadNpy{"huge_dim", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}", four_floats),
                "a dimension is too large"},
+        // found by fuzz_npy: the file's own text, quoted, broke the message over two lines
+        BadNpy{"newline_in_descr", npy("{'descr': '<\n8', 'fortran_order': False, 'shape': (2,), }", std::string(16, '\0')),
+               "dtype '<\\n8' is not supported"},
         BadNpy{"bool_not_0_or_1", npy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", std::string("\x01\x02\x00", 3)),
                "bool element 1 holds 2, not 0 or 1"}),
     [](const auto& p) { return std::string(p.param.name); });

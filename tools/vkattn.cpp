@@ -10,6 +10,7 @@
 
 #include <iostream>
 
+#include "engine/errors.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "vkattn: " << e.what() << " (see vkattn --help)\n";
+    std::cerr << "vkattn: " << vkattn::one_line(e.what()) << " (see vkattn --help)\n";
     return 2;
   }
   try {
@@ -45,7 +46,10 @@ int main(int argc, char** argv) {
     if (demo->parsed()) return cli::run_demo(demo_args);
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "vkattn: " << e.what() << "\n";
+    const bool ours = cli::is_bad_input(e) || dynamic_cast<const vkattn::Error*>(&e);
+    // anything else — a Vulkan call's error outside any step, by its VkResult name — as a DeviceError
+    std::cerr << "vkattn: " << (ours ? vkattn::one_line(e.what()) : std::string(vkattn::device_error("", e).what()))
+              << "\n";
     return cli::is_bad_input(e) ? 2 : 1;
   }
 }

@@ -210,7 +210,7 @@ void Recorder::flush() {
   context_->queue().submit(vk::SubmitInfo({}, {}, command_buffer), *fence_);
   submissions_++;
   vk::Result waited = context_->device().waitForFences(*fence_, VK_TRUE, UINT64_MAX);
-  if (waited != vk::Result::eSuccess) throw DeviceError("waiting for the device failed: " + vk::to_string(waited));
+  if (waited != vk::Result::eSuccess) throw DeviceError("waiting for the device failed with " + vk_result_name(vk::to_string(waited)));
   context_->device().resetFences(*fence_);
   commands_.reset();
   descriptor_pools_.clear();

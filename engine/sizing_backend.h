@@ -1,0 +1,60 @@
+#pragma once
+// SizingBackend: a Backend that computes nothing and allocates nothing. It records the name and
+// size of every tensor a recipe uploads or makes, so that Backend::preflight() can check a pass
+// against a device's limits before the real backend allocates anything. Shapes are checked as on
+// any backend, so a bad input fails here with the same message.
+#include <vector>
+
+#include "engine/backend.h"
+
+namespace vkattn {
+
+class SizingBackend final : public Backend {
+ public:
+  struct Tensor {
+    std::string name;  // the step's, or the uploaded tensor's
+    int64_t count;     // float32 elements
+  };
+
+  std::string name() const override { return "sizing"; }
+  std::string device_name() const override { return "none (sizes only)"; }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+
+ protected:
+  std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
+  std::shared_ptr<Storage> store(const std::string& name, const vkattn::Tensor& tensor) override;
+  std::vector<float> load(const Storage& storage, int64_t count) override;
+
+  void run_linear(const std::string&, const Storage&, const Storage&, const Storage*, Storage&, int64_t, int64_t,
+                  int64_t) override {}
+  void run_split_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t) override {}
+  void run_append_row(const std::string&, const Storage&, const Storage*, Storage&, int64_t, int64_t,
+                      int64_t) override {}
+  void run_attention_scores(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t, int64_t,
+                            int64_t, float) override {}
+  void run_attention_mask(const std::string&, const Storage&, const Storage*, int, const Storage*, bool, Storage&,
+                          int64_t, int64_t, int64_t, int64_t) override {}
+  void run_softmax(const std::string&, const Storage&, Storage&, int64_t, int64_t) override {}
+  void run_flash_attention(const std::string&, const Storage&, const Storage&, const Storage&, const Storage*, int,
+                           const Storage*, bool, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           float) override {}
+  void run_attention_values(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t, int64_t,
+                            int64_t) override {}
+  void run_merge_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t) override {}
+  void run_average_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
+  void run_layer_norm(const std::string&, const Storage&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
+                      float) override {}
+  void run_gelu(const std::string&, const Storage&, Storage&, int64_t) override {}
+  void run_relu(const std::string&, const Storage&, Storage&, int64_t) override {}
+  void run_residual_add(const std::string&, const Storage&, const Storage&, Storage&, int64_t) override {}
+  void run_embedding(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
+                     int64_t) override {}
+  void run_positional_encoding(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
+                               int64_t) override {}
+  void run_mean_pool(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
+
+ private:
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace vkattn
