@@ -56,8 +56,11 @@ DeviceError device_error(const std::string& where, const std::exception& failure
   } else if (result == "VK_ERROR_DEVICE_LOST") {
     meaning = "; the driver lost the device (a hang, a reset or a driver fault): nothing it computed can be trusted, "
               "run again";
-  } else if (result == "VK_ERROR_INCOMPATIBLE_DRIVER" || result == "VK_ERROR_INITIALIZATION_FAILED") {
-    meaning = "; the Vulkan driver could not start: check `vkattn devices`";
+  } else if (result == "VK_ERROR_INCOMPATIBLE_DRIVER") {
+    meaning = "; no Vulkan driver was found that can start: install one (Mesa's lavapipe is Debian's "
+              "mesa-vulkan-drivers)";
+  } else if (result == "VK_ERROR_INITIALIZATION_FAILED") {
+    meaning = "; the Vulkan driver failed to start";
   }
   return DeviceError(at + call + " failed with " + result + meaning);
 }

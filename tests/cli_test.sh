@@ -36,6 +36,9 @@ expect 2 "heads not dividing embed" -- demo --embed 10 --heads 3
 grep -q "embed_dim=10 is not divisible by num_heads=3" "$tmp/err" || { echo "FAIL: message does not name the rule"; failed=$((failed + 1)); }
 expect 2 "zero heads" -- demo --heads 0
 expect 2 "non-numeric size" -- demo --seq many
+# (without validation: with it, the loader's own complaints are logged too, by design)
+VKATTN_VALIDATION=0 VK_ICD_FILENAMES=/nonexistent.json VK_DRIVER_FILES=/nonexistent.json expect 1 "no Vulkan driver" -- demo
+grep -q "vkCreateInstance failed with VK_ERROR_INCOMPATIBLE_DRIVER; no Vulkan driver was found" "$tmp/err" || { echo "FAIL: no-driver message"; failed=$((failed + 1)); }
 VKATTN_DEVICE=nosuchgpu expect 1 "unknown device" -- demo
 grep -q "matches no device" "$tmp/err" || { echo "FAIL: unknown device message"; failed=$((failed + 1)); }
 

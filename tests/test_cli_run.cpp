@@ -6,6 +6,9 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <iterator>
+#include <map>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -145,9 +148,57 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     write("fortran.npy", fortran);
     write("empty.npy", "");
     write("text.npy", "query,values\n1,2\n");
+    auto with_descr = [&](const std::string& descr) {
+      std::string t = text;
+      t.replace(t.find("<f4"), 3, descr);
+      return t;
+    };
+    write("big_endian.npy", with_descr(">f4"));
+    write("int16.npy", with_descr("<i2"));
+    std::string past_end = text;
+    past_end[8] = '\xff';  // header length 0x..ff: past the end of a 448-byte file
+    past_end[9] = '\x7f';
+    write("header_past_end.npy", past_end);
+    std::string malformed = text;
+    malformed.replace(malformed.find("'shape'"), 7, "'shape\"");
+    write("malformed.npy", malformed);
+
+    // weight files: the self_attention fixture's tensors (E 8), each file with one fault
+    auto tensors = [&](const std::string& name, const std::vector<std::string>& entries, size_t data_bytes) {
+      std::string header = "{\"__metadata__\": {\"num_heads\": \"2\"}";
+      for (const auto& e : entries) header += ", " + e;
+      header += "}";
+      uint64_t n = header.size();
+      write(name, std::string(reinterpret_cast<const char*>(&n), 8) + header + std::string(data_bytes, '\0'));
+    };
+    auto entry = [](const std::string& name, const std::string& dtype, const std::string& shape, size_t begin, size_t end) {
+      return "\"" + name + "\": {\"dtype\": \"" + dtype + "\", \"shape\": " + shape + ", \"data_offsets\": [" +
+             std::to_string(begin) + ", " + std::to_string(end) + "]}";
+    };
+    const std::string in_w = entry("in_proj_weight", "F32", "[24, 8]", 0, 768), in_b = entry("in_proj_bias", "F32", "[24]", 768, 864),
+                      out_w = entry("out_proj.weight", "F32", "[8, 8]", 864, 1120), out_b = entry("out_proj.bias", "F32", "[8]", 1120, 1152);
+    tensors("offsets_past_end.safetensors", {in_w, in_b, out_w, out_b}, 1100);
+    tensors("overlap.safetensors", {in_w, in_b, out_w, entry("out_proj.bias", "F32", "[8]", 1088, 1120)}, 1120);
+    tensors("dtype.safetensors", {in_w, in_b, out_w, entry("out_proj.bias", "I64", "[8]", 1120, 1184)}, 1184);
+    tensors("size_mismatch.safetensors", {in_w, in_b, out_w, entry("out_proj.bias", "F32", "[9]", 1120, 1152)}, 1152);
+    tensors("missing_tensor.safetensors", {in_w, in_b, entry("out_proj.bias", "F32", "[8]", 864, 896)}, 896);
+    tensors("misshaped.safetensors", {entry("in_proj_weight", "F32", "[24, 7]", 0, 672), entry("in_proj_bias", "F32", "[24]", 672, 768),
+                                      entry("out_proj.weight", "F32", "[8, 8]", 768, 1024), entry("out_proj.bias", "F32", "[8]", 1024, 1056)}, 1056);
+    tensors("unexpected_tensor.safetensors", {in_w, in_b, out_w, out_b, entry("extra", "F32", "[1]", 1152, 1156)}, 1156);
+    tensors("bool_weight.safetensors", {in_w, entry("in_proj_bias", "BOOL", "[24]", 768, 792), entry("out_proj.weight", "F32", "[8, 8]", 792, 1048),
+                                        entry("out_proj.bias", "F32", "[8]", 1048, 1080)}, 1080);
+    std::string not_json = "{\"in_proj_weight\": [1, 2";
+    uint64_t n = not_json.size();
+    write("not_json.safetensors", std::string(reinterpret_cast<const char*>(&n), 8) + not_json);
+    write("header_past_end.safetensors", std::string("\xe8\x03\0\0\0\0\0\0{}", 10));  // 1000 header bytes claimed
   }
   std::set<std::string> inputs_ = {"bool.npy", "rank4.npy", "e7.npy", "nan.npy", "mask_wrong.npy", "mask_nan.npy",
-                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy"};
+                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "big_endian.npy",
+                                   "int16.npy", "header_past_end.npy", "malformed.npy",
+                                   "offsets_past_end.safetensors", "overlap.safetensors", "dtype.safetensors",
+                                   "size_mismatch.safetensors", "missing_tensor.safetensors", "misshaped.safetensors",
+                                   "unexpected_tensor.safetensors", "bool_weight.safetensors", "not_json.safetensors",
+                                   "header_past_end.safetensors"};
 };
 
 TEST_P(CliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
@@ -191,9 +242,7 @@ std::vector<std::string> with_query(const std::string& query) {
   return {"run", "--weights", "{g}/weights.safetensors", "--query", query, "--out", "{dir}/out.npy"};
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cli, CliBadInput,
-    ::testing::Values(
+const std::vector<BadRun> kRunBadInputs = {
         BadRun{"no_weights", {"run", "--query", "{g}/query.npy", "--out", "{dir}/out.npy"}, "--weights is required"},
         BadRun{"weights_missing", {"run", "--weights", "{dir}/nope.safetensors", "--query", "{g}/query.npy", "--out", "{dir}/out.npy"},
                "nope.safetensors: no such file"},
@@ -201,7 +250,29 @@ INSTANTIATE_TEST_SUITE_P(
                "query.npy: header length"},
         BadRun{"weights_empty", {"run", "--weights", "{dir}/empty.npy", "--query", "{g}/query.npy", "--out", "{dir}/out.npy"},
                "empty.npy: too short for a safetensors file"},
+        BadRun{"weights_header_past_end", good({"--weights", "{dir}/header_past_end.safetensors"}),
+               "header_past_end.safetensors: header length 1000 runs past the end of the 10-byte file"},
+        BadRun{"weights_not_json", good({"--weights", "{dir}/not_json.safetensors"}), "not_json.safetensors: the header is not valid JSON"},
+        BadRun{"weights_offsets_past_end", good({"--weights", "{dir}/offsets_past_end.safetensors"}),
+               "tensor 'out_proj.bias': data_offsets [1120, 1152] lie past the end of the 1100-byte data buffer"},
+        BadRun{"weights_overlap", good({"--weights", "{dir}/overlap.safetensors"}),
+               "tensors 'out_proj.weight' and 'out_proj.bias' overlap in the data buffer"},
+        BadRun{"weights_dtype", good({"--weights", "{dir}/dtype.safetensors"}), "tensor 'out_proj.bias': dtype I64 is not supported"},
+        BadRun{"weights_size_mismatch", good({"--weights", "{dir}/size_mismatch.safetensors"}),
+               "tensor 'out_proj.bias': data_offsets [1120, 1152] hold 32 bytes but shape (9,) of F32 needs 36"},
+        BadRun{"weights_missing_tensor", good({"--weights", "{dir}/missing_tensor.safetensors"}),
+               "missing_tensor.safetensors: missing tensor 'out_proj.weight', expected shape (E, E)"},
+        BadRun{"weights_misshaped", good({"--weights", "{dir}/misshaped.safetensors"}),
+               "misshaped.safetensors: tensor 'in_proj_weight' has shape (24, 7), expected"},
+        BadRun{"weights_unexpected_tensor", good({"--weights", "{dir}/unexpected_tensor.safetensors"}),
+               "unexpected_tensor.safetensors: unexpected tensor 'extra' (1,)"},
+        BadRun{"weights_bool", good({"--weights", "{dir}/bool_weight.safetensors"}),
+               "bool_weight.safetensors: tensor 'in_proj_bias' is bool; a float tensor is expected"},
         BadRun{"query_missing", with_query("{dir}/nope.npy"), "nope.npy: no such file"},
+        BadRun{"query_big_endian", with_query("{dir}/big_endian.npy"), "big_endian.npy: big-endian data ('>f4') is not supported"},
+        BadRun{"query_int16", with_query("{dir}/int16.npy"), "int16.npy: dtype '<i2' is not supported"},
+        BadRun{"query_header_past_end", with_query("{dir}/header_past_end.npy"), "header_past_end.npy: header length 32767 runs past the end"},
+        BadRun{"query_malformed", with_query("{dir}/malformed.npy"), "malformed.npy: malformed .npy header"},
         BadRun{"query_empty", with_query("{dir}/empty.npy"), "empty.npy: empty file"},
         BadRun{"query_text", with_query("{dir}/text.npy"), "text.npy: not an .npy file"},
         BadRun{"query_truncated", with_query("{dir}/truncated.npy"), "truncated.npy: truncated"},
@@ -240,8 +311,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"side_by_side_with_backend", good({"--side-by-side", "--backend", "cpu"}), "--backend excludes --side-by-side"},
         BadRun{"atol_without_side_by_side", good({"--atol", "1e-3"}), "--atol requires --side-by-side"},
         BadRun{"negative_rtol", good({"--side-by-side", "--rtol", "-1"}), "--rtol"},
-        BadRun{"unknown_flag", good({"--bogus"}), "--bogus"}),
-    [](const auto& p) { return std::string(p.param.name); });
+        BadRun{"unknown_flag", good({"--bogus"}), "--bogus"}};
+INSTANTIATE_TEST_SUITE_P(Cli, CliBadInput, ::testing::ValuesIn(kRunBadInputs),
+                         [](const auto& p) { return std::string(p.param.name); });
 
 // `vkattn encode` with one bad change to a good command line.
 std::vector<std::string> good_encode(const std::vector<std::string>& change) {
@@ -250,9 +322,7 @@ std::vector<std::string> good_encode(const std::vector<std::string>& change) {
                  change);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    CliEncode, CliBadInput,
-    ::testing::Values(
+const std::vector<BadRun> kEncodeBadInputs = {
         BadRun{"no_input", {"encode", "--weights", "{e}/weights.safetensors", "--out", "{dir}/out.npy"}, "--input is required"},
         BadRun{"weights_missing", good_encode({"--weights", "{dir}/nope.safetensors"}), "nope.safetensors: no such file"},
         BadRun{"weights_of_attention", good_encode({"--weights", "{g}/weights.safetensors"}),
@@ -273,8 +343,49 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"unknown_backend", good_encode({"--backend", "tpu"}), "--backend"},
         BadRun{"out_dir_missing", good_encode({"--out", "{dir}/no/such/dir/out.npy"}), "out.npy: its directory does not exist"},
         BadRun{"trace_values_without_trace", good_encode({"--trace-values"}), "--trace-values requires --trace"},
-        BadRun{"unknown_flag", good_encode({"--bogus"}), "--bogus"}),
-    [](const auto& p) { return std::string(p.param.name); });
+        BadRun{"unknown_flag", good_encode({"--bogus"}), "--bogus"}};
+INSTANTIATE_TEST_SUITE_P(CliEncode, CliBadInput, ::testing::ValuesIn(kEncodeBadInputs),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// docs/bad_input.md lists every case above as `run/NAME` or `encode/NAME` with a message holding
+// the test's, and every other row names a check that exists: `cli/WHAT` in cli_test.sh, a gtest
+// case `Suite.Name` in test_errors.cpp.
+TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    EXPECT_TRUE(in) << path;
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::map<std::string, std::string> rows;  // test -> its row, '\|' unescaped
+  std::istringstream doc(read(VKATTN_SOURCE_DIR "/docs/bad_input.md"));
+  for (std::string line; std::getline(doc, line);) {
+    if (line.rfind("| `", 0) != 0) continue;
+    const size_t end = line.find('`', 3);
+    for (size_t at; (at = line.find("\\|")) != std::string::npos;) line.replace(at, 2, "|");
+    rows[line.substr(3, end - 3)] = line;
+  }
+  std::set<std::string> cases;
+  for (const auto* list : {&kRunBadInputs, &kEncodeBadInputs}) {
+    for (const BadRun& bad : *list) {
+      const std::string name = bad.args[0] + "/" + bad.name;
+      cases.insert(name);
+      ASSERT_TRUE(rows.count(name)) << name << " is not in docs/bad_input.md";
+      EXPECT_NE(rows[name].find(bad.message), std::string::npos) << name << "'s row lacks: " << bad.message;
+    }
+  }
+  const std::string cli_test = read(VKATTN_SOURCE_DIR "/tests/cli_test.sh");
+  const std::string test_errors = read(VKATTN_SOURCE_DIR "/tests/test_errors.cpp");
+  for (const auto& [name, row] : rows) {
+    if (name.rfind("cli/", 0) == 0) {
+      EXPECT_NE(cli_test.find("\"" + name.substr(4) + "\""), std::string::npos) << name << " is not in cli_test.sh";
+    } else if (auto dot = name.find('.'); dot != std::string::npos) {
+      EXPECT_NE(test_errors.find(name.substr(0, dot) + ", " + name.substr(dot + 1)), std::string::npos)
+          << name << " is not in test_errors.cpp";
+    } else {
+      EXPECT_TRUE(cases.count(name)) << name << " is in docs/bad_input.md but no test has it";
+    }
+  }
+}
 
 // ---- vkattn encode: every encoder fixture, both backends ----
 

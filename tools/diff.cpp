@@ -8,6 +8,7 @@
 #include "engine/errors.h"
 #include "engine/trace_dump.h"
 #include "tools/commands.h"
+#include "tools/validators.h"
 
 namespace vkattn::cli {
 
@@ -15,8 +16,8 @@ CLI::App* add_diff(CLI::App& app, DiffArgs& a) {
   auto* cmd = app.add_subcommand("diff", "compare two trace dumps step by step; point at the first that disagrees");
   cmd->add_option("A", a.a, "a dump directory (vkattn run --trace A --trace-values)")->required();
   cmd->add_option("B", a.b, "another, of the same recipe")->required();
-  cmd->add_option("--atol", a.atol, "absolute tolerance")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--rtol", a.rtol, "relative tolerance (times |B|)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--atol", a.atol, "absolute tolerance")->capture_default_str()->check(kNonNegativeNumber);
+  cmd->add_option("--rtol", a.rtol, "relative tolerance (times |B|)")->capture_default_str()->check(kNonNegativeNumber);
   return cmd;
 }
 

@@ -14,6 +14,7 @@
 #include "engine/trace_dump.h"
 #include "engine/transformer_encoder.h"
 #include "tools/commands.h"
+#include "tools/validators.h"
 #include "tools/inputs.h"
 
 namespace vkattn::cli {
@@ -65,7 +66,7 @@ CLI::App* add_encode(CLI::App& app, EncodeArgs& a) {
       ->check(CLI::IsMember({"relu", "gelu"}))
       ->capture_default_str();
   cmd->add_flag("--norm-first", a.norm_first, "pre-norm layers (norm_first=True): x + attn(norm1(x)), x + ffn(norm2(x))");
-  cmd->add_option("--eps", a.eps, "layer_norm_eps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--eps", a.eps, "layer_norm_eps")->capture_default_str()->check(kPositiveNumber);
   cmd->add_option("--src-key-padding-mask", a.src_key_padding_mask,
                   "M.npy (B, L): bool True marks padding no position attends to, or float added");
   cmd->add_option("--mask", a.mask, "A.npy (L, L) or (B*H, L, L): bool True blocks, or float added (torch's mask)");

@@ -19,6 +19,7 @@
 #include "engine/side_by_side.h"
 #include "engine/trace_dump.h"
 #include "tools/commands.h"
+#include "tools/validators.h"
 #include "tools/inputs.h"
 
 namespace vkattn::cli {
@@ -74,8 +75,8 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
                              "run on the GPU and the CPU reference; print each step's max |gpu - cpu| "
                              "(with --trace: DIR/gpu and DIR/cpu); write outputs only when every step agrees")
                    ->excludes(backend);
-  cmd->add_option("--atol", a.atol, "--side-by-side's absolute tolerance")->capture_default_str()->check(CLI::NonNegativeNumber)->needs(side);
-  cmd->add_option("--rtol", a.rtol, "--side-by-side's relative tolerance (times |cpu|)")->capture_default_str()->check(CLI::NonNegativeNumber)->needs(side);
+  cmd->add_option("--atol", a.atol, "--side-by-side's absolute tolerance")->capture_default_str()->check(kNonNegativeNumber)->needs(side);
+  cmd->add_option("--rtol", a.rtol, "--side-by-side's relative tolerance (times |cpu|)")->capture_default_str()->check(kNonNegativeNumber)->needs(side);
   return cmd;
 }
 
