@@ -86,6 +86,9 @@ INSTANTIATE_TEST_SUITE_P(
                 }(),
                 "header length 200 runs past the end of the 10-byte file"},
         BadFile{"not_json", safetensors("{\"t\": [1, 2", ""), "the header is not valid JSON"},
+        // found by fuzz_safetensors: nlohmann throws out_of_range, not parse_error, for this
+        BadFile{"number_overflow", safetensors(R"({"t": 1e999})", ""),
+                "the header is not valid JSON: number overflow parsing '1e999'"},
         BadFile{"not_an_object", safetensors("[1, 2]", ""), "the header is not a JSON object"},
         BadFile{"metadata_not_object", safetensors(R"({"__metadata__": 3})", ""), "__metadata__ is not an object"},
         BadFile{"metadata_not_string", safetensors(R"({"__metadata__": {"num_heads": 4}})", ""),

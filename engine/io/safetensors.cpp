@@ -52,8 +52,9 @@ Safetensors parse_safetensors(std::span<const std::byte> bytes, const std::strin
   try {
     header = json::parse(reinterpret_cast<const char*>(header_bytes.data()),
                          reinterpret_cast<const char*>(header_bytes.data() + header_bytes.size()));
-  } catch (const json::parse_error& e) {
-    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, column 3: …"
+  } catch (const json::exception& e) {
+    // nlohmann's message: "[json.exception.parse_error.101] parse error at line 1, column 3: …", or
+    // "[json.exception.out_of_range.406] number overflow parsing '1e999'" (found by fuzz_safetensors)
     std::string what = e.what();
     auto colon = what.find("] ");
     throw fail("the header is not valid JSON: " + (colon == std::string::npos ? what : what.substr(colon + 2)));
