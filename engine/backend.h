@@ -124,7 +124,8 @@ class Backend {
 
   // Runs `recipe` — a module's pass: its uploads and steps — on a SizingBackend, which computes
   // and allocates nothing, and checks every tensor it would create against memory_limits(), and
-  // all of them together (a pass holds its tensors until its work is done). Throws the
+  // all of them together (an upper bound: a VulkanBackend pass reuses the buffers of tensors it
+  // has finished with). Throws the
   // DeviceError that names the limit and the excess before anything is allocated; nothing to
   // check on a backend without limits (the reference).
   void preflight(const std::string& pass, const std::function<void(Backend&)>& recipe);

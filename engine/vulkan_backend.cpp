@@ -10,8 +10,14 @@ namespace {
 
 using vulkan::Buffer;
 
+// A tensor's buffer, back to the pool when the last Value holding it is gone (recorded commands
+// that use it keep their own reference: see buffer_pool.h).
 struct DeviceStorage final : Storage {
   std::shared_ptr<Buffer> buffer;
+  std::weak_ptr<vulkan::BufferPool> pool;
+  ~DeviceStorage() override {
+    if (auto p = pool.lock()) p->release(std::move(buffer));
+  }
 };
 
 const std::shared_ptr<Buffer>& buffer_of(const Storage& s) { return static_cast<const DeviceStorage&>(s).buffer; }
@@ -28,7 +34,8 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
     : context_(std::move(context)),
       options_(options),
       gemm_(options.gemm ? *options.gemm : vulkan::plan_gemm(context_->device_report())),
-      recorder_(context_, options.max_groups_per_dim) {
+      recorder_(context_, options.max_groups_per_dim),
+      buffers_(std::make_shared<vulkan::BufferPool>(context_)) {
   const auto& device = context_->device_report();
   if (options_.workgroup_size == 0 || options_.workgroup_size > device.max_workgroup_size_x ||
       options_.workgroup_size > device.max_workgroup_invocations) {
@@ -39,6 +46,12 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
 }
 
 VulkanBackend::~VulkanBackend() = default;
+
+void VulkanBackend::empty_cache() {
+  recorder_.flush();  // buffers released mid-pass may still be read by recorded commands
+  buffers_->clear();
+  recorder_.clear();
+}
 
 std::optional<MemoryLimits> VulkanBackend::memory_limits() const {
   const auto& device = context_->device_report();
@@ -59,7 +72,9 @@ std::shared_ptr<Storage> VulkanBackend::allocate(const std::string& name, int64_
   // module's pass as a whole before this; a step run on its own is checked here.
   check_tensor_fits(*memory_limits(), name, count);
   auto storage = std::make_shared<DeviceStorage>();
-  storage->buffer = std::make_shared<Buffer>(context_, static_cast<uint64_t>(count) * sizeof(float), Buffer::Kind::device);
+  storage->buffer = buffers_->acquire(static_cast<uint64_t>(count) * sizeof(float), Buffer::Kind::device,
+                                      [this](const Buffer& b) { return recorder_.pending(b); });
+  storage->pool = buffers_;
   return storage;
 }
 

@@ -7,6 +7,7 @@
 
 #include "engine/backend.h"
 #include "engine/vulkan/buffer.h"
+#include "engine/vulkan/buffer_pool.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/kernel.h"
@@ -42,13 +43,23 @@ class VulkanBackend final : public Backend {
   std::string device_name() const override { return context_->device_report().name; }
   const vulkan::Context& context() const { return *context_; }
   const vulkan::Recorder& recorder() const { return recorder_; }
+  // Buffers are kept for reuse: a second forward of a shape makes none, and a pass reuses those
+  // of the tensors it has finished with. This frees the ones not in use now (after the work
+  // recorded so far), as torch.cuda.empty_cache() does.
+  void empty_cache();
 
  protected:
   std::optional<MemoryLimits> memory_limits() const override;
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
   std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
-  void on_begin_pass(bool timed) override { recorder_.time_dispatches(timed); }
+  // A pass keeps the buffers the one before it used, and frees the rest (on_begin_pass runs
+  // at the start of each outermost pass).
+  void on_begin_pass(bool timed) override {
+    recorder_.time_dispatches(timed);
+    buffers_->trim();
+    recorder_.trim();
+  }
   std::optional<std::vector<StepTime>> device_step_times() override;
 
   void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
@@ -105,6 +116,7 @@ class VulkanBackend final : public Backend {
   Options options_;
   vulkan::GemmPlan gemm_;
   vulkan::Recorder recorder_;
+  std::shared_ptr<vulkan::BufferPool> buffers_;  // tensors' buffers; Storage holds it weakly
   std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels_;
 };
 

@@ -7,6 +7,8 @@
 #include <tuple>
 
 #include "engine/multi_head_attention.h"
+#include "engine/sizing_backend.h"
+#include "engine/transformer_encoder.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 
@@ -243,16 +245,49 @@ TEST_F(Module, WeightsAveragedArePerHeadWeightsMeaned) {
   EXPECT_FALSE(mha.forward(gpu(), x, none).weights.has_value());
 }
 
-TEST_F(Module, RepeatedForwardIsDeterministicAndFreesDeviceMemory) {
+TEST_F(Module, ASecondForwardOfAShapeAllocatesNothingAndEmptyCacheFreesAll) {
   MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 2, .batch_first = true};
   MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 20));
-  Tensor x = random_tensor({2, 17, 16}, 21);
-  uint64_t baseline = gpu().context().allocated_bytes();
-  AttentionResult first = mha.forward(gpu(), x);
-  EXPECT_EQ(gpu().context().allocated_bytes(), baseline) << "a forward leaked device buffers";
-  AttentionResult second = mha.forward(gpu(), x);
-  EXPECT_EQ(first.output.data, second.output.data);
-  EXPECT_EQ(first.weights->data, second.weights->data);
+  Tensor x = random_tensor({2, 17, 16}, 21), kv = random_tensor({2, 9, 16}, 22);
+  const auto& context = gpu().context();
+  const uint64_t baseline = context.allocated_bytes();
+  for (AttentionPath path : {AttentionPath::unfused, AttentionPath::fused}) {
+    ForwardOptions o{.need_weights = path == AttentionPath::unfused, .attention = path};
+    AttentionResult first = mha.forward(gpu(), x, kv, kv, o);
+    const uint64_t buffers = context.buffers_created(), held = context.allocated_bytes();
+    const size_t descriptor_pools = gpu().recorder().descriptor_pools();
+    AttentionResult second = mha.forward(gpu(), x, kv, kv, o);
+    EXPECT_EQ(context.buffers_created(), buffers) << attention_path_name(path) << ": the second forward made buffers";
+    EXPECT_LE(context.allocated_bytes(), held);
+    EXPECT_EQ(gpu().recorder().descriptor_pools(), descriptor_pools);
+    EXPECT_EQ(first.output.data, second.output.data) << "a reused buffer changed a result";
+    if (first.weights) {
+      EXPECT_EQ(first.weights->data, second.weights->data);
+    }
+  }
+  gpu().empty_cache();
+  EXPECT_EQ(context.allocated_bytes(), baseline) << "device buffers outlived the forwards and the cache";
+}
+
+TEST_F(Module, APassReusesTheBuffersOfTensorsItHasFinishedWith) {
+  // 4 layers of the same shape: each layer's intermediates and weights are free again by the
+  // next layer. (Staging buffers are reused only from one submission to the next: not counted.)
+  TransformerEncoderConfig config;
+  config.layer = {.d_model = 32, .nhead = 4, .dim_feedforward = 64};
+  config.num_layers = 4;
+  TransformerEncoder encoder(config, TransformerEncoderWeights::random(config, 23));
+  Tensor x = random_tensor({2, 33, 32}, 24);
+  gpu().empty_cache();
+  const auto& context = gpu().context();
+  auto device_buffers = [&] { return context.buffers_created() - context.staging_buffers_created(); };
+  const uint64_t before = device_buffers();
+  Tensor ours = encoder.forward(gpu(), x);
+  const uint64_t made = device_buffers() - before;
+  SizingBackend sizing;
+  encoder.forward(sizing, x);
+  EXPECT_LT(made, sizing.tensors().size() / 2) << made << " buffers for " << sizing.tensors().size() << " tensors";
+  Tensor expected = encoder.forward(cpu(), x);
+  EXPECT_TRUE(all_close(ours, expected, {1e-4f, 1e-4f}, {"b", "l", "e"}));
 }
 
 }  // namespace

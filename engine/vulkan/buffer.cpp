@@ -3,7 +3,7 @@
 namespace vkattn::vulkan {
 
 Buffer::Buffer(std::shared_ptr<const Context> context, vk::DeviceSize bytes, Kind kind)
-    : context_(std::move(context)), bytes_(bytes) {
+    : context_(std::move(context)), bytes_(bytes), kind_(kind) {
   using U = vk::BufferUsageFlagBits;
   using M = vk::MemoryPropertyFlagBits;
   vk::BufferUsageFlags usage = U::eTransferSrc | U::eTransferDst;
@@ -18,7 +18,7 @@ Buffer::Buffer(std::shared_ptr<const Context> context, vk::DeviceSize bytes, Kin
   memory_ = vk::raii::DeviceMemory(device, vk::MemoryAllocateInfo(needs.size, type));
   buffer_.bindMemory(*memory_, 0);
   if (kind == Kind::staging) mapped_ = memory_.mapMemory(0, bytes);
-  context_->on_allocate(bytes_);
+  context_->on_allocate(bytes_, kind == Kind::staging);
 }
 
 Buffer::~Buffer() {

@@ -21,12 +21,14 @@ class Buffer {
 
   vk::Buffer handle() const { return *buffer_; }
   vk::DeviceSize bytes() const { return bytes_; }
+  Kind kind() const { return kind_; }
   // Host address of a staging buffer's memory (coherent); null for device buffers.
   void* mapped() const { return mapped_; }
 
  private:
   std::shared_ptr<const Context> context_;  // the device outlives every buffer made on it
   vk::DeviceSize bytes_;
+  Kind kind_;
   vk::raii::Buffer buffer_ = nullptr;
   vk::raii::DeviceMemory memory_ = nullptr;
   void* mapped_ = nullptr;

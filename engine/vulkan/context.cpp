@@ -304,7 +304,9 @@ uint32_t Context::memory_type(uint32_t type_bits, vk::MemoryPropertyFlags requir
   return *fallback;
 }
 
-void Context::on_allocate(uint64_t bytes) const {
+void Context::on_allocate(uint64_t bytes, bool staging) const {
+  buffers_created_++;
+  if (staging) staging_buffers_created_++;
   uint64_t now = allocated_ += bytes;
   uint64_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {

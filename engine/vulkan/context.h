@@ -86,9 +86,11 @@ class Context {
   // A memory type index with all `required` flags, preferring one that also has `preferred`.
   uint32_t memory_type(uint32_t type_bits, vk::MemoryPropertyFlags required, vk::MemoryPropertyFlags preferred) const;
 
-  // Device memory accounting (bytes in live Buffers), for benchmarks and tests.
-  void on_allocate(uint64_t bytes) const;
+  // Device memory accounting (bytes in live Buffers, Buffers ever made), for benchmarks and tests.
+  void on_allocate(uint64_t bytes, bool staging) const;
   void on_free(uint64_t bytes) const;
+  uint64_t buffers_created() const { return buffers_created_; }
+  uint64_t staging_buffers_created() const { return staging_buffers_created_; }
   uint64_t allocated_bytes() const { return allocated_; }
   uint64_t peak_allocated_bytes() const { return peak_; }
   // Starts a new peak measurement from what is allocated now.
@@ -108,6 +110,8 @@ class Context {
   vk::raii::Device device_ = nullptr;
   vk::raii::Queue queue_ = nullptr;
   bool debug_utils_ = false;
+  mutable std::atomic<uint64_t> buffers_created_{0};
+  mutable std::atomic<uint64_t> staging_buffers_created_{0};
   mutable std::atomic<uint64_t> allocated_{0};
   mutable std::atomic<uint64_t> peak_{0};
 };

@@ -22,7 +22,7 @@ using Acc = vk::AccessFlagBits;
 }  // namespace
 
 Recorder::Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_per_dim)
-    : context_(std::move(context)) {
+    : context_(std::move(context)), staging_(context_) {
   const auto& limits = context_->device_report().max_workgroup_count;
   group_limits_ = {limits[0], limits[1], limits[2]};
   if (max_groups_per_dim > 0) group_limits_ = glm::min(group_limits_, glm::uvec3(max_groups_per_dim));
@@ -86,15 +86,18 @@ void Recorder::order(std::span<const std::pair<vk::Buffer, Access>> uses, const 
 }
 
 vk::DescriptorSet Recorder::allocate_set(const Kernel& kernel) {
-  if (descriptor_pools_.empty() || sets_in_last_pool_ == kSetsPerPool) {
+  if (sets_in_current_pool_ == kSetsPerPool) {
+    current_pool_++;
+    sets_in_current_pool_ = 0;
+  }
+  if (current_pool_ == descriptor_pools_.size()) {
     vk::DescriptorPoolSize size(vk::DescriptorType::eStorageBuffer, kSetsPerPool * kMaxBindings);
     descriptor_pools_.emplace_back(context_->device(), vk::DescriptorPoolCreateInfo({}, kSetsPerPool, size));
-    sets_in_last_pool_ = 0;
   }
   vk::DescriptorSetLayout layout = *kernel.set_layout();
-  vk::DescriptorSetAllocateInfo info(*descriptor_pools_.back(), layout);
+  vk::DescriptorSetAllocateInfo info(*descriptor_pools_[current_pool_], layout);
   vk::DescriptorSet set = (*context_->device()).allocateDescriptorSets(info, *context_->device().getDispatcher()).front();
-  sets_in_last_pool_++;
+  sets_in_current_pool_++;
   return set;
 }
 
@@ -153,19 +156,19 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
 }
 
 void Recorder::upload(const std::shared_ptr<Buffer>& target, const void* data, size_t bytes) {
-  auto staging = std::make_shared<Buffer>(context_, bytes, Buffer::Kind::staging);
+  auto staging = staging_.acquire(bytes, Buffer::Kind::staging);
   // Host writes before vkQueueSubmit are visible to the device without a barrier.
   std::memcpy(staging->mapped(), data, bytes);
   begin_if_idle();
   std::pair<vk::Buffer, Access> use{target->handle(), Access::write};
   order({&use, 1}, "upload");
   commands_.copyBuffer(staging->handle(), target->handle(), vk::BufferCopy(0, 0, bytes));
-  in_flight_.push_back(staging);
+  staging_in_flight_.push_back(std::move(staging));
   in_flight_.push_back(target);
 }
 
 void Recorder::download(const std::shared_ptr<Buffer>& source, void* data, size_t bytes) {
-  auto staging = std::make_shared<Buffer>(context_, bytes, Buffer::Kind::staging);
+  auto staging = staging_.acquire(bytes, Buffer::Kind::staging);
   begin_if_idle();
   std::pair<vk::Buffer, Access> use{source->handle(), Access::read};
   order({&use, 1}, "download");
@@ -174,7 +177,7 @@ void Recorder::download(const std::shared_ptr<Buffer>& source, void* data, size_
   vk::MemoryBarrier to_host(Acc::eTransferWrite, Acc::eHostRead);
   commands_.pipelineBarrier(Stage::eTransfer, Stage::eHost, {}, to_host, {}, {});
   in_flight_.push_back(source);
-  in_flight_.push_back(staging);
+  staging_in_flight_.push_back(staging);
   flush();
   std::memcpy(data, staging->mapped(), bytes);
 }
@@ -213,8 +216,11 @@ void Recorder::flush() {
   if (waited != vk::Result::eSuccess) throw DeviceError("waiting for the device failed with " + vk_result_name(vk::to_string(waited)));
   context_->device().resetFences(*fence_);
   commands_.reset();
-  descriptor_pools_.clear();
-  sets_in_last_pool_ = 0;
+  for (auto& pool : descriptor_pools_) pool.reset();
+  current_pool_ = 0;
+  sets_in_current_pool_ = 0;
+  for (auto& staging : staging_in_flight_) staging_.release(std::move(staging));
+  staging_in_flight_.clear();
   pending_.clear();
   writer_.clear();
   in_flight_.clear();

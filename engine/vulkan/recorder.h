@@ -4,7 +4,8 @@
 // earlier, unbarriered command wrote (read-after-write, write-after-write) or read
 // (write-after-read): independent steps such as q_proj, k_proj and v_proj run without one
 // between them. Every buffer a recorded command uses is kept alive until the submission that
-// runs it has completed. The host waits on a fence (blocking, never polling: on lavapipe the
+// runs it has completed. Staging buffers and descriptor pools are kept and reused from one
+// submission to the next. The host waits on a fence (blocking, never polling: on lavapipe the
 // "GPU" is the CPU, and a spinning host thread would steal a core from the shaders).
 #include <cstddef>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <vulkan/vulkan_raii.hpp>
 
 #include "engine/vulkan/buffer.h"
+#include "engine/vulkan/buffer_pool.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/grid.h"
 #include "engine/vulkan/kernel.h"
@@ -43,6 +45,11 @@ class Recorder {
   void download(const std::shared_ptr<Buffer>& source, void* data, size_t bytes);
   // Submits everything recorded so far and waits for it.
   void flush();
+  // Frees the staging buffers no upload or download used since the last trim; clear() frees them all.
+  void trim() { staging_.trim(); }
+  void clear() { staging_.clear(); }
+  // Whether a command recorded since the last barrier uses `buffer`.
+  bool pending(const Buffer& buffer) const { return pending_.count(buffer.handle()) > 0; }
 
   // Timestamp queries around every dispatch from now on (when `on` and the device has them),
   // numbered afresh. dispatch_times() flushes and returns each timed dispatch's (start, end) in
@@ -55,6 +62,7 @@ class Recorder {
   const std::shared_ptr<Buffer>& placeholder() const { return placeholder_; }
   uint64_t submissions() const { return submissions_; }
   uint64_t barriers() const { return barriers_; }
+  size_t descriptor_pools() const { return descriptor_pools_.size(); }
   // The debug-utils labels recorded since time_dispatches() began the pass, in order (empty
   // when the instance lacks VK_EXT_debug_utils): what RenderDoc and Nsight will show.
   const std::vector<std::string>& pass_labels() const { return pass_labels_; }
@@ -71,8 +79,11 @@ class Recorder {
   vk::raii::CommandPool pool_ = nullptr;
   vk::raii::CommandBuffer commands_ = nullptr;
   vk::raii::Fence fence_ = nullptr;
-  std::vector<vk::raii::DescriptorPool> descriptor_pools_;
-  uint32_t sets_in_last_pool_ = 0;
+  std::vector<vk::raii::DescriptorPool> descriptor_pools_;  // reset, not freed, after each submission
+  size_t current_pool_ = 0;
+  uint32_t sets_in_current_pool_ = 0;
+  BufferPool staging_;
+  std::vector<std::shared_ptr<Buffer>> staging_in_flight_;  // back to staging_ once their copies ran
   bool recording_ = false;
   // accesses since the last barrier, by buffer
   std::unordered_map<VkBuffer, Access> pending_;
