@@ -33,7 +33,8 @@ std::string vk_result_name(const std::string& vulkan_hpp_name) {
     const char c = vulkan_hpp_name[i];
     const bool upper = c >= 'A' && c <= 'Z';
     const char before = i > 0 ? vulkan_hpp_name[i - 1] : 'A';
-    if (upper && i > 0 && !(before >= 'A' && before <= 'Z')) name += '_';  // "OutOfDate" -> OUT_OF_DATE, "DateKHR" -> DATE_KHR
+    // "OutOfDate" -> OUT_OF_DATE, "DateKHR" -> DATE_KHR
+    if (upper && i > 0 && !(before >= 'A' && before <= 'Z')) name += '_';
     name += static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
   }
   return name;

@@ -16,6 +16,8 @@ std::shared_ptr<Storage> SizingBackend::store(const std::string& name, const vka
 }
 
 // Zeros: a recipe that reads a value back mid-pass (a host step) gets numbers of the right count.
-std::vector<float> SizingBackend::load(const Storage&, int64_t count) { return std::vector<float>(static_cast<size_t>(count)); }
+std::vector<float> SizingBackend::load(const Storage&, int64_t count) {
+  return std::vector<float>(static_cast<size_t>(count));
+}
 
 }  // namespace vkattn
