@@ -233,9 +233,13 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   masks.attn_mask = attn_mask;
   masks.key_padding_mask = key_padding_mask;
   auto recipe = [&](Backend& b) {
-    Value q_in = b.upload("query", query);  // (B, L, E)
-    Value k_in = b.upload("key", key);      // (B, S, kdim)
-    Value v_in = b.upload("value", value);  // (B, S, vdim)
+    // Self-attention passes one tensor three times, cross-attention often one memory twice: each
+    // distinct tensor is uploaded once (torch's own test for self-attention is the same identity).
+    Value q_in = b.upload("query", query);                                            // (B, L, E)
+    Value k_in = &key_in == &query_in ? q_in : b.upload("key", key);                 // (B, S, kdim)
+    Value v_in = &value_in == &key_in     ? k_in
+                 : &value_in == &query_in ? q_in
+                                          : b.upload("value", value);  // (B, S, vdim)
     return attend(b, q_in, k_in, v_in, masks);
   };
   backend.preflight("multi_head_attention", [&](Backend& b) { recipe(b); });

@@ -166,9 +166,9 @@ TEST_F(DeviceLimits, ThePreflightSizesEveryTensorThePassMakes) {
   mha.forward(sizing, x, unfused);
   uint64_t predicted = 0;
   for (const auto& t : sizing.tensors()) predicted += static_cast<uint64_t>(t.count) * sizeof(float);
-  // query, key, value; 4 weights, 4 biases; q, k, v; 3 split heads; scores, mask-free softmax, values;
-  // merged; output; averaged weights
-  EXPECT_EQ(predicted, sizeof(float) * (3 * 288 + 4 * 256 + 4 * 16 + 3 * 288 + 3 * 288 + 2 * 324 + 288 + 288 + 288 + 162));
+  // the query, uploaded once for self-attention; 4 weights, 4 biases; q, k, v; 3 split heads;
+  // scores, mask-free softmax, values; merged; output; averaged weights
+  EXPECT_EQ(predicted, sizeof(float) * (288 + 4 * 256 + 4 * 16 + 3 * 288 + 3 * 288 + 2 * 324 + 288 + 288 + 288 + 162));
   const auto& context = *testing::shared_context();
   gpu().empty_cache();
   const uint64_t before = context.allocated_bytes();
