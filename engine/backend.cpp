@@ -393,7 +393,7 @@ void Backend::preflight(const std::string& pass, const std::function<void(Backen
   sizing.scope_ = scope_;
   recipe(sizing);
   uint64_t total = 0;
-  const SizingBackend::Tensor* largest = nullptr;
+  const SizingBackend::SizedTensor* largest = nullptr;
   for (const auto& t : sizing.tensors()) {
     check_tensor_fits(*limits, t.name, t.count);
     total += static_cast<uint64_t>(t.count) * sizeof(float);

@@ -11,7 +11,7 @@ std::shared_ptr<Storage> SizingBackend::allocate(const std::string& name, int64_
   return std::make_shared<NoStorage>();
 }
 
-std::shared_ptr<Storage> SizingBackend::store(const std::string& name, const vkattn::Tensor& tensor) {
+std::shared_ptr<Storage> SizingBackend::store(const std::string& name, const Tensor& tensor) {
   return allocate(name, tensor.size());
 }
 

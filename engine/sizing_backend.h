@@ -11,18 +11,18 @@ namespace vkattn {
 
 class SizingBackend final : public Backend {
  public:
-  struct Tensor {
+  struct SizedTensor {
     std::string name;  // the step's, or the uploaded tensor's
     int64_t count;     // float32 elements
   };
 
   std::string name() const override { return "sizing"; }
   std::string device_name() const override { return "none (sizes only)"; }
-  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const std::vector<SizedTensor>& tensors() const { return tensors_; }
 
  protected:
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
-  std::shared_ptr<Storage> store(const std::string& name, const vkattn::Tensor& tensor) override;
+  std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
 
   void run_linear(const std::string&, const Storage&, const Storage&, const Storage*, Storage&, int64_t, int64_t,
@@ -54,7 +54,7 @@ class SizingBackend final : public Backend {
   void run_mean_pool(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
 
  private:
-  std::vector<Tensor> tensors_;
+  std::vector<SizedTensor> tensors_;
 };
 
 }  // namespace vkattn
