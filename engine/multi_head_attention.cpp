@@ -240,7 +240,7 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
     Value v_in = &value_in == &key_in     ? k_in
                  : &value_in == &query_in ? q_in
                                           : b.upload("value", value);  // (B, S, vdim)
-    return attend(b, q_in, k_in, v_in, masks);
+    return attend(b, std::move(q_in), std::move(k_in), std::move(v_in), masks);
   };
   backend.preflight("multi_head_attention", [&](Backend& b) { recipe(b); });
   AttentionValues values = recipe(backend);
@@ -259,7 +259,7 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   return result;
 }
 
-AttentionValues MultiHeadAttention::attend(Backend& backend, const Value& q_in, const Value& k_in, const Value& v_in,
+AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k_in, Value v_in,
                                            const ForwardOptions& options) const {
   const auto& c = config_;
   const int64_t H = c.num_heads;
@@ -298,6 +298,7 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, const Value& q_in, 
   Value q = backend.linear("q_proj", q_in, wq, ptr(bq));  // (B, L, E)
   Value k = backend.linear("k_proj", k_in, wk, ptr(bk));  // (B, S, E)
   Value v = backend.linear("v_proj", v_in, wv, ptr(bv));  // (B, S, E)
+  q_in = k_in = v_in = Value();  // done with: the caller's last reference frees their buffers for reuse
   if (c.add_bias_kv) {
     Value bias_k = backend.upload("bias_k", *w.bias_k);
     Value bias_v = backend.upload("bias_v", *w.bias_v);
@@ -322,7 +323,9 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, const Value& q_in, 
     }
     p = backend.softmax("softmax", scores);                       // (B, H, L, S')
     heads = backend.attention_values("attention_values", *p, v);  // (B, H, L, d)
+    if (!options.need_weights) p.reset();
   }
+  q = k = v = Value();  // done with, as above: merge_heads and out_proj take their buffers
   Value merged = backend.merge_heads("merge_heads", heads);  // (B, L, E)
   AttentionValues result{backend.linear("out_proj", merged, wo, ptr(bo)), std::nullopt};  // (B, L, E)
   if (options.need_weights) {

@@ -95,9 +95,9 @@ class MultiHeadAttention {
   // one (TransformerEncoderLayer): no pass, no download. Inputs are batch-first — query
   // (B, L, E), key (B, S, kdim), value (B, S, vdim) — and the masks in options are in their
   // batched shapes, attn_mask (L, S) or (B·H, L, S) and key_padding_mask (B, S); the steps check
-  // them (ShapeError naming the step). Weights are uploaded on each call.
-  AttentionValues attend(Backend& backend, const Value& query, const Value& key, const Value& value,
-                         const ForwardOptions& options) const;
+  // them (ShapeError naming the step). Weights are uploaded on each call. The inputs are taken by
+  // value and let go of after the projections: moved in, their buffers take later steps' outputs.
+  AttentionValues attend(Backend& backend, Value query, Value key, Value value, const ForwardOptions& options) const;
 
  private:
   // forward() without the pass around it.

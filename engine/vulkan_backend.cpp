@@ -72,8 +72,10 @@ std::shared_ptr<Storage> VulkanBackend::allocate(const std::string& name, int64_
   // module's pass as a whole before this; a step run on its own is checked here.
   check_tensor_fits(*memory_limits(), name, count);
   auto storage = std::make_shared<DeviceStorage>();
-  storage->buffer = buffers_->acquire(static_cast<uint64_t>(count) * sizeof(float), Buffer::Kind::device,
-                                      [this](const Buffer& b) { return recorder_.pending(b); });
+  const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(float);
+  storage->buffer = buffers_->acquire(bytes, Buffer::Kind::device, [this, bytes](const Buffer& b) {
+    return bytes < options_.reuse_in_flight_bytes && recorder_.pending(b);
+  });
   storage->pool = buffers_;
   return storage;
 }

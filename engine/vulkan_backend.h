@@ -28,6 +28,13 @@ struct VulkanBackendOptions {
   // > 0 caps the device memory a pass may use below the device's largest device-local heap
   // (a GPU shared with other work); preflight() refuses a pass that would need more
   uint64_t memory_limit_bytes = 0;
+  // A tensor this large or larger may take a buffer that recorded commands still read, at the
+  // cost of a barrier before its step: a step that size fills the device alone, so nothing is
+  // lost by not overlapping it, and the pass holds a tensor fewer (the fused path's memory stays
+  // a few (L, E) tensors at any L). A smaller tensor gets another buffer, so that independent
+  // small steps (split_heads_q/k/v) can overlap. 4 MiB = 1 Mi floats, more invocations than any
+  // GPU runs at once.
+  uint64_t reuse_in_flight_bytes = 4u << 20;
 };
 
 class VulkanBackend final : public Backend {

@@ -269,6 +269,30 @@ TEST_F(Module, ASecondForwardOfAShapeAllocatesNothingAndEmptyCacheFreesAll) {
   EXPECT_EQ(context.allocated_bytes(), baseline) << "device buffers outlived the forwards and the cache";
 }
 
+TEST_F(Module, AFusedPassHoldsTheProjectionsAndOneMoreActivationAtOnce) {
+  // Every tensor may take a buffer still in flight (VulkanBackendOptions::reuse_in_flight_bytes
+  // = 0, what tensors of 4 MiB and more do by default): the fused pass then holds at most four
+  // (L, E) activations at once, the three projections and the step writing after them, whatever
+  // L; the input's buffer goes to split_heads_q. Staging: the input's and the output's.
+  MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 25));
+  Tensor x = random_tensor({1, 33, 16}, 26);
+  const ForwardOptions fused{.need_weights = false, .attention = AttentionPath::fused};
+  const uint64_t activation = 33 * 16 * sizeof(float), weights = (4 * 16 * 16 + 4 * 16) * sizeof(float);
+  auto peak_of = [&](uint64_t reuse_in_flight_bytes) {
+    VulkanBackend gpu(testing::shared_context(), {.reuse_in_flight_bytes = reuse_in_flight_bytes});
+    const auto& context = gpu.context();
+    context.reset_peak();
+    const uint64_t before = context.allocated_bytes();
+    Tensor out = mha.forward(gpu, x, fused).output;
+    EXPECT_TRUE(all_close(out, mha.forward(cpu(), x, fused).output, {1e-5f, 1e-5f}, {"b", "l", "e"}));
+    return context.peak_allocated_bytes() - before;
+  };
+  const uint64_t reusing = peak_of(0), overlapping = peak_of(uint64_t(1) << 40);
+  EXPECT_LE(reusing, 2 * weights + (4 + 2) * activation) << "weights and their staging, 4 activations, 2 staging";
+  EXPECT_GE(overlapping, reusing + 2 * activation) << "small steps overlap, holding more";
+}
+
 TEST_F(Module, APassReusesTheBuffersOfTensorsItHasFinishedWith) {
   // 4 layers of the same shape: each layer's intermediates and weights are free again by the
   // next layer. (Staging buffers are reused only from one submission to the next: not counted.)

@@ -22,8 +22,9 @@ class BufferPool {
   explicit BufferPool(std::shared_ptr<const Context> context) : context_(std::move(context)) {}
 
   // A free buffer of exactly `bytes` for which `busy` is false, or a new one. (VulkanBackend
-  // passes the Recorder's pending(): reusing a buffer that commands since the last barrier still
-  // read would cost a barrier, and serialise steps that could run together.)
+  // passes the Recorder's pending() for tensors under reuse_in_flight_bytes: reusing a buffer
+  // that commands since the last barrier still read would cost a barrier, and serialise small
+  // steps that could run together.)
   std::shared_ptr<Buffer> acquire(vk::DeviceSize bytes, Buffer::Kind kind,
                                   const std::function<bool(const Buffer&)>& busy = {});
   // Frees every free buffer (torch.cuda.empty_cache()).
