@@ -176,8 +176,10 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
                                         const Storage* attn_mask, int attn_mask_rank, const Storage* key_padding_mask,
                                         bool causal, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S,
                                         int64_t d, float scale) {
-  // A subgroup per query row (flash_attention.comp); the head dim and the subgroup size shape
-  // each lane's share of q and of the output: one pipeline per d.
+  // A subgroup per ROWS query rows (flash_attention.comp); the head dim and the subgroup size
+  // shape each lane's share of the output: one pipeline per d. Eight rows give eight
+  // multiply-adds per load on a CPU device while keeping a GPU's registers (8·d/lanes
+  // accumulators a lane) few.
   const auto& device = context_->device_report();
   if (!device.subgroup_shuffle || !device.subgroup_arithmetic) {
     throw DeviceError(step + ": flash_attention needs subgroup shuffles and arithmetic in compute shaders, which '" +
@@ -185,14 +187,16 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   }
   const uint32_t lanes = device.subgroup_size;
   const uint32_t workgroup = std::min(8 * lanes, device.max_workgroup_invocations);
-  const auto& kern = kernel("flash_attention", 6, sizeof(vulkan::FlashAttentionParams), {u32(d), lanes}, workgroup);
+  const uint32_t rows = std::min(lanes, 8u);
+  const auto& kern =
+      kernel("flash_attention", 6, sizeof(vulkan::FlashAttentionParams), {u32(d), lanes, rows}, workgroup);
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
                                       key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
   dispatch(step, kern,
            {buffer_of(q), attn_mask ? buffer_of(*attn_mask) : recorder_.placeholder(),
             key_padding_mask ? buffer_of(*key_padding_mask) : recorder_.placeholder(), buffer_of(k), buffer_of(v),
             buffer_of(out)},
-           params, ceil_div(uint64_t(B) * H * L, workgroup / lanes), true);
+           params, ceil_div(uint64_t(B) * H * ceil_div(uint64_t(L), rows), workgroup / lanes), true);
 }
 
 void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) {

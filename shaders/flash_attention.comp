@@ -10,23 +10,31 @@
 //   Q   (B, H, L, d)      K, V (B, H, S, d)      masks as attention_mask's (mask.glsl)
 //   out (B, H, L, d)      scale = 1/√d
 //
-// Tiling: a subgroup owns one query row and walks the keys LANES at a time (LANES = the subgroup
-// size). Lane t scores key j0 + t (a whole dot product, q's entries shuffled from the lanes that
-// hold them), the block's max and sum come from subgroup arithmetic, and each lane accumulates
-// its own d/LANES dims of the output (dims t, t + LANES, …) from every key of the block, the
-// block's weights shuffled lane to lane. Per lane that is d/LANES floats of q and of acc, not d:
-// registers stay few whatever the head dim. Causal rows stop at their diagonal.
+// Tiling: a subgroup owns ROWS query rows (lane r holds row r's q) and walks the keys LANES at a
+// time (LANES = the subgroup size), as gemm.glsl's broadcast variant walks a product: lane t
+// loads key j0 + t four dims at a time and scores it against every row, each row's four dims
+// shuffled from the lane that holds them — ROWS·4 multiply-adds per load, where a load is what
+// costs on a CPU device. Each row's block max and sum come from subgroup arithmetic. For P·V
+// lane t owns output dims t·PER_LANE …, loads them from each key's row of V (as vec4s when they
+// are whole vec4s), and adds them in for every row, the rows' weights shuffled from the lane
+// that scored the key. Causal groups stop at their last row's diagonal.
 #include "common.glsl"
 #include "mask.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
 layout(constant_id = 2) const uint LANES = 8;      // the subgroup size
-const uint PER_LANE = (HEAD_DIM + LANES - 1u) / LANES;
+layout(constant_id = 3) const uint ROWS = 8;       // query rows per subgroup, at most LANES
+const uint CHUNKS = (HEAD_DIM + 3u) / 4u;                // q and k rows as vec4s
+const uint PER_LANE = (HEAD_DIM + LANES - 1u) / LANES;  // output dims per lane
+const bool VEC4 = HEAD_DIM % 4u == 0u;                   // every row starts on a vec4
+const bool VEC4_V = VEC4 && PER_LANE % 4u == 0u;         // and so does every lane's share of it
 
 layout(std430, binding = 0) readonly buffer Query { float q[]; };
+layout(std430, binding = 0) readonly buffer Query4 { vec4 q4[]; };
 layout(std430, binding = 3) readonly buffer Key { float k[]; };
 layout(std430, binding = 3) readonly buffer Key4 { vec4 k4[]; };
 layout(std430, binding = 4) readonly buffer Value { float v[]; };
+layout(std430, binding = 4) readonly buffer Value4 { vec4 v4[]; };
 layout(std430, binding = 5) writeonly buffer Output { float out_rows[]; };
 
 layout(push_constant) uniform Params {
@@ -40,66 +48,97 @@ layout(push_constant) uniform Params {
   uint causal;                // 0 or 1
 } p;
 
-float q_own[PER_LANE];  // q[row, lane + LANES·t]
-
-// q[row, c]: held by lane c % LANES
-float q_at(uint c) { return subgroupShuffle(q_own[c / LANES], c % LANES); }
-
-// Q[row] · K[key]
-float score(uint key_row) {
-  float sum = 0.0;
-  if (HEAD_DIM % 4u == 0u) {  // every K row starts on a vec4
-    for (uint c = 0u; c < HEAD_DIM; c += 4u) {
-      sum += dot(vec4(q_at(c), q_at(c + 1u), q_at(c + 2u), q_at(c + 3u)), k4[(key_row * HEAD_DIM + c) / 4u]);
-    }
-  } else {
-    for (uint c = 0u; c < HEAD_DIM; ++c) sum += q_at(c) * k[key_row * HEAD_DIM + c];
+// Q[row, 4c … 4c+3], zeros past d
+vec4 q_chunk(uint row, uint c) {
+  if (VEC4) return q4[row * CHUNKS + c];
+  vec4 x = vec4(0.0);
+  for (uint t = 0u; t < 4u; ++t) {
+    if (4u * c + t < HEAD_DIM) x[t] = q[row * HEAD_DIM + 4u * c + t];
   }
-  return sum;
+  return x;
+}
+
+// K[row, 4c … 4c+3], zeros past d
+vec4 k_chunk(uint row, uint c) {
+  if (VEC4) return k4[row * CHUNKS + c];
+  vec4 x = vec4(0.0);
+  for (uint t = 0u; t < 4u; ++t) {
+    if (4u * c + t < HEAD_DIM) x[t] = k[row * HEAD_DIM + 4u * c + t];
+  }
+  return x;
 }
 
 void main() {
-  uint row = flat_workgroup_id() * gl_NumSubgroups + gl_SubgroupID;  // (b·H + h)·L + i
-  if (row >= p.batch * p.heads * p.rows) return;  // uniform per subgroup
+  uint row_groups = (p.rows + ROWS - 1u) / ROWS;
+  uint unit = flat_workgroup_id() * gl_NumSubgroups + gl_SubgroupID;  // bh · row_groups + row group
+  if (unit >= p.batch * p.heads * row_groups) return;                 // uniform per subgroup
   uint lane = gl_SubgroupInvocationID;
-  uint i = row % p.rows;
-  uint bh = row / p.rows;
+  uint bh = unit / row_groups;
   uint b = bh / p.heads;
+  uint i0 = unit % row_groups * ROWS;
+  uint i_last = min(i0 + ROWS, p.rows) - 1u;
+  uint first_dim = lane * PER_LANE;  // this lane's output dims: first_dim … + PER_LANE - 1
 
-  float acc[PER_LANE];
-  for (uint t = 0u; t < PER_LANE; ++t) {
-    uint c = lane + LANES * t;
-    q_own[t] = c < HEAD_DIM ? q[row * HEAD_DIM + c] : 0.0;
-    acc[t] = 0.0;
+  vec4 q_own[CHUNKS];  // row i0 + lane's q (lanes past ROWS, or past L, repeat a real row)
+  uint own_row = bh * p.rows + min(i0 + min(lane, ROWS - 1u), p.rows - 1u);
+  for (uint c = 0u; c < CHUNKS; ++c) q_own[c] = q_chunk(own_row, c);
+  float m[ROWS], l[ROWS], acc[ROWS][PER_LANE];
+  for (uint r = 0u; r < ROWS; ++r) {
+    m[r] = -1e30;
+    l[r] = 0.0;
+    for (uint t = 0u; t < PER_LANE; ++t) acc[r][t] = 0.0;
   }
-  float m = -1e30, l = 0.0;
-  uint key_end = p.causal != 0u ? min(p.cols, i + 1u) : p.cols;  // causal: keys past i are blocked
+
+  uint key_end = p.causal != 0u ? min(p.cols, i_last + 1u) : p.cols;  // causal: no row sees past i_last
   for (uint j0 = 0u; j0 < key_end; j0 += LANES) {
+    // scores: lane t scores key j0 + t against every row (lanes past the end score a real key, then drop it)
     uint j = j0 + lane;
-    uint key_row = bh * p.cols + min(j, p.cols - 1u);  // lanes past the end score a real key, then drop it
-    float s = masked_score(score(key_row) * p.scale, p.attn_mask_rank, p.has_key_padding_mask != 0u,
-                           p.causal != 0u, row * p.cols + min(j, p.cols - 1u), b, i, j, p.cols);
-    if (j >= key_end) s = NEG_INF;
-    float block_max = subgroupMax(s);
-    if (block_max == NEG_INF) continue;  // uniform: every key of the block is blocked
-    float m_new = max(m, block_max);
-    float rescale = exp(m - m_new);
-    float weight = s == NEG_INF ? 0.0 : exp(s - m_new);
-    l = l * rescale + subgroupAdd(weight);
-    for (uint t = 0u; t < PER_LANE; ++t) acc[t] *= rescale;
+    uint key = min(j, p.cols - 1u);
+    float s[ROWS];
+    for (uint r = 0u; r < ROWS; ++r) s[r] = 0.0;
+    for (uint c = 0u; c < CHUNKS; ++c) {
+      vec4 kc = k_chunk(bh * p.cols + key, c);
+      for (uint r = 0u; r < ROWS; ++r) s[r] += dot(subgroupShuffle(q_own[c], r), kc);
+    }
+    // online softmax, row by row: s[r] becomes key j's weight exp(s - m_new) in row r
+    for (uint r = 0u; r < ROWS; ++r) {
+      uint i = min(i0 + r, p.rows - 1u);
+      float sr = masked_score(s[r] * p.scale, p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u,
+                              (bh * p.rows + i) * p.cols + key, b, i, key, p.cols);
+      if (j >= key_end) sr = NEG_INF;
+      float m_new = max(m[r], subgroupMax(sr));  // unchanged when every key of the block is blocked
+      float rescale = exp(m[r] - m_new);
+      s[r] = sr == NEG_INF ? 0.0 : exp(sr - m_new);
+      l[r] = l[r] * rescale + subgroupAdd(s[r]);
+      for (uint t = 0u; t < PER_LANE; ++t) acc[r][t] *= rescale;
+      m[r] = m_new;
+    }
+    // P·V: key j0 + u's row of V, this lane's dims, into every row
     for (uint u = 0u; u < LANES; ++u) {
-      float w = subgroupShuffle(weight, u);  // key j0 + u's weight
-      if (w == 0.0) continue;                // uniform: blocked (or past the end) adds nothing
+      if (j0 + u >= key_end) break;  // uniform
+      float w[ROWS];
+      for (uint r = 0u; r < ROWS; ++r) w[r] = subgroupShuffle(s[r], u);
       uint v_row = (bh * p.cols + j0 + u) * HEAD_DIM;
-      for (uint t = 0u; t < PER_LANE; ++t) {
-        uint c = lane + LANES * t;
-        if (c < HEAD_DIM) acc[t] += w * v[v_row + c];
+      float vs[PER_LANE];
+      if (VEC4_V) {
+        for (uint t = 0u; t < PER_LANE; t += 4u) {
+          vec4 x = first_dim + t < HEAD_DIM ? v4[(v_row + first_dim + t) / 4u] : vec4(0.0);
+          vs[t] = x.x, vs[t + 1u] = x.y, vs[t + 2u] = x.z, vs[t + 3u] = x.w;
+        }
+      } else {
+        for (uint t = 0u; t < PER_LANE; ++t) vs[t] = first_dim + t < HEAD_DIM ? v[v_row + first_dim + t] : 0.0;
+      }
+      for (uint r = 0u; r < ROWS; ++r) {
+        for (uint t = 0u; t < PER_LANE; ++t) acc[r][t] += w[r] * vs[t];
       }
     }
-    m = m_new;
   }
-  for (uint t = 0u; t < PER_LANE; ++t) {
-    uint c = lane + LANES * t;
-    if (c < HEAD_DIM) out_rows[row * HEAD_DIM + c] = l > 0.0 ? acc[t] / l : 0.0;
+  for (uint r = 0u; r < ROWS; ++r) {
+    uint i = i0 + r;
+    if (i >= p.rows) break;
+    for (uint t = 0u; t < PER_LANE; ++t) {
+      uint c = first_dim + t;
+      if (c < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + c] = l[r] > 0.0 ? acc[r][t] / l[r] : 0.0;
+    }
   }
 }
