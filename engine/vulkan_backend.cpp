@@ -93,13 +93,15 @@ std::vector<float> VulkanBackend::load(const Storage& storage, int64_t count) {
 }
 
 const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
-                                            std::vector<uint32_t> specialization, uint32_t workgroup_size) {
+                                            std::vector<uint32_t> specialization, uint32_t workgroup_size,
+                                            uint32_t texel_bindings) {
   if (workgroup_size == 0) workgroup_size = options_.workgroup_size;
   std::string key = name + "@" + std::to_string(workgroup_size);
   for (uint32_t v : specialization) key += ":" + std::to_string(v);
   auto& slot = kernels_[key];
   if (!slot) {
-    slot = std::make_unique<vulkan::Kernel>(*context_, name, bindings, push_bytes, workgroup_size, specialization);
+    slot = std::make_unique<vulkan::Kernel>(*context_, name, bindings, push_bytes, workgroup_size, specialization,
+                                            texel_bindings);
   }
   return *slot;
 }
@@ -129,11 +131,16 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
                              float scale, bool b_k_by_n) {
   // vec4 loads need every row of A and B to start on a multiple of 4 floats
   const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0);
-  const auto& k = kernel(name, 4, sizeof(vulkan::GemmParams), gemm_.specialization(vec4, bias != nullptr),
-                         gemm_.workgroup_size);
+  // texel inputs: whole texels (vec4), each input within the device's texel count
+  const uint64_t max_texels = context_->device_report().max_texel_buffer_elements;
+  const bool texels = gemm_.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
+                      uint64_t(batch) * N * K / 4 <= max_texels;
+  const vulkan::GemmPlan plan = gemm_.fitted(uint64_t(N));
+  const auto& k = kernel(texels ? name + "_texel" : name, 4, sizeof(vulkan::GemmParams),
+                         plan.specialization(vec4, bias != nullptr), plan.workgroup_size, texels ? 0b11u : 0u);
   vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale};
   dispatch(step, k, {buffer_of(a), buffer_of(b), bias ? buffer_of(*bias) : recorder_.placeholder(), buffer_of(c)},
-           params, gemm_.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true);
+           params, plan.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true);
 }
 
 void VulkanBackend::run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,

@@ -105,7 +105,8 @@ class VulkanBackend final : public Backend {
   // The pipeline for shaders/<name>.comp with these extra specialization constants, made once;
   // `workgroup_size` 0 means options_.workgroup_size.
   const vulkan::Kernel& kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
-                               std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0);
+                               std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
+                               uint32_t texel_bindings = 0);
   // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
   // B is stored (batch, K, N) when `b_k_by_n`, else (batch, N, K).
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,

@@ -18,7 +18,11 @@
 // is a multiple of 4, so every row starts on a vec4. Rows and columns past the edge are clamped
 // on load and skipped on store; a k past K reads 0.
 //
-// Bindings: 0 = A, 1 = B, 2 = bias (read only when HAS_BIAS), 3 = C.
+// Bindings: 0 = A, 1 = B, 2 = bias (read only when HAS_BIAS), 3 = C. A and B are storage
+// buffers, or, where the including shader is built with TEXEL_INPUTS (the <step>_texel
+// variants, shaders/CMakeLists.txt), RGBA32F uniform texel buffers read by texelFetch: on
+// lavapipe a texel fetch whose address differs per lane costs less than a storage load. The host
+// uses those only with VEC4, the buffers then holding whole texels.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #include "common.glsl"
@@ -30,10 +34,23 @@ layout(constant_id = 4) const uint TILE_M = 8;       // VARIANT 0: rows per subg
 layout(constant_id = 5) const uint TILE_N = 8;       // VARIANT 0: columns per lane, a multiple of 4
 layout(constant_id = 6) const uint SIDE = 16;        // VARIANT 1: the workgroup is SIDE × SIDE
 
+#ifdef TEXEL_INPUTS
+layout(binding = 0) uniform samplerBuffer a_texels;
+layout(binding = 1) uniform samplerBuffer b_texels;
+vec4 a4_at(uint at) { return texelFetch(a_texels, int(at)); }
+vec4 b4_at(uint at) { return texelFetch(b_texels, int(at)); }
+float a_at(uint at) { return texelFetch(a_texels, int(at / 4u))[at % 4u]; }
+float b_at(uint at) { return texelFetch(b_texels, int(at / 4u))[at % 4u]; }
+#else
 layout(std430, binding = 0) readonly buffer InputA { float a[]; };
 layout(std430, binding = 0) readonly buffer InputA4 { vec4 a4[]; };
 layout(std430, binding = 1) readonly buffer InputB { float b[]; };
 layout(std430, binding = 1) readonly buffer InputB4 { vec4 b4[]; };
+vec4 a4_at(uint at) { return a4[at]; }  // A's vec4 number `at`
+vec4 b4_at(uint at) { return b4[at]; }
+float a_at(uint at) { return a[at]; }  // A's float number `at`
+float b_at(uint at) { return b[at]; }
+#endif
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Output { float c[]; };
 
@@ -48,10 +65,10 @@ layout(push_constant) uniform Params {
 // A[n, i, k..k+3] (zeros past K)
 vec4 load_a(uint n, uint i, uint k) {
   uint at = (n * p.rows + i) * p.inner + k;
-  if (VEC4) return a4[at / 4u];
+  if (VEC4) return a4_at(at / 4u);
   vec4 v = vec4(0.0);
   for (uint t = 0u; t < 4u; ++t) {
-    if (k + t < p.inner) v[t] = a[at + t];
+    if (k + t < p.inner) v[t] = a_at(at + t);
   }
   return v;
 }
@@ -60,10 +77,10 @@ vec4 load_a(uint n, uint i, uint k) {
 // B stored (K, N): B[n, k, j..j+3] (zeros past K or N)
 vec4 load_b_row(uint n, uint k, uint j) {
   uint at = (n * p.inner + k) * p.cols + j;
-  if (VEC4) return k < p.inner ? b4[at / 4u] : vec4(0.0);
+  if (VEC4) return k < p.inner ? b4_at(at / 4u) : vec4(0.0);
   vec4 v = vec4(0.0);
   for (uint t = 0u; t < 4u; ++t) {
-    if (k < p.inner && j + t < p.cols) v[t] = b[at + t];
+    if (k < p.inner && j + t < p.cols) v[t] = b_at(at + t);
   }
   return v;
 }
@@ -71,10 +88,10 @@ vec4 load_b_row(uint n, uint k, uint j) {
 // B stored (N, K): B[n, j, k..k+3] (zeros past K)
 vec4 load_b_col(uint n, uint j, uint k) {
   uint at = (n * p.cols + j) * p.inner + k;
-  if (VEC4) return b4[at / 4u];
+  if (VEC4) return b4_at(at / 4u);
   vec4 v = vec4(0.0);
   for (uint t = 0u; t < 4u; ++t) {
-    if (k + t < p.inner) v[t] = b[at + t];
+    if (k + t < p.inner) v[t] = b_at(at + t);
   }
   return v;
 }
@@ -166,12 +183,12 @@ void gemm_shared() {
     for (uint e = lane; e < DEPTH * BLOCK; e += SIDE * SIDE) {
       uint kk = e % DEPTH, ii = e / DEPTH;  // consecutive lanes walk k: A's and (N, K) B's rows
       uint k = k0 + kk;
-      tile_a[kk][ii] = (k < p.inner && i0 + ii < p.rows) ? a[(n * p.rows + i0 + ii) * p.inner + k] : 0.0;
+      tile_a[kk][ii] = (k < p.inner && i0 + ii < p.rows) ? a_at((n * p.rows + i0 + ii) * p.inner + k) : 0.0;
 #ifdef B_IS_K_BY_N
       uint jj = e % BLOCK, kb = e / BLOCK;  // consecutive lanes walk j: (K, N) B's rows
-      tile_b[kb][jj] = (k0 + kb < p.inner && j0 + jj < p.cols) ? b[(n * p.inner + k0 + kb) * p.cols + j0 + jj] : 0.0;
+      tile_b[kb][jj] = (k0 + kb < p.inner && j0 + jj < p.cols) ? b_at((n * p.inner + k0 + kb) * p.cols + j0 + jj) : 0.0;
 #else
-      tile_b[kk][ii] = (k < p.inner && j0 + ii < p.cols) ? b[(n * p.cols + j0 + ii) * p.inner + k] : 0.0;
+      tile_b[kk][ii] = (k < p.inner && j0 + ii < p.cols) ? b_at((n * p.cols + j0 + ii) * p.inner + k) : 0.0;
 #endif
     }
     barrier();

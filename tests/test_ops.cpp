@@ -361,10 +361,12 @@ INSTANTIATE_TEST_SUITE_P(Sizes, Workgroup, Values(1u, 48u, 64u, 256u));
 
 // ---- GEMM tilings: linear, attention_scores and attention_values under every plan ---------------------
 // Whatever the device would pick, each tiling of gemm.glsl must give the reference's numbers:
-// K a multiple of 4 (vec4 loads) and not, M and N inside one tile, on its edge and past it.
-class GemmTiling : public ::testing::TestWithParam<std::tuple<vulkan::GemmVariant, uint32_t>> {};
+// K a multiple of 4 (vec4 loads, and texel inputs where asked) and not, M and N inside one tile,
+// on its edge and past it.
+class GemmTiling : public ::testing::TestWithParam<std::tuple<std::tuple<vulkan::GemmVariant, uint32_t>, bool>> {};
 TEST_P(GemmTiling, MatchesReference) {
-  auto [variant, size] = GetParam();
+  auto [tiling, texel_inputs] = GetParam();
+  auto [variant, size] = tiling;
   const auto& device = testing::shared_context()->device_report();
   if (variant == vulkan::GemmVariant::broadcast && (device.subgroup_size > 16 || !device.subgroup_shuffle)) {
     // a GPU's 32- or 64-lane subgroups: the broadcast tiling is for CPU devices and is refused
@@ -372,6 +374,11 @@ TEST_P(GemmTiling, MatchesReference) {
     return;
   }
   vulkan::GemmPlan plan = vulkan::plan_gemm(device, variant);
+  plan.texel_inputs = texel_inputs;
+  if (texel_inputs && !device.texel_rgba32f) {
+    EXPECT_THROW(VulkanBackend(testing::shared_context(), {.gemm = plan}), DeviceError);
+    return;
+  }
   if (variant == vulkan::GemmVariant::broadcast) plan.tile_n = size;
   if (variant == vulkan::GemmVariant::shared) {
     plan.side = size;
@@ -394,12 +401,14 @@ TEST_P(GemmTiling, MatchesReference) {
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 INSTANTIATE_TEST_SUITE_P(Plans, GemmTiling,
-                         Values(std::tuple{vulkan::GemmVariant::broadcast, 4u}, std::tuple{vulkan::GemmVariant::broadcast, 8u},
-                                std::tuple{vulkan::GemmVariant::broadcast, 16u}, std::tuple{vulkan::GemmVariant::shared, 8u},
-                                std::tuple{vulkan::GemmVariant::shared, 16u}),
-                         [](const auto& p) {
-                           return std::string(std::get<0>(p.param) == vulkan::GemmVariant::broadcast ? "broadcast_tile_n" : "shared_side") +
-                                  std::to_string(std::get<1>(p.param));
+                         Combine(Values(std::tuple{vulkan::GemmVariant::broadcast, 4u}, std::tuple{vulkan::GemmVariant::broadcast, 8u},
+                                        std::tuple{vulkan::GemmVariant::broadcast, 16u}, std::tuple{vulkan::GemmVariant::shared, 8u},
+                                        std::tuple{vulkan::GemmVariant::shared, 16u}),
+                                 Bool()),
+                         [](const auto& case_info) {
+                           const auto& tiling = std::get<0>(case_info.param);
+                           return std::string(std::get<0>(tiling) == vulkan::GemmVariant::broadcast ? "broadcast_tile_n" : "shared_side") +
+                                  std::to_string(std::get<1>(tiling)) + (std::get<1>(case_info.param) ? "_texel" : "_storage");
                          });
 
 TEST(GemmPlan, ABadPlanIsRefusedWithWhatTheDeviceLacks) {

@@ -36,8 +36,8 @@ int run_devices() {
               << "     storage buffer range " << r.max_storage_buffer_range << " B, push constants "
               << r.max_push_constants_bytes << " B, device-local heap " << (r.device_local_bytes >> 20) << " MiB\n"
               << "     subgroup size " << r.subgroup_size << (r.subgroup_arithmetic ? " (arithmetic in compute)" : "")
-              << ", 16-bit storage " << (r.storage_buffer_16bit ? "yes" : "no") << ", timestamps "
-              << (r.timestamps ? "yes" : "no") << "\n";
+              << ", 16-bit storage " << (r.storage_buffer_16bit ? "yes" : "no") << ", RGBA32F texel buffers "
+              << (r.texel_rgba32f ? "yes" : "no") << ", timestamps " << (r.timestamps ? "yes" : "no") << "\n";
   }
   if (chosen) std::cout << "* = the device vkattn uses (set VKATTN_DEVICE to an index or a name to choose)\n";
   return chosen ? 0 : 1;

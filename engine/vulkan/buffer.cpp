@@ -8,6 +8,7 @@ Buffer::Buffer(std::shared_ptr<const Context> context, vk::DeviceSize bytes, Kin
   using M = vk::MemoryPropertyFlagBits;
   vk::BufferUsageFlags usage = U::eTransferSrc | U::eTransferDst;
   if (kind == Kind::device) usage |= U::eStorageBuffer;
+  if (kind == Kind::device && context_->device_report().texel_rgba32f) usage |= U::eUniformTexelBuffer;
   const vk::raii::Device& device = context_->device();
   buffer_ = vk::raii::Buffer(device, vk::BufferCreateInfo({}, bytes, usage, vk::SharingMode::eExclusive));
 
@@ -19,6 +20,14 @@ Buffer::Buffer(std::shared_ptr<const Context> context, vk::DeviceSize bytes, Kin
   buffer_.bindMemory(*memory_, 0);
   if (kind == Kind::staging) mapped_ = memory_.mapMemory(0, bytes);
   context_->on_allocate(bytes_, kind == Kind::staging);
+}
+
+vk::BufferView Buffer::texel_view() const {
+  if (!*texel_view_) {
+    texel_view_ = vk::raii::BufferView(
+        context_->device(), vk::BufferViewCreateInfo({}, *buffer_, vk::Format::eR32G32B32A32Sfloat, 0, bytes_ / 16 * 16));
+  }
+  return *texel_view_;
 }
 
 Buffer::~Buffer() {

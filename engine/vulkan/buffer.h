@@ -24,6 +24,9 @@ class Buffer {
   Kind kind() const { return kind_; }
   // Host address of a staging buffer's memory (coherent); null for device buffers.
   void* mapped() const { return mapped_; }
+  // The buffer as RGBA32F texels, bytes / 16 of them (a device buffer on a device with
+  // texel_rgba32f), made on first use and kept with the buffer, which a pool reuses.
+  vk::BufferView texel_view() const;
 
  private:
   std::shared_ptr<const Context> context_;  // the device outlives every buffer made on it
@@ -32,6 +35,7 @@ class Buffer {
   vk::raii::Buffer buffer_ = nullptr;
   vk::raii::DeviceMemory memory_ = nullptr;
   void* mapped_ = nullptr;
+  mutable vk::raii::BufferView texel_view_ = nullptr;
 };
 
 }  // namespace vkattn::vulkan

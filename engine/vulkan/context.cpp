@@ -112,6 +112,9 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   r.subgroup_shuffle = in_compute && (subgroup.supportedOperations & vk::SubgroupFeatureFlagBits::eShuffle);
   auto features = device.getFeatures2<vk::PhysicalDeviceFeatures2, vk::PhysicalDevice16BitStorageFeatures>();
   r.storage_buffer_16bit = features.get<vk::PhysicalDevice16BitStorageFeatures>().storageBuffer16BitAccess;
+  r.texel_rgba32f = bool(device.getFormatProperties(vk::Format::eR32G32B32A32Sfloat).bufferFeatures &
+                         vk::FormatFeatureFlagBits::eUniformTexelBuffer);
+  r.max_texel_buffer_elements = limits.maxTexelBufferElements;
 
   if (r.max_workgroup_invocations < 64 || r.max_workgroup_size_x < 64) {
     r.rejection = "allows " + std::to_string(r.max_workgroup_invocations) + " invocations per workgroup; vkattn needs 64";

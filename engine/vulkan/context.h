@@ -42,6 +42,10 @@ struct DeviceReport {
   bool subgroup_arithmetic = false;  // in compute shaders
   bool subgroup_shuffle = false;     // in compute shaders
   bool storage_buffer_16bit = false;
+  // RGBA32F uniform texel buffers (texelFetch), up to this many texels in one: the GEMM's inputs
+  // on CPU devices, where a texel fetch costs less than a storage-buffer load
+  bool texel_rgba32f = false;
+  uint32_t max_texel_buffer_elements = 0;
   bool timestamps = false;  // on the compute queue
   float timestamp_period_ns = 0.0f;
 };

@@ -7,6 +7,7 @@
 //               multiply-adds per load, and shared memory only adds copies.
 //   shared    — for GPUs: a workgroup of side² invocations owns a (4·side)² block of the output,
 //               staged through shared memory 16 k at a time, each invocation a 4 × 4 register tile.
+// Either reads its inputs from storage buffers or, on CPU devices, from texel buffers.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,9 +22,16 @@ struct GemmPlan {
   GemmVariant variant = GemmVariant::shared;
   uint32_t workgroup_size = 256;
   uint32_t tile_m = 8;   // broadcast: rows per subgroup (= the subgroup size)
-  uint32_t tile_n = 8;   // broadcast: columns per lane
+  uint32_t tile_n = 16;  // broadcast: columns per lane
   uint32_t side = 16;    // shared: invocations per side of the workgroup's square
+  // A and B read as RGBA32F uniform texel buffers (the <step>_texel shaders) where rows are
+  // whole vec4s and both fit in maxTexelBufferElements: what lavapipe loads fastest
+  bool texel_inputs = false;
 
+  // This plan for an output of `cols` columns: broadcast halves tile_n (while it stays a
+  // multiple of 4) where a subgroup's columns would be more than twice `cols`, so that a narrow
+  // product (P·V's d columns) does not leave lanes idle.
+  GemmPlan fitted(uint64_t cols) const;
   // Workgroups for a (batch, M, N) output.
   uint64_t groups(uint64_t batch, uint64_t rows, uint64_t cols) const;
   // The specialization constants 1… of gemm.glsl (constant 0, the workgroup size, is separate).
@@ -32,7 +40,7 @@ struct GemmPlan {
 };
 
 // `requested` automatic picks broadcast on CPU devices with subgroup shuffles of 4…16 lanes, and
-// shared elsewhere. Throws DeviceError when the device cannot run the requested variant.
+// shared elsewhere; texel inputs on CPU devices that have RGBA32F texel buffers. Throws DeviceError when the device cannot run the requested variant.
 GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested = GemmVariant::automatic);
 // Throws DeviceError naming what `plan` asks of `device` that it lacks (a hand-made plan).
 void check_gemm_plan(const GemmPlan& plan, const DeviceReport& device);

@@ -7,12 +7,17 @@
 namespace vkattn::vulkan {
 
 Kernel::Kernel(const Context& context, std::string name, uint32_t bindings, uint32_t push_constant_bytes,
-               uint32_t workgroup_size, std::span<const uint32_t> specialization)
-    : name_(std::move(name)), bindings_(bindings), push_constant_bytes_(push_constant_bytes), workgroup_size_(workgroup_size) {
+               uint32_t workgroup_size, std::span<const uint32_t> specialization, uint32_t texel_bindings)
+    : name_(std::move(name)),
+      bindings_(bindings),
+      texel_bindings_(texel_bindings),
+      push_constant_bytes_(push_constant_bytes),
+      workgroup_size_(workgroup_size) {
   const vk::raii::Device& device = context.device();
   std::vector<vk::DescriptorSetLayoutBinding> layout_bindings;
   for (uint32_t i = 0; i < bindings; ++i) {
-    layout_bindings.emplace_back(i, vk::DescriptorType::eStorageBuffer, 1, vk::ShaderStageFlagBits::eCompute);
+    layout_bindings.emplace_back(i, texel_binding(i) ? vk::DescriptorType::eUniformTexelBuffer : vk::DescriptorType::eStorageBuffer,
+                                 1, vk::ShaderStageFlagBits::eCompute);
   }
   set_layout_ = vk::raii::DescriptorSetLayout(device, vk::DescriptorSetLayoutCreateInfo({}, layout_bindings));
   vk::PushConstantRange push_range(vk::ShaderStageFlagBits::eCompute, 0, push_constant_bytes);

@@ -1,6 +1,6 @@
 #pragma once
 // Kernel: a compute pipeline for one shaders/<name>.comp, with its descriptor-set layout (one
-// storage buffer per binding) and push-constant range. Sizes that shape the code are
+// storage buffer per binding, or a uniform texel buffer where asked) and push-constant range. Sizes that shape the code are
 // specialization constants: constant 0 is the workgroup size, constants 1… are the shader's own.
 #include <cstdint>
 #include <span>
@@ -14,11 +14,13 @@ namespace vkattn::vulkan {
 
 class Kernel {
  public:
+  // Bit i of `texel_bindings` makes binding i an RGBA32F uniform texel buffer, not a storage buffer.
   Kernel(const Context& context, std::string name, uint32_t bindings, uint32_t push_constant_bytes,
-         uint32_t workgroup_size, std::span<const uint32_t> specialization = {});
+         uint32_t workgroup_size, std::span<const uint32_t> specialization = {}, uint32_t texel_bindings = 0);
 
   const std::string& name() const { return name_; }
   uint32_t bindings() const { return bindings_; }
+  bool texel_binding(uint32_t i) const { return (texel_bindings_ >> i) & 1u; }
   uint32_t push_constant_bytes() const { return push_constant_bytes_; }
   uint32_t workgroup_size() const { return workgroup_size_; }
   const vk::raii::DescriptorSetLayout& set_layout() const { return set_layout_; }
@@ -28,6 +30,7 @@ class Kernel {
  private:
   std::string name_;
   uint32_t bindings_;
+  uint32_t texel_bindings_;
   uint32_t push_constant_bytes_;
   uint32_t workgroup_size_;
   vk::raii::DescriptorSetLayout set_layout_ = nullptr;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <cstring>
 
 #include <glm/common.hpp>
@@ -13,6 +14,7 @@ namespace {
 
 constexpr uint32_t kSetsPerPool = 256;
 constexpr uint32_t kMaxBindings = 6;  // flash_attention: q, attn_mask, key_padding_mask, k, v, out
+constexpr uint32_t kMaxTexelBindings = 2;  // the GEMM's A and B
 // Two per timed dispatch: a forward pass has fewer than 20 steps.
 constexpr uint32_t kTimestampQueries = 512;
 
@@ -91,8 +93,9 @@ vk::DescriptorSet Recorder::allocate_set(const Kernel& kernel) {
     sets_in_current_pool_ = 0;
   }
   if (current_pool_ == descriptor_pools_.size()) {
-    vk::DescriptorPoolSize size(vk::DescriptorType::eStorageBuffer, kSetsPerPool * kMaxBindings);
-    descriptor_pools_.emplace_back(context_->device(), vk::DescriptorPoolCreateInfo({}, kSetsPerPool, size));
+    std::array sizes{vk::DescriptorPoolSize(vk::DescriptorType::eStorageBuffer, kSetsPerPool * kMaxBindings),
+                     vk::DescriptorPoolSize(vk::DescriptorType::eUniformTexelBuffer, kSetsPerPool * kMaxTexelBindings)};
+    descriptor_pools_.emplace_back(context_->device(), vk::DescriptorPoolCreateInfo({}, kSetsPerPool, sizes));
   }
   vk::DescriptorSetLayout layout = *kernel.set_layout();
   vk::DescriptorSetAllocateInfo info(*descriptor_pools_[current_pool_], layout);
@@ -124,10 +127,16 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
 
   vk::DescriptorSet set = allocate_set(kernel);
   std::vector<vk::DescriptorBufferInfo> infos;
+  std::vector<vk::BufferView> views;
   for (const auto& buffer : buffers) infos.emplace_back(buffer->handle(), 0, VK_WHOLE_SIZE);
+  for (uint32_t i = 0; i < buffers.size(); ++i) views.push_back(kernel.texel_binding(i) ? buffers[i]->texel_view() : nullptr);
   std::vector<vk::WriteDescriptorSet> writes;
   for (uint32_t i = 0; i < infos.size(); ++i) {
-    writes.emplace_back(set, i, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &infos[i]);
+    if (kernel.texel_binding(i)) {
+      writes.emplace_back(set, i, 0, 1, vk::DescriptorType::eUniformTexelBuffer, nullptr, nullptr, &views[i]);
+    } else {
+      writes.emplace_back(set, i, 0, 1, vk::DescriptorType::eStorageBuffer, nullptr, &infos[i]);
+    }
   }
   context_->device().updateDescriptorSets(writes, {});
 
