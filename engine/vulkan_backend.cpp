@@ -150,9 +150,10 @@ void VulkanBackend::run_linear(const std::string& step, const Storage& x, const 
 
 void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                                     int64_t H, int64_t d) {
-  const auto& k = kernel("split_heads", 2, sizeof(vulkan::HeadsParams));
+  const uint32_t width = d % 4 == 0 ? 4 : 1;  // floats per invocation (heads.glsl)
+  const auto& k = kernel("split_heads", 2, sizeof(vulkan::HeadsParams), {width});
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d)},
-           uint64_t(B) * T * H * d);
+           uint64_t(B) * T * H * d / width);
 }
 
 void VulkanBackend::run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y,
@@ -219,9 +220,10 @@ void VulkanBackend::run_attention_values(const std::string& step, const Storage&
 
 void VulkanBackend::run_merge_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t H,
                                     int64_t T, int64_t d) {
-  const auto& k = kernel("merge_heads", 2, sizeof(vulkan::HeadsParams));
+  const uint32_t width = d % 4 == 0 ? 4 : 1;  // floats per invocation (heads.glsl)
+  const auto& k = kernel("merge_heads", 2, sizeof(vulkan::HeadsParams), {width});
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d)},
-           uint64_t(B) * H * T * d);
+           uint64_t(B) * H * T * d / width);
 }
 
 void VulkanBackend::run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B, int64_t H,

@@ -3,24 +3,15 @@
 // merge_heads — concatenate the heads back into one feature axis (inverse of split_heads)
 //   x (B, H, T, d)
 //   y (B, T, E)     E = H·d
-#include "common.glsl"
-
-layout(std430, binding = 0) readonly buffer Input { float x[]; };
-layout(std430, binding = 1) writeonly buffer Output { float y[]; };
-
-layout(push_constant) uniform Params {
-  uint batch;   // B
-  uint heads;   // H
-  uint tokens;  // T
-  uint head_dim;  // d
-} p;
+#include "heads.glsl"
 
 void main() {
-  uint index = flat_invocation_id();  // flat index into y
-  if (index >= p.batch * p.heads * p.tokens * p.head_dim) return;
-  uint c = index % p.head_dim;
-  uint h = (index / p.head_dim) % p.heads;
-  uint t = (index / (p.head_dim * p.heads)) % p.tokens;
-  uint b = index / (p.head_dim * p.heads * p.tokens);
-  y[index] = x[((b * p.heads + h) * p.tokens + t) * p.head_dim + c];
+  uint index = flat_invocation_id();  // unit index into y
+  if (index >= unit_count()) return;
+  uint dw = units_per_head();
+  uint c = index % dw;
+  uint h = (index / dw) % p.heads;
+  uint t = (index / (dw * p.heads)) % p.tokens;
+  uint b = index / (dw * p.heads * p.tokens);
+  copy_unit(index, ((b * p.heads + h) * p.tokens + t) * dw + c);
 }
