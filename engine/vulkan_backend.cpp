@@ -196,8 +196,11 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   const uint32_t lanes = device.subgroup_size;
   const uint32_t workgroup = std::min(8 * lanes, device.max_workgroup_invocations);
   const uint32_t rows = std::min(lanes, 8u);
-  const auto& kern =
-      kernel("flash_attention", 6, sizeof(vulkan::FlashAttentionParams), {u32(d), lanes, rows}, workgroup);
+  // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
+  const bool texels = gemm_.texel_inputs && d % 4 == 0 &&
+                      uint64_t(B) * H * S * d / 4 <= context_->device_report().max_texel_buffer_elements;
+  const auto& kern = kernel(texels ? "flash_attention_texel" : "flash_attention", 6,
+                            sizeof(vulkan::FlashAttentionParams), {u32(d), lanes, rows}, workgroup, texels ? 0b11000u : 0u);
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
                                       key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
   dispatch(step, kern,

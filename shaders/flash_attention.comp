@@ -31,10 +31,25 @@ const bool VEC4_V = VEC4 && PER_LANE % 4u == 0u;         // and so does every la
 
 layout(std430, binding = 0) readonly buffer Query { float q[]; };
 layout(std430, binding = 0) readonly buffer Query4 { vec4 q4[]; };
+// K and V: storage buffers, or RGBA32F uniform texel buffers in the flash_attention_texel build
+// (TEXEL_INPUTS, which the host uses where d is a multiple of 4), as gemm.glsl's inputs
+#ifdef TEXEL_INPUTS
+layout(binding = 3) uniform samplerBuffer k_texels;
+layout(binding = 4) uniform samplerBuffer v_texels;
+vec4 k4_at(uint at) { return texelFetch(k_texels, int(at)); }
+vec4 v4_at(uint at) { return texelFetch(v_texels, int(at)); }
+float k_at(uint at) { return texelFetch(k_texels, int(at / 4u))[at % 4u]; }
+float v_at(uint at) { return texelFetch(v_texels, int(at / 4u))[at % 4u]; }
+#else
 layout(std430, binding = 3) readonly buffer Key { float k[]; };
 layout(std430, binding = 3) readonly buffer Key4 { vec4 k4[]; };
 layout(std430, binding = 4) readonly buffer Value { float v[]; };
 layout(std430, binding = 4) readonly buffer Value4 { vec4 v4[]; };
+vec4 k4_at(uint at) { return k4[at]; }  // K's vec4 number `at`
+vec4 v4_at(uint at) { return v4[at]; }
+float k_at(uint at) { return k[at]; }  // K's float number `at`
+float v_at(uint at) { return v[at]; }
+#endif
 layout(std430, binding = 5) writeonly buffer Output { float out_rows[]; };
 
 layout(push_constant) uniform Params {
@@ -60,10 +75,10 @@ vec4 q_chunk(uint row, uint c) {
 
 // K[row, 4c … 4c+3], zeros past d
 vec4 k_chunk(uint row, uint c) {
-  if (VEC4) return k4[row * CHUNKS + c];
+  if (VEC4) return k4_at(row * CHUNKS + c);
   vec4 x = vec4(0.0);
   for (uint t = 0u; t < 4u; ++t) {
-    if (4u * c + t < HEAD_DIM) x[t] = k[row * HEAD_DIM + 4u * c + t];
+    if (4u * c + t < HEAD_DIM) x[t] = k_at(row * HEAD_DIM + 4u * c + t);
   }
   return x;
 }
@@ -122,11 +137,11 @@ void main() {
       float vs[PER_LANE];
       if (VEC4_V) {
         for (uint t = 0u; t < PER_LANE; t += 4u) {
-          vec4 x = first_dim + t < HEAD_DIM ? v4[(v_row + first_dim + t) / 4u] : vec4(0.0);
+          vec4 x = first_dim + t < HEAD_DIM ? v4_at((v_row + first_dim + t) / 4u) : vec4(0.0);
           vs[t] = x.x, vs[t + 1u] = x.y, vs[t + 2u] = x.z, vs[t + 3u] = x.w;
         }
       } else {
-        for (uint t = 0u; t < PER_LANE; ++t) vs[t] = first_dim + t < HEAD_DIM ? v[v_row + first_dim + t] : 0.0;
+        for (uint t = 0u; t < PER_LANE; ++t) vs[t] = first_dim + t < HEAD_DIM ? v_at(v_row + first_dim + t) : 0.0;
       }
       for (uint r = 0u; r < ROWS; ++r) {
         for (uint t = 0u; t < PER_LANE; ++t) acc[r][t] += w[r] * vs[t];

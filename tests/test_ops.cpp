@@ -188,6 +188,17 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
   Tensor unfused = run(cpu(), unfused_step(attn_rank, padding, causal));
   EXPECT_TRUE(all_close(run(cpu(), flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}));
   EXPECT_TRUE(all_close(run(gpu(), flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}));
+  // K and V from storage buffers and, where the device has them, from texel buffers (gemm_plan.h),
+  // whichever the device would choose
+  const auto& device = testing::shared_context()->device_report();
+  for (bool texel_inputs : {false, true}) {
+    if (texel_inputs && !device.texel_rgba32f) continue;
+    vulkan::GemmPlan plan = vulkan::plan_gemm(device);
+    plan.texel_inputs = texel_inputs;
+    VulkanBackend inputs(testing::shared_context(), {.gemm = plan});
+    EXPECT_TRUE(all_close(run(inputs, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
+        << (texel_inputs ? "texel" : "storage") << " inputs";
+  }
   if (padding) {
     auto [B, H, L, S, d] = shape;
     Tensor out = run(gpu(), flash_step(attn_rank, padding, causal));
