@@ -185,8 +185,8 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
                                         bool causal, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S,
                                         int64_t d, float scale) {
   // A subgroup per ROWS query rows (flash_attention.comp); the head dim and the subgroup size
-  // shape each lane's share of the output: one pipeline per d. Eight rows give eight
-  // multiply-adds per load on a CPU device while keeping a GPU's registers (8·d/lanes
+  // shape each lane's share of the output: one pipeline per d. Eight rows make eight times the
+  // multiply-adds per load of one on a CPU device, and keep a GPU's registers (8·d/lanes
   // accumulators a lane) few.
   const auto& device = context_->device_report();
   if (!device.subgroup_shuffle || !device.subgroup_arithmetic) {

@@ -14,7 +14,7 @@ namespace {
 
 constexpr uint32_t kSetsPerPool = 256;
 constexpr uint32_t kMaxBindings = 6;  // flash_attention: q, attn_mask, key_padding_mask, k, v, out
-constexpr uint32_t kMaxTexelBindings = 2;  // the GEMM's A and B
+constexpr uint32_t kMaxTexelBindings = 2;  // the GEMM's A and B, flash_attention's K and V
 // Two per timed dispatch: a forward pass has fewer than 20 steps.
 constexpr uint32_t kTimestampQueries = 512;
 

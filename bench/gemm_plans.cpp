@@ -1,0 +1,105 @@
+// bench_gemm: the projection GEMM (linear: x (M, K) · Wᵀ (N, K)) under every GEMM plan the
+// device can run — broadcast and shared tilings (engine/vulkan/gemm_plan.h), storage or texel
+// inputs, broadcast at tile_n 8 and 16 — taking turns round after round so that a shared
+// machine's drift falls on all alike. Each plan's output is checked against the CPU reference
+// first. Prints each plan's median and best GFLOP/s, and which plan the device gets by default.
+//
+//   bench_gemm [--m 3200] [--n 512] [--k 512] [--rounds 5] [--reps 8] [--skip-shared]
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+#include "engine/compare.h"
+#include "engine/errors.h"
+#include "engine/tensor.h"
+#include "engine/reference_backend.h"
+#include "engine/vulkan_backend.h"
+
+using namespace vkattn;
+
+int main(int argc, char** argv) {
+  CLI::App app{"the projection GEMM under every GEMM plan, on the default Vulkan device"};
+  int64_t M = 3200, N = 512, K = 512;
+  int rounds = 5, reps = 8;
+  bool skip_shared = false;
+  app.add_option("--m", M, "rows of x (B·L)")->check(CLI::PositiveNumber);
+  app.add_option("--n", N, "output features")->check(CLI::PositiveNumber);
+  app.add_option("--k", K, "input features")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", rounds, "turns each plan takes")->check(CLI::PositiveNumber);
+  app.add_option("--reps", reps, "GEMMs per turn, in one submission")->check(CLI::PositiveNumber);
+  app.add_flag("--skip-shared", skip_shared, "leave out the shared-memory tiling (slow on CPU devices)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    auto context = std::make_shared<vulkan::Context>();
+    const auto& device = context->device_report();
+    struct Candidate {
+      vulkan::GemmPlan plan;
+      std::unique_ptr<VulkanBackend> backend;
+      std::vector<double> ms;
+    };
+    std::vector<Candidate> candidates;
+    for (auto variant : {vulkan::GemmVariant::broadcast, vulkan::GemmVariant::shared}) {
+      if (variant == vulkan::GemmVariant::shared && skip_shared) continue;
+      vulkan::GemmPlan plan;
+      try {
+        plan = vulkan::plan_gemm(device, variant);
+      } catch (const DeviceError&) {
+        continue;  // the broadcast tiling on a GPU's wide subgroups
+      }
+      for (bool texel : {false, true}) {
+        if (texel && !device.texel_rgba32f) continue;
+        for (uint32_t tile_n : variant == vulkan::GemmVariant::broadcast ? std::vector{8u, 16u} : std::vector{plan.tile_n}) {
+          plan.texel_inputs = texel;
+          plan.tile_n = tile_n;
+          candidates.push_back({plan, std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.gemm = plan}), {}});
+        }
+      }
+    }
+    const vulkan::GemmPlan chosen = vulkan::plan_gemm(device);
+    Tensor x = random_tensor({M, K}, 1), w = random_tensor({N, K}, 2);
+    ReferenceBackend cpu;
+    const Tensor expected = cpu.download(cpu.linear("q_proj", cpu.upload("x", x), cpu.upload("w", w), nullptr));
+    for (auto& c : candidates) {
+      VulkanBackend& gpu = *c.backend;
+      Tensor got = gpu.download(gpu.linear("q_proj", gpu.upload("x", x), gpu.upload("w", w), nullptr));
+      ValueDiff diff = compare_values(got, expected, 1e-4, 1e-4);
+      if (diff.mismatches > 0) {
+        std::cerr << "bench_gemm: " << c.plan.describe() << " differs from the reference by " << diff.max_abs_error
+                  << "\n";
+        return 1;
+      }
+    }
+    for (int round = 0; round < rounds; ++round) {
+      for (auto& c : candidates) {
+        VulkanBackend& gpu = *c.backend;
+        Value xv = gpu.upload("x", x), wv = gpu.upload("w", w);
+        gpu.download(gpu.linear("q_proj", xv, wv, nullptr));  // uploads done, buffers in the pool
+        auto start = std::chrono::steady_clock::now();
+        Value y;
+        for (int r = 0; r < reps; ++r) y = gpu.linear("q_proj", xv, wv, nullptr);
+        gpu.download(y);
+        c.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / reps);
+      }
+    }
+    const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
+    std::cout << "linear (" << M << ", " << K << ") · (" << N << ", " << K << ")ᵀ on " << device.name << ", "
+              << gflop << " GFLOP; median and best of " << rounds << " turns of " << reps << " (one download each)\n";
+    for (auto& c : candidates) {
+      std::sort(c.ms.begin(), c.ms.end());
+      const double median = c.ms[c.ms.size() / 2], best = c.ms.front();
+      const bool is_chosen = c.plan.describe() == chosen.describe();
+      std::cout << (is_chosen ? "* " : "  ") << std::left << std::setw(58) << c.plan.describe() << std::right
+                << std::fixed << std::setprecision(2) << std::setw(9) << median << " ms " << std::setw(7)
+                << gflop / median * 1e3 << " GFLOP/s (best " << gflop / best * 1e3 << ")\n";
+    }
+    std::cout << "* = the plan this device gets\n";
+  } catch (const std::exception& e) {  // no driver, a Vulkan call's error: by its VkResult name
+    std::cerr << "bench_gemm: " << device_error("", e).what() << "\n";
+    return 1;
+  }
+}
