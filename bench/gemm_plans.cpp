@@ -53,10 +53,14 @@ int main(int argc, char** argv) {
       }
       for (bool texel : {false, true}) {
         if (texel && !device.texel_rgba32f) continue;
-        for (uint32_t tile_n : variant == vulkan::GemmVariant::broadcast ? std::vector{8u, 16u} : std::vector{plan.tile_n}) {
-          plan.texel_inputs = texel;
-          plan.tile_n = tile_n;
-          candidates.push_back({plan, std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.gemm = plan}), {}});
+        const bool broadcast = variant == vulkan::GemmVariant::broadcast;
+        for (uint32_t row_sets : broadcast ? std::vector{1u, 2u} : std::vector{1u}) {
+          for (uint32_t tile_n : broadcast ? std::vector{8u, 16u} : std::vector{plan.tile_n}) {
+            plan.texel_inputs = texel;
+            plan.tile_n = tile_n;
+            if (broadcast) plan.tile_m = plan.lanes * row_sets;
+            candidates.push_back({plan, std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.gemm = plan}), {}});
+          }
         }
       }
     }

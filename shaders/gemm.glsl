@@ -6,10 +6,10 @@
 //
 //   VARIANT 0, subgroup broadcast (CPU devices: lavapipe runs a subgroup's lanes as SIMD lanes,
 //     and a load whose address differs per lane becomes a loop over the lanes, so speed follows
-//     multiply-adds per load). A subgroup owns TILE_M = subgroup-size rows × subgroup-size·TILE_N
-//     columns; each lane loads one row's next four k of A and gets the others' by
-//     subgroupBroadcast (a lane shuffle), and loads only its own TILE_N columns of B: 1 + TILE_N
-//     vec4 loads per 4·TILE_M·TILE_N multiply-adds.
+//     multiply-adds per load). A subgroup owns TILE_M rows (a multiple of LANES, the subgroup
+//     size) × LANES·TILE_N columns; each lane loads the next four k of TILE_M/LANES rows of A
+//     and gets the other rows' by a lane shuffle, and loads only its own TILE_N columns of B:
+//     TILE_M/LANES + TILE_N vec4 loads per 4·TILE_M·TILE_N multiply-adds.
 //   VARIANT 1, shared-memory tiles (GPUs: coalesced loads, reuse from shared memory). A
 //     workgroup of SIDE² invocations owns a 4·SIDE square block of C; each invocation a 4 × 4
 //     register tile; K is walked 16 at a time through shared memory.
@@ -30,9 +30,11 @@
 layout(constant_id = 1) const uint VARIANT = 0;      // 0 = subgroup broadcast, 1 = shared-memory tiles
 layout(constant_id = 2) const bool VEC4 = false;     // rows of A and B are whole vec4s
 layout(constant_id = 3) const bool HAS_BIAS = false; // add bias[j]
-layout(constant_id = 4) const uint TILE_M = 8;       // VARIANT 0: rows per subgroup = the subgroup size
+layout(constant_id = 4) const uint TILE_M = 8;       // VARIANT 0: rows per subgroup, a multiple of LANES
 layout(constant_id = 5) const uint TILE_N = 8;       // VARIANT 0: columns per lane, a multiple of 4
 layout(constant_id = 6) const uint SIDE = 16;        // VARIANT 1: the workgroup is SIDE × SIDE
+layout(constant_id = 7) const uint LANES = 8;        // VARIANT 0: the subgroup size
+const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // VARIANT 0: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
 layout(binding = 0) uniform samplerBuffer a_texels;
@@ -109,7 +111,7 @@ void store_c(uint n, uint i, uint j, float value) {
 void gemm_broadcast() {
   // one unit of work per subgroup: (n, row block, column block), column blocks fastest so that
   // neighbouring subgroups share rows of A in cache
-  const uint block_cols = TILE_M * TILE_N;
+  const uint block_cols = LANES * TILE_N;
   uint row_blocks = (p.rows + TILE_M - 1u) / TILE_M;
   uint col_blocks = (p.cols + block_cols - 1u) / block_cols;
   uint unit = flat_workgroup_id() * gl_NumSubgroups + gl_SubgroupID;
@@ -117,21 +119,23 @@ void gemm_broadcast() {
   uint n = unit / (row_blocks * col_blocks);
   uint i0 = (unit / col_blocks) % row_blocks * TILE_M;
   uint j0 = unit % col_blocks * block_cols + gl_SubgroupInvocationID * TILE_N;
-  uint my_row = min(i0 + gl_SubgroupInvocationID, p.rows - 1u);  // the row of A this lane loads
+  uint my_rows[ROW_SETS];  // the rows of A this lane loads: i0 + lane, i0 + LANES + lane, …
+  for (uint s = 0u; s < ROW_SETS; ++s) my_rows[s] = min(i0 + s * LANES + gl_SubgroupInvocationID, p.rows - 1u);
 
   vec4 acc[TILE_M][TILE_N / 4u];
   for (uint r = 0u; r < TILE_M; ++r) {
     for (uint q = 0u; q < TILE_N / 4u; ++q) acc[r][q] = vec4(0.0);
   }
   for (uint k = 0u; k < p.inner; k += 4u) {
-    vec4 mine = load_a(n, my_row, k);
+    vec4 mine[ROW_SETS];
+    for (uint s = 0u; s < ROW_SETS; ++s) mine[s] = load_a(n, my_rows[s], k);
 #ifdef B_IS_K_BY_N
     vec4 bk[4][TILE_N / 4u];  // B[k + t, j0 + 4q .. + 3]
     for (uint t = 0u; t < 4u; ++t) {
       for (uint q = 0u; q < TILE_N / 4u; ++q) bk[t][q] = load_b_row(n, k + t, min(j0 + 4u * q, p.cols - 1u));
     }
     for (uint r = 0u; r < TILE_M; ++r) {
-      vec4 ar = subgroupShuffle(mine, r);  // A[n, i0 + r, k..k+3]
+      vec4 ar = subgroupShuffle(mine[r / LANES], r % LANES);  // A[n, i0 + r, k..k+3]
       for (uint q = 0u; q < TILE_N / 4u; ++q) {
         acc[r][q] += ar.x * bk[0][q] + ar.y * bk[1][q] + ar.z * bk[2][q] + ar.w * bk[3][q];
       }
@@ -140,7 +144,7 @@ void gemm_broadcast() {
     vec4 bj[TILE_N];  // B[n, j0 + j, k..k+3]
     for (uint j = 0u; j < TILE_N; ++j) bj[j] = load_b_col(n, min(j0 + j, p.cols - 1u), k);
     for (uint r = 0u; r < TILE_M; ++r) {
-      vec4 ar = subgroupShuffle(mine, r);
+      vec4 ar = subgroupShuffle(mine[r / LANES], r % LANES);
       for (uint q = 0u; q < TILE_N / 4u; ++q) {
         acc[r][q] += vec4(dot(ar, bj[4u * q]), dot(ar, bj[4u * q + 1u]), dot(ar, bj[4u * q + 2u]),
                           dot(ar, bj[4u * q + 3u]));

@@ -374,10 +374,12 @@ INSTANTIATE_TEST_SUITE_P(Sizes, Workgroup, Values(1u, 48u, 64u, 256u));
 // Whatever the device would pick, each tiling of gemm.glsl must give the reference's numbers:
 // K a multiple of 4 (vec4 loads, and texel inputs where asked) and not, M and N inside one tile,
 // on its edge and past it.
-class GemmTiling : public ::testing::TestWithParam<std::tuple<std::tuple<vulkan::GemmVariant, uint32_t>, bool>> {};
+// Broadcast: (tile_n, rows of A per lane); shared: (side, 1).
+class GemmTiling
+    : public ::testing::TestWithParam<std::tuple<std::tuple<vulkan::GemmVariant, uint32_t, uint32_t>, bool>> {};
 TEST_P(GemmTiling, MatchesReference) {
   auto [tiling, texel_inputs] = GetParam();
-  auto [variant, size] = tiling;
+  auto [variant, size, row_sets] = tiling;
   const auto& device = testing::shared_context()->device_report();
   if (variant == vulkan::GemmVariant::broadcast && (device.subgroup_size > 16 || !device.subgroup_shuffle)) {
     // a GPU's 32- or 64-lane subgroups: the broadcast tiling is for CPU devices and is refused
@@ -390,7 +392,10 @@ TEST_P(GemmTiling, MatchesReference) {
     EXPECT_THROW(VulkanBackend(testing::shared_context(), {.gemm = plan}), DeviceError);
     return;
   }
-  if (variant == vulkan::GemmVariant::broadcast) plan.tile_n = size;
+  if (variant == vulkan::GemmVariant::broadcast) {
+    plan.tile_n = size;
+    plan.tile_m = plan.lanes * row_sets;
+  }
   if (variant == vulkan::GemmVariant::shared) {
     plan.side = size;
     plan.workgroup_size = size * size;
@@ -412,23 +417,26 @@ TEST_P(GemmTiling, MatchesReference) {
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 INSTANTIATE_TEST_SUITE_P(Plans, GemmTiling,
-                         Combine(Values(std::tuple{vulkan::GemmVariant::broadcast, 4u}, std::tuple{vulkan::GemmVariant::broadcast, 8u},
-                                        std::tuple{vulkan::GemmVariant::broadcast, 16u}, std::tuple{vulkan::GemmVariant::shared, 8u},
-                                        std::tuple{vulkan::GemmVariant::shared, 16u}),
+                         Combine(Values(std::tuple{vulkan::GemmVariant::broadcast, 4u, 1u}, std::tuple{vulkan::GemmVariant::broadcast, 8u, 2u},
+                                        std::tuple{vulkan::GemmVariant::broadcast, 16u, 1u}, std::tuple{vulkan::GemmVariant::broadcast, 16u, 2u},
+                                        std::tuple{vulkan::GemmVariant::shared, 8u, 1u}, std::tuple{vulkan::GemmVariant::shared, 16u, 1u}),
                                  Bool()),
                          [](const auto& case_info) {
                            const auto& tiling = std::get<0>(case_info.param);
-                           return std::string(std::get<0>(tiling) == vulkan::GemmVariant::broadcast ? "broadcast_tile_n" : "shared_side") +
-                                  std::to_string(std::get<1>(tiling)) + (std::get<1>(case_info.param) ? "_texel" : "_storage");
+                           const std::string size = std::to_string(std::get<1>(tiling));
+                           std::string name = std::get<0>(tiling) == vulkan::GemmVariant::broadcast
+                                                  ? "broadcast_rows" + std::to_string(std::get<2>(tiling)) + "_tile_n" + size
+                                                  : "shared_side" + size;
+                           return name + (std::get<1>(case_info.param) ? "_texel" : "_storage");
                          });
 
 TEST(GemmPlan, ABadPlanIsRefusedWithWhatTheDeviceLacks) {
-  // tile_m 3 is no device's subgroup size
-  const vulkan::GemmPlan plan{.variant = vulkan::GemmVariant::broadcast, .workgroup_size = 63, .tile_m = 3};
+  // 3 is no device's subgroup size
+  const vulkan::GemmPlan plan{.variant = vulkan::GemmVariant::broadcast, .workgroup_size = 63, .lanes = 3, .tile_m = 3};
   const uint32_t lanes = testing::shared_context()->device_report().subgroup_size;
   try {
     VulkanBackend gpu(testing::shared_context(), {.gemm = plan});
-    FAIL() << "a tile_m other than the subgroup size was accepted";
+    FAIL() << "lanes other than the subgroup size were accepted";
   } catch (const DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find("subgroup size (" + std::to_string(lanes) + ")"), std::string::npos) << e.what();
   }

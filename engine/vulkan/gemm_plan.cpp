@@ -20,28 +20,28 @@ bool broadcast_fits(const DeviceReport& d) {
 GemmPlan GemmPlan::fitted(uint64_t cols) const {
   GemmPlan plan = *this;
   if (variant == GemmVariant::broadcast) {
-    while (plan.tile_n % 8 == 0 && uint64_t(plan.tile_m) * plan.tile_n / 2 >= cols) plan.tile_n /= 2;
+    while (plan.tile_n % 8 == 0 && uint64_t(plan.lanes) * plan.tile_n / 2 >= cols) plan.tile_n /= 2;
   }
   return plan;
 }
 
 uint64_t GemmPlan::groups(uint64_t batch, uint64_t rows, uint64_t cols) const {
   if (variant == GemmVariant::broadcast) {
-    uint64_t units = batch * ceil_div(rows, tile_m) * ceil_div(cols, uint64_t(tile_m) * tile_n);
-    return ceil_div(units, workgroup_size / tile_m);  // one unit per subgroup
+    uint64_t units = batch * ceil_div(rows, tile_m) * ceil_div(cols, uint64_t(lanes) * tile_n);
+    return ceil_div(units, workgroup_size / lanes);  // one unit per subgroup
   }
   const uint64_t block = 4ull * side;
   return batch * ceil_div(rows, block) * ceil_div(cols, block);
 }
 
 std::vector<uint32_t> GemmPlan::specialization(bool vec4, bool has_bias) const {
-  return {variant == GemmVariant::broadcast ? 0u : 1u, vec4 ? 1u : 0u, has_bias ? 1u : 0u, tile_m, tile_n, side};
+  return {variant == GemmVariant::broadcast ? 0u : 1u, vec4 ? 1u : 0u, has_bias ? 1u : 0u, tile_m, tile_n, side, lanes};
 }
 
 std::string GemmPlan::describe() const {
   const std::string inputs = texel_inputs ? ", texel inputs" : "";
   if (variant == GemmVariant::broadcast) {
-    return "broadcast: " + std::to_string(tile_m) + "×" + std::to_string(tile_m * tile_n) + " per subgroup, workgroup " +
+    return "broadcast: " + std::to_string(tile_m) + "×" + std::to_string(lanes * tile_n) + " per subgroup, workgroup " +
            std::to_string(workgroup_size) + inputs;
   }
   return "shared: " + std::to_string(4 * side) + "×" + std::to_string(4 * side) + " per workgroup of " +
@@ -63,8 +63,11 @@ GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested) {
                         std::to_string(device.subgroup_size) + " lanes" +
                         (device.subgroup_shuffle ? "" : " and no shuffle in compute shaders"));
     }
-    plan.tile_m = device.subgroup_size;
-    plan.tile_n = 16;  // 46–51 GFLOP/s at (3200, 512, 512) on lavapipe with texel inputs; 8: 38–40
+    // (3200, 512) · (512, 512)ᵀ on lavapipe with texel inputs (bench_gemm): 8 rows × 8 columns a
+    // lane 38–40 GFLOP/s, × 16 columns 46–55, 16 rows × 16 columns 50–66; 32 rows no better
+    plan.lanes = device.subgroup_size;
+    plan.tile_m = 2 * device.subgroup_size;
+    plan.tile_n = 16;
     plan.workgroup_size = std::min(8 * device.subgroup_size, device.max_workgroup_invocations);
   } else {
     // 16 × 16 invocations where the device allows 256, else 8 × 8 (every device allows 64)
@@ -81,11 +84,13 @@ void check_gemm_plan(const GemmPlan& plan, const DeviceReport& device) {
          "' allows");
   }
   if (plan.variant == GemmVariant::broadcast) {
-    if (!broadcast_fits(device) || plan.tile_m != device.subgroup_size) {
-      fail("needs subgroup shuffles and tile_m equal to the subgroup size (" + std::to_string(device.subgroup_size) + ")");
+    if (!broadcast_fits(device) || plan.lanes != device.subgroup_size || plan.tile_m == 0 ||
+        plan.tile_m % plan.lanes != 0) {
+      fail("needs subgroup shuffles, lanes equal to the subgroup size (" + std::to_string(device.subgroup_size) +
+           ") and tile_m a multiple of it");
     }
     if (plan.tile_n == 0 || plan.tile_n % 4 != 0) fail("tile_n must be a positive multiple of 4");
-    if (plan.workgroup_size == 0 || plan.workgroup_size % plan.tile_m != 0) fail("workgroup must be whole subgroups");
+    if (plan.workgroup_size == 0 || plan.workgroup_size % plan.lanes != 0) fail("workgroup must be whole subgroups");
   } else if (plan.variant == GemmVariant::shared) {
     if (plan.side == 0 || plan.workgroup_size != plan.side * plan.side) fail("workgroup must be side × side");
   } else {

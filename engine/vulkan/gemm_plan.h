@@ -21,7 +21,8 @@ enum class GemmVariant { automatic, broadcast, shared };
 struct GemmPlan {
   GemmVariant variant = GemmVariant::shared;
   uint32_t workgroup_size = 256;
-  uint32_t tile_m = 8;   // broadcast: rows per subgroup (= the subgroup size)
+  uint32_t lanes = 8;    // broadcast: the subgroup size
+  uint32_t tile_m = 8;   // broadcast: rows per subgroup, a multiple of lanes
   uint32_t tile_n = 16;  // broadcast: columns per lane
   uint32_t side = 16;    // shared: invocations per side of the workgroup's square
   // A and B read as RGBA32F uniform texel buffers (the <step>_texel shaders) where rows are
