@@ -78,7 +78,8 @@ TEST_P(TraceSteps, AreTheRecipesStepsWithTheirShapesOnBothBackends) {
       EXPECT_GE(end.step_times[i].start_us, 0.0);
       EXPECT_GE(end.step_times[i].duration_us, 0.0);
       if (i > 0) {
-        EXPECT_GE(end.step_times[i].start_us, end.step_times[i - 1].start_us) << "steps run in order";
+        const StepTime& before = end.step_times[i - 1];
+        EXPECT_GE(end.step_times[i].start_us, before.start_us + before.duration_us) << "steps run in order, apart";
       }
     }
     EXPECT_FALSE(end.error);

@@ -15,7 +15,7 @@ namespace {
 constexpr uint32_t kSetsPerPool = 256;
 constexpr uint32_t kMaxBindings = 6;  // flash_attention: q, attn_mask, key_padding_mask, k, v, out
 constexpr uint32_t kMaxTexelBindings = 2;  // the GEMM's A and B, flash_attention's K and V
-// Two per timed dispatch: a forward pass has fewer than 20 steps.
+// One per timed dispatch and one per run of them: a forward pass has fewer than 20 steps.
 constexpr uint32_t kTimestampQueries = 512;
 
 using Stage = vk::PipelineStageFlagBits;
@@ -147,18 +147,26 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
   commands_.bindPipeline(vk::PipelineBindPoint::eCompute, *kernel.pipeline());
   commands_.bindDescriptorSets(vk::PipelineBindPoint::eCompute, *kernel.layout(), 0, set, {});
   commands_.pushConstants<std::byte>(*kernel.layout(), vk::ShaderStageFlagBits::eCompute, 0, push_constants);
-  const bool time_this = timing_ && queries_used_ + 2 <= kTimestampQueries;
+  const bool time_this = timing_ && queries_used_ + (chained_ ? 1 : 2) <= kTimestampQueries;
   out_of_queries_ |= timing_ && !time_this;
   if (time_this && reset_pending_) {
     commands_.resetQueryPool(*timestamps_, 0, kTimestampQueries);
     reset_pending_ = false;
   }
-  // Start: once every earlier command's compute work is done (barriers included); end: this one's.
-  if (time_this) commands_.writeTimestamp(vk::PipelineStageFlagBits::eComputeShader, *timestamps_, queries_used_);
+  // Start: once every earlier command's compute work is done (barriers included); end: this
+  // one's. A dispatch right after a timed one starts at that one's end timestamp, which marks
+  // the same moment: one timestamp per dispatch, not two (each costs lavapipe a flush).
+  std::pair<uint32_t, uint32_t> queries{queries_used_ - 1, 0};
+  if (time_this && !chained_) {
+    commands_.writeTimestamp(vk::PipelineStageFlagBits::eComputeShader, *timestamps_, queries_used_);
+    queries.first = queries_used_++;
+  }
   commands_.dispatch(grid.x, grid.y, grid.z);
   if (time_this) {
-    commands_.writeTimestamp(vk::PipelineStageFlagBits::eComputeShader, *timestamps_, queries_used_ + 1);
-    queries_used_ += 2;
+    commands_.writeTimestamp(vk::PipelineStageFlagBits::eComputeShader, *timestamps_, queries_used_);
+    queries.second = queries_used_++;
+    timed_queries_.push_back(queries);
+    chained_ = true;
   }
   if (context_->debug_labels()) commands_.endDebugUtilsLabelEXT();
   in_flight_.insert(in_flight_.end(), buffers.begin(), buffers.end());
@@ -166,6 +174,7 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
 
 void Recorder::upload(const std::shared_ptr<Buffer>& target, const void* data, size_t bytes) {
   auto staging = staging_.acquire(bytes, Buffer::Kind::staging);
+  chained_ = false;  // the copy runs before the next dispatch: not part of it
   // Host writes before vkQueueSubmit are visible to the device without a barrier.
   std::memcpy(staging->mapped(), data, bytes);
   begin_if_idle();
@@ -196,6 +205,8 @@ void Recorder::time_dispatches(bool on) {
   reset_pending_ = timing_;
   pass_labels_.clear();
   queries_used_ = 0;
+  timed_queries_.clear();
+  chained_ = false;
   out_of_queries_ = false;
 }
 
@@ -207,14 +218,15 @@ std::optional<std::vector<std::pair<double, double>>> Recorder::dispatch_times()
   if (result != vk::Result::eSuccess) return std::nullopt;
   const double us_per_tick = context_->device_report().timestamp_period_ns / 1000.0;
   std::vector<std::pair<double, double>> times;
-  for (uint32_t q = 0; q < queries_used_; q += 2) {
-    times.emplace_back(static_cast<double>(ticks[q] - ticks[0]) * us_per_tick,
-                       static_cast<double>(ticks[q + 1] - ticks[0]) * us_per_tick);
+  for (auto [start, end] : timed_queries_) {
+    times.emplace_back(static_cast<double>(ticks[start] - ticks[0]) * us_per_tick,
+                       static_cast<double>(ticks[end] - ticks[0]) * us_per_tick);
   }
   return times;
 }
 
 void Recorder::flush() {
+  chained_ = false;  // the host waits between this submission and the next
   if (!recording_) return;
   commands_.end();
   recording_ = false;

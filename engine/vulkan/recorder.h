@@ -93,11 +93,13 @@ class Recorder {
   uint64_t submissions_ = 0;
   uint64_t barriers_ = 0;
   std::vector<std::string> pass_labels_;
-  // timestamps: two queries per timed dispatch
+  // timestamps: one query per timed dispatch, and one before each run of them
   vk::raii::QueryPool timestamps_ = nullptr;
   bool timing_ = false;
   bool reset_pending_ = false;  // the pool is reset in the command buffer before its first use
   uint32_t queries_used_ = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> timed_queries_;  // each timed dispatch's (start, end) query
+  bool chained_ = false;  // the last command recorded is a timed dispatch's end timestamp
   bool out_of_queries_ = false;
 };
 
