@@ -185,9 +185,9 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
                                         bool causal, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S,
                                         int64_t d, float scale) {
   // A subgroup per ROWS query rows (flash_attention.comp); the head dim and the subgroup size
-  // shape each lane's share of the output: one pipeline per d. Eight rows make eight times the
-  // multiply-adds per load of one on a CPU device, and keep a GPU's registers (8·d/lanes
-  // accumulators a lane) few.
+  // shape each lane's share of the output: one pipeline per d. ROWS rows make ROWS times the
+  // multiply-adds per load of one, at ROWS·d/lanes accumulators a lane: many are what a CPU
+  // device wants, few what a GPU's registers allow.
   const auto& device = context_->device_report();
   if (!device.subgroup_shuffle || !device.subgroup_arithmetic) {
     throw DeviceError(step + ": flash_attention needs subgroup shuffles and arithmetic in compute shaders, which '" +
@@ -195,7 +195,11 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   }
   const uint32_t lanes = device.subgroup_size;
   const uint32_t workgroup = std::min(8 * lanes, device.max_workgroup_invocations);
-  const uint32_t rows = std::min(lanes, 8u);
+  // Rows per subgroup: two per lane on a CPU device (S3's flash_attention on lavapipe: 8 rows
+  // 32.9 ms, 16 rows 26.6, 24 rows 27.0), at most 8 on a GPU
+  const uint32_t rows = options_.flash_rows > 0                          ? options_.flash_rows
+                        : device.type == vk::PhysicalDeviceType::eCpu ? 2 * lanes
+                                                                        : std::min(lanes, 8u);
   // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
   const bool texels = gemm_.texel_inputs && d % 4 == 0 &&
                       uint64_t(B) * H * S * d / 4 <= context_->device_report().max_texel_buffer_elements;

@@ -25,6 +25,9 @@ struct VulkanBackendOptions {
   // has it and the workgroup is whole subgroups; false forces a row per workgroup, reduced through
   // shared memory (row_reduce.glsl)
   bool subgroup_rows = true;
+  // flash_attention: query rows per subgroup; 0 = the device's choice (two per lane on a CPU
+  // device, at most 8 on a GPU). Tests run both on lavapipe.
+  uint32_t flash_rows = 0;
   // > 0 caps the device memory a pass may use below the device's largest device-local heap
   // (a GPU shared with other work); preflight() refuses a pass that would need more
   uint64_t memory_limit_bytes = 0;

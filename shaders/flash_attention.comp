@@ -10,8 +10,9 @@
 //   Q   (B, H, L, d)      K, V (B, H, S, d)      masks as attention_mask's (mask.glsl)
 //   out (B, H, L, d)      scale = 1/√d
 //
-// Tiling: a subgroup owns ROWS query rows (lane r holds row r's q) and walks the keys LANES at a
-// time (LANES = the subgroup size), as gemm.glsl's broadcast variant walks a product: lane t
+// Tiling: a subgroup owns ROWS query rows (a multiple of LANES, the subgroup size, or fewer;
+// lane t holds rows t, t + LANES, …'s q) and walks the keys LANES at a time, as gemm.glsl's
+// broadcast variant walks a product: lane t
 // loads key j0 + t four dims at a time and scores it against every row, each row's four dims
 // shuffled from the lane that holds them — ROWS·4 multiply-adds per load, where a load is what
 // costs on a CPU device. Each row's block max and sum come from subgroup arithmetic. For P·V
@@ -23,7 +24,8 @@
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
 layout(constant_id = 2) const uint LANES = 8;      // the subgroup size
-layout(constant_id = 3) const uint ROWS = 8;       // query rows per subgroup, at most LANES
+layout(constant_id = 3) const uint ROWS = 8;       // query rows per subgroup
+const uint ROW_SETS = (ROWS + LANES - 1u) / LANES;       // rows of q each lane holds
 const uint CHUNKS = (HEAD_DIM + 3u) / 4u;                // q and k rows as vec4s
 const uint PER_LANE = (HEAD_DIM + LANES - 1u) / LANES;  // output dims per lane
 const bool VEC4 = HEAD_DIM % 4u == 0u;                   // every row starts on a vec4
@@ -94,9 +96,11 @@ void main() {
   uint i_last = min(i0 + ROWS, p.rows) - 1u;
   uint first_dim = lane * PER_LANE;  // this lane's output dims: first_dim … + PER_LANE - 1
 
-  vec4 q_own[CHUNKS];  // row i0 + lane's q (lanes past ROWS, or past L, repeat a real row)
-  uint own_row = bh * p.rows + min(i0 + min(lane, ROWS - 1u), p.rows - 1u);
-  for (uint c = 0u; c < CHUNKS; ++c) q_own[c] = q_chunk(own_row, c);
+  vec4 q_own[ROW_SETS][CHUNKS];  // rows i0 + lane + LANES·s (past ROWS or L: a real row, never read)
+  for (uint s = 0u; s < ROW_SETS; ++s) {
+    uint own_row = bh * p.rows + min(i0 + min(lane + LANES * s, ROWS - 1u), p.rows - 1u);
+    for (uint c = 0u; c < CHUNKS; ++c) q_own[s][c] = q_chunk(own_row, c);
+  }
   float m[ROWS], l[ROWS], acc[ROWS][PER_LANE];
   for (uint r = 0u; r < ROWS; ++r) {
     m[r] = -1e30;
@@ -113,7 +117,7 @@ void main() {
     for (uint r = 0u; r < ROWS; ++r) s[r] = 0.0;
     for (uint c = 0u; c < CHUNKS; ++c) {
       vec4 kc = k_chunk(bh * p.cols + key, c);
-      for (uint r = 0u; r < ROWS; ++r) s[r] += dot(subgroupShuffle(q_own[c], r), kc);
+      for (uint r = 0u; r < ROWS; ++r) s[r] += dot(subgroupShuffle(q_own[r / LANES][c], r % LANES), kc);
     }
     // online softmax, row by row: s[r] becomes key j's weight exp(s - m_new) in row r
     for (uint r = 0u; r < ROWS; ++r) {

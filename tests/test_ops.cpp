@@ -188,16 +188,17 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
   Tensor unfused = run(cpu(), unfused_step(attn_rank, padding, causal));
   EXPECT_TRUE(all_close(run(cpu(), flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}));
   EXPECT_TRUE(all_close(run(gpu(), flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}));
-  // K and V from storage buffers and, where the device has them, from texel buffers (gemm_plan.h),
+  // K and V from storage buffers, 4 rows a subgroup (fewer than the lanes, as on a GPU), and,
+  // where the device has them, from texel buffers, the device's rows (on lavapipe two a lane),
   // whichever the device would choose
   const auto& device = testing::shared_context()->device_report();
   for (bool texel_inputs : {false, true}) {
     if (texel_inputs && !device.texel_rgba32f) continue;
     vulkan::GemmPlan plan = vulkan::plan_gemm(device);
     plan.texel_inputs = texel_inputs;
-    VulkanBackend inputs(testing::shared_context(), {.gemm = plan});
+    VulkanBackend inputs(testing::shared_context(), {.gemm = plan, .flash_rows = texel_inputs ? 0u : 4u});
     EXPECT_TRUE(all_close(run(inputs, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
-        << (texel_inputs ? "texel" : "storage") << " inputs";
+        << (texel_inputs ? "texel inputs" : "storage inputs, 4 rows");
   }
   if (padding) {
     auto [B, H, L, S, d] = shape;
@@ -463,8 +464,9 @@ TEST(Folding, EveryStepMatchesReferenceOnAForcedTinyGrid) {
   step({random_tensor({2, 3, 9, 7}, 7), random_tensor({2, 3, 7, 4}, 8)},
        [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); });
   step({random_tensor({2, 3, 9, 7}, 9)}, [](Backend& b, const std::vector<Value>& v) { return b.average_heads("average_heads", v[0]); });
-  // 6 heads × 38 groups of 8 rows = 228 subgroups, 29 workgroups of 8 subgroups: folded into y and z
-  step(flash_inputs({2, 3, 300, 7, 4}, 2), flash_step(2, true, true));
+  // 6 heads × 38 groups of 16 rows (lavapipe's) = 228 subgroups, 29 workgroups of 8 subgroups:
+  // folded into y and z
+  step(flash_inputs({2, 3, 600, 7, 4}, 2), flash_step(2, true, true));
   step({random_tensor({113, 6}, 10), random_tensor({6}, 11), random_tensor({6}, 12)},
        [](Backend& b, const std::vector<Value>& v) { return b.layer_norm("norm1", v[0], v[1], v[2], 1e-5f); });
   step({random_tensor({2, 9, 12}, 13)}, [](Backend& b, const std::vector<Value>& v) { return b.gelu("gelu", v[0]); });
