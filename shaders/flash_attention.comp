@@ -12,10 +12,9 @@
 //
 // Tiling: a subgroup owns ROWS query rows (a multiple of LANES, the subgroup size, or fewer;
 // lane t holds rows t, t + LANES, …'s q) and walks the keys LANES at a time, as gemm.glsl's
-// broadcast variant walks a product: lane t
-// loads key j0 + t four dims at a time and scores it against every row, each row's four dims
-// shuffled from the lane that holds them — ROWS·4 multiply-adds per load, where a load is what
-// costs on a CPU device. Each row's block max and sum come from subgroup arithmetic. For P·V
+// broadcast variant walks a product: lane t loads key j0 + t four dims at a time and scores it
+// against every row, each row's four dims shuffled from the lane that holds them — ROWS·4
+// multiply-adds per load, where a load is what costs on a CPU device. Each row's block max and sum come from subgroup arithmetic. For P·V
 // lane t owns output dims t·PER_LANE …, loads them from each key's row of V (as vec4s when they
 // are whole vec4s), and adds them in for every row, the rows' weights shuffled from the lane
 // that scored the key. Causal groups stop at their last row's diagonal.

@@ -56,7 +56,7 @@ class Bench {
         config_{.embed_dim = a.embed, .num_heads = a.heads, .batch_first = true},
         mha_(config_, MultiHeadAttentionWeights::random(config_, a.seed)),
         query_(random_tensor({a.batch, a.seq, a.embed}, a.seed + 1)),
-        memory_(a.kv_seq ? random_tensor({a.batch, a.kv_seq, a.embed}, a.seed + 2) : query_),
+        memory_(a.kv_seq ? random_tensor({a.batch, a.kv_seq, a.embed}, a.seed + 2) : Tensor()),
         backend_(make_backend(a.backend, a.device)) {
     options_.need_weights = false;
     options_.is_causal = a.causal;
@@ -77,7 +77,7 @@ class Bench {
     if (recorder) backend_->add_tracer(*recorder);
     auto start = std::chrono::steady_clock::now();
     try {
-      last_ = mha_.forward(*backend_, query_, memory_, memory_, options_);
+      last_ = mha_.forward(*backend_, query_, kv(), kv(), options_);
     } catch (...) {
       if (recorder) backend_->remove_tracer(*recorder);
       throw;
@@ -91,7 +91,7 @@ class Bench {
   double validate() {
     time_forward("none");
     ReferenceBackend cpu;
-    AttentionResult expected = mha_.forward(cpu, query_, memory_, memory_, options_);
+    AttentionResult expected = mha_.forward(cpu, query_, kv(), kv(), options_);
     ValueDiff d = compare_values(last_.output, expected.output, 1e-4, 1e-4);  // the reference runs the same path
     if (d.mismatches) {
       throw std::runtime_error("validation failed: the " + a_.backend + " output differs from the reference: " +
@@ -104,6 +104,9 @@ class Bench {
   const BenchArgs& a_;
   MultiHeadAttentionConfig config_;
   MultiHeadAttention mha_;
+  // Key and value: the memory with --kv-seq, else the query itself, the one tensor, so that
+  // self-attention uploads it once as a module's caller would
+  const Tensor& kv() const { return a_.kv_seq ? memory_ : query_; }
   Tensor query_, memory_;
   std::unique_ptr<Backend> backend_;
   ForwardOptions options_;

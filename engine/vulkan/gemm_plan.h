@@ -41,7 +41,8 @@ struct GemmPlan {
 };
 
 // `requested` automatic picks broadcast on CPU devices with subgroup shuffles of 4…16 lanes, and
-// shared elsewhere; texel inputs on CPU devices that have RGBA32F texel buffers. Throws DeviceError when the device cannot run the requested variant.
+// shared elsewhere; texel inputs on CPU devices that have RGBA32F texel buffers. Throws
+// DeviceError when the device cannot run the requested variant.
 GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested = GemmVariant::automatic);
 // Throws DeviceError naming what `plan` asks of `device` that it lacks (a hand-made plan).
 void check_gemm_plan(const GemmPlan& plan, const DeviceReport& device);
