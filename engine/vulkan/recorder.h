@@ -51,8 +51,8 @@ class Recorder {
   // Whether a command recorded since the last barrier uses `buffer`.
   bool pending(const Buffer& buffer) const { return pending_.count(buffer.handle()) > 0; }
 
-  // Timestamp queries around every dispatch from now on (when `on` and the device has them),
-  // numbered afresh. dispatch_times() flushes and returns each timed dispatch's (start, end) in
+  // A timestamp query after every dispatch from now on, and one before the first of each run of
+  // them (when `on` and the device has them), numbered afresh. dispatch_times() flushes and returns each timed dispatch's (start, end) in
   // microseconds from the first one's start, or nothing when timing is off, unsupported, or
   // ran out of queries.
   void time_dispatches(bool on);
