@@ -113,16 +113,21 @@ Value Backend::linear(const std::string& step_name, const Value& x, const Value&
   return y;
 }
 
-Value Backend::split_heads(const std::string& step_name, const Value& x, int64_t heads) {
+Value Backend::split_heads(const std::string& step_name, const Value& x, int64_t heads, int64_t chunks, int64_t chunk) {
   const std::string step = scoped(step_name);
-  require_rank(step, x, 3, "(B, T, E)");
-  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
+  require_rank(step, x, 3, chunks == 1 ? "(B, T, E)" : "(B, T, n·E)");
+  require(chunks >= 1 && chunk >= 0 && chunk < chunks, step,
+          "chunk " + std::to_string(chunk) + " of " + std::to_string(chunks) + " does not exist (0 <= chunk < chunks)");
+  require(x.dim(2) % chunks == 0, step,
+          "input " + describe(x) + " has " + std::to_string(x.dim(2)) + " features, which do not split into " +
+              std::to_string(chunks) + " equal chunks");
+  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2) / chunks;
   require(heads >= 1 && E % heads == 0, step,
           "input " + describe(x) + " has E=" + std::to_string(E) + " which " + std::to_string(heads) +
               " heads do not divide (E must be a multiple of H)");
   int64_t d = E / heads;
   Value y = make_output(step, {B, heads, T, d});
-  timed(step, [&] { run_split_heads(step, *x.storage, *y.storage, B, T, heads, d); });
+  timed(step, [&] { run_split_heads(step, *x.storage, *y.storage, B, T, heads, d, chunks, chunk); });
   report(step, "split_heads", infos({&x}), y, {"b", "h", "t", "c"});
   return y;
 }

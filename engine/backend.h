@@ -73,8 +73,10 @@ class Backend {
 
   // y = x · Wᵀ + b               x (…, K), weight (M, K), bias (M) or null -> (…, M)
   Value linear(const std::string& step, const Value& x, const Value& weight, const Value* bias);
-  // (B, T, E) -> (B, H, T, E/H)
-  Value split_heads(const std::string& step, const Value& x, int64_t heads);
+  // (B, T, E) -> (B, H, T, E/H). With chunks = n: x (B, T, n·E) holds n tensors side by side on
+  // the feature axis (the packed in_proj's q, k, v: n = 3) and chunk c's heads are split out, as
+  // torch's x.chunk(n, -1)[c].view(B, T, H, d).transpose(1, 2).
+  Value split_heads(const std::string& step, const Value& x, int64_t heads, int64_t chunks = 1, int64_t chunk = 0);
   // (…, T, C) + row (C) -> (…, T+1, C); null row appends zeros
   Value append_row(const std::string& step, const Value& x, const Value* row);
   // Q (B, H, L, d) · K (B, H, S, d)ᵀ / √d -> (B, H, L, S)
@@ -166,7 +168,7 @@ class Backend {
   virtual void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
                           Storage& y, int64_t N, int64_t K, int64_t M) = 0;
   virtual void run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
-                               int64_t H, int64_t d) = 0;
+                               int64_t H, int64_t d, int64_t chunks, int64_t chunk) = 0;
   virtual void run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y,
                               int64_t N, int64_t T, int64_t C) = 0;
   virtual void run_attention_scores(const std::string& step, const Storage& q, const Storage& k,

@@ -37,8 +37,8 @@ void ReferenceBackend::run_linear(const std::string&, const Storage& x, const St
 }
 
 void ReferenceBackend::run_split_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,
-                                       int64_t H, int64_t d) {
-  reference::split_heads(in(x), out(y), B, T, H, d);
+                                       int64_t H, int64_t d, int64_t chunks, int64_t chunk) {
+  reference::split_heads(in(x), out(y), B, T, H, d, chunks, chunk);
 }
 
 void ReferenceBackend::run_append_row(const std::string&, const Storage& x, const Storage* row, Storage& y,

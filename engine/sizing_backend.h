@@ -27,7 +27,8 @@ class SizingBackend final : public Backend {
 
   void run_linear(const std::string&, const Storage&, const Storage&, const Storage*, Storage&, int64_t, int64_t,
                   int64_t) override {}
-  void run_split_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t) override {}
+  void run_split_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t) override {}
   void run_append_row(const std::string&, const Storage&, const Storage*, Storage&, int64_t, int64_t,
                       int64_t) override {}
   void run_attention_scores(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t, int64_t,

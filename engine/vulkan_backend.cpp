@@ -149,10 +149,11 @@ void VulkanBackend::run_linear(const std::string& step, const Storage& x, const 
 }
 
 void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
-                                    int64_t H, int64_t d) {
+                                    int64_t H, int64_t d, int64_t chunks, int64_t chunk) {
   const uint32_t width = d % 4 == 0 ? 4 : 1;  // floats per invocation (heads.glsl)
   const auto& k = kernel("split_heads", 2, sizeof(vulkan::HeadsParams), {width});
-  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d)},
+  dispatch(step, k, {buffer_of(x), buffer_of(y)},
+           vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d), u32(chunks), u32(chunk)},
            uint64_t(B) * T * H * d / width);
 }
 
@@ -229,7 +230,7 @@ void VulkanBackend::run_merge_heads(const std::string& step, const Storage& x, S
                                     int64_t T, int64_t d) {
   const uint32_t width = d % 4 == 0 ? 4 : 1;  // floats per invocation (heads.glsl)
   const auto& k = kernel("merge_heads", 2, sizeof(vulkan::HeadsParams), {width});
-  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d)},
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d), 1, 0},
            uint64_t(B) * H * T * d / width);
 }
 

@@ -11,8 +11,10 @@ namespace vkattn::reference {
 // y = x · Wᵀ + b           x (N, K), W (M, K), b (M) or null, y (N, M)
 void linear(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t K, int64_t M);
 
-// (B, T, E) -> (B, H, T, d)   head h owns features [h·d, (h+1)·d)
-void split_heads(const float* x, float* y, int64_t B, int64_t T, int64_t H, int64_t d);
+// (B, T, n·E) -> (B, H, T, d) of chunk c (E = H·d): head h owns features c·E + [h·d, (h+1)·d).
+// n = 1 splits a projection; n = 3 picks q, k or v out of the packed in_proj (torch's .chunk(3, -1)).
+void split_heads(const float* x, float* y, int64_t B, int64_t T, int64_t H, int64_t d, int64_t chunks = 1,
+                 int64_t chunk = 0);
 
 // (N, T, C) + row (C) -> (N, T+1, C); row null appends zeros (add_zero_attn)
 void append_row(const float* x, const float* row, float* y, int64_t N, int64_t T, int64_t C);

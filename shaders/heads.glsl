@@ -17,6 +17,8 @@ layout(push_constant) uniform Params {
   uint heads;     // H
   uint tokens;    // T
   uint head_dim;  // d
+  uint chunks;    // split_heads: x's rows hold `chunks` tensors of H·d features side by side
+  uint chunk;     //   (3: the packed in_proj's q, k, v) and `chunk` is split out; merge_heads: 1, 0
 } p;
 
 uint units_per_head() { return p.head_dim / WIDTH; }

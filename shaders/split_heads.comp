@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // split_heads — give each head its own contiguous (T, d) block
-//   x (B, T, E)     E = H·d, head h owns features [h·d, (h+1)·d)
+//   x (B, T, n·E)   E = H·d; chunk c's head h owns features c·E + [h·d, (h+1)·d)  (n = 1: x is (B, T, E))
 //   y (B, H, T, d)
 #include "heads.glsl"
 
@@ -13,5 +13,5 @@ void main() {
   uint t = (index / dw) % p.tokens;
   uint h = (index / (dw * p.tokens)) % p.heads;
   uint b = index / (dw * p.tokens * p.heads);
-  copy_unit(index, ((b * p.tokens + t) * p.heads + h) * dw + c);
+  copy_unit(index, (((b * p.tokens + t) * p.chunks + p.chunk) * p.heads + h) * dw + c);
 }

@@ -88,6 +88,9 @@ TEST_F(ForwardErrors, StepsNameThemselvesInErrors) {
     expect_error<ShapeError>([&] { b->linear("out_proj", x, w, nullptr); },
                              {"out_proj:", "merged (2, 5, 60)", "60 features", "out_proj.weight (64, 64)", "expects 64"});
     expect_error<ShapeError>([&] { b->split_heads("split_heads_q", x, 7); }, {"split_heads_q:", "E=60", "7 heads"});
+    expect_error<ShapeError>([&] { b->split_heads("split_heads_k", x, 2, 7, 1); },
+                             {"split_heads_k:", "merged (2, 5, 60)", "60 features", "7 equal chunks"});
+    expect_error<ShapeError>([&] { b->split_heads("split_heads_v", x, 2, 3, 3); }, {"split_heads_v:", "chunk 3 of 3"});
     Value q4 = b->upload("q", random_tensor({1, 2, 3, 4}, 11));
     Value k4 = b->upload("k", random_tensor({1, 2, 3, 5}, 12));
     expect_error<ShapeError>([&] { b->attention_scores("attention_scores", q4, k4); },

@@ -74,8 +74,15 @@ TEST_P(Heads, SplitAndMergeMatchReference) {
   // merge_heads undoes split_heads exactly
   Value roundtrip = gpu().merge_heads("merge_heads", gpu().split_heads("split_heads_q", gpu().upload("x", x), H));
   EXPECT_EQ(gpu().download(roundtrip).data, x.data);
+  // each chunk of a packed (B, T, 3E) projection
+  Tensor packed = random_tensor({B, T, 3 * H * d}, 6);
+  for (int chunk = 0; chunk < 3; ++chunk) {
+    EXPECT_TRUE(check({packed}, [&](Backend& b, const std::vector<Value>& v) { return b.split_heads("split_heads_k", v[0], H, 3, chunk); },
+                      {"b", "h", "t", "c"}))
+        << "chunk " << chunk;
+  }
 }
-INSTANTIATE_TEST_SUITE_P(Sweep, Heads, Combine(Values(1, 3), Values(1, 17, 113), Values(1, 3, 8), Values(1, 3, 17)));
+INSTANTIATE_TEST_SUITE_P(Sweep, Heads, Combine(Values(1, 3), Values(1, 17, 113), Values(1, 3, 8), Values(1, 3, 4, 17)));
 
 // ---- append_row: (N, T, C) + (C) -> (N, T+1, C) --------------------------------------------------
 class AppendRow : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int, bool>> {};

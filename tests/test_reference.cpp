@@ -41,6 +41,16 @@ TEST(Reference, SplitHeadsGivesEachHeadItsFeatures) {
   EXPECT_EQ(std::vector<float>(back, back + 8), std::vector<float>(x, x + 8));
 }
 
+TEST(Reference, SplitHeadsTakesOneChunkOfAPackedProjection) {
+  // x (B=1, T=2, 3·E) with E=2, H=2, d=1: token t, feature f = 10t + f; chunks q | k | v
+  const float x[] = {0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15};
+  float y[4];
+  reference::split_heads(x, y, 1, 2, 2, 1, 3, 1);  // k: features 2-3
+  EXPECT_EQ(std::vector<float>(y, y + 4), (std::vector<float>{2, 12, 3, 13}));
+  reference::split_heads(x, y, 1, 2, 2, 1, 3, 2);  // v: features 4-5
+  EXPECT_EQ(std::vector<float>(y, y + 4), (std::vector<float>{4, 14, 5, 15}));
+}
+
 TEST(Reference, AppendRowAddsOnePosition) {
   const float x[] = {1, 2, 3, 4};  // (N=2, T=1, C=2)
   const float row[] = {7, 8};

@@ -18,6 +18,8 @@ struct HeadsParams {   // shaders/split_heads.comp, shaders/merge_heads.comp
   glm::uint heads;     // H
   glm::uint tokens;    // T
   glm::uint head_dim;  // d
+  glm::uint chunks;    // split_heads: n tensors side by side in x's rows (3: the packed in_proj)
+  glm::uint chunk;     // split_heads: the one split out; merge_heads: 1 and 0
 };
 
 struct AppendRowParams {  // shaders/append_row.comp
@@ -85,7 +87,7 @@ struct MeanPoolParams {  // shaders/mean_pool.comp
   glm::uint dim;         // E
 };
 
-static_assert(sizeof(GemmParams) == 20 && sizeof(HeadsParams) == 16 && sizeof(AppendRowParams) == 12);
+static_assert(sizeof(GemmParams) == 20 && sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
 static_assert(sizeof(AttentionMaskParams) == 28 && sizeof(FlashAttentionParams) == 32);
 static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AverageHeadsParams) == 12);
 static_assert(sizeof(LayerNormParams) == 12 && sizeof(ElementwiseParams) == 4 && sizeof(EmbeddingParams) == 12);
