@@ -59,6 +59,18 @@ Tensor canonical_mask(const Tensor& mask) {
   return out;
 }
 
+// Tensors of one trailing shape stacked on the first axis: (R_i, …) -> (ΣR_i, …), torch.cat(dim=0).
+Tensor stack_rows(std::initializer_list<const Tensor*> parts) {
+  Shape shape = (*parts.begin())->shape;
+  shape[0] = 0;
+  std::vector<float> data;
+  for (const Tensor* t : parts) {
+    shape[0] += t->dim(0);
+    data.insert(data.end(), t->data.begin(), t->data.end());
+  }
+  return Tensor(std::move(shape), std::move(data));
+}
+
 // Appends a zero column on the last axis (…, S) -> (…, S+1): the mask entry of an appended
 // key position (bias_k or the zero attention), which is never blocked.
 Tensor pad_last(const Tensor& mask) {
@@ -147,6 +159,12 @@ void MultiHeadAttention::set_weights(MultiHeadAttentionWeights w) {
   check_optional("bias_k", w.bias_k, c.add_bias_kv, {E}, "add_bias_kv");
   check_optional("bias_v", w.bias_v, c.add_bias_kv, {E}, "add_bias_kv");
   weights_ = std::move(w);
+  in_proj_weight_.reset();
+  in_proj_bias_.reset();
+  if (c.key_dim() == E && c.value_dim() == E) {
+    in_proj_weight_ = stack_rows({&weights_.q_proj_weight, &weights_.k_proj_weight, &weights_.v_proj_weight});
+    if (c.bias) in_proj_bias_ = stack_rows({&*weights_.q_proj_bias, &*weights_.k_proj_bias, &*weights_.v_proj_bias});
+  }
 }
 
 AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& query, const ForwardOptions& options) const {
@@ -284,30 +302,43 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
   };
   auto ptr = [](const std::optional<Value>& v) { return v ? &*v : nullptr; };
 
-  Value wq = backend.upload("q_proj_weight", w.q_proj_weight);
-  Value wk = backend.upload("k_proj_weight", w.k_proj_weight);
-  Value wv = backend.upload("v_proj_weight", w.v_proj_weight);
   Value wo = backend.upload("out_proj.weight", w.out_proj_weight);
-  auto bq = upload_optional("q_proj_bias", w.q_proj_bias);
-  auto bk = upload_optional("k_proj_bias", w.k_proj_bias);
-  auto bv = upload_optional("v_proj_bias", w.v_proj_bias);
   auto bo = upload_optional("out_proj.bias", w.out_proj_bias);
   auto mask_a = upload_optional("attn_mask", attn_mask);
   auto mask_k = upload_optional("key_padding_mask", key_padding_mask);
 
-  Value q = backend.linear("q_proj", q_in, wq, ptr(bq));  // (B, L, E)
-  Value k = backend.linear("k_proj", k_in, wk, ptr(bk));  // (B, S, E)
-  Value v = backend.linear("v_proj", v_in, wv, ptr(bv));  // (B, S, E)
-  q_in = k_in = v_in = Value();  // done with: the caller's last reference frees their buffers for reuse
-  if (c.add_bias_kv) {
-    Value bias_k = backend.upload("bias_k", *w.bias_k);
-    Value bias_v = backend.upload("bias_v", *w.bias_v);
-    k = backend.append_row("add_bias_k", k, &bias_k);  // (B, S+1, E)
-    v = backend.append_row("add_bias_v", v, &bias_v);  // (B, S+1, E)
+  Value q, k, v;  // (B, H, L, d), (B, H, S', d), (B, H, S', d)
+  const bool one_input = q_in.storage == k_in.storage && k_in.storage == v_in.storage &&
+                         q_in.shape == k_in.shape && k_in.shape == v_in.shape;
+  if (options.pack_in_proj && one_input && in_proj_weight_ && !c.add_bias_kv) {
+    Value w_in = backend.upload("in_proj_weight", *in_proj_weight_);
+    auto b_in = upload_optional("in_proj_bias", in_proj_bias_);
+    Value qkv = backend.linear("in_proj", q_in, w_in, ptr(b_in));  // (B, L, 3E): q, k, v side by side
+    q_in = k_in = v_in = Value();  // done with: the caller's last reference frees their buffers for reuse
+    q = backend.split_heads("split_heads_q", qkv, H, 3, 0);
+    k = backend.split_heads("split_heads_k", qkv, H, 3, 1);
+    v = backend.split_heads("split_heads_v", qkv, H, 3, 2);
+  } else {
+    Value wq = backend.upload("q_proj_weight", w.q_proj_weight);
+    Value wk = backend.upload("k_proj_weight", w.k_proj_weight);
+    Value wv = backend.upload("v_proj_weight", w.v_proj_weight);
+    auto bq = upload_optional("q_proj_bias", w.q_proj_bias);
+    auto bk = upload_optional("k_proj_bias", w.k_proj_bias);
+    auto bv = upload_optional("v_proj_bias", w.v_proj_bias);
+    q = backend.linear("q_proj", q_in, wq, ptr(bq));  // (B, L, E)
+    k = backend.linear("k_proj", k_in, wk, ptr(bk));  // (B, S, E)
+    v = backend.linear("v_proj", v_in, wv, ptr(bv));  // (B, S, E)
+    q_in = k_in = v_in = Value();  // as above
+    if (c.add_bias_kv) {
+      Value bias_k = backend.upload("bias_k", *w.bias_k);
+      Value bias_v = backend.upload("bias_v", *w.bias_v);
+      k = backend.append_row("add_bias_k", k, &bias_k);  // (B, S+1, E)
+      v = backend.append_row("add_bias_v", v, &bias_v);  // (B, S+1, E)
+    }
+    q = backend.split_heads("split_heads_q", q, H);  // (B, H, L, d)
+    k = backend.split_heads("split_heads_k", k, H);  // (B, H, S', d)
+    v = backend.split_heads("split_heads_v", v, H);  // (B, H, S', d)
   }
-  q = backend.split_heads("split_heads_q", q, H);  // (B, H, L, d)
-  k = backend.split_heads("split_heads_k", k, H);  // (B, H, S', d)
-  v = backend.split_heads("split_heads_v", v, H);  // (B, H, S', d)
   if (c.add_zero_attn) {
     k = backend.append_row("add_zero_attn_k", k, nullptr);  // (B, H, S'+1, d)
     v = backend.append_row("add_zero_attn_v", v, nullptr);  // (B, H, S'+1, d)

@@ -62,6 +62,13 @@ struct ForwardOptions {
   bool average_attn_weights = true;
   bool is_causal = false;  // block key j > query i
   AttentionPath attention = AttentionPath::automatic;
+  // Self-attention's three projections as one GEMM, PyTorch's own packed in_proj: one `in_proj`
+  // step (B, L, E) -> (B, L, 3E), from which split_heads_q/k/v take their chunk. Taken when the
+  // three inputs are one value and there is no bias_k/bias_v (appended before the heads are
+  // split); otherwise q_proj, k_proj and v_proj run as always. Off by default: on lavapipe the
+  // (E, 3E) GEMM is no faster than three (E, E) ones, and the pass holds the packed projection
+  // and the three heads at once, two (B, L, E) tensors more than the separate projections.
+  bool pack_in_proj = false;
 };
 
 struct AttentionResult {
@@ -106,6 +113,8 @@ class MultiHeadAttention {
 
   MultiHeadAttentionConfig config_;
   MultiHeadAttentionWeights weights_;
+  // q/k/v_proj_weight stacked (3E, E) and their biases (3E), when kdim = vdim = E: pack_in_proj's
+  std::optional<Tensor> in_proj_weight_, in_proj_bias_;
 };
 
 }  // namespace vkattn

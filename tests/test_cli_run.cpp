@@ -446,6 +446,28 @@ TEST_F(CliRun, EncodeTracesEveryStepOfEveryLayer) {
                                  io::read_npy(fixture / "expected_output.npy"), {.atol = 1e-4f, .rtol = 0.0f}));
 }
 
+TEST_F(CliRun, PackInProjProjectsSelfAttentionWithOneGemmAndWritesWhatPyTorchComputes) {
+  const auto g = golden_fixture("self_attention");
+  ASSERT_FALSE(g.has("key")) << "self-attention: one input";
+  std::vector<std::string> args = {"run", "--weights", g.weights().string(), "--query", g.npy("query").string(), "--pack-in-proj",
+                                   "--attention", "fused", "--out", path("out.npy"), "--trace", path("trace")};
+  if (g.config.at("is_causal").get<bool>()) args.push_back("--causal");
+  if (g.has("key_padding_mask")) args.insert(args.end(), {"--key-padding-mask", g.npy("key_padding_mask").string()});
+  Exit e = vkattn(args);
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_TRUE(testing::all_close(io::read_npy(path("out.npy")), io::read_npy(g.npy("expected_output")),
+                                 {.atol = 1e-4f, .rtol = 0.0f}));
+  std::ifstream in(dir_ / "trace" / "trace.json");
+  auto trace = nlohmann::json::parse(in);
+  EXPECT_EQ(trace.at("config").at("pack_in_proj"), true);
+  const auto& first = trace.at("steps").at(0);
+  EXPECT_EQ(first.at("name"), "in_proj");
+  EXPECT_EQ(first.at("op"), "linear");
+  const auto query_shape = io::read_npy(g.npy("query")).shape;  // (B, L, E)
+  EXPECT_EQ(first.at("output").at("shape"), (Shape{query_shape[0], query_shape[1], 3 * query_shape[2]}));
+  EXPECT_EQ(trace.at("steps").at(1).at("inputs").at(0).at("name"), "in_proj") << "split_heads_q reads the packed projection";
+}
+
 // ---- --trace and vkattn diff ----
 
 TEST_F(CliRun, TraceDumpsOfBothBackendsAgreeAndDiffFindsACorruptedStep) {

@@ -89,6 +89,10 @@ struct Case {
   int64_t B, L, S, E, H, kdim, vdim;
   bool bias, add_bias_kv, add_zero_attn;
 };
+void PrintTo(const Case& k, std::ostream* os) {
+  *os << "B" << k.B << " L" << k.L << " S" << k.S << " E" << k.E << " H" << k.H << " kdim" << k.kdim << " vdim" << k.vdim
+      << (k.bias ? " bias" : "") << (k.add_bias_kv ? " bias_kv" : "") << (k.add_zero_attn ? " zero_attn" : "");
+}
 class Configs : public Module, public ::testing::WithParamInterface<Case> {};
 TEST_P(Configs, GpuMatchesReference) {
   Case k = GetParam();
@@ -140,6 +144,66 @@ TEST_F(Module, TheFusedPathIsOneFlashAttentionStepAndReturnsNoWeights) {
                                              "flash_attention", "merge_heads", "out_proj"}));
 }
 
+
+// ---- pack_in_proj: self-attention's q, k, v from one (E, 3E) GEMM ----------------------------------
+struct PackedCase {
+  int64_t B, L, E, H;
+};
+void PrintTo(const PackedCase& k, std::ostream* os) { *os << "B" << k.B << " L" << k.L << " E" << k.E << " H" << k.H; }
+class PackedInProj : public Module, public ::testing::WithParamInterface<PackedCase> {};
+TEST_P(PackedInProj, GivesTheSeparateProjectionsOutputOnBothPaths) {
+  PackedCase k = GetParam();
+  MultiHeadAttentionConfig c{.embed_dim = k.E, .num_heads = k.H, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 31));
+  Tensor x = random_tensor({k.B, k.L, k.E}, 32);
+  for (AttentionPath path : {AttentionPath::unfused, AttentionPath::fused}) {
+    ForwardOptions separate{.need_weights = path == AttentionPath::unfused, .is_causal = true, .attention = path};
+    ForwardOptions packed = separate;
+    packed.pack_in_proj = true;
+    packed.key_padding_mask = separate.key_padding_mask = random_bool_mask({k.B, k.L}, 0.3f, 33);
+    AttentionResult want = mha.forward(cpu(), x, separate);
+    AttentionResult got = expect_backends_agree(mha, x, x, x, packed);
+    EXPECT_TRUE(all_close(got.output, want.output)) << attention_path_name(path);
+    if (want.weights) {
+      EXPECT_TRUE(all_close(*got.weights, *want.weights)) << "weights";
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, PackedInProj,
+                         Values(PackedCase{1, 1, 1, 1},      // everything 1
+                                PackedCase{2, 3, 15, 5},     // d = 3: one float per invocation
+                                PackedCase{3, 17, 12, 3},    // d = 4: one vec4
+                                PackedCase{2, 113, 24, 4},   // d = 6
+                                PackedCase{1, 65, 64, 8}));  // a workgroup and one
+
+TEST_F(Module, PackedInProjIsOneStepForSelfAttentionOnly) {
+  auto names_of = [&](const MultiHeadAttention& mha, const Tensor& q, const Tensor& kv) {
+    StepRecorder steps(false);
+    gpu().add_tracer(steps);
+    mha.forward(gpu(), q, kv, kv, {.need_weights = false, .attention = AttentionPath::fused, .pack_in_proj = true});
+    gpu().remove_tracer(steps);
+    std::vector<std::string> names;
+    for (const auto& step : steps.steps()) names.push_back(step.event.name);
+    return names;
+  };
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 34));
+  Tensor x = random_tensor({1, 3, 8}, 35), memory = random_tensor({1, 4, 8}, 36);
+  const std::vector<std::string> packed = {"in_proj", "split_heads_q", "split_heads_k", "split_heads_v",
+                                           "flash_attention", "merge_heads", "out_proj"};
+  EXPECT_EQ(names_of(mha, x, x), packed);
+  const std::vector<std::string> separate = {"q_proj", "k_proj", "v_proj", "split_heads_q", "split_heads_k",
+                                             "split_heads_v", "flash_attention", "merge_heads", "out_proj"};
+  EXPECT_EQ(names_of(mha, x, memory), separate) << "cross-attention has two inputs";
+  MultiHeadAttentionConfig with_bias_kv = c;
+  with_bias_kv.add_bias_kv = true;
+  std::vector<std::string> appended = separate;
+  appended.insert(appended.begin() + 3, {"add_bias_k", "add_bias_v"});
+  EXPECT_EQ(names_of(MultiHeadAttention(with_bias_kv), x, x), appended) << "bias_k is appended before the split";
+  MultiHeadAttentionConfig kdim = c;
+  kdim.kdim = kdim.vdim = 8;  // kdim given but equal to E: still one (E, 3E) weight
+  EXPECT_EQ(names_of(MultiHeadAttention(kdim), x, x), packed);
+}
 
 TEST_F(Module, FullyMaskedRowsGiveZeroWeightsAndTheOutputBias) {
   MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};

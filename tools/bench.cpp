@@ -61,6 +61,7 @@ class Bench {
     options_.need_weights = false;
     options_.is_causal = a.causal;
     options_.attention = parse_attention_path(a.attention);
+    options_.pack_in_proj = a.pack_in_proj;
   }
 
   Backend& backend() { return *backend_; }
@@ -131,6 +132,8 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
   cmd->add_option("--attention", a.attention, "auto (= fused: bench asks for no weights), unfused (four steps) or fused (one flash_attention step)")
       ->check(CLI::IsMember({"auto", "unfused", "fused"}))
       ->capture_default_str();
+  cmd->add_flag("--pack-in-proj", a.pack_in_proj,
+                "self-attention: project q, k and v with one in_proj GEMM (B, L, E) -> (B, L, 3E), as PyTorch packs them");
   cmd->add_option("--iters", a.iters, "timed forwards (per tracing mode with --tracing-overhead)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", a.warmup, "untimed forwards first")->capture_default_str()->check(CLI::Range(0, 1000));
@@ -183,7 +186,8 @@ int run_bench(const BenchArgs& a) {
   const int64_t S = a.kv_seq ? a.kv_seq : a.seq;
   if (a.json) {
     json out = {{"config", {{"batch", a.batch}, {"seq", a.seq}, {"kv_seq", S}, {"embed", a.embed}, {"heads", a.heads},
-                            {"causal", a.causal}, {"need_weights", false}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), false))}}},
+                            {"causal", a.causal}, {"need_weights", false}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), false))},
+                            {"pack_in_proj", a.pack_in_proj}}},
                 {"backend", a.backend}, {"device", bench.backend().device_name()}, {"iters", a.iters},
                 {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms}, {"flops", flops}, {"gflops", gflops},
                 {"peak_device_bytes", peak}, {"validation_max_abs_error", validation_error},

@@ -40,6 +40,7 @@ struct RunArgs {
   std::string trace;  // a dump directory; with side_by_side, DIR/gpu and DIR/cpu
   bool trace_values = false;
   std::string attention = "auto";  // fused without weights, else unfused; or "unfused", "fused"
+  bool pack_in_proj = false;  // self-attention's q, k, v projections as one in_proj GEMM
   bool side_by_side = false;  // run the GPU and the CPU reference, compare every step
   double atol = 1e-5, rtol = 1e-5;
 };
@@ -76,6 +77,7 @@ struct BenchArgs {
   bool causal = false;
   std::string backend = "gpu", device;
   std::string attention = "auto";  // or "unfused", "fused"
+  bool pack_in_proj = false;       // self-attention's q, k, v projections as one in_proj GEMM
   int iters = 10, warmup = 2;
   std::string tracing = "none";   // the tracer on each timed forward: none, shapes, values
   bool tracing_overhead = false;  // time all three, alternating

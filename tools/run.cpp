@@ -37,6 +37,7 @@ nlohmann::json trace_config(const RunArgs& a, const MultiHeadAttentionConfig& c)
           {"bias", c.bias}, {"add_bias_kv", c.add_bias_kv}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()},
           {"batch_first", true}, {"is_causal", a.causal}, {"need_weights", !a.attn_weights.empty()},
           {"average_attn_weights", !a.per_head_weights}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), !a.attn_weights.empty()))},
+          {"pack_in_proj", a.pack_in_proj},
           {"files", files}};
 }
 
@@ -57,6 +58,8 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
                   "auto (fused when no weights are written, else unfused), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")
       ->check(CLI::IsMember({"auto", "unfused", "fused"}))
       ->capture_default_str();
+  cmd->add_flag("--pack-in-proj", a.pack_in_proj,
+                "self-attention: project q, k and v with one in_proj GEMM (B, L, E) -> (B, L, 3E), as PyTorch packs them");
   cmd->add_option("--key-padding-mask", a.key_padding_mask, "M.npy (B, S): bool True ignores that key, or float added");
   cmd->add_option("--attn-mask", a.attn_mask, "A.npy (L, S) or (B*H, L, S): bool True blocks, or float added");
   auto* backend = cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
@@ -89,8 +92,11 @@ int run_run(const RunArgs& a) {
   state.config.batch_first = true;
   MultiHeadAttention mha(state.config, std::move(state.weights));
   Tensor query = read_input(a.query, "query");
-  Tensor key = a.key.empty() ? query : read_input(a.key, "key");
-  Tensor value = a.value.empty() ? query : read_input(a.value, "value");
+  // Self-attention passes the query itself three times: uploaded once, and one input to pack.
+  Tensor key_file = a.key.empty() ? Tensor() : read_input(a.key, "key");
+  Tensor value_file = a.value.empty() ? Tensor() : read_input(a.value, "value");
+  const Tensor& key = a.key.empty() ? query : key_file;
+  const Tensor& value = a.value.empty() ? query : value_file;
   ForwardOptions options;
   options.key_padding_mask = read_mask(a.key_padding_mask, "key padding mask");
   options.attn_mask = read_mask(a.attn_mask, "attention mask");
@@ -98,6 +104,7 @@ int run_run(const RunArgs& a) {
   options.need_weights = !a.attn_weights.empty();
   options.average_attn_weights = !a.per_head_weights;
   options.attention = parse_attention_path(a.attention);
+  options.pack_in_proj = a.pack_in_proj;
 
   // One pass, or two side by side (the GPU's is the result; the reference checks it).
   std::vector<std::unique_ptr<Backend>> backends;
