@@ -42,7 +42,9 @@ LESSONS = {
          "batch_first=True:  output (2, 5, 4), weights (2, 5, 5)",
          "(2, 7, 6) (4, 6) (4,) -> (2, 7, 4)",
          "query (2, 5, 8) has 8 features but embed_dim=4",
-         "averaged (2, 5, 7), per head (2, 2, 5, 7); max |averaged - mean of the heads| = 0"],
+         "averaged (2, 5, 7), per head (2, 2, 5, 7); max |averaged - mean of the heads| = 0",
+         "0   in_proj             linear            (2, 5, 8) (24, 8) (24,) -> (2, 5, 24)",
+         "split_heads_k       split_heads       (2, 5, 24) -> (2, 2, 5, 4)"],
         {"weights_batch_first_b0.svg": (5, 5), "weights_batch_first_b1.svg": (5, 5),
          **{f"weights_per_head_b{b}_h{h}.svg": (5, 7) for b in range(2) for h in range(2)}}),
     "tutorial_06_encoder_block": (
@@ -106,6 +108,9 @@ def main(executable):
     if name in ("tutorial_05_pytorch_style_api", "tutorial_06_encoder_block"):
         error = float(re.search(r"max \|vkattn gpu - PyTorch\| = (\S+)", out).group(1))
         assert error <= 1e-4, f"{name}: {error} from PyTorch"
+    if name == "tutorial_05_pytorch_style_api":
+        error = float(re.search(r"max \|packed - PyTorch\| = (\S+)", out).group(1))
+        assert error <= 1e-4, f"{name}: the packed in_proj is {error} from PyTorch"
     print(f"{name}: exit 0, {len(expected)} expected lines, {len(images)} images checked")
 
 

@@ -1,5 +1,6 @@
 // Lesson 05: the nn.MultiheadAttention-style API: batch_first, cross-attention with kdim/vdim,
-// weights averaged or per head, and a PyTorch state_dict loaded from a safetensors file.
+// weights averaged or per head, a PyTorch state_dict loaded from a safetensors file, and the
+// packed in_proj GEMM PyTorch runs for self-attention.
 //
 // Follows "How can I use PyTorch's nn.MultiheadAttention?", and corrects it twice:
 //  - Its example 1 calls MultiheadAttention(embed_dim=4, num_heads=2) on x = randn(2, 5, 4)
@@ -98,5 +99,18 @@ int main(int argc, char** argv) {
     torch << "embed_dim " << state.config.embed_dim << ", num_heads " << state.config.num_heads << ": " << describe(r5)
           << "; max |vkattn gpu - PyTorch| = " << compare_values(r5.output, torch_output, 1e-4, 0).max_abs_error;
     lesson.say(torch.str());
+
+    // ---- 6: in_proj, PyTorch's packed projection ----
+    lesson.say(
+        "PyTorch keeps q, k and v's projections stacked in one in_proj_weight (3·E, E), and for self-attention\n"
+        "(query is key is value) it runs them as one GEMM, (B, L, E) -> (B, L, 3·E), then takes q, k, v apart\n"
+        "with .chunk(3, -1). pack_in_proj does the same: one in_proj step, and each split_heads reads its third.");
+    const ForwardOptions packed{.need_weights = false, .attention = AttentionPath::fused, .pack_in_proj = true};
+    auto [r6, r6_cpu] = lesson.part("one in_proj GEMM instead of q_proj, k_proj, v_proj",
+                                    [&](Backend& b) { return trained.forward(b, query, packed); });
+    std::ostringstream same;
+    same << "max |packed - separate projections| = " << compare_values(r6.output, r5.output, 1e-5, 1e-5).max_abs_error
+         << "; max |packed - PyTorch| = " << compare_values(r6.output, torch_output, 1e-4, 0).max_abs_error;
+    lesson.say(same.str());
   });
 }
