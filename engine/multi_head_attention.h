@@ -67,7 +67,8 @@ struct ForwardOptions {
   // three inputs are one value and there is no bias_k/bias_v (appended before the heads are
   // split); otherwise q_proj, k_proj and v_proj run as always. Off by default: on lavapipe the
   // (E, 3E) GEMM is no faster than three (E, E) ones, and the pass holds the packed projection
-  // and the three heads at once, two (B, L, E) tensors more than the separate projections.
+  // and the three heads at once, whose buffer then fits no (B, L, E) tensor: three (B, L, E)
+  // tensors more at its peak than the separate projections.
   bool pack_in_proj = false;
 };
 
