@@ -66,9 +66,9 @@ struct ForwardOptions {
   // step (B, L, E) -> (B, L, 3E), from which split_heads_q/k/v take their chunk. Taken when the
   // three inputs are one value and there is no bias_k/bias_v (appended before the heads are
   // split); otherwise q_proj, k_proj and v_proj run as always. Off by default: on lavapipe the
-  // (E, 3E) GEMM is no faster than three (E, E) ones, and the pass holds the packed projection
-  // and the three heads at once, whose buffer then fits no (B, L, E) tensor: three (B, L, E)
-  // tensors more at its peak than the separate projections.
+  // (3E, E) GEMM is no faster than three (E, E) ones, and the pass peaks three (B, L, E) tensors
+  // higher: it holds the packed projection and the three heads at once, and the buffer pool,
+  // which hands a freed buffer only to a tensor of its size, gives the packed one to none later.
   bool pack_in_proj = false;
 };
 
