@@ -11,7 +11,8 @@ memory, and the ratio torch_ms / vkattn_ms (above 1: vkattn is faster).
 
 Shapes (the performance issue's): S1 (B 32, L 100, E 512, H 8), the seed article's benchmark;
 S2 (1, 1024, 512, 8, causal); S3 (4, 256, 768, 12); S4 (1, 4096, 512, 8, causal, fused only:
-the unfused path's (B, H, L, L) scores would need 512 MiB).
+the unfused path's (B, H, L, L) scores would need 512 MiB). S1 also runs the fused path with
+--pack-in-proj ("packed"): q, k and v projected by one GEMM, as torch itself does for self-attention.
 """
 import argparse
 import json
@@ -27,7 +28,7 @@ os.environ.setdefault("OMP_NUM_THREADS", str(CORES))  # before torch is imported
 import torch  # noqa: E402  (Debian's python3-torch)
 
 SHAPES = {
-    "S1": dict(batch=32, seq=100, embed=512, heads=8, causal=False, paths=("unfused", "fused")),
+    "S1": dict(batch=32, seq=100, embed=512, heads=8, causal=False, paths=("unfused", "fused", "packed")),
     "S2": dict(batch=1, seq=1024, embed=512, heads=8, causal=True, paths=("unfused", "fused")),
     "S3": dict(batch=4, seq=256, embed=768, heads=12, causal=False, paths=("unfused", "fused")),
     "S4": dict(batch=1, seq=4096, embed=512, heads=8, causal=True, paths=("fused",)),
@@ -55,9 +56,14 @@ def torch_times(s, iters):
     return times
 
 
+# A path of SHAPES -> vkattn bench's flags for it
+PATH_FLAGS = {"unfused": ["--attention", "unfused"], "fused": ["--attention", "fused"],
+              "packed": ["--attention", "fused", "--pack-in-proj"]}
+
+
 def vkattn_run(binary, s, path, iters):
     cmd = [binary, "bench", "--batch", str(s["batch"]), "--seq", str(s["seq"]), "--embed", str(s["embed"]),
-           "--heads", str(s["heads"]), "--attention", path, "--iters", str(iters), "--warmup", "1", "--json"]
+           "--heads", str(s["heads"]), *PATH_FLAGS[path], "--iters", str(iters), "--warmup", "1", "--json"]
     if s["causal"]:
         cmd.append("--causal")
     done = subprocess.run(cmd, capture_output=True, text=True)
