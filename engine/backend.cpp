@@ -394,16 +394,15 @@ void check_tensor_fits(const MemoryLimits& limits, const std::string& name, int6
 void Backend::preflight(const std::string& pass, const std::function<void(Backend&)>& recipe) {
   const auto limits = memory_limits();
   if (!limits) return;
-  SizingBackend sizing;
+  SizingBackend sizing(limits->reuse_from_bytes);
   sizing.scope_ = scope_;
   recipe(sizing);
-  uint64_t total = 0;
   const SizingBackend::SizedTensor* largest = nullptr;
   for (const auto& t : sizing.tensors()) {
     check_tensor_fits(*limits, t.name, t.count);
-    total += static_cast<uint64_t>(t.count) * sizeof(float);
     if (!largest || t.count > largest->count) largest = &t;
   }
+  const uint64_t total = sizing.pass_bytes();
   if (total > limits->max_total_bytes) {
     throw DeviceError(scoped(pass) + " needs " + mib(total) + " of device memory at once, " +
                       mib(total - limits->max_total_bytes) + " over " + limits->max_total_limit + " (" +

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,9 @@ struct MemoryLimits {
   std::string max_tensor_limit;   // "maxStorageBufferRange"
   uint64_t max_total_bytes = 0;   // everything a pass holds at once
   std::string max_total_limit;    // "the largest device-local memory heap"
+  // A tensor this large or larger may take the buffer of one the pass has finished with (of
+  // exactly its size); a smaller one is counted as a buffer of its own. By default none reuses.
+  uint64_t reuse_from_bytes = std::numeric_limits<uint64_t>::max();
 };
 
 // DeviceError "NAME needs X MiB in one buffer, Y MiB over LIMIT (Z MiB) of 'DEVICE'" when a
@@ -126,10 +130,11 @@ class Backend {
 
   // Runs `recipe` — a module's pass: its uploads and steps — on a SizingBackend, which computes
   // and allocates nothing, and checks every tensor it would create against memory_limits(), and
-  // all of them together (an upper bound: a VulkanBackend pass reuses the buffers of tensors it
-  // has finished with). Throws the
-  // DeviceError that names the limit and the excess before anything is allocated; nothing to
-  // check on a backend without limits (the reference).
+  // the buffers the pass would allocate together: every tensor's, except that one of
+  // reuse_from_bytes or more takes the buffer of a finished tensor of its size, as a
+  // VulkanBackend pass does (a bound from above: the real pass reuses some smaller ones too).
+  // Throws the DeviceError that names the limit and the excess before anything is allocated;
+  // nothing to check on a backend without limits (the reference).
   void preflight(const std::string& pass, const std::function<void(Backend&)>& recipe);
   virtual std::optional<MemoryLimits> memory_limits() const { return std::nullopt; }
 

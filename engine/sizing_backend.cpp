@@ -3,12 +3,36 @@
 namespace vkattn {
 
 namespace {
-struct NoStorage final : Storage {};
+// No numbers: a buffer's size, given back to the pool when the last value holding it is gone.
+template <class Pool>
+struct SizedStorage final : Storage {
+  SizedStorage(std::shared_ptr<Pool> pool, uint64_t bytes) : pool(std::move(pool)), bytes(bytes) {}
+  ~SizedStorage() override { pool->release(bytes); }
+  std::shared_ptr<Pool> pool;
+  uint64_t bytes;
+};
 }  // namespace
+
+SizingBackend::SizingBackend(uint64_t reuse_from_bytes) : pool_(std::make_shared<Pool>(Pool{reuse_from_bytes, {}})) {}
+
+void SizingBackend::Pool::acquire(uint64_t bytes) {
+  auto it = free.find(bytes);
+  if (bytes >= reuse_from_bytes && it != free.end() && it->second > 0) {
+    --it->second;
+  } else {
+    allocated += bytes;
+  }
+}
+
+void SizingBackend::Pool::release(uint64_t bytes) {
+  if (bytes >= reuse_from_bytes) ++free[bytes];
+}
 
 std::shared_ptr<Storage> SizingBackend::allocate(const std::string& name, int64_t count) {
   tensors_.push_back({name, count});
-  return std::make_shared<NoStorage>();
+  const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(float);
+  pool_->acquire(bytes);
+  return std::make_shared<SizedStorage<Pool>>(pool_, bytes);
 }
 
 std::shared_ptr<Storage> SizingBackend::store(const std::string& name, const Tensor& tensor) {

@@ -3,6 +3,15 @@
 // size of every tensor a recipe uploads or makes, so that Backend::preflight() can check a pass
 // against a device's limits before the real backend allocates anything. Shapes are checked as on
 // any backend, so a bad input fails here with the same message.
+//
+// It also counts the device memory the pass would take from a pool like VulkanBackend's: a
+// tensor of `reuse_from_bytes` or more takes the buffer of a tensor the pass has finished with
+// when one of exactly its size is free; a smaller one always gets a new buffer (the real backend
+// reuses some of those too, when no recorded command still reads them: this is a bound from
+// above).
+#include <cstdint>
+#include <limits>
+#include <map>
 #include <vector>
 
 #include "engine/backend.h"
@@ -16,9 +25,15 @@ class SizingBackend final : public Backend {
     int64_t count;     // float32 elements
   };
 
+  // reuse_from_bytes: the smallest tensor that may take a finished tensor's buffer; by default
+  // none does, and pass_bytes() is the sum of every tensor
+  explicit SizingBackend(uint64_t reuse_from_bytes = std::numeric_limits<uint64_t>::max());
+
   std::string name() const override { return "sizing"; }
   std::string device_name() const override { return "none (sizes only)"; }
   const std::vector<SizedTensor>& tensors() const { return tensors_; }
+  // The bytes of every buffer the pass allocates, reused ones once.
+  uint64_t pass_bytes() const { return pool_->allocated; }
 
  protected:
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
@@ -55,7 +70,17 @@ class SizingBackend final : public Backend {
   void run_mean_pool(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
 
  private:
+  // Buffers by exact size, as vulkan::BufferPool keeps them; shared with every storage, which
+  // gives its buffer back when its last value is gone.
+  struct Pool {
+    uint64_t reuse_from_bytes;
+    std::map<uint64_t, int> free;  // bytes -> free buffers of that size
+    uint64_t allocated = 0;
+    void acquire(uint64_t bytes);
+    void release(uint64_t bytes);
+  };
   std::vector<SizedTensor> tensors_;
+  std::shared_ptr<Pool> pool_;
 };
 
 }  // namespace vkattn

@@ -59,7 +59,8 @@ std::optional<MemoryLimits> VulkanBackend::memory_limits() const {
                       .max_tensor_bytes = device.max_storage_buffer_range,
                       .max_tensor_limit = "maxStorageBufferRange",
                       .max_total_bytes = device.device_local_bytes,
-                      .max_total_limit = "the largest device-local memory heap"};
+                      .max_total_limit = "the largest device-local memory heap",
+                      .reuse_from_bytes = options_.reuse_in_flight_bytes};
   if (options_.memory_limit_bytes > 0 && options_.memory_limit_bytes < limits.max_total_bytes) {
     limits.max_total_bytes = options_.memory_limit_bytes;
     limits.max_total_limit = "the memory limit set for this backend";

@@ -9,11 +9,13 @@
 #include "engine/vulkan/context.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
 
 namespace vkattn {
 namespace {
 
 using testing::expect_error;
+using testing::all_close;
 using testing::random_tensor;
 
 TEST(ConfigErrors, EmbedDimNotDivisibleByHeads) {
@@ -180,6 +182,36 @@ TEST_F(DeviceLimits, ThePreflightSizesEveryTensorThePassMakes) {
   const uint64_t used = context.peak_allocated_bytes() - before;
   EXPECT_GT(used, predicted / 4);
   EXPECT_LE(used, 2 * predicted);
+}
+
+TEST_F(DeviceLimits, ThePreflightCountsTheBuffersAPassReusesOnce) {
+  // When every tensor may take a finished tensor's buffer (reuse_in_flight_bytes = 0), the
+  // SizingBackend's pool is the VulkanBackend's: it predicts the device bytes the pass makes
+  // exactly. A 4-layer encoder makes about one layer's tensors, not four.
+  TransformerEncoderConfig config;
+  config.layer = {.d_model = 32, .nhead = 4, .dim_feedforward = 64};
+  config.num_layers = 4;
+  TransformerEncoder encoder(config, TransformerEncoderWeights::random(config, 5));
+  Tensor x = random_tensor({2, 33, 32}, 6);
+  SizingBackend every_tensor, pooled(0);
+  encoder.forward(every_tensor, x);
+  encoder.forward(pooled, x);
+  EXPECT_LT(pooled.pass_bytes(), every_tensor.pass_bytes() / 2);
+  VulkanBackend gpu(testing::shared_context(), {.reuse_in_flight_bytes = 0});
+  const auto& context = gpu.context();
+  gpu.empty_cache();
+  const uint64_t before = context.device_bytes_created();
+  Tensor ours = encoder.forward(gpu, x);
+  EXPECT_EQ(context.device_bytes_created() - before, pooled.pass_bytes());
+  EXPECT_TRUE(all_close(ours, encoder.forward(cpu(), x), {1e-4f, 1e-4f}, {"b", "l", "e"}));
+  // a memory limit between the two: refused when counted tensor by tensor, run when pooled
+  const uint64_t limit = (pooled.pass_bytes() + every_tensor.pass_bytes()) / 2;
+  VulkanBackend capped(testing::shared_context(), {.memory_limit_bytes = limit, .reuse_in_flight_bytes = 0});
+  EXPECT_TRUE(all_close(encoder.forward(capped, x), ours, {0.0f, 0.0f}, {"b", "l", "e"}));
+  VulkanBackend capped_no_reuse(testing::shared_context(),
+                                {.memory_limit_bytes = limit, .reuse_in_flight_bytes = uint64_t(1) << 40});
+  expect_refused_before_allocating([&] { encoder.forward(capped_no_reuse, x); },
+                                   {"transformer_encoder needs ", "over the memory limit set for this backend"});
 }
 
 // ---- Vulkan errors by their VkResult names ---------------------------------------------------------------

@@ -310,6 +310,7 @@ uint32_t Context::memory_type(uint32_t type_bits, vk::MemoryPropertyFlags requir
 void Context::on_allocate(uint64_t bytes, bool staging) const {
   buffers_created_++;
   if (staging) staging_buffers_created_++;
+  if (!staging) device_bytes_created_ += bytes;
   uint64_t now = allocated_ += bytes;
   uint64_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {

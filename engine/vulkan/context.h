@@ -95,6 +95,7 @@ class Context {
   void on_free(uint64_t bytes) const;
   uint64_t buffers_created() const { return buffers_created_; }
   uint64_t staging_buffers_created() const { return staging_buffers_created_; }
+  uint64_t device_bytes_created() const { return device_bytes_created_; }  // of the non-staging Buffers made
   uint64_t allocated_bytes() const { return allocated_; }
   uint64_t peak_allocated_bytes() const { return peak_; }
   // Starts a new peak measurement from what is allocated now.
@@ -116,6 +117,7 @@ class Context {
   bool debug_utils_ = false;
   mutable std::atomic<uint64_t> buffers_created_{0};
   mutable std::atomic<uint64_t> staging_buffers_created_{0};
+  mutable std::atomic<uint64_t> device_bytes_created_{0};
   mutable std::atomic<uint64_t> allocated_{0};
   mutable std::atomic<uint64_t> peak_{0};
 };
