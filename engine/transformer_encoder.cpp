@@ -219,6 +219,7 @@ EncoderInput prepare_encoder_input(const std::string& who, const TransformerEnco
   a.need_weights = false;
   a.is_causal = options.is_causal;
   a.attention = options.attention;
+  a.pack_in_proj = options.pack_in_proj;
   if (options.src_key_padding_mask) {
     const Tensor& m = *options.src_key_padding_mask;
     Shape expected = input.batched ? Shape{B, L} : Shape{L};

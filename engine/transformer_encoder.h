@@ -63,6 +63,7 @@ struct EncoderOptions {
   std::optional<Tensor> mask;
   bool is_causal = false;  // block key j > query i
   AttentionPath attention = AttentionPath::automatic;  // the encoder never returns weights: fused
+  bool pack_in_proj = false;  // each self_attn's q, k, v as one in_proj GEMM (ForwardOptions')
 };
 
 class TransformerEncoderLayer {

@@ -468,6 +468,24 @@ TEST_F(CliRun, PackInProjProjectsSelfAttentionWithOneGemmAndWritesWhatPyTorchCom
   EXPECT_EQ(trace.at("steps").at(1).at("inputs").at(0).at("name"), "in_proj") << "split_heads_q reads the packed projection";
 }
 
+TEST_F(CliRun, EncodePacksEachLayersProjectionsIntoOneInProjGemm) {
+  const fs::path fixture = fs::path(VKATTN_GOLDEN_ENCODER_DIR) / "encoder3_pre_relu_causal_eps";
+  Exit e = vkattn({"encode", "--weights", (fixture / "weights.safetensors").string(), "--input", (fixture / "src.npy").string(),
+                   "--norm-first", "--eps", "1e-6", "--causal", "--pack-in-proj", "--trace", path("trace"), "--out", path("out.npy")});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_TRUE(testing::all_close(io::read_npy(path("out.npy")), io::read_npy(fixture / "expected_output.npy"),
+                                 {.atol = 1e-4f, .rtol = 0.0f}));
+  std::ifstream in(dir_ / "trace" / "trace.json");
+  auto trace = nlohmann::json::parse(in);
+  const auto& steps = trace.at("steps");
+  // per pre-norm layer: norm1, in_proj, 3 split_heads, flash_attention, merge_heads, out_proj,
+  // residual_add1, norm2, linear1, relu, linear2, residual_add2 = 14 steps
+  ASSERT_EQ(steps.size(), 3u * 14u);
+  for (int layer = 0; layer < 3; ++layer) {
+    EXPECT_EQ(steps[layer * 14 + 1].at("name"), "layers." + std::to_string(layer) + ".self_attn.in_proj");
+  }
+}
+
 // ---- --trace and vkattn diff ----
 
 TEST_F(CliRun, TraceDumpsOfBothBackendsAgreeAndDiffFindsACorruptedStep) {

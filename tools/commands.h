@@ -56,6 +56,7 @@ struct EncodeArgs {
   std::string src_key_padding_mask, mask;
   bool causal = false;
   std::string attention = "auto";  // or "unfused", "fused"
+  bool pack_in_proj = false;       // each self_attn's q, k, v projections as one in_proj GEMM
   std::string backend = "gpu";
   std::string device;
   std::string out;

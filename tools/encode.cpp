@@ -49,7 +49,7 @@ nlohmann::json trace_config(const EncodeArgs& a, const io::EncoderState& state) 
           {"dim_feedforward", c.layer.dim_feedforward}, {"activation", activation_name(c.layer.activation)},
           {"norm_first", c.layer.norm_first}, {"layer_norm_eps", c.layer.layer_norm_eps},
           {"final_norm", c.final_norm}, {"batch_first", true}, {"is_causal", a.causal},
-          {"attention", a.attention}, {"files", files}};
+          {"attention", a.attention}, {"pack_in_proj", a.pack_in_proj}, {"files", files}};
 }
 
 }  // namespace
@@ -75,6 +75,8 @@ CLI::App* add_encode(CLI::App& app, EncodeArgs& a) {
                   "auto (= fused: an encoder returns no weights), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step)")
       ->check(CLI::IsMember({"auto", "unfused", "fused"}))
       ->capture_default_str();
+  cmd->add_flag("--pack-in-proj", a.pack_in_proj,
+                "each layer's self-attention projects q, k and v with one in_proj GEMM, as PyTorch does");
   cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
       ->check(CLI::IsMember({"gpu", "cpu"}))
       ->capture_default_str();
@@ -99,6 +101,7 @@ int run_encode(const EncodeArgs& a) {
   options.mask = read_mask(a.mask, "mask");
   options.is_causal = a.causal;
   options.attention = parse_attention_path(a.attention);
+  options.pack_in_proj = a.pack_in_proj;
 
   auto backend = make_backend(a.backend, a.device);
   std::vector<std::unique_ptr<Tracer>> sinks;
