@@ -3,7 +3,8 @@
 namespace vkattn {
 
 namespace {
-// No numbers: a buffer's size, given back to the pool when the last value holding it is gone.
+// No numbers: a buffer's size, given back to the pool when the last value holding it is gone
+// (a template on the pool, which is SizingBackend's private type).
 template <class Pool>
 struct SizedStorage final : Storage {
   SizedStorage(std::shared_ptr<Pool> pool, uint64_t bytes) : pool(std::move(pool)), bytes(bytes) {}
