@@ -26,6 +26,9 @@ glm::uint u32(int64_t v) { return static_cast<glm::uint>(v); }
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+// attention_mask: the scores of a row each invocation masks (its specialization constant RUN)
+constexpr uint32_t kMaskRun = 8;
+
 }  // namespace
 
 VulkanBackend::VulkanBackend() : VulkanBackend(std::make_shared<vulkan::Context>()) {}
@@ -173,13 +176,13 @@ void VulkanBackend::run_attention_scores(const std::string& step, const Storage&
 void VulkanBackend::run_attention_mask(const std::string& step, const Storage& scores, const Storage* attn_mask,
                                        int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out,
                                        int64_t B, int64_t H, int64_t L, int64_t S) {
-  const auto& k = kernel("attention_mask", 4, sizeof(vulkan::AttentionMaskParams));
+  const auto& k = kernel("attention_mask", 4, sizeof(vulkan::AttentionMaskParams), {kMaskRun});
   vulkan::AttentionMaskParams params{u32(B), u32(H), u32(L), u32(S), u32(attn_mask_rank),
                                      key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
   dispatch(step, k,
            {buffer_of(scores), attn_mask ? buffer_of(*attn_mask) : recorder_.placeholder(),
             key_padding_mask ? buffer_of(*key_padding_mask) : recorder_.placeholder(), buffer_of(out)},
-           params, uint64_t(B) * H * L * S);
+           params, uint64_t(B) * H * L * ceil_div(S, kMaskRun * k.workgroup_size()), /*per_group=*/true);
 }
 
 void VulkanBackend::run_flash_attention(const std::string& step, const Storage& q, const Storage& k, const Storage& v,

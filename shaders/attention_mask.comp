@@ -22,14 +22,26 @@ layout(push_constant) uniform Params {
   uint causal;                // 0 or 1
 } p;
 
-void main() {
-  uint index = flat_invocation_id();
-  if (index >= p.batch * p.heads * p.rows * p.cols) return;
-  uint j = index % p.cols;
-  uint i = (index / p.cols) % p.rows;
-  uint bh = index / (p.cols * p.rows);  // b·H + h
-  uint b = bh / p.heads;
+// A workgroup masks RUN · (workgroup size) consecutive scores of one row, lane l the columns
+// l, l + size, l + 2·size, …: neighbouring lanes touch neighbouring floats (coalesced on a GPU),
+// and the integer divisions that find the row are made once per RUN scores (no vector
+// instruction divides integers on a CPU device: one per score cost lavapipe more than the copy).
+layout(constant_id = 1) const uint RUN = 8u;
 
-  masked[index] = masked_score(scores[index], p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u, index,
-                               b, i, j, p.cols);
+void main() {
+  uint span = RUN * gl_WorkGroupSize.x;  // columns per workgroup
+  uint chunks = (p.cols + span - 1u) / span;
+  uint group = flat_workgroup_id();
+  uint row = group / chunks;  // (b·H + h)·L + i
+  if (row >= p.batch * p.heads * p.rows) return;
+  uint i = row % p.rows;
+  uint b = row / (p.rows * p.heads);
+  uint first = (group % chunks) * span + gl_LocalInvocationID.x;
+  for (uint k = 0u; k < RUN; ++k) {
+    uint j = first + k * gl_WorkGroupSize.x;
+    if (j >= p.cols) break;
+    uint index = row * p.cols + j;
+    masked[index] = masked_score(scores[index], p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u,
+                                 index, b, i, j, p.cols);
+  }
 }

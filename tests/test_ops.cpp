@@ -147,7 +147,9 @@ TEST_P(Mask, MatchesReference) {
     return b.attention_mask("attention_mask", v[0], use_attn ? &v[1] : nullptr, use_padding ? &v[2] : nullptr, use_causal);
   }, {"b", "h", "i", "j"}));
 }
-INSTANTIATE_TEST_SUITE_P(Sweep, Mask, Combine(Values(Attn{1, 1, 1, 1, 0}, Attn{2, 3, 17, 5, 0}, Attn{1, 2, 5, 113, 0}, Attn{3, 1, 65, 65, 0}),
+// S = 1100: a row spans three workgroups of 8 · 64 scores, the last one partly
+INSTANTIATE_TEST_SUITE_P(Sweep, Mask, Combine(Values(Attn{1, 1, 1, 1, 0}, Attn{2, 3, 17, 5, 0}, Attn{1, 2, 5, 113, 0}, Attn{3, 1, 65, 65, 0},
+                                                     Attn{2, 2, 3, 1100, 0}),
                                               Values(0, 2, 3), Bool(), Bool()));
 
 // ---- flash_attention: the fused step, against its reference and against the unfused steps ---------
@@ -466,7 +468,8 @@ TEST(Folding, EveryStepMatchesReferenceOnAForcedTinyGrid) {
   step({random_tensor({113, 5}, 4)}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); });
   step({random_tensor({2, 3, 9, 4}, 5), random_tensor({2, 3, 7, 4}, 6)},
        [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); });
-  step({random_tensor({2, 3, 9, 7}, 5), additive_mask({9, 7}, 6), additive_mask({2, 7}, 7)},
+  // 70 columns: two workgroups of 8 · 8 scores a row, 108 workgroups folded into 5 × 5 × 5
+  step({random_tensor({2, 3, 9, 70}, 5), additive_mask({9, 70}, 6), additive_mask({2, 70}, 7)},
        [](Backend& b, const std::vector<Value>& v) { return b.attention_mask("attention_mask", v[0], &v[1], &v[2], true); });
   step({random_tensor({2, 3, 9, 7}, 7), random_tensor({2, 3, 7, 4}, 8)},
        [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); });
