@@ -145,7 +145,7 @@ TEST_F(Module, TheFusedPathIsOneFlashAttentionStepAndReturnsNoWeights) {
 }
 
 
-// ---- pack_in_proj: self-attention's q, k, v from one (E, 3E) GEMM ----------------------------------
+// ---- pack_in_proj: self-attention's q, k, v from one GEMM by the (3E, E) in_proj_weight -----------
 struct PackedCase {
   int64_t B, L, E, H;
 };
@@ -201,7 +201,7 @@ TEST_F(Module, PackedInProjIsOneStepForSelfAttentionOnly) {
   appended.insert(appended.begin() + 3, {"add_bias_k", "add_bias_v"});
   EXPECT_EQ(names_of(MultiHeadAttention(with_bias_kv), x, x), appended) << "bias_k is appended before the split";
   MultiHeadAttentionConfig kdim = c;
-  kdim.kdim = kdim.vdim = 8;  // kdim given but equal to E: still one (E, 3E) weight
+  kdim.kdim = kdim.vdim = 8;  // kdim given but equal to E: still one (3E, E) in_proj_weight
   EXPECT_EQ(names_of(MultiHeadAttention(kdim), x, x), packed);
 }
 
