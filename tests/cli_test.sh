@@ -38,7 +38,9 @@ expect 2 "zero heads" -- demo --heads 0
 expect 2 "non-numeric size" -- demo --seq many
 # (without validation: with it, the loader's own complaints are logged too, by design)
 VKATTN_VALIDATION=0 VK_ICD_FILENAMES=/nonexistent.json VK_DRIVER_FILES=/nonexistent.json expect 1 "no Vulkan driver" -- demo
-grep -q "vkCreateInstance failed with VK_ERROR_INCOMPATIBLE_DRIVER; no Vulkan driver was found" "$tmp/err" || { echo "FAIL: no-driver message"; failed=$((failed + 1)); }
+# Which call fails, and how, is the loader's (Debian 12's 1.3 loader fails vkCreateInstance, 1.4's
+# may create the instance and find no device): the exit code, one line, and the engine's advice.
+grep -q "mesa-vulkan-drivers" "$tmp/err" || { echo "FAIL: no-driver message"; cat "$tmp/err"; failed=$((failed + 1)); }
 VKATTN_DEVICE=nosuchgpu expect 1 "unknown device" -- demo
 grep -q "matches no device" "$tmp/err" || { echo "FAIL: unknown device message"; failed=$((failed + 1)); }
 
