@@ -7,7 +7,7 @@ namespace {
 // (a template on the pool, which is SizingBackend's private type).
 template <class Pool>
 struct SizedStorage final : Storage {
-  SizedStorage(std::shared_ptr<Pool> pool, uint64_t bytes) : pool(std::move(pool)), bytes(bytes) {}
+  SizedStorage(std::shared_ptr<Pool> owner, uint64_t size) : pool(std::move(owner)), bytes(size) {}
   ~SizedStorage() override { pool->release(bytes); }
   std::shared_ptr<Pool> pool;
   uint64_t bytes;
