@@ -33,19 +33,33 @@ constexpr uint32_t kMaskRun = 8;
 
 VulkanBackend::VulkanBackend() : VulkanBackend(std::make_shared<vulkan::Context>()) {}
 
+namespace {
+
+vulkan::DeviceReport with_options(vulkan::DeviceReport device, const VulkanBackendOptions& options) {
+  if (!options.subgroups && device.switches.subgroups) {
+    device.switches.subgroups = false;
+    device.switches.subgroups_why = "VulkanBackendOptions::subgroups is false";
+  }
+  return device;
+}
+
+}  // namespace
+
 VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options options)
     : context_(std::move(context)),
       options_(options),
-      gemm_(options.gemm ? *options.gemm : vulkan::plan_gemm(context_->device_report())),
+      device_(with_options(context_->device_report(), options)),
       recorder_(context_, options.max_groups_per_dim),
       buffers_(std::make_shared<vulkan::BufferPool>(context_)) {
-  const auto& device = context_->device_report();
-  if (options_.workgroup_size == 0 || options_.workgroup_size > device.max_workgroup_size_x ||
-      options_.workgroup_size > device.max_workgroup_invocations) {
+  if (options_.workgroup_size == 0 || options_.workgroup_size > device_.max_workgroup_size_x ||
+      options_.workgroup_size > device_.max_workgroup_invocations) {
     throw DeviceError("workgroup size " + std::to_string(options_.workgroup_size) + " is outside 1.." +
-                      std::to_string(device.max_workgroup_size_x) + " for device '" + device.name + "'");
+                      std::to_string(device_.max_workgroup_size_x) + " for device '" + device_.name + "'");
   }
-  vulkan::check_gemm_plan(gemm_, device);
+  gemm_ = options.gemm ? *options.gemm : vulkan::plan_gemm(device_);
+  vulkan::check_gemm_plan(gemm_, device_);
+  rows_ = vulkan::plan_rows(device_, options_.workgroup_size);
+  flash_ = vulkan::plan_flash(device_, options_.workgroup_size, options_.flash_rows);
 }
 
 VulkanBackend::~VulkanBackend() = default;
@@ -98,25 +112,16 @@ std::vector<float> VulkanBackend::load(const Storage& storage, int64_t count) {
 
 const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
                                             std::vector<uint32_t> specialization, uint32_t workgroup_size,
-                                            uint32_t texel_bindings) {
+                                            uint32_t texel_bindings, uint32_t lanes) {
   if (workgroup_size == 0) workgroup_size = options_.workgroup_size;
-  std::string key = name + "@" + std::to_string(workgroup_size);
+  std::string key = name + "@" + std::to_string(workgroup_size) + "/" + std::to_string(lanes);
   for (uint32_t v : specialization) key += ":" + std::to_string(v);
   auto& slot = kernels_[key];
   if (!slot) {
     slot = std::make_unique<vulkan::Kernel>(*context_, name, bindings, push_bytes, workgroup_size, specialization,
-                                            texel_bindings);
+                                            texel_bindings, lanes);
   }
   return *slot;
-}
-
-std::pair<std::vector<uint32_t>, uint64_t> VulkanBackend::row_plan(int64_t rows) const {
-  const auto& device = context_->device_report();
-  const uint32_t lanes = device.subgroup_size;
-  if (options_.subgroup_rows && device.subgroup_arithmetic && lanes > 0 && options_.workgroup_size % lanes == 0) {
-    return {{1u}, ceil_div(uint64_t(rows), options_.workgroup_size / lanes)};  // a row per subgroup
-  }
-  return {{0u}, uint64_t(rows)};  // a row per workgroup
 }
 
 template <class Params>
@@ -140,8 +145,9 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   const bool texels = gemm_.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
                       uint64_t(batch) * N * K / 4 <= max_texels;
   const vulkan::GemmPlan plan = gemm_.fitted(uint64_t(N));
-  const auto& k = kernel(texels ? name + "_texel" : name, 4, sizeof(vulkan::GemmParams),
-                         plan.specialization(vec4, bias != nullptr), plan.workgroup_size, texels ? 0b11u : 0u);
+  const auto& k = kernel(plan.shader(name, texels), 4, sizeof(vulkan::GemmParams),
+                         plan.specialization(vec4, bias != nullptr), plan.workgroup_size, texels ? 0b11u : 0u,
+                         plan.required_lanes());
   vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale};
   dispatch(step, k, {buffer_of(a), buffer_of(b), bias ? buffer_of(*bias) : recorder_.placeholder(), buffer_of(c)},
            params, plan.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true);
@@ -189,40 +195,26 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
                                         const Storage* attn_mask, int attn_mask_rank, const Storage* key_padding_mask,
                                         bool causal, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S,
                                         int64_t d, float scale) {
-  // A subgroup per ROWS query rows (flash_attention.comp); the head dim and the subgroup size
-  // shape each lane's share of the output: one pipeline per d. ROWS rows make ROWS times the
-  // multiply-adds per load of one, at ROWS·d/lanes accumulators a lane: many are what a CPU
-  // device wants, few what a GPU's registers allow.
-  const auto& device = context_->device_report();
-  if (!device.subgroup_shuffle || !device.subgroup_arithmetic) {
-    throw DeviceError(step + ": flash_attention needs subgroup shuffles and arithmetic in compute shaders, which '" +
-                      device.name + "' lacks; use the unfused path");
-  }
-  const uint32_t lanes = device.subgroup_size;
-  const uint32_t workgroup = std::min(8 * lanes, device.max_workgroup_invocations);
-  // Rows per subgroup: two per lane on a CPU device (S3's flash_attention on lavapipe: 8 rows
-  // 32.9 ms, 16 rows 26.6, 24 rows 27.0), at most 8 on a GPU
-  const uint32_t rows = options_.flash_rows > 0                          ? options_.flash_rows
-                        : device.type == vk::PhysicalDeviceType::eCpu ? 2 * lanes
-                                                                        : std::min(lanes, 8u);
+  // flash_plan(): ROWS query rows per subgroup of guaranteed lanes, or a row per invocation
+  // (flash_attention.comp). The head dim shapes each lane's share of the output: a pipeline per d.
   // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
   const bool texels = gemm_.texel_inputs && d % 4 == 0 &&
-                      uint64_t(B) * H * S * d / 4 <= context_->device_report().max_texel_buffer_elements;
-  const auto& kern = kernel(texels ? "flash_attention_texel" : "flash_attention", 6,
-                            sizeof(vulkan::FlashAttentionParams), {u32(d), lanes, rows}, workgroup, texels ? 0b11000u : 0u);
+                      uint64_t(B) * H * S * d / 4 <= device_.max_texel_buffer_elements;
+  const auto& kern = kernel(flash_.shader(texels), 6, sizeof(vulkan::FlashAttentionParams), flash_.specialization(u32(d)),
+                            flash_.workgroup_size, texels ? 0b11000u : 0u, flash_.lanes);
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
                                       key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
   dispatch(step, kern,
            {buffer_of(q), attn_mask ? buffer_of(*attn_mask) : recorder_.placeholder(),
             key_padding_mask ? buffer_of(*key_padding_mask) : recorder_.placeholder(), buffer_of(k), buffer_of(v),
             buffer_of(out)},
-           params, ceil_div(uint64_t(B) * H * ceil_div(uint64_t(L), rows), workgroup / lanes), true);
+           params, flash_.groups(uint64_t(B) * H, uint64_t(L)), true);
 }
 
 void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) {
-  auto [specialization, groups] = row_plan(R);
-  const auto& k = kernel("softmax", 2, sizeof(vulkan::SoftmaxParams), specialization);
-  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::SoftmaxParams{u32(R), u32(S)}, groups, true);
+  const auto& k = kernel(rows_.shader("softmax"), 2, sizeof(vulkan::SoftmaxParams), {}, 0, 0, rows_.lanes);
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::SoftmaxParams{u32(R), u32(S)},
+           rows_.groups(uint64_t(R), k.workgroup_size()), true);
 }
 
 void VulkanBackend::run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
@@ -247,10 +239,9 @@ void VulkanBackend::run_average_heads(const std::string& step, const Storage& p,
 
 void VulkanBackend::run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
                                    Storage& y, int64_t N, int64_t E, float eps) {
-  auto [specialization, groups] = row_plan(N);
-  const auto& k = kernel("layer_norm", 4, sizeof(vulkan::LayerNormParams), specialization);
+  const auto& k = kernel(rows_.shader("layer_norm"), 4, sizeof(vulkan::LayerNormParams), {}, 0, 0, rows_.lanes);
   dispatch(step, k, {buffer_of(x), buffer_of(weight), buffer_of(bias), buffer_of(y)},
-           vulkan::LayerNormParams{u32(N), u32(E), eps}, groups, true);
+           vulkan::LayerNormParams{u32(N), u32(E), eps}, rows_.groups(uint64_t(N), k.workgroup_size()), true);
 }
 
 void VulkanBackend::run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) {

@@ -12,6 +12,7 @@
 #include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/kernel.h"
 #include "engine/vulkan/recorder.h"
+#include "engine/vulkan/step_plans.h"
 
 namespace vkattn {
 
@@ -21,10 +22,10 @@ struct VulkanBackendOptions {
   // linear, attention_scores and attention_values: the tiling the device suits (gemm_plan.h),
   // unless a plan is given (tests run every variant on one device)
   std::optional<vulkan::GemmPlan> gemm;
-  // softmax and layer_norm: a row per subgroup, reduced by subgroup arithmetic, where the device
-  // has it and the workgroup is whole subgroups; false forces a row per workgroup, reduced through
-  // shared memory (row_reduce.glsl)
-  bool subgroup_rows = true;
+  // Steps may use subgroups where the device guarantees their lanes (vulkan/lanes.h): the GEMMs'
+  // broadcast tiling on CPU devices, softmax and layer_norm a row per subgroup, flash_attention
+  // rows per subgroup. false forces every subgroup-free variant, as VKATTN_SUBGROUPS=off does.
+  bool subgroups = true;
   // flash_attention: query rows per subgroup; 0 = the device's choice (two per lane on a CPU
   // device, at most 8 on a GPU). Tests run both on lavapipe.
   uint32_t flash_rows = 0;
@@ -53,6 +54,10 @@ class VulkanBackend final : public Backend {
   std::string device_name() const override { return context_->device_report().name; }
   const vulkan::Context& context() const { return *context_; }
   const vulkan::Recorder& recorder() const { return recorder_; }
+  // What runs each step that has variants, and why (vulkan/gemm_plan.h, vulkan/step_plans.h).
+  const vulkan::GemmPlan& gemm_plan() const { return gemm_; }
+  const vulkan::RowPlan& row_plan() const { return rows_; }
+  const vulkan::FlashPlan& flash_plan() const { return flash_; }
   // Buffers are kept for reuse: a second forward of a shape makes none, and a pass reuses those
   // of the tensors it has finished with. This frees the ones not in use now (after the work
   // recorded so far), as torch.cuda.empty_cache() does.
@@ -105,18 +110,16 @@ class VulkanBackend final : public Backend {
   void run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
 
  private:
-  // The pipeline for shaders/<name>.comp with these extra specialization constants, made once;
-  // `workgroup_size` 0 means options_.workgroup_size.
+  // The pipeline for the shader build `name` with these extra specialization constants, made once;
+  // `workgroup_size` 0 means options_.workgroup_size; `lanes` > 0 requires that subgroup size.
   const vulkan::Kernel& kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
                                std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
-                               uint32_t texel_bindings = 0);
+                               uint32_t texel_bindings = 0, uint32_t lanes = 0);
   // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
   // B is stored (batch, K, N) when `b_k_by_n`, else (batch, N, K).
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                 bool b_k_by_n);
-  // The specialization and workgroup count of a one-row-at-a-time step (row_reduce.glsl).
-  std::pair<std::vector<uint32_t>, uint64_t> row_plan(int64_t rows) const;
   // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,
@@ -125,7 +128,10 @@ class VulkanBackend final : public Backend {
 
   std::shared_ptr<vulkan::Context> context_;
   Options options_;
+  vulkan::DeviceReport device_;  // the context's, with the subgroups switch off when options_ say so
   vulkan::GemmPlan gemm_;
+  vulkan::RowPlan rows_;
+  vulkan::FlashPlan flash_;
   vulkan::Recorder recorder_;
   std::shared_ptr<vulkan::BufferPool> buffers_;  // tensors' buffers; Storage holds it weakly
   std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels_;

@@ -1,7 +1,14 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#ifdef SUBGROUPS
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+#ifdef TEXEL_INPUTS
+// texture buffers read without a sampler: current SPIR-V validation refuses a sampled image
+// (samplerBuffer) whose dimension is Buffer
+#extension GL_EXT_samplerless_texture_functions : require
+#endif
 // flash_attention — attention_scores, attention_mask, softmax and attention_values in one step,
 // never holding the (L, S) scores: an online softmax per query row keeps the running max m (from
 // -1e30, a large finite negative), the running sum l of exp(s - m) and the running output
@@ -10,20 +17,29 @@
 //   Q   (B, H, L, d)      K, V (B, H, S, d)      masks as attention_mask's (mask.glsl)
 //   out (B, H, L, d)      scale = 1/√d
 //
-// Tiling: a subgroup owns ROWS query rows (a multiple of LANES, the subgroup size, or fewer;
-// lane t holds rows t, t + LANES, …'s q) and walks the keys LANES at a time, as gemm.glsl's
-// broadcast variant walks a product: lane t loads key j0 + t four dims at a time and scores it
-// against every row, each row's four dims shuffled from the lane that holds them — ROWS·4
-// multiply-adds per load, where a load is what costs on a CPU device. Each row's block max and sum come from subgroup arithmetic. For P·V
-// lane t owns output dims t·PER_LANE …, loads them from each key's row of V (as vec4s when they
-// are whole vec4s), and adds them in for every row, the rows' weights shuffled from the lane
-// that scored the key. Causal groups stop at their last row's diagonal.
+// Two builds (shaders/CMakeLists.txt):
+//
+//   flash_attention: an invocation owns one query row and walks its keys one at a time, as the
+//     reference does; the invocations of a workgroup hold rows of one (b, h), so they read the same
+//     key at the same time. No subgroup instruction: it runs on any device.
+//
+//   flash_attention_subgroup (SUBGROUPS): a subgroup owns ROWS query rows (a multiple of LANES,
+//     the subgroup size, or fewer; lane t holds rows t, t + LANES, …'s q) and walks the keys LANES
+//     at a time, as gemm.glsl's broadcast variant walks a product: lane t loads key j0 + t four dims
+//     at a time and scores it against every row, each row's four dims shuffled from the lane that
+//     holds them — ROWS·4 multiply-adds per load, where a load is what costs on a CPU device. Each
+//     row's block max and sum come from subgroup arithmetic. For P·V lane t owns output dims
+//     t·PER_LANE …, loads them from each key's row of V (as vec4s when they are whole vec4s), and
+//     adds them in for every row, the rows' weights shuffled from the lane that scored the key.
+//     Causal groups stop at their last row's diagonal. Which lane holds what follows from LANES:
+//     the host runs it only with LANES required as the subgroup size, with full subgroups
+//     (engine/vulkan/lanes.h).
 #include "common.glsl"
 #include "mask.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
-layout(constant_id = 2) const uint LANES = 8;      // the subgroup size
-layout(constant_id = 3) const uint ROWS = 8;       // query rows per subgroup
+layout(constant_id = 2) const uint LANES = 8;      // subgroup build: the required subgroup size
+layout(constant_id = 3) const uint ROWS = 8;       // subgroup build: query rows per subgroup
 const uint ROW_SETS = (ROWS + LANES - 1u) / LANES;       // rows of q each lane holds
 const uint CHUNKS = (HEAD_DIM + 3u) / 4u;                // q and k rows as vec4s
 const uint PER_LANE = (HEAD_DIM + LANES - 1u) / LANES;  // output dims per lane
@@ -32,11 +48,11 @@ const bool VEC4_V = VEC4 && PER_LANE % 4u == 0u;         // and so does every la
 
 layout(std430, binding = 0) readonly buffer Query { float q[]; };
 layout(std430, binding = 0) readonly buffer Query4 { vec4 q4[]; };
-// K and V: storage buffers, or RGBA32F uniform texel buffers in the flash_attention_texel build
-// (TEXEL_INPUTS, which the host uses where d is a multiple of 4), as gemm.glsl's inputs
+// K and V: storage buffers, or RGBA32F uniform texel buffers in the …_texel builds (TEXEL_INPUTS,
+// which the host uses where d is a multiple of 4), as gemm.glsl's inputs
 #ifdef TEXEL_INPUTS
-layout(binding = 3) uniform samplerBuffer k_texels;
-layout(binding = 4) uniform samplerBuffer v_texels;
+layout(binding = 3) uniform textureBuffer k_texels;
+layout(binding = 4) uniform textureBuffer v_texels;
 vec4 k4_at(uint at) { return texelFetch(k_texels, int(at)); }
 vec4 v4_at(uint at) { return texelFetch(v_texels, int(at)); }
 float k_at(uint at) { return texelFetch(k_texels, int(at / 4u))[at % 4u]; }
@@ -84,6 +100,55 @@ vec4 k_chunk(uint row, uint c) {
   return x;
 }
 
+// V[row, 4c … 4c+3], zeros past d
+vec4 v_chunk(uint row, uint c) {
+  if (VEC4) return v4_at(row * CHUNKS + c);
+  vec4 x = vec4(0.0);
+  for (uint t = 0u; t < 4u; ++t) {
+    if (4u * c + t < HEAD_DIM) x[t] = v_at(row * HEAD_DIM + 4u * c + t);
+  }
+  return x;
+}
+
+#ifndef SUBGROUPS
+// ---- one query row per invocation -------------------------------------------------------------
+void main() {
+  uint row_groups = (p.rows + gl_WorkGroupSize.x - 1u) / gl_WorkGroupSize.x;
+  uint unit = flat_workgroup_id();  // bh · row_groups + row group
+  if (unit >= p.batch * p.heads * row_groups) return;
+  uint bh = unit / row_groups;
+  uint b = bh / p.heads;
+  uint i = unit % row_groups * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+  if (i >= p.rows) return;  // no barrier follows: a finished invocation may leave
+
+  vec4 q_row[CHUNKS], acc[CHUNKS];
+  for (uint c = 0u; c < CHUNKS; ++c) {
+    q_row[c] = q_chunk(bh * p.rows + i, c);
+    acc[c] = vec4(0.0);
+  }
+  float m = -1e30, l = 0.0;  // running max, running sum of exp(s - m)
+  uint key_end = p.causal != 0u ? min(p.cols, i + 1u) : p.cols;  // causal: keys 0 … i
+  for (uint j = 0u; j < key_end; ++j) {
+    float s = 0.0;
+    for (uint c = 0u; c < CHUNKS; ++c) s += dot(q_row[c], k_chunk(bh * p.cols + j, c));
+    s = masked_score(s * p.scale, p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u,
+                     (bh * p.rows + i) * p.cols + j, b, i, j, p.cols);
+    if (s == NEG_INF) continue;  // blocked: weight 0
+    float m_new = max(m, s);
+    float rescale = exp(m - m_new), w = exp(s - m_new);
+    l = l * rescale + w;
+    for (uint c = 0u; c < CHUNKS; ++c) acc[c] = acc[c] * rescale + w * v_chunk(bh * p.cols + j, c);
+    m = m_new;
+  }
+  for (uint c = 0u; c < CHUNKS; ++c) {
+    for (uint t = 0u; t < 4u; ++t) {
+      if (4u * c + t < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + 4u * c + t] = l > 0.0 ? acc[c][t] / l : 0.0;
+    }
+  }
+}
+
+#else
+// ---- ROWS query rows per subgroup ---------------------------------------------------------------
 void main() {
   uint row_groups = (p.rows + ROWS - 1u) / ROWS;
   uint unit = flat_workgroup_id() * gl_NumSubgroups + gl_SubgroupID;  // bh · row_groups + row group
@@ -160,3 +225,4 @@ void main() {
     }
   }
 }
+#endif

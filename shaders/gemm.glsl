@@ -2,43 +2,52 @@
 //   C[n, i, j] = scale · Σ_k A[n, i, k] · B(n, k, j)  (+ bias[j])
 //   A (batch, M, K) row-major;  B stored (batch, N, K) — x·Wᵀ, Q·Kᵀ — or, with B_IS_K_BY_N
 //   defined by the including shader, (batch, K, N) — P·V;  C (batch, M, N).
-// fp32 throughout. Two tilings of the same sum, picked per device by specialization constant 1:
+// fp32 throughout. Two tilings of the same sum, two builds of each step (shaders/CMakeLists.txt):
 //
-//   VARIANT 0, subgroup broadcast (CPU devices: lavapipe runs a subgroup's lanes as SIMD lanes,
+//   <step>_subgroup (SUBGROUPS defined): subgroup broadcast (CPU devices: lavapipe runs a
+//     subgroup's lanes as SIMD lanes,
 //     and a load whose address differs per lane becomes a loop over the lanes, so speed follows
 //     multiply-adds per load). A subgroup owns TILE_M rows (a multiple of LANES, the subgroup
 //     size) × LANES·TILE_N columns; each lane loads the next four k of TILE_M/LANES rows of A
 //     and gets the other rows' by a lane shuffle, and loads only its own TILE_N columns of B:
-//     TILE_M/LANES + TILE_N vec4 loads per 4·TILE_M·TILE_N multiply-adds.
-//   VARIANT 1, shared-memory tiles (GPUs: coalesced loads, reuse from shared memory). A
+//     TILE_M/LANES + TILE_N vec4 loads per 4·TILE_M·TILE_N multiply-adds. Lane t's rows and
+//     columns follow from LANES, so the host runs it only with LANES required as the subgroup
+//     size, with full subgroups (engine/vulkan/lanes.h).
+//   <step>: shared-memory tiles (GPUs: coalesced loads, reuse from shared memory; any device). A
 //     workgroup of SIDE² invocations owns a 4·SIDE square block of C; each invocation a 4 × 4
 //     register tile; K is walked 16 at a time through shared memory.
 //
-// VEC4 (constant 2) reads A and B as vec4: the host sets it when K (and, for (K, N) storage, N)
+// VEC4 (constant 1) reads A and B as vec4: the host sets it when K (and, for (K, N) storage, N)
 // is a multiple of 4, so every row starts on a vec4. Rows and columns past the edge are clamped
 // on load and skipped on store; a k past K reads 0.
 //
 // Bindings: 0 = A, 1 = B, 2 = bias (read only when HAS_BIAS), 3 = C. A and B are storage
-// buffers, or, where the including shader is built with TEXEL_INPUTS (the <step>_texel
-// variants, shaders/CMakeLists.txt), RGBA32F uniform texel buffers read by texelFetch: on
+// buffers, or, where the including shader is built with TEXEL_INPUTS (the <step>…_texel
+// builds), RGBA32F uniform texel buffers read by texelFetch: on
 // lavapipe a texel fetch whose address differs per lane costs less than a storage load. The host
 // uses those only with VEC4, the buffers then holding whole texels.
+#ifdef SUBGROUPS
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#endif
+#ifdef TEXEL_INPUTS
+// texture buffers read without a sampler: current SPIR-V validation refuses a sampled image
+// (samplerBuffer) whose dimension is Buffer
+#extension GL_EXT_samplerless_texture_functions : require
+#endif
 #include "common.glsl"
 
-layout(constant_id = 1) const uint VARIANT = 0;      // 0 = subgroup broadcast, 1 = shared-memory tiles
-layout(constant_id = 2) const bool VEC4 = false;     // rows of A and B are whole vec4s
-layout(constant_id = 3) const bool HAS_BIAS = false; // add bias[j]
-layout(constant_id = 4) const uint TILE_M = 8;       // VARIANT 0: rows per subgroup, a multiple of LANES
-layout(constant_id = 5) const uint TILE_N = 8;       // VARIANT 0: columns per lane, a multiple of 4
-layout(constant_id = 6) const uint SIDE = 16;        // VARIANT 1: the workgroup is SIDE × SIDE
-layout(constant_id = 7) const uint LANES = 8;        // VARIANT 0: the subgroup size
-const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // VARIANT 0: rows of A each lane loads
+layout(constant_id = 1) const bool VEC4 = false;     // rows of A and B are whole vec4s
+layout(constant_id = 2) const bool HAS_BIAS = false; // add bias[j]
+layout(constant_id = 3) const uint TILE_M = 8;       // broadcast: rows per subgroup, a multiple of LANES
+layout(constant_id = 4) const uint TILE_N = 8;       // broadcast: columns per lane, a multiple of 4
+layout(constant_id = 5) const uint SIDE = 16;        // shared: the workgroup is SIDE × SIDE
+layout(constant_id = 6) const uint LANES = 8;        // broadcast: the required subgroup size
+const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
-layout(binding = 0) uniform samplerBuffer a_texels;
-layout(binding = 1) uniform samplerBuffer b_texels;
+layout(binding = 0) uniform textureBuffer a_texels;
+layout(binding = 1) uniform textureBuffer b_texels;
 vec4 a4_at(uint at) { return texelFetch(a_texels, int(at)); }
 vec4 b4_at(uint at) { return texelFetch(b_texels, int(at)); }
 float a_at(uint at) { return texelFetch(a_texels, int(at / 4u))[at % 4u]; }
@@ -106,7 +115,8 @@ void store_c(uint n, uint i, uint j, float value) {
   c[(n * p.rows + i) * p.cols + j] = value;
 }
 
-// ---- VARIANT 0: subgroup broadcast --------------------------------------------------------------
+#ifdef SUBGROUPS
+// ---- subgroup broadcast -------------------------------------------------------------------------
 
 void gemm_broadcast() {
   // one unit of work per subgroup: (n, row block, column block), column blocks fastest so that
@@ -159,7 +169,8 @@ void gemm_broadcast() {
   }
 }
 
-// ---- VARIANT 1: shared-memory tiles -------------------------------------------------------------
+#else
+// ---- shared-memory tiles ------------------------------------------------------------------------
 
 const uint BLOCK = 4u * SIDE;  // C block per workgroup: BLOCK × BLOCK
 const uint DEPTH = 16u;        // k per shared tile
@@ -211,10 +222,12 @@ void gemm_shared() {
   }
 }
 
+#endif
+
 void main() {
-  if (VARIANT == 0u) {
-    gemm_broadcast();
-  } else {
-    gemm_shared();
-  }
+#ifdef SUBGROUPS
+  gemm_broadcast();
+#else
+  gemm_shared();
+#endif
 }

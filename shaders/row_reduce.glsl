@@ -1,30 +1,36 @@
 // Row reductions for the one-row-at-a-time steps (softmax, layer_norm): who owns a row, and its
-// max or sum. Two strategies, picked by specialization constant 1:
+// max or sum. Two builds of each step (shaders/CMakeLists.txt):
 //
-//   SUBGROUP_ROWS: each subgroup owns a row; subgroupMax / subgroupAdd reduce it with no shared
-//     memory and no barrier. The host picks this where the device has subgroup arithmetic and
-//     the workgroup is whole subgroups.
-//   otherwise: each workgroup owns a row; a tree reduction through shared memory (any device,
-//     any workgroup size). Tests force it on lavapipe.
+//   <step>_subgroup (SUBGROUPS defined): each subgroup owns a row; subgroupMax / subgroupAdd reduce
+//     it with no shared memory and no barrier. A row is strided by gl_SubgroupSize, so the host
+//     runs this build only with a required subgroup size and full subgroups (engine/vulkan/lanes.h):
+//     a lane that is not there would leave its columns out.
+//   <step> (no subgroup instruction in its SPIR-V): each workgroup owns a row; a tree reduction
+//     through shared memory (any device, any workgroup size).
 //
 // Every invocation that owns the row must call row_reduce in uniform control flow, and every
 // one gets the result. Include after common.glsl.
+#ifdef SUBGROUPS
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
-layout(constant_id = 1) const bool SUBGROUP_ROWS = false;
+// The row this invocation works on (may lie past the last row: the caller checks).
+uint row_id() { return flat_workgroup_id() * gl_NumSubgroups + gl_SubgroupID; }
+// This invocation's first column of the row, and the stride between its columns.
+uint row_lane() { return gl_SubgroupInvocationID; }
+uint row_width() { return gl_SubgroupSize; }
 
+// The max (use_max) or sum of `value` over the invocations that own this row.
+float row_reduce(float value, bool use_max) { return use_max ? subgroupMax(value) : subgroupAdd(value); }
+
+#else
 shared float partial[gl_WorkGroupSize.x];
 
-// The row this invocation works on (may lie past the last row: the caller checks).
-uint row_id() {
-  return SUBGROUP_ROWS ? flat_workgroup_id() * gl_NumSubgroups + gl_SubgroupID : flat_workgroup_id();
-}
-// This invocation's first column of the row, and the stride between its columns.
-uint row_lane() { return SUBGROUP_ROWS ? gl_SubgroupInvocationID : gl_LocalInvocationID.x; }
-uint row_width() { return SUBGROUP_ROWS ? gl_SubgroupSize : gl_WorkGroupSize.x; }
+uint row_id() { return flat_workgroup_id(); }
+uint row_lane() { return gl_LocalInvocationID.x; }
+uint row_width() { return gl_WorkGroupSize.x; }
 
 // Tree reduction of partial[] into partial[0]; `use_max` picks max, else sum.
-float workgroup_reduce(float value, bool use_max) {
+float row_reduce(float value, bool use_max) {
   uint lane = gl_LocalInvocationID.x;
   partial[lane] = value;
   barrier();
@@ -47,9 +53,4 @@ float workgroup_reduce(float value, bool use_max) {
   barrier();  // everyone has read partial[0] before the next reduction overwrites it
   return result;
 }
-
-// The max (use_max) or sum of `value` over the invocations that own this row.
-float row_reduce(float value, bool use_max) {
-  if (SUBGROUP_ROWS) return use_max ? subgroupMax(value) : subgroupAdd(value);
-  return workgroup_reduce(value, use_max);
-}
+#endif

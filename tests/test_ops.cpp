@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "tests/support/gpu.h"
+#include "engine/vulkan/lanes.h"
 #include "tests/support/tolerance.h"
 
 namespace vkattn {
@@ -228,11 +229,12 @@ TEST_F(Ops, FlashAttentionRefusesMismatchedShapes) {
 }
 
 // ---- softmax: (R, S), with fully masked and partly masked rows ------------------------------------
-// Both reductions (row_reduce.glsl): a row per subgroup, and the forced shared-memory fallback.
+// Both reductions (row_reduce.glsl): a row per subgroup where the device guarantees the lanes, and
+// the shared-memory reduction (forced by subgroups = false).
 class Softmax : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, bool>> {};
 TEST_P(Softmax, MatchesReferenceAndZeroesFullyMaskedRows) {
-  auto [R, S, subgroup_rows] = GetParam();
-  VulkanBackend gpu(testing::shared_context(), {.subgroup_rows = subgroup_rows});
+  auto [R, S, subgroups] = GetParam();
+  VulkanBackend gpu(testing::shared_context(), {.subgroups = subgroups});
   Tensor x = random_tensor({R, S}, 16);
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < S; ++j) x.data[r * S + j] *= 20.0f;                      // saturating scores
@@ -256,8 +258,8 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Softmax, Combine(Values(1, 3, 17, 113), Values(1
 // (variance 0: eps alone), E = 1 (every output is the bias).
 class LayerNorm : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, bool>> {};
 TEST_P(LayerNorm, MatchesReference) {
-  auto [N, E, subgroup_rows] = GetParam();
-  VulkanBackend gpu(testing::shared_context(), {.subgroup_rows = subgroup_rows});
+  auto [N, E, subgroups] = GetParam();
+  VulkanBackend gpu(testing::shared_context(), {.subgroups = subgroups});
   Tensor x = random_tensor({N, E}, 19);
   for (int n = 0; n < N; ++n) {
     for (int e = 0; e < E; ++e) {
@@ -391,8 +393,10 @@ TEST_P(GemmTiling, MatchesReference) {
   auto [tiling, texel_inputs] = GetParam();
   auto [variant, size, row_sets] = tiling;
   const auto& device = testing::shared_context()->device_report();
-  if (variant == vulkan::GemmVariant::broadcast && (device.subgroup_size > 16 || !device.subgroup_shuffle)) {
-    // a GPU's 32- or 64-lane subgroups: the broadcast tiling is for CPU devices and is refused
+  const vulkan::Lanes lanes = vulkan::guaranteed_lanes(device, vulkan::SubgroupOps::shuffle, 16);
+  if (variant == vulkan::GemmVariant::broadcast && (!lanes || lanes.count < 4)) {
+    // no 4 to 16 lanes guaranteed (subgroups off, no size control, a GPU's 32 or 64): the
+    // broadcast tiling is refused
     EXPECT_THROW(vulkan::plan_gemm(device, variant), DeviceError);
     return;
   }
@@ -443,12 +447,11 @@ INSTANTIATE_TEST_SUITE_P(Plans, GemmTiling,
 TEST(GemmPlan, ABadPlanIsRefusedWithWhatTheDeviceLacks) {
   // 3 is no device's subgroup size
   const vulkan::GemmPlan plan{.variant = vulkan::GemmVariant::broadcast, .workgroup_size = 63, .lanes = 3, .tile_m = 3};
-  const uint32_t lanes = testing::shared_context()->device_report().subgroup_size;
   try {
     VulkanBackend gpu(testing::shared_context(), {.gemm = plan});
-    FAIL() << "lanes other than the subgroup size were accepted";
+    FAIL() << "3 lanes were accepted";
   } catch (const DeviceError& e) {
-    EXPECT_NE(std::string(e.what()).find("subgroup size (" + std::to_string(lanes) + ")"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs its 3 lanes guaranteed with subgroup shuffles"), std::string::npos) << e.what();
   }
 }
 

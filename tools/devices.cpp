@@ -1,15 +1,55 @@
-// vkattn devices: every Vulkan device, its limits and optional features, the one vkattn picks,
-// and why any device is unusable; and the backend a command asks for.
+// vkattn devices: every Vulkan device, its driver, limits and optional features, the one vkattn
+// picks, why any device is unusable, and for each step with variants the one that will run and
+// why; and the backend a command asks for.
 #include <iostream>
 #include <optional>
 
 #include "engine/errors.h"
 #include "engine/reference_backend.h"
 #include "engine/vulkan/context.h"
+#include "engine/vulkan/step_plans.h"
 #include "engine/vulkan_backend.h"
 #include "tools/commands.h"
 
 namespace vkattn::cli {
+namespace {
+
+// `text` after `indent`, wrapped at word boundaries to lines of at most 100 columns.
+void print_wrapped(const std::string& indent, const std::string& text) {
+  constexpr size_t kWidth = 100;
+  std::string line = indent;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(at, end - at);
+    if (line.size() > indent.size() && line.size() + 1 + word.size() > kWidth) {
+      std::cout << line << "\n";
+      line = indent + "  ";
+    }
+    line += (line.size() > indent.size() && line.back() != ' ' ? " " : "") + word;
+    at = end + 1;
+  }
+  std::cout << line << "\n";
+}
+
+std::string subgroup_line(const vulkan::DeviceReport& r) {
+  std::string ops = r.subgroup_arithmetic && r.subgroup_shuffle ? "arithmetic and shuffle"
+                    : r.subgroup_arithmetic                     ? "arithmetic, no shuffle"
+                    : r.subgroup_shuffle                        ? "shuffle, no arithmetic"
+                                                                : "neither arithmetic nor shuffle";
+  std::string control = r.size_control ? "size control " + std::to_string(r.min_subgroup_size) + ".." +
+                                             std::to_string(r.max_subgroup_size) +
+                                             (r.full_subgroups ? " with full subgroups" : " without full subgroups")
+                                       : "no size control";
+  return "subgroups: " + std::to_string(r.subgroup_size) + " lanes reported, " + ops + " in compute; " + control;
+}
+
+std::string switch_text(const char* name, bool on, const std::string& why) {
+  return std::string(name) + (on ? " on" : " off (" + why + ")");
+}
+
+}  // namespace
 
 CLI::App* add_devices(CLI::App& app) {
   return app.add_subcommand("devices", "list every Vulkan device, its limits, and why one is unusable");
@@ -26,6 +66,7 @@ int run_devices() {
   for (const auto& r : reports) {
     std::cout << (chosen == r.index ? "* " : "  ") << r.index << ": " << r.name << " (" << vulkan::device_type_name(r.type)
               << ", Vulkan " << vulkan::version_string(r.api_version) << ")\n";
+    print_wrapped("     ", "driver: " + vulkan::driver_string(r));
     if (!r.suitable) {
       std::cout << "     unusable: it " << r.rejection << "\n";
       continue;
@@ -35,9 +76,19 @@ int run_devices() {
               << r.max_workgroup_invocations << ", shared memory " << r.max_shared_memory_bytes << " B\n"
               << "     storage buffer range " << r.max_storage_buffer_range << " B, push constants "
               << r.max_push_constants_bytes << " B, device-local heap " << (r.device_local_bytes >> 20) << " MiB\n"
-              << "     subgroup size " << r.subgroup_size << (r.subgroup_arithmetic ? " (arithmetic in compute)" : "")
-              << ", 16-bit storage " << (r.storage_buffer_16bit ? "yes" : "no") << ", RGBA32F texel buffers "
+              << "     16-bit storage " << (r.storage_buffer_16bit ? "yes" : "no") << ", RGBA32F texel buffers "
               << (r.texel_rgba32f ? "yes" : "no") << ", timestamps " << (r.timestamps ? "yes" : "no") << "\n";
+    print_wrapped("     ", subgroup_line(r));
+    print_wrapped("     ", "switches: " + switch_text("subgroups", r.switches.subgroups, r.switches.subgroups_why) +
+                               ", " + switch_text("texel inputs", r.switches.texel_inputs, r.switches.texel_inputs_why) +
+                               " (VKATTN_SUBGROUPS, VKATTN_TEXEL_INPUTS: on|off)");
+    std::cout << "     steps:\n";
+    for (const auto& plan : vulkan::step_plans(r)) {
+      std::cout << "       " << plan.steps << ": "
+                << (plan.lanes ? std::to_string(plan.lanes) + " lanes required" : "no subgroups") << "\n";
+      print_wrapped("         ", plan.variant);
+      print_wrapped("         ", "why: " + plan.why);
+    }
   }
   if (chosen) std::cout << "* = the device vkattn uses (set VKATTN_DEVICE to an index or a name to choose)\n";
   return chosen ? 0 : 1;

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <optional>
+#include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "engine/errors.h"
 #include "engine/log.h"
@@ -21,6 +23,10 @@ struct Context::ValidationState {
 namespace {
 
 constexpr const char* kValidationLayer = "VK_LAYER_KHRONOS_validation";
+// The newest API the engine asks for: a device gives min(this, its own). vkattn needs 1.1 and
+// uses 1.2's driver properties and 1.3's subgroup size control where the device has them (or their
+// extensions on older devices).
+constexpr uint32_t kApiVersion = VK_API_VERSION_1_3;
 
 // Validation-layer messages go to spdlog; warnings and errors about the API's use are counted
 // so that tests fail on any. Loader chatter (GENERAL) is only logged.
@@ -104,17 +110,53 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   r.timestamps = family->timestampValidBits > 0;
   r.timestamp_period_ns = limits.timestampPeriod;
 
-  auto chain = device.getProperties2<vk::PhysicalDeviceProperties2, vk::PhysicalDeviceSubgroupProperties>();
-  const auto& subgroup = chain.get<vk::PhysicalDeviceSubgroupProperties>();
+  // Properties and features through pNext chains that hold only what the device knows: a struct
+  // of an extension it lacks (or of a later core version) must not be chained.
+  const uint32_t api = std::min(kApiVersion, r.api_version);
+  const auto extensions = device.enumerateDeviceExtensionProperties();
+  const bool knows_driver = api >= VK_API_VERSION_1_2 || has_extension(extensions, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
+  const bool knows_size_control =
+      api >= VK_API_VERSION_1_3 || has_extension(extensions, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+  r.size_control_extension = knows_size_control && api < VK_API_VERSION_1_3;
+
+  vk::PhysicalDeviceSubgroupProperties subgroup;
+  vk::PhysicalDeviceDriverProperties driver;
+  vk::PhysicalDeviceSubgroupSizeControlProperties size_control;
+  vk::PhysicalDeviceProperties2 properties(vk::PhysicalDeviceProperties{}, &subgroup);
+  if (knows_driver) driver.pNext = std::exchange(subgroup.pNext, &driver);
+  if (knows_size_control) size_control.pNext = std::exchange(subgroup.pNext, &size_control);
+  device.getDispatcher()->vkGetPhysicalDeviceProperties2(static_cast<VkPhysicalDevice>(*device),
+                                                          reinterpret_cast<VkPhysicalDeviceProperties2*>(&properties));
+  if (knows_driver) {
+    r.driver_id = driver.driverID;
+    r.driver_name = driver.driverName.data();
+    r.driver_info = driver.driverInfo.data();
+  }
+  r.driver_version = props.driverVersion;
   r.subgroup_size = subgroup.subgroupSize;
   const bool in_compute = bool(subgroup.supportedStages & vk::ShaderStageFlagBits::eCompute);
   r.subgroup_arithmetic = in_compute && (subgroup.supportedOperations & vk::SubgroupFeatureFlagBits::eArithmetic);
   r.subgroup_shuffle = in_compute && (subgroup.supportedOperations & vk::SubgroupFeatureFlagBits::eShuffle);
-  auto features = device.getFeatures2<vk::PhysicalDeviceFeatures2, vk::PhysicalDevice16BitStorageFeatures>();
-  r.storage_buffer_16bit = features.get<vk::PhysicalDevice16BitStorageFeatures>().storageBuffer16BitAccess;
+
+  vk::PhysicalDevice16BitStorageFeatures storage16;
+  vk::PhysicalDeviceSubgroupSizeControlFeatures size_features;
+  vk::PhysicalDeviceFeatures2 features(vk::PhysicalDeviceFeatures{}, &storage16);
+  if (knows_size_control) storage16.pNext = &size_features;
+  device.getDispatcher()->vkGetPhysicalDeviceFeatures2(static_cast<VkPhysicalDevice>(*device),
+                                                        reinterpret_cast<VkPhysicalDeviceFeatures2*>(&features));
+  r.storage_buffer_16bit = storage16.storageBuffer16BitAccess;
+  if (knows_size_control) {
+    r.min_subgroup_size = size_control.minSubgroupSize;
+    r.max_subgroup_size = size_control.maxSubgroupSize;
+    r.max_workgroup_subgroups = size_control.maxComputeWorkgroupSubgroups;
+    r.size_control = size_features.subgroupSizeControl &&
+                     bool(size_control.requiredSubgroupSizeStages & vk::ShaderStageFlagBits::eCompute);
+    r.full_subgroups = size_features.computeFullSubgroups;
+  }
   r.texel_rgba32f = bool(device.getFormatProperties(vk::Format::eR32G32B32A32Sfloat).bufferFeatures &
                          vk::FormatFeatureFlagBits::eUniformTexelBuffer);
   r.max_texel_buffer_elements = limits.maxTexelBufferElements;
+  r.switches = choose_switches(r);
 
   if (r.max_workgroup_invocations < 64 || r.max_workgroup_size_x < 64) {
     r.rejection = "allows " + std::to_string(r.max_workgroup_invocations) + " invocations per workgroup; vkattn needs 64";
@@ -184,6 +226,14 @@ bool env_flag(const char* name) {
 
 }  // namespace
 
+std::string driver_string(const DeviceReport& d) {
+  std::string name = d.driver_name.empty() ? "unknown driver" : d.driver_name;
+  if (!d.driver_info.empty()) name += ", " + d.driver_info;
+  char version[16];  // in the driver's own encoding: hexadecimal shows its fields best
+  std::snprintf(version, sizeof version, "0x%08x", d.driver_version);
+  return name + ", driverVersion " + version;
+}
+
 std::string version_string(uint32_t v) {
   return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
          std::to_string(VK_API_VERSION_PATCH(v));
@@ -245,7 +295,7 @@ Context::Context(const ContextOptions& options) : loader_((init_logging(), make_
   InstanceSetup setup = instance_setup(loader_, options.validation);
   debug_utils_ = setup.debug_utils;
 
-  vk::ApplicationInfo app("vkattn", 1, "vkattn", 1, VK_API_VERSION_1_1);
+  vk::ApplicationInfo app("vkattn", 1, "vkattn", 1, kApiVersion);
   vk::InstanceCreateInfo info(setup.flags, &app, setup.layers, setup.extensions);
   // Chained so that messages about instance creation itself are caught too; with validation on,
   // synchronization validation checks every barrier the Recorder inserts (or leaves out).
@@ -276,9 +326,14 @@ Context::Context(const ContextOptions& options) : loader_((init_logging(), make_
   if (has_extension(physical.enumerateDeviceExtensionProperties(), "VK_KHR_portability_subset")) {
     device_extensions.push_back("VK_KHR_portability_subset");
   }
+  // Subgroup size control, where the device has it: kernels that count lanes pin them (lanes.h).
+  vk::PhysicalDeviceSubgroupSizeControlFeatures size_control(chosen.size_control, chosen.size_control && chosen.full_subgroups);
+  if (chosen.size_control && chosen.size_control_extension) device_extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
   float priority = 1.0f;
   vk::DeviceQueueCreateInfo queue_info({}, chosen.compute_queue_family, 1, &priority);
-  device_ = vk::raii::Device(physical, vk::DeviceCreateInfo({}, queue_info, {}, device_extensions));
+  vk::DeviceCreateInfo device_info({}, queue_info, {}, device_extensions);
+  if (chosen.size_control) device_info.pNext = &size_control;
+  device_ = vk::raii::Device(physical, device_info);
   queue_ = vk::raii::Queue(device_, chosen.compute_queue_family, 0);
   spdlog::debug("using device {} '{}' ({}), validation {}", chosen.index, chosen.name, device_type_name(chosen.type),
                 validation_ ? "on" : "off");
@@ -322,7 +377,7 @@ void Context::on_free(uint64_t bytes) const { allocated_ -= bytes; }
 std::vector<DeviceReport> list_devices() {
   vk::raii::Context loader = make_loader();
   InstanceSetup setup = instance_setup(loader, false);
-  vk::ApplicationInfo app("vkattn", 1, "vkattn", 1, VK_API_VERSION_1_1);
+  vk::ApplicationInfo app("vkattn", 1, "vkattn", 1, kApiVersion);
   vk::raii::Instance instance(loader, vk::InstanceCreateInfo(setup.flags, &app, {}, setup.extensions));
   return describe_all(instance);
 }

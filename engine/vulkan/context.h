@@ -16,6 +16,8 @@
 
 #include <vulkan/vulkan_raii.hpp>
 
+#include "engine/vulkan/quirks.h"
+
 namespace vkattn::vulkan {
 
 struct DeviceReport {
@@ -37,10 +39,26 @@ struct DeviceReport {
   uint32_t max_push_constants_bytes = 0;
   uint64_t device_local_bytes = 0;  // the largest device-local heap
 
+  // the driver, where the device says (Vulkan 1.2 or VK_KHR_driver_properties): driver_id 0 and
+  // empty names where it does not; driver_version in the driver's own encoding
+  vk::DriverId driver_id{};
+  std::string driver_name;  // "llvmpipe"
+  std::string driver_info;  // "Mesa 22.3.6 (LLVM 15.0.6)"
+  uint32_t driver_version = 0;
+
   // optional features: queried, used only where present
-  uint32_t subgroup_size = 0;
+  uint32_t subgroup_size = 0;        // what the device reports; no kernel may count on it alone
   bool subgroup_arithmetic = false;  // in compute shaders
   bool subgroup_shuffle = false;     // in compute shaders
+  // Subgroup size control (Vulkan 1.3 or VK_EXT_subgroup_size_control): a compute pipeline may
+  // require a subgroup size in min..max, and with full_subgroups require every lane active. Only
+  // then does a kernel know how many lanes it has (lanes.h).
+  uint32_t min_subgroup_size = 0;
+  uint32_t max_subgroup_size = 0;
+  uint32_t max_workgroup_subgroups = 0;  // maxComputeWorkgroupSubgroups
+  bool size_control = false;             // subgroupSizeControl, and compute may require a size
+  bool full_subgroups = false;           // computeFullSubgroups
+  bool size_control_extension = false;   // enabled as VK_EXT_subgroup_size_control (Vulkan < 1.3)
   bool storage_buffer_16bit = false;
   // RGBA32F uniform texel buffers (texelFetch), up to this many texels in one: the GEMM's inputs
   // on CPU devices, where a texel fetch costs less than a storage-buffer load
@@ -48,7 +66,15 @@ struct DeviceReport {
   uint32_t max_texel_buffer_elements = 0;
   bool timestamps = false;  // on the compute queue
   float timestamp_period_ns = 0.0f;
+
+  // What vkattn switches on this device: the driver quirks table, then the environment
+  // (quirks.h). Filled for every device, usable or not.
+  Switches switches;
 };
+
+// "llvmpipe, Mesa 22.3.6 (LLVM 15.0.6), driverVersion 0x00000001" ("unknown driver, …" without
+// driver properties)
+std::string driver_string(const DeviceReport& device);
 
 // "1.3.230"
 std::string version_string(uint32_t api_version);

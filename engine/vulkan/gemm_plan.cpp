@@ -3,16 +3,24 @@
 #include <algorithm>
 
 #include "engine/errors.h"
+#include "engine/vulkan/lanes.h"
 
 namespace vkattn::vulkan {
 namespace {
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-// The broadcast variant keeps a tile_m × tile_n accumulator per lane: fine for the 4 or 8 lanes
-// of a CPU's vector unit, far too many registers for a GPU's 32 or 64.
-bool broadcast_fits(const DeviceReport& d) {
-  return d.subgroup_shuffle && d.subgroup_size >= 4 && d.subgroup_size <= 16;
+// The broadcast variant keeps a tile_m × tile_n accumulator per lane: fine for the 4 to 16 lanes
+// of a CPU's vector unit, far too many registers for a GPU's 32 or 64. Its lanes must be
+// guaranteed (lanes.h); the workgroup is 8 subgroups.
+constexpr uint32_t kMinBroadcastLanes = 4, kMaxBroadcastLanes = 16, kBroadcastSubgroups = 8;
+
+Lanes broadcast_lanes(const DeviceReport& d, uint32_t wanted = 0) {
+  Lanes lanes = guaranteed_lanes(d, SubgroupOps::shuffle, wanted ? wanted : std::min(d.subgroup_size, kMaxBroadcastLanes));
+  if (lanes && lanes.count < kMinBroadcastLanes) {
+    return {0, std::to_string(lanes.count) + " lanes are too few for the broadcast tiling (4 to 16)"};
+  }
+  return lanes;
 }
 
 }  // namespace
@@ -35,7 +43,11 @@ uint64_t GemmPlan::groups(uint64_t batch, uint64_t rows, uint64_t cols) const {
 }
 
 std::vector<uint32_t> GemmPlan::specialization(bool vec4, bool has_bias) const {
-  return {variant == GemmVariant::broadcast ? 0u : 1u, vec4 ? 1u : 0u, has_bias ? 1u : 0u, tile_m, tile_n, side, lanes};
+  return {vec4 ? 1u : 0u, has_bias ? 1u : 0u, tile_m, tile_n, side, lanes};
+}
+
+std::string GemmPlan::shader(const std::string& step, bool texels) const {
+  return step + (variant == GemmVariant::broadcast ? "_subgroup" : "") + (texels ? "_texel" : "");
 }
 
 std::string GemmPlan::describe() const {
@@ -49,26 +61,30 @@ std::string GemmPlan::describe() const {
 }
 
 GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested) {
-  GemmVariant variant = requested;
-  if (variant == GemmVariant::automatic) {
-    variant = device.type == vk::PhysicalDeviceType::eCpu && broadcast_fits(device) ? GemmVariant::broadcast
-                                                                                      : GemmVariant::shared;
-  }
+  const bool cpu = device.type == vk::PhysicalDeviceType::eCpu;
+  const Lanes lanes = broadcast_lanes(device);
   GemmPlan plan;
-  plan.variant = variant;
-  plan.texel_inputs = device.type == vk::PhysicalDeviceType::eCpu && device.texel_rgba32f;
-  if (variant == GemmVariant::broadcast) {
-    if (!broadcast_fits(device)) {
-      throw DeviceError("the broadcast GEMM needs subgroup shuffles on 4 to 16 lanes; '" + device.name + "' has " +
-                        std::to_string(device.subgroup_size) + " lanes" +
-                        (device.subgroup_shuffle ? "" : " and no shuffle in compute shaders"));
+  plan.variant = requested;
+  if (requested == GemmVariant::automatic) {
+    plan.variant = cpu && lanes ? GemmVariant::broadcast : GemmVariant::shared;
+    plan.why = !cpu   ? "shared-memory tiles suit a GPU"
+               : lanes ? "broadcast suits a CPU device: " + lanes.why
+                       : "broadcast would suit a CPU device, but needs guaranteed lanes: " + lanes.why;
+  } else {
+    plan.why = "asked for";
+  }
+  plan.texel_inputs = cpu && device.texel_rgba32f && device.switches.texel_inputs;
+  if (plan.variant == GemmVariant::broadcast) {
+    if (!lanes) {
+      throw DeviceError("the broadcast GEMM needs 4 to 16 guaranteed lanes with subgroup shuffles; '" + device.name +
+                        "' has none: " + lanes.why);
     }
     // (3200, 512) · (512, 512)ᵀ on lavapipe with texel inputs (bench_gemm): 8 rows × 8 columns a
     // lane 38–40 GFLOP/s, × 16 columns 46–55, 16 rows × 16 columns 50–66; 32 rows no better
-    plan.lanes = device.subgroup_size;
-    plan.tile_m = 2 * device.subgroup_size;
+    plan.lanes = lanes.count;
+    plan.tile_m = 2 * lanes.count;
     plan.tile_n = 16;
-    plan.workgroup_size = std::min(8 * device.subgroup_size, device.max_workgroup_invocations);
+    plan.workgroup_size = lanes.count * std::min(kBroadcastSubgroups, device.max_workgroup_invocations / lanes.count);
   } else {
     // 16 × 16 invocations where the device allows 256, else 8 × 8 (every device allows 64)
     plan.side = device.max_workgroup_invocations >= 256 && device.max_workgroup_size_x >= 256 ? 16 : 8;
@@ -84,13 +100,17 @@ void check_gemm_plan(const GemmPlan& plan, const DeviceReport& device) {
          "' allows");
   }
   if (plan.variant == GemmVariant::broadcast) {
-    if (!broadcast_fits(device) || plan.lanes != device.subgroup_size || plan.tile_m == 0 ||
-        plan.tile_m % plan.lanes != 0) {
-      fail("needs subgroup shuffles, lanes equal to the subgroup size (" + std::to_string(device.subgroup_size) +
-           ") and tile_m a multiple of it");
+    const Lanes lanes = broadcast_lanes(device, plan.lanes);
+    if (lanes.count != plan.lanes) {
+      fail("needs its " + std::to_string(plan.lanes) + " lanes guaranteed with subgroup shuffles; '" + device.name +
+           "' guarantees " + (lanes ? std::to_string(lanes.count) + " lanes" : "none: " + lanes.why));
     }
+    if (plan.tile_m == 0 || plan.tile_m % plan.lanes != 0) fail("tile_m must be a multiple of the lanes");
     if (plan.tile_n == 0 || plan.tile_n % 4 != 0) fail("tile_n must be a positive multiple of 4");
-    if (plan.workgroup_size == 0 || plan.workgroup_size % plan.lanes != 0) fail("workgroup must be whole subgroups");
+    if (plan.workgroup_size == 0 || plan.workgroup_size % plan.lanes != 0 ||
+        (device.max_workgroup_subgroups && plan.workgroup_size / plan.lanes > device.max_workgroup_subgroups)) {
+      fail("workgroup must be whole subgroups, at most " + std::to_string(device.max_workgroup_subgroups));
+    }
   } else if (plan.variant == GemmVariant::shared) {
     if (plan.side == 0 || plan.workgroup_size != plan.side * plan.side) fail("workgroup must be side × side");
   } else {

@@ -2,11 +2,14 @@
 // GemmPlan: how shaders/gemm.glsl tiles linear, attention_scores and attention_values on one
 // device, chosen from its properties (and overridable, so tests run both variants on lavapipe).
 //
-//   broadcast — for CPU devices (lavapipe): a subgroup owns subgroup-size rows; lanes share A
-//               by subgroupShuffle and each loads only its own columns of B. Speed there follows
-//               multiply-adds per load, and shared memory only adds copies.
-//   shared    — for GPUs: a workgroup of side² invocations owns a (4·side)² block of the output,
-//               staged through shared memory 16 k at a time, each invocation a 4 × 4 register tile.
+//   broadcast — for CPU devices (lavapipe): a subgroup owns rows in multiples of its lanes; lanes
+//               share A by subgroupShuffle and each loads only its own columns of B. Speed there
+//               follows multiply-adds per load, and shared memory only adds copies. It counts
+//               lanes: it runs only where the device guarantees them (lanes.h), as the
+//               <step>_subgroup shader with that required subgroup size.
+//   shared    — for GPUs, and for any device without guaranteed lanes: a workgroup of side²
+//               invocations owns a (4·side)² block of the output, staged through shared memory
+//               16 k at a time, each invocation a 4 × 4 register tile. No subgroup instruction.
 // Either reads its inputs from storage buffers or, on CPU devices, from texel buffers.
 #include <cstdint>
 #include <string>
@@ -21,13 +24,14 @@ enum class GemmVariant { automatic, broadcast, shared };
 struct GemmPlan {
   GemmVariant variant = GemmVariant::shared;
   uint32_t workgroup_size = 256;
-  uint32_t lanes = 8;    // broadcast: the subgroup size
+  uint32_t lanes = 8;    // broadcast: the required subgroup size
   uint32_t tile_m = 8;   // broadcast: rows per subgroup, a multiple of lanes
   uint32_t tile_n = 16;  // broadcast: columns per lane
   uint32_t side = 16;    // shared: invocations per side of the workgroup's square
   // A and B read as RGBA32F uniform texel buffers (the <step>_texel shaders) where rows are
   // whole vec4s and both fit in maxTexelBufferElements: what lavapipe loads fastest
   bool texel_inputs = false;
+  std::string why;  // why this variant on this device (plan_gemm)
 
   // This plan for an output of `cols` columns: broadcast halves tile_n (while it stays a
   // multiple of 4) where a subgroup's columns would be more than twice `cols`, so that a narrow
@@ -37,12 +41,18 @@ struct GemmPlan {
   uint64_t groups(uint64_t batch, uint64_t rows, uint64_t cols) const;
   // The specialization constants 1… of gemm.glsl (constant 0, the workgroup size, is separate).
   std::vector<uint32_t> specialization(bool vec4, bool has_bias) const;
+  // The shader that runs `step` (linear, attention_scores, attention_values) under this plan:
+  // <step>, <step>_subgroup (broadcast), each with _texel when `texels`.
+  std::string shader(const std::string& step, bool texels) const;
+  // The subgroup size the pipeline must require: the lanes of broadcast, 0 for shared.
+  uint32_t required_lanes() const { return variant == GemmVariant::broadcast ? lanes : 0; }
   std::string describe() const;  // "broadcast: 8×64 per subgroup, workgroup 64"
 };
 
-// `requested` automatic picks broadcast on CPU devices with subgroup shuffles of 4…16 lanes, and
-// shared elsewhere; texel inputs on CPU devices that have RGBA32F texel buffers. Throws
-// DeviceError when the device cannot run the requested variant.
+// `requested` automatic picks broadcast on CPU devices that guarantee 4…16 lanes with subgroup
+// shuffles (lanes.h), and shared elsewhere; texel inputs on CPU devices that have RGBA32F texel
+// buffers, unless the texel_inputs switch is off. Throws DeviceError when the device cannot run the
+// requested variant.
 GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested = GemmVariant::automatic);
 // Throws DeviceError naming what `plan` asks of `device` that it lacks (a hand-made plan).
 void check_gemm_plan(const GemmPlan& plan, const DeviceReport& device);

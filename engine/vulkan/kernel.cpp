@@ -2,17 +2,20 @@
 
 #include <vector>
 
+#include "engine/errors.h"
 #include "engine/vulkan/shader_registry.h"
 
 namespace vkattn::vulkan {
 
 Kernel::Kernel(const Context& context, std::string name, uint32_t bindings, uint32_t push_constant_bytes,
-               uint32_t workgroup_size, std::span<const uint32_t> specialization, uint32_t texel_bindings)
+               uint32_t workgroup_size, std::span<const uint32_t> specialization, uint32_t texel_bindings,
+               uint32_t lanes)
     : name_(std::move(name)),
       bindings_(bindings),
       texel_bindings_(texel_bindings),
       push_constant_bytes_(push_constant_bytes),
-      workgroup_size_(workgroup_size) {
+      workgroup_size_(workgroup_size),
+      lanes_(lanes) {
   const vk::raii::Device& device = context.device();
   std::vector<vk::DescriptorSetLayoutBinding> layout_bindings;
   for (uint32_t i = 0; i < bindings; ++i) {
@@ -35,6 +38,19 @@ Kernel::Kernel(const Context& context, std::string name, uint32_t bindings, uint
   vk::SpecializationInfo spec(entries, vk::ArrayProxyNoTemporaries<const uint32_t>(values));
 
   vk::PipelineShaderStageCreateInfo stage({}, vk::ShaderStageFlagBits::eCompute, *module, "main", &spec);
+  // Exactly `lanes` lanes a subgroup, all active: what a kernel that shuffles from lane t or strides
+  // by the subgroup size needs to be right (the workgroup is whole subgroups of that size)
+  vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo required(lanes);
+  if (lanes > 0) {
+    const DeviceReport& report = context.device_report();
+    if (!report.size_control || !report.full_subgroups || lanes < report.min_subgroup_size ||
+        lanes > report.max_subgroup_size || workgroup_size % lanes != 0) {
+      throw DeviceError(name_ + ": cannot require " + std::to_string(lanes) + "-lane subgroups of a workgroup of " +
+                        std::to_string(workgroup_size) + " on '" + report.name + "'");
+    }
+    stage.flags = vk::PipelineShaderStageCreateFlagBits::eRequireFullSubgroups;
+    stage.pNext = &required;
+  }
   pipeline_ = vk::raii::Pipeline(device, nullptr, vk::ComputePipelineCreateInfo({}, stage, *layout_));
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 // Kernel: a compute pipeline for one shaders/<name>.comp, with its descriptor-set layout (one
-// storage buffer per binding, or a uniform texel buffer where asked) and push-constant range. Sizes that shape the code are
-// specialization constants: constant 0 is the workgroup size, constants 1… are the shader's own.
+// storage buffer per binding, or a uniform texel buffer where asked) and push-constant range. Sizes
+// that shape the code are specialization constants: constant 0 is the workgroup size, constants 1…
+// are the shader's own. A kernel that counts lanes is made with `lanes` > 0: the pipeline requires
+// subgroups of exactly that size with every lane active (lanes.h says when a device allows it).
 #include <cstdint>
 #include <span>
 #include <string>
@@ -16,13 +18,15 @@ class Kernel {
  public:
   // Bit i of `texel_bindings` makes binding i an RGBA32F uniform texel buffer, not a storage buffer.
   Kernel(const Context& context, std::string name, uint32_t bindings, uint32_t push_constant_bytes,
-         uint32_t workgroup_size, std::span<const uint32_t> specialization = {}, uint32_t texel_bindings = 0);
+         uint32_t workgroup_size, std::span<const uint32_t> specialization = {}, uint32_t texel_bindings = 0,
+         uint32_t lanes = 0);
 
   const std::string& name() const { return name_; }
   uint32_t bindings() const { return bindings_; }
   bool texel_binding(uint32_t i) const { return (texel_bindings_ >> i) & 1u; }
   uint32_t push_constant_bytes() const { return push_constant_bytes_; }
   uint32_t workgroup_size() const { return workgroup_size_; }
+  uint32_t lanes() const { return lanes_; }  // the required subgroup size; 0 = none required
   const vk::raii::DescriptorSetLayout& set_layout() const { return set_layout_; }
   const vk::raii::PipelineLayout& layout() const { return layout_; }
   const vk::raii::Pipeline& pipeline() const { return pipeline_; }
@@ -33,6 +37,7 @@ class Kernel {
   uint32_t texel_bindings_;
   uint32_t push_constant_bytes_;
   uint32_t workgroup_size_;
+  uint32_t lanes_;
   vk::raii::DescriptorSetLayout set_layout_ = nullptr;
   vk::raii::PipelineLayout layout_ = nullptr;
   vk::raii::Pipeline pipeline_ = nullptr;

@@ -1,0 +1,57 @@
+#pragma once
+// How the steps that may use subgroups run on one device, beside the GEMM's plan (gemm_plan.h):
+//   softmax, layer_norm — a row per subgroup of guaranteed lanes (<step>_subgroup), or a row per
+//                         workgroup reduced through shared memory (<step>);
+//   flash_attention     — ROWS query rows per subgroup of guaranteed lanes
+//                         (flash_attention_subgroup), or a query row per invocation (flash_attention).
+// Each plan says why; `vkattn devices` prints them all (step_plans()).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/vulkan/context.h"
+
+namespace vkattn::vulkan {
+
+struct RowPlan {
+  uint32_t lanes = 0;  // the required subgroup size of <step>_subgroup; 0 = a row per workgroup
+  std::string why;
+  std::string shader(const std::string& step) const { return lanes ? step + "_subgroup" : step; }
+  // Workgroups of `workgroup_size` for `rows` rows.
+  uint64_t groups(uint64_t rows, uint32_t workgroup_size) const;
+};
+
+// Rows for workgroups of `workgroup_size` invocations.
+RowPlan plan_rows(const DeviceReport& device, uint32_t workgroup_size);
+
+struct FlashPlan {
+  uint32_t lanes = 0;           // the required subgroup size of flash_attention_subgroup; 0 = a row per invocation
+  uint32_t rows = 1;            // query rows per subgroup (per invocation: 1)
+  uint32_t workgroup_size = 64;
+  std::string why;
+  std::string shader(bool texels) const {
+    return std::string("flash_attention") + (lanes ? "_subgroup" : "") + (texels ? "_texel" : "");
+  }
+  // Specialization constants 1… of flash_attention.comp for head dim `d`.
+  std::vector<uint32_t> specialization(uint32_t d) const { return {d, lanes ? lanes : 1u, rows}; }
+  // Workgroups for `heads` (B·H) heads of `length` (L) query rows.
+  uint64_t groups(uint64_t heads, uint64_t length) const;
+};
+
+// `rows` > 0 asks for that many query rows per subgroup (tests); 0 lets the device decide: two a
+// lane on a CPU device, at most 8 on a GPU. `workgroup_size` is the subgroup-free kernel's.
+FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32_t rows = 0);
+
+// One line of `vkattn devices`: the steps, the variant that runs them, its lanes and why.
+struct StepPlan {
+  std::string steps;    // "linear, attention_scores, attention_values"
+  std::string variant;  // "broadcast: 16×128 per subgroup, workgroup 64, texel inputs"
+  uint32_t lanes = 0;   // the required subgroup size; 0 = none
+  std::string why;
+};
+
+// What every step that has more than one variant runs on `device`, for workgroups of
+// `workgroup_size` (the backend's default, 64).
+std::vector<StepPlan> step_plans(const DeviceReport& device, uint32_t workgroup_size = 64);
+
+}  // namespace vkattn::vulkan
