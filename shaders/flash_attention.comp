@@ -44,7 +44,6 @@ const uint ROW_SETS = (ROWS + LANES - 1u) / LANES;       // rows of q each lane 
 const uint CHUNKS = (HEAD_DIM + 3u) / 4u;                // q and k rows as vec4s
 const uint PER_LANE = (HEAD_DIM + LANES - 1u) / LANES;  // output dims per lane
 const bool VEC4 = HEAD_DIM % 4u == 0u;                   // every row starts on a vec4
-const bool VEC4_V = VEC4 && PER_LANE % 4u == 0u;         // and so does every lane's share of it
 
 layout(std430, binding = 0) readonly buffer Query { float q[]; };
 layout(std430, binding = 0) readonly buffer Query4 { vec4 q4[]; };
@@ -149,6 +148,10 @@ void main() {
 
 #else
 // ---- ROWS query rows per subgroup ---------------------------------------------------------------
+// every row of V starts on a vec4, and so does every lane's share of it (a sum of remainders, not
+// VEC4 && …: glslang emits a short-circuit of specialization constants as code after main's return)
+const bool VEC4_V = HEAD_DIM % 4u + PER_LANE % 4u == 0u;
+
 void main() {
   uint row_groups = (p.rows + ROWS - 1u) / ROWS;
   uint unit = flat_workgroup_id() * gl_NumSubgroups + gl_SubgroupID;  // bh · row_groups + row group
