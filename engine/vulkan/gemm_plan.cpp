@@ -80,9 +80,10 @@ GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested) {
                         "' has none: " + lanes.why);
     }
     // (3200, 512) · (512, 512)ᵀ on lavapipe with texel inputs (bench_gemm): 8 rows × 8 columns a
-    // lane 38–40 GFLOP/s, × 16 columns 46–55, 16 rows × 16 columns 50–66; 32 rows no better
+    // lane 38–40 GFLOP/s, × 16 columns 46–55, 16 rows × 16 columns 50–66; 32 rows no better (and
+    // at 16 lanes 32 rows take lavapipe tens of seconds to compile): 16 rows, or the lanes if more
     plan.lanes = lanes.count;
-    plan.tile_m = 2 * lanes.count;
+    plan.tile_m = std::max(lanes.count, std::min(2 * lanes.count, 16u));
     plan.tile_n = 16;
     plan.workgroup_size = lanes.count * std::min(kBroadcastSubgroups, device.max_workgroup_invocations / lanes.count);
   } else {
