@@ -49,11 +49,17 @@ VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(VkDebugUtilsMessageSeverityFlagB
 }
 
 vk::DebugUtilsMessengerCreateInfoEXT messenger_info(Context::ValidationState* state) {
-  using S = vk::DebugUtilsMessageSeverityFlagBitsEXT;
-  using T = vk::DebugUtilsMessageTypeFlagBitsEXT;
-  return vk::DebugUtilsMessengerCreateInfoEXT(
-      {}, S::eVerbose | S::eInfo | S::eWarning | S::eError, T::eGeneral | T::eValidation | T::ePerformance,
-      &on_debug_message, state);
+  // From the C struct: Vulkan-Hpp 1.4 deprecates the constructor that takes a C callback, and 1.3
+  // has no other; both convert a VkDebugUtilsMessengerCreateInfoEXT.
+  VkDebugUtilsMessengerCreateInfoEXT info{};
+  info.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT;
+  info.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_VERBOSE_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_INFO_BIT_EXT |
+                         VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+  info.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                     VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT;
+  info.pfnUserCallback = &on_debug_message;
+  info.pUserData = state;
+  return vk::DebugUtilsMessengerCreateInfoEXT(info);
 }
 
 bool has_extension(const std::vector<vk::ExtensionProperties>& list, const char* name) {
