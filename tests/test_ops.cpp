@@ -210,6 +210,11 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
     EXPECT_TRUE(all_close(run(inputs, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
         << (texel_inputs ? "texel inputs" : "storage inputs, 4 rows");
   }
+  // and the subgroup-free kernel, a query row per invocation (what runs without guaranteed lanes)
+  VulkanBackend rows(testing::shared_context(), {.subgroups = false});
+  EXPECT_EQ(rows.flash_plan().lanes, 0u);
+  EXPECT_TRUE(all_close(run(rows, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
+      << "a query row per invocation";
   if (padding) {
     auto [B, H, L, S, d] = shape;
     Tensor out = run(gpu(), flash_step(attn_rank, padding, causal));
