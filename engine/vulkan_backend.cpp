@@ -141,7 +141,7 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   // vec4 loads need every row of A and B to start on a multiple of 4 floats
   const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0);
   // texel inputs: whole texels (vec4), each input within the device's texel count
-  const uint64_t max_texels = context_->device_report().max_texel_buffer_elements;
+  const uint64_t max_texels = device_.max_texel_buffer_elements;
   const bool texels = gemm_.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
                       uint64_t(batch) * N * K / 4 <= max_texels;
   const vulkan::GemmPlan plan = gemm_.fitted(uint64_t(N));
