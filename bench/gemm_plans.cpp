@@ -14,11 +14,11 @@
 #include <memory>
 #include <vector>
 
-#include "engine/compare.h"
-#include "engine/errors.h"
-#include "engine/tensor.h"
-#include "engine/reference_backend.h"
-#include "engine/vulkan_backend.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/errors.h"
+#include "vkattn/tensor.h"
+#include "vkattn/tracing/compare.h"
 
 using namespace vkattn;
 

@@ -1,4 +1,4 @@
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 #include <cstdio>
 #include <system_error>

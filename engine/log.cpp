@@ -1,4 +1,4 @@
-#include "engine/log.h"
+#include "vkattn/log.h"
 
 #include <spdlog/cfg/helpers.h>
 #include <spdlog/sinks/stdout_color_sinks.h>

@@ -1,4 +1,4 @@
-#include "engine/tensor.h"
+#include "vkattn/tensor.h"
 
 #include <random>
 #include <stdexcept>

@@ -3,8 +3,8 @@
 #include <charconv>
 #include <set>
 
-#include "engine/errors.h"
-#include "engine/io/state_dict.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/state_dict.h"
 
 namespace vkattn::examples {
 namespace {

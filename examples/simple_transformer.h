@@ -15,9 +15,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/io/safetensors.h"
-#include "engine/transformer_encoder.h"
+#include "vkattn/backends/backend.h"
+#include "vkattn/io/safetensors.h"
+#include "vkattn/modules/transformer_encoder.h"
 
 namespace vkattn::examples {
 

@@ -13,12 +13,12 @@
 #include <iostream>
 #include <memory>
 
-#include "engine/errors.h"
-#include "engine/io/npy.h"
-#include "engine/reference_backend.h"
-#include "engine/trace_dump.h"
-#include "engine/vulkan_backend.h"
 #include "examples/simple_transformer.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/tracing/trace_dump.h"
 
 namespace {
 

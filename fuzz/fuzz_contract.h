@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::fuzz {
 

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <span>
 
-#include "engine/io/npy.h"
 #include "fuzz/fuzz_contract.h"
+#include "vkattn/io/npy.h"
 
 using namespace vkattn;
 

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/io/safetensors.h"
 #include "fuzz/fuzz_contract.h"
+#include "vkattn/io/safetensors.h"
 
 using namespace vkattn;
 

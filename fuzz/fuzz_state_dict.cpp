@@ -12,11 +12,11 @@
 #include <sstream>
 #include <string>
 
-#include "engine/io/state_dict.h"
-#include "engine/multi_head_attention.h"
-#include "engine/transformer_encoder.h"
 #include "examples/simple_transformer.h"
 #include "fuzz/fuzz_contract.h"
+#include "vkattn/io/state_dict.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer_encoder.h"
 
 using namespace vkattn;
 

@@ -13,10 +13,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/io/npy.h"
 #include "tests/support/golden.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/io/npy.h"
 
 namespace vkattn {
 namespace {

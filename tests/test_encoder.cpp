@@ -9,13 +9,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/io/npy.h"
-#include "engine/io/state_dict.h"
-#include "engine/transformer_encoder.h"
 #include "examples/simple_transformer.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/io/state_dict.h"
+#include "vkattn/modules/transformer_encoder.h"
 
 namespace vkattn {
 namespace {

@@ -2,14 +2,14 @@
 // received and the rule broken. Checked on both backends where a backend runs.
 #include <gtest/gtest.h>
 
-#include "engine/errors.h"
-#include "engine/multi_head_attention.h"
-#include "engine/sizing_backend.h"
-#include "engine/transformer_encoder.h"
+#include "engine/backends/sizing_backend.h"
 #include "engine/vulkan/context.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/errors.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer_encoder.h"
 
 namespace vkattn {
 namespace {

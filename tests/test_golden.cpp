@@ -7,11 +7,11 @@
 #include <set>
 #include <sstream>
 
-#include "engine/io/npy.h"
-#include "engine/io/state_dict.h"
 #include "tests/support/golden.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/io/state_dict.h"
 
 namespace vkattn {
 namespace {

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <regex>
 
-#include "engine/errors.h"
-#include "engine/io/heatmap.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/heatmap.h"
 
 namespace vkattn {
 namespace {

@@ -6,11 +6,11 @@
 
 #include <map>
 
-#include "engine/errors.h"
 #include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/lanes.h"
 #include "engine/vulkan/quirks.h"
 #include "engine/vulkan/step_plans.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 namespace {

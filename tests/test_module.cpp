@@ -6,11 +6,11 @@
 #include <cmath>
 #include <tuple>
 
-#include "engine/multi_head_attention.h"
-#include "engine/sizing_backend.h"
-#include "engine/transformer_encoder.h"
+#include "engine/backends/sizing_backend.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer_encoder.h"
 
 namespace vkattn {
 namespace {

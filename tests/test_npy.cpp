@@ -5,12 +5,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/errors.h"
 #include "engine/io/file.h"
-#include "engine/io/npy.h"
 #include "tests/support/bytes.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/npy.h"
 
 namespace vkattn {
 namespace {

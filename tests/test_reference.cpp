@@ -6,11 +6,11 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/multi_head_attention.h"
-#include "engine/reference_backend.h"
 #include "reference/reference.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/modules/multi_head_attention.h"
 
 namespace vkattn {
 namespace {

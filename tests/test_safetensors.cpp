@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 
-#include "engine/errors.h"
-#include "engine/io/safetensors.h"
 #include "tests/support/bytes.h"
 #include "tests/support/expect_error.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/safetensors.h"
 
 namespace vkattn {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <numeric>
 
-#include "engine/errors.h"
-#include "engine/io/state_dict.h"
 #include "tests/support/expect_error.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/state_dict.h"
 
 namespace vkattn {
 namespace {

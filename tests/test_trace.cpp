@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/errors.h"
-#include "engine/io/npy.h"
-#include "engine/multi_head_attention.h"
-#include "engine/side_by_side.h"
-#include "engine/trace_dump.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/side_by_side.h"
+#include "vkattn/tracing/trace_dump.h"
 
 namespace vkattn {
 namespace {

@@ -5,10 +5,10 @@
 
 #include <sstream>
 
-#include "engine/errors.h"
-#include "engine/multi_head_attention.h"
 #include "engine/vulkan/grid.h"
 #include "tests/support/gpu.h"
+#include "vkattn/errors.h"
+#include "vkattn/modules/multi_head_attention.h"
 
 namespace vkattn {
 namespace {

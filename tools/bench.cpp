@@ -12,11 +12,11 @@
 #include <map>
 #include <memory>
 
-#include "engine/compare.h"
-#include "engine/multi_head_attention.h"
-#include "engine/reference_backend.h"
-#include "engine/vulkan_backend.h"
 #include "tools/commands.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/compare.h"
 
 namespace vkattn::cli {
 

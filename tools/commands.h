@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/backend.h"
+#include "vkattn/backends/backend.h"
 
 namespace vkattn::cli {
 

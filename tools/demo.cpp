@@ -2,12 +2,12 @@
 // shapes and the largest GPU-vs-reference difference.
 #include <iostream>
 
-#include "engine/multi_head_attention.h"
-#include "engine/reference_backend.h"
-#include "engine/side_by_side.h"
 #include "engine/vulkan/context.h"
-#include "engine/vulkan_backend.h"
 #include "tools/commands.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/side_by_side.h"
 
 namespace vkattn::cli {
 

@@ -4,12 +4,12 @@
 #include <iostream>
 #include <optional>
 
-#include "engine/errors.h"
-#include "engine/reference_backend.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/step_plans.h"
-#include "engine/vulkan_backend.h"
 #include "tools/commands.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::cli {
 namespace {

@@ -5,10 +5,10 @@
 #include <iomanip>
 #include <iostream>
 
-#include "engine/errors.h"
-#include "engine/trace_dump.h"
 #include "tools/commands.h"
 #include "tools/validators.h"
+#include "vkattn/errors.h"
+#include "vkattn/tracing/trace_dump.h"
 
 namespace vkattn::cli {
 

@@ -7,15 +7,15 @@
 #include <sstream>
 #include <vector>
 
-#include "engine/errors.h"
 #include "engine/io/file.h"
-#include "engine/io/npy.h"
-#include "engine/io/state_dict.h"
-#include "engine/trace_dump.h"
-#include "engine/transformer_encoder.h"
 #include "tools/commands.h"
-#include "tools/validators.h"
 #include "tools/inputs.h"
+#include "tools/validators.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/io/state_dict.h"
+#include "vkattn/modules/transformer_encoder.h"
+#include "vkattn/tracing/trace_dump.h"
 
 namespace vkattn::cli {
 

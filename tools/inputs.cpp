@@ -4,8 +4,8 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "engine/errors.h"
-#include "engine/io/npy.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/npy.h"
 
 namespace vkattn::cli {
 

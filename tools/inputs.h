@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/tensor.h"
+#include "vkattn/tensor.h"
 
 namespace vkattn::cli {
 

@@ -10,17 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "engine/errors.h"
 #include "engine/io/file.h"
-#include "engine/io/heatmap.h"
-#include "engine/io/npy.h"
-#include "engine/io/state_dict.h"
-#include "engine/multi_head_attention.h"
-#include "engine/side_by_side.h"
-#include "engine/trace_dump.h"
 #include "tools/commands.h"
-#include "tools/validators.h"
 #include "tools/inputs.h"
+#include "tools/validators.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/heatmap.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/io/state_dict.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/side_by_side.h"
+#include "vkattn/tracing/trace_dump.h"
 
 namespace vkattn::cli {
 

@@ -10,8 +10,8 @@
 
 #include <iostream>
 
-#include "engine/errors.h"
 #include "tools/commands.h"
+#include "vkattn/errors.h"
 
 int main(int argc, char** argv) {
   namespace cli = vkattn::cli;

@@ -7,9 +7,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "engine/side_by_side.h"
 #include "engine/vulkan/context.h"
-#include "engine/vulkan_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/tracing/side_by_side.h"
 
 namespace vkattn::tutorial {
 

@@ -18,10 +18,10 @@
 #include <utility>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/io/heatmap.h"
-#include "engine/reference_backend.h"
-#include "engine/tracer.h"
+#include "vkattn/backends/backend.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/io/heatmap.h"
+#include "vkattn/tracing/tracer.h"
 
 namespace vkattn::tutorial {
 

@@ -15,9 +15,9 @@
 // Run: build/bin/tutorial_04_multi_head_from_scratch [--images DIR] [--device D]
 #include <sstream>
 
-#include "engine/compare.h"
-#include "engine/multi_head_attention.h"
 #include "tutorials/lesson.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/compare.h"
 
 using namespace vkattn;
 

@@ -14,12 +14,12 @@
 // Run: build/bin/tutorial_05_pytorch_style_api [--images DIR] [--device D]
 #include <sstream>
 
-#include "engine/compare.h"
-#include "engine/errors.h"
-#include "engine/io/npy.h"
-#include "engine/io/state_dict.h"
-#include "engine/multi_head_attention.h"
 #include "tutorials/lesson.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/io/state_dict.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/compare.h"
 
 using namespace vkattn;
 

@@ -14,11 +14,11 @@
 #include <cmath>
 #include <sstream>
 
-#include "engine/compare.h"
-#include "engine/io/npy.h"
-#include "engine/io/state_dict.h"
-#include "engine/transformer_encoder.h"
 #include "tutorials/lesson.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/io/state_dict.h"
+#include "vkattn/modules/transformer_encoder.h"
+#include "vkattn/tracing/compare.h"
 
 using namespace vkattn;
 

@@ -13,10 +13,10 @@
 #include <iomanip>
 #include <sstream>
 
-#include "engine/compare.h"
-#include "engine/multi_head_attention.h"
-#include "engine/vulkan_backend.h"
 #include "tutorials/lesson.h"
+#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/compare.h"
 
 using namespace vkattn;
 

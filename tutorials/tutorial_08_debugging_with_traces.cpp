@@ -16,10 +16,10 @@
 #include <filesystem>
 #include <sstream>
 
-#include "engine/compare.h"
-#include "engine/multi_head_attention.h"
-#include "engine/trace_dump.h"
 #include "tutorials/lesson.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/compare.h"
+#include "vkattn/tracing/trace_dump.h"
 
 using namespace vkattn;
 

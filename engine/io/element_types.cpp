@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::io {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor.h"
+#include "vkattn/tensor.h"
 
 namespace vkattn::io {
 

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <system_error>
 
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::io {
 

@@ -1,12 +1,12 @@
-#include "engine/io/heatmap.h"
+#include "vkattn/io/heatmap.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <span>
 
-#include "engine/errors.h"
 #include "engine/io/file.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::io {
 

@@ -1,13 +1,13 @@
-#include "engine/io/npy.h"
+#include "vkattn/io/npy.h"
 
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <map>
 
-#include "engine/errors.h"
 #include "engine/io/element_types.h"
 #include "engine/io/file.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::io {
 

@@ -1,4 +1,4 @@
-#include "engine/io/safetensors.h"
+#include "vkattn/io/safetensors.h"
 
 #include <nlohmann/json.hpp>
 
@@ -7,9 +7,9 @@
 #include <optional>
 #include <vector>
 
-#include "engine/errors.h"
 #include "engine/io/element_types.h"
 #include "engine/io/file.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::io {
 

@@ -1,4 +1,4 @@
-#include "engine/io/state_dict.h"
+#include "vkattn/io/state_dict.h"
 
 #include <algorithm>
 #include <array>
@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::io {
 

@@ -9,8 +9,8 @@
 #include <cstdlib>
 #include <utility>
 
-#include "engine/errors.h"
-#include "engine/log.h"
+#include "vkattn/errors.h"
+#include "vkattn/log.h"
 
 namespace vkattn::vulkan {
 

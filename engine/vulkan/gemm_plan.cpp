@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "engine/errors.h"
 #include "engine/vulkan/lanes.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 

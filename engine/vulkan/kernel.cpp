@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "engine/errors.h"
 #include "engine/vulkan/shader_registry.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <optional>
 
-#include "engine/errors.h"
 #include "engine/vulkan/context.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <glm/common.hpp>
 
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 namespace {

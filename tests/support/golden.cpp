@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <fstream>
 
-#include "engine/io/npy.h"
+#include "vkattn/io/npy.h"
 
 namespace vkattn::testing {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/multi_head_attention.h"
+#include "vkattn/modules/multi_head_attention.h"
 
 namespace vkattn::testing {
 

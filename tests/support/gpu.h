@@ -7,9 +7,9 @@
 #include <memory>
 #include <random>
 
-#include "engine/reference_backend.h"
-#include "engine/tensor.h"
-#include "engine/vulkan_backend.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/tensor.h"
 
 namespace vkattn::testing {
 

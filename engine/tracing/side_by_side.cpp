@@ -1,4 +1,4 @@
-#include "engine/side_by_side.h"
+#include "vkattn/tracing/side_by_side.h"
 
 #include <algorithm>
 #include <iomanip>

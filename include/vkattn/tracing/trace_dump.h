@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/compare.h"
-#include "engine/tracer.h"
+#include "vkattn/tracing/compare.h"
+#include "vkattn/tracing/tracer.h"
 
 namespace vkattn {
 

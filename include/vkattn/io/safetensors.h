@@ -12,7 +12,7 @@
 #include <span>
 #include <string>
 
-#include "engine/tensor.h"
+#include "vkattn/tensor.h"
 
 namespace vkattn::io {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor.h"
+#include "vkattn/tensor.h"
 
 namespace vkattn::io {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "engine/backend.h"
-#include "engine/tensor.h"
+#include "vkattn/backends/backend.h"
+#include "vkattn/tensor.h"
 
 namespace vkattn {
 

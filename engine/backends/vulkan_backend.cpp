@@ -1,9 +1,9 @@
-#include "engine/vulkan_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
 
 #include <algorithm>
 
-#include "engine/errors.h"
 #include "engine/vulkan/push_constants.h"
+#include "vkattn/errors.h"
 
 namespace vkattn {
 namespace {

@@ -1,13 +1,13 @@
-#include "engine/trace_dump.h"
+#include "vkattn/tracing/trace_dump.h"
 
 #include <cmath>
 #include <cstdio>
 #include <regex>
 
-#include "engine/compare.h"
-#include "engine/errors.h"
 #include "engine/io/file.h"
-#include "engine/io/npy.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/tracing/compare.h"
 
 namespace vkattn {
 

@@ -1,4 +1,4 @@
-#include "engine/sizing_backend.h"
+#include "engine/backends/sizing_backend.h"
 
 namespace vkattn {
 

@@ -1,4 +1,4 @@
-#include "engine/tracer.h"
+#include "vkattn/tracing/tracer.h"
 
 #include <algorithm>
 #include <cmath>

@@ -18,9 +18,9 @@
 #include <optional>
 #include <vector>
 
-#include "engine/backend.h"
-#include "engine/multi_head_attention.h"
-#include "engine/tensor.h"
+#include "vkattn/backends/backend.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tensor.h"
 
 namespace vkattn {
 

@@ -1,10 +1,10 @@
-#include "engine/transformer_encoder.h"
+#include "vkattn/modules/transformer_encoder.h"
 
 #include <cmath>
 #include <random>
 #include <string>
 
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 namespace vkattn {
 namespace {

@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <string>
 
-#include "engine/io/safetensors.h"
-#include "engine/multi_head_attention.h"
-#include "engine/transformer_encoder.h"
+#include "vkattn/io/safetensors.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer_encoder.h"
 
 namespace vkattn::io {
 

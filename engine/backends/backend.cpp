@@ -1,12 +1,12 @@
-#include "engine/backend.h"
+#include "vkattn/backends/backend.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
 
-#include "engine/errors.h"
-#include "engine/sizing_backend.h"
+#include "engine/backends/sizing_backend.h"
+#include "vkattn/errors.h"
 
 namespace vkattn {
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
 // ReferenceBackend: every step by the plain loops of reference/, on the host. The ground truth.
-#include "engine/backend.h"
+#include "vkattn/backends/backend.h"
 
 namespace vkattn {
 

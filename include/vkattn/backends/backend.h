@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/errors.h"
-#include "engine/tensor.h"
-#include "engine/tracer.h"
+#include "vkattn/errors.h"
+#include "vkattn/tensor.h"
+#include "vkattn/tracing/tracer.h"
 
 namespace vkattn {
 

@@ -5,7 +5,6 @@
 #include <memory>
 #include <optional>
 
-#include "engine/backend.h"
 #include "engine/vulkan/buffer.h"
 #include "engine/vulkan/buffer_pool.h"
 #include "engine/vulkan/context.h"
@@ -13,6 +12,7 @@
 #include "engine/vulkan/kernel.h"
 #include "engine/vulkan/recorder.h"
 #include "engine/vulkan/step_plans.h"
+#include "vkattn/backends/backend.h"
 
 namespace vkattn {
 

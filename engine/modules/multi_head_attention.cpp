@@ -1,10 +1,10 @@
-#include "engine/multi_head_attention.h"
+#include "vkattn/modules/multi_head_attention.h"
 
 #include <cmath>
 #include <limits>
 #include <random>
 
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 namespace vkattn {
 namespace {

@@ -14,7 +14,7 @@
 #include <map>
 #include <vector>
 
-#include "engine/backend.h"
+#include "vkattn/backends/backend.h"
 
 namespace vkattn {
 

@@ -1,11 +1,11 @@
-#include "engine/compare.h"
+#include "vkattn/tracing/compare.h"
 
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
 
-#include "engine/errors.h"
+#include "vkattn/errors.h"
 
 namespace vkattn {
 

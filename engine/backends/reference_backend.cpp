@@ -1,4 +1,4 @@
-#include "engine/reference_backend.h"
+#include "vkattn/backends/reference_backend.h"
 
 #include "reference/reference.h"
 
