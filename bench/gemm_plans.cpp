@@ -14,6 +14,8 @@
 #include <memory>
 #include <vector>
 
+#include "engine/vulkan/context.h"
+#include "engine/vulkan/gemm_plan.h"
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/errors.h"
@@ -59,7 +61,7 @@ int main(int argc, char** argv) {
             plan.texel_inputs = texel;
             plan.tile_n = tile_n;
             if (broadcast) plan.tile_m = plan.lanes * row_sets;
-            candidates.push_back({plan, std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.gemm = plan}), {}});
+            candidates.push_back({plan, std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.gemm = std::make_shared<const vulkan::GemmPlan>(plan)}), {}});
           }
         }
       }

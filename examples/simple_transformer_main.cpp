@@ -14,8 +14,7 @@
 #include <memory>
 
 #include "examples/simple_transformer.h"
-#include "vkattn/backends/reference_backend.h"
-#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
 #include "vkattn/tracing/trace_dump.h"
@@ -49,14 +48,7 @@ int run(int argc, char** argv) {
 
   auto model = examples::SimpleTransformer::load(weights, heads);
   Tensor tokens = io::read_npy(tokens_path);
-  std::unique_ptr<Backend> backend;
-  if (backend_name == "cpu") {
-    backend = std::make_unique<ReferenceBackend>();
-  } else {
-    auto options = vulkan::ContextOptions::from_environment();
-    if (!device.empty()) options.device = device;
-    backend = std::make_unique<VulkanBackend>(std::make_shared<vulkan::Context>(options));
-  }
+  std::unique_ptr<Backend> backend = make_backend(backend_name, device);
   std::unique_ptr<TraceDump> dump;
   std::unique_ptr<ConsoleTracer> console;
   if (!trace.empty()) {

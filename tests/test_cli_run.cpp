@@ -296,7 +296,7 @@ const std::vector<BadRun> kRunBadInputs = {
            "not divisible by num_heads=3"},
     BadRun{"unknown_backend", good({"--backend", "tpu"}), "--backend"},
     BadRun{"unknown_device", good({"--device", "nosuchgpu"}), "--device: "},
-    BadRun{"device_with_cpu", good({"--backend", "cpu", "--device", "0"}), "--device chooses a GPU"},
+    BadRun{"device_with_cpu", good({"--backend", "cpu", "--device", "0"}), "--device: a device ('0') chooses a GPU; it does not apply to the cpu backend"},
     BadRun{"per_head_without_weights",
            {"run", "--weights", "{g}/weights.safetensors", "--query", "{g}/query.npy", "--per-head-weights"},
            "--per-head-weights requires --attn-weights"},

@@ -7,6 +7,7 @@
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/modules/transformer_encoder.h"
@@ -290,6 +291,20 @@ TEST(DeviceSelection, ExplainsWhyNothingFits) {
   expect_error<DeviceError>([&] { vulkan::select_device(devices, "9"); }, {"VKATTN_DEVICE=9", "4 devices"});
   expect_error<DeviceError>([&] { vulkan::select_device(devices, "radeon"); }, {"'radeon'", "matches no device", "llvmpipe"});
   expect_error<DeviceError>([&] { vulkan::select_device({}, ""); }, {"no Vulkan device", "mesa-vulkan-drivers"});
+}
+
+// The choice the CLI, the examples and the Python package share (vkattn/backends/make_backend.h).
+TEST(MakeBackend, ChoosesByName) {
+  EXPECT_EQ(make_backend("cpu")->name(), "cpu");
+  auto gpu = make_backend("gpu", "0");
+  EXPECT_EQ(gpu->name(), "gpu");
+  EXPECT_EQ(gpu->device_name(), vulkan::list_devices()[0].name);
+}
+
+TEST(MakeBackend, NamesWhatIsWrong) {
+  expect_error<ConfigError>([] { make_backend("tpu"); }, {"'tpu'", "neither gpu nor cpu"});
+  expect_error<ConfigError>([] { make_backend("cpu", "0"); }, {"('0')", "does not apply to the cpu backend"});
+  expect_error<ConfigError>([] { make_backend("gpu", "nosuchgpu"); }, {"'nosuchgpu'", "matches no device", "llvmpipe"});
 }
 
 }  // namespace

@@ -9,8 +9,8 @@
 #include <limits>
 #include <tuple>
 
-#include "tests/support/gpu.h"
 #include "engine/vulkan/lanes.h"
+#include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 
 namespace vkattn {
@@ -206,7 +206,7 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
     if (texel_inputs && !device.texel_rgba32f) continue;
     vulkan::GemmPlan plan = vulkan::plan_gemm(device);
     plan.texel_inputs = texel_inputs;
-    VulkanBackend inputs(testing::shared_context(), {.gemm = plan, .flash_rows = texel_inputs ? 0u : 4u});
+    VulkanBackend inputs(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan), .flash_rows = texel_inputs ? 0u : 4u});
     EXPECT_TRUE(all_close(run(inputs, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
         << (texel_inputs ? "texel inputs" : "storage inputs, 4 rows");
   }
@@ -408,7 +408,7 @@ TEST_P(GemmTiling, MatchesReference) {
   vulkan::GemmPlan plan = vulkan::plan_gemm(device, variant);
   plan.texel_inputs = texel_inputs;
   if (texel_inputs && !device.texel_rgba32f) {
-    EXPECT_THROW(VulkanBackend(testing::shared_context(), {.gemm = plan}), DeviceError);
+    EXPECT_THROW(VulkanBackend(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)}), DeviceError);
     return;
   }
   if (variant == vulkan::GemmVariant::broadcast) {
@@ -420,7 +420,7 @@ TEST_P(GemmTiling, MatchesReference) {
     plan.workgroup_size = size * size;
   }
   uint64_t before = testing::shared_context()->validation_message_count();
-  VulkanBackend gpu(testing::shared_context(), {.gemm = plan});
+  VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)});
   ReferenceBackend cpu;
   auto step = [&](std::vector<Tensor> in, const Step& s) { EXPECT_TRUE(gpu_matches_reference(gpu, cpu, in, s, {})) << plan.describe(); };
   for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {9, 128, 64}, {70, 3, 129}}) {
@@ -453,7 +453,7 @@ TEST(GemmPlan, ABadPlanIsRefusedWithWhatTheDeviceLacks) {
   // 3 is no device's subgroup size
   const vulkan::GemmPlan plan{.variant = vulkan::GemmVariant::broadcast, .workgroup_size = 63, .lanes = 3, .tile_m = 3};
   try {
-    VulkanBackend gpu(testing::shared_context(), {.gemm = plan});
+    VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)});
     FAIL() << "3 lanes were accepted";
   } catch (const DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find("needs its 3 lanes guaranteed with subgroup shuffles"), std::string::npos) << e.what();

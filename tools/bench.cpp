@@ -65,10 +65,7 @@ class Bench {
   }
 
   Backend& backend() { return *backend_; }
-  const vulkan::Context* context() const {
-    auto* gpu = dynamic_cast<const VulkanBackend*>(backend_.get());
-    return gpu ? &gpu->context() : nullptr;
-  }
+  const VulkanBackend* gpu() const { return dynamic_cast<const VulkanBackend*>(backend_.get()); }
 
   // One forward with the tracing mode's tracer attached; its wall time in ms.
   double time_forward(const std::string& tracing, StepRecorder* keep = nullptr) {
@@ -170,9 +167,9 @@ int run_bench(const BenchArgs& a) {
 
   // One more forward, shape-traced, for each step's time and the peak memory.
   StepRecorder steps(false);
-  if (bench.context()) bench.context()->reset_peak();
+  if (bench.gpu()) bench.gpu()->reset_peak();
   bench.time_forward("shapes", &steps);
-  const uint64_t peak = bench.context() ? bench.context()->peak_allocated_bytes() : 0;
+  const uint64_t peak = bench.gpu() ? bench.gpu()->peak_allocated_bytes() : 0;
   const double flops = forward_flops(a);
   const double gflops = flops / (total_ms * 1e6);
 
@@ -215,7 +212,7 @@ int run_bench(const BenchArgs& a) {
   }
   std::cout << a.iters << " forwards (" << a.warmup << " warm-up, tracer: " << timed << "): median " << total_ms
             << " ms, fastest " << min_ms << " ms; " << flops / 1e9 << " GFLOP each, " << gflops << " GFLOP/s\n";
-  if (bench.context()) std::cout << "peak Vulkan memory (device and staging buffers): " << static_cast<double>(peak) / 1048576.0 << " MiB\n";
+  if (bench.gpu()) std::cout << "peak Vulkan memory (device and staging buffers): " << static_cast<double>(peak) / 1048576.0 << " MiB\n";
   std::cout << "\nstep times (" << steps.pass_end().clock << " clock, one shape-traced forward):\n";
   double step_sum = 0;
   for (const auto& t : steps.pass_end().step_times) step_sum += t.duration_us;

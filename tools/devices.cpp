@@ -7,8 +7,7 @@
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/step_plans.h"
 #include "tools/commands.h"
-#include "vkattn/backends/reference_backend.h"
-#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
 
 namespace vkattn::cli {
@@ -95,20 +94,11 @@ int run_devices() {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device) {
-  if (backend == "cpu") {
-    if (!device.empty()) throw UsageError("--device chooses a GPU; it does not apply to --backend cpu");
-    return std::make_unique<ReferenceBackend>();
+  try {
+    return vkattn::make_backend(backend, device);
+  } catch (const ConfigError& e) {
+    throw UsageError(std::string("--device: ") + e.what());  // --backend is checked by CLI11
   }
-  auto options = vulkan::ContextOptions::from_environment();
-  if (!device.empty()) {
-    try {
-      vulkan::select_device(vulkan::list_devices(), device);
-    } catch (const DeviceError& e) {
-      throw UsageError(std::string("--device: ") + e.what());
-    }
-    options.device = device;
-  }
-  return std::make_unique<VulkanBackend>(std::make_shared<vulkan::Context>(options));
 }
 
 }  // namespace vkattn::cli

@@ -54,11 +54,11 @@ int main(int argc, char** argv) {
     if (!gpu) throw std::runtime_error("lesson 07 measures a Vulkan device");
     auto measure = [&](const Tensor& input, const ForwardOptions& o) {
       gpu->empty_cache();  // the buffers kept from the last forward would count in this one's peak
-      gpu->context().reset_peak();
+      gpu->reset_peak();
       auto start = std::chrono::steady_clock::now();
       mha.forward(*gpu, input, o);
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      return std::pair{ms, static_cast<double>(gpu->context().peak_allocated_bytes()) / 1048576.0};
+      return std::pair{ms, static_cast<double>(gpu->peak_allocated_bytes()) / 1048576.0};
     };
     std::ostringstream table;
     table << "One forward each on the GPU (" << gpu->device_name() << "), B = 1, E = 64, H = 4, causal, no tracer:\n"

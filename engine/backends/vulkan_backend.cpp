@@ -1,8 +1,16 @@
 #include "vkattn/backends/vulkan_backend.h"
 
 #include <algorithm>
+#include <map>
 
+#include "engine/vulkan/buffer.h"
+#include "engine/vulkan/buffer_pool.h"
+#include "engine/vulkan/context.h"
+#include "engine/vulkan/gemm_plan.h"
+#include "engine/vulkan/kernel.h"
 #include "engine/vulkan/push_constants.h"
+#include "engine/vulkan/recorder.h"
+#include "engine/vulkan/step_plans.h"
 #include "vkattn/errors.h"
 
 namespace vkattn {
@@ -45,41 +53,72 @@ vulkan::DeviceReport with_options(vulkan::DeviceReport device, const VulkanBacke
 
 }  // namespace
 
+struct VulkanBackend::State {
+  State(std::shared_ptr<vulkan::Context> context_in, const Options& options_in)
+      : context(std::move(context_in)),
+        options(options_in),
+        device(with_options(context->device_report(), options)),
+        recorder(context, options.max_groups_per_dim),
+        buffers(std::make_shared<vulkan::BufferPool>(context)) {}
+
+  std::shared_ptr<vulkan::Context> context;
+  Options options;
+  vulkan::DeviceReport device;  // the context's, with the subgroups switch off when options say so
+  vulkan::GemmPlan gemm;
+  vulkan::RowPlan rows;
+  vulkan::FlashPlan flash;
+  vulkan::Recorder recorder;
+  std::shared_ptr<vulkan::BufferPool> buffers;  // tensors' buffers; Storage holds it weakly
+  std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels;
+};
+
 VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options options)
-    : context_(std::move(context)),
-      options_(options),
-      device_(with_options(context_->device_report(), options)),
-      recorder_(context_, options.max_groups_per_dim),
-      buffers_(std::make_shared<vulkan::BufferPool>(context_)) {
-  if (options_.workgroup_size == 0 || options_.workgroup_size > device_.max_workgroup_size_x ||
-      options_.workgroup_size > device_.max_workgroup_invocations) {
-    throw DeviceError("workgroup size " + std::to_string(options_.workgroup_size) + " is outside 1.." +
-                      std::to_string(device_.max_workgroup_size_x) + " for device '" + device_.name + "'");
+    : s_(std::make_unique<State>(std::move(context), options)) {
+  if (s_->options.workgroup_size == 0 || s_->options.workgroup_size > s_->device.max_workgroup_size_x ||
+      s_->options.workgroup_size > s_->device.max_workgroup_invocations) {
+    throw DeviceError("workgroup size " + std::to_string(s_->options.workgroup_size) + " is outside 1.." +
+                      std::to_string(s_->device.max_workgroup_size_x) + " for device '" + s_->device.name + "'");
   }
-  gemm_ = options.gemm ? *options.gemm : vulkan::plan_gemm(device_);
-  vulkan::check_gemm_plan(gemm_, device_);
-  rows_ = vulkan::plan_rows(device_, options_.workgroup_size);
-  flash_ = vulkan::plan_flash(device_, options_.workgroup_size, options_.flash_rows);
+  s_->gemm = options.gemm ? *options.gemm : vulkan::plan_gemm(s_->device);
+  vulkan::check_gemm_plan(s_->gemm, s_->device);
+  s_->rows = vulkan::plan_rows(s_->device, s_->options.workgroup_size);
+  s_->flash = vulkan::plan_flash(s_->device, s_->options.workgroup_size, s_->options.flash_rows);
 }
 
 VulkanBackend::~VulkanBackend() = default;
 
+std::string VulkanBackend::device_name() const { return s_->device.name; }
+const vulkan::Context& VulkanBackend::context() const { return *s_->context; }
+const vulkan::Recorder& VulkanBackend::recorder() const { return s_->recorder; }
+const vulkan::GemmPlan& VulkanBackend::gemm_plan() const { return s_->gemm; }
+const vulkan::RowPlan& VulkanBackend::row_plan() const { return s_->rows; }
+const vulkan::FlashPlan& VulkanBackend::flash_plan() const { return s_->flash; }
+
+uint64_t VulkanBackend::peak_allocated_bytes() const { return s_->context->peak_allocated_bytes(); }
+void VulkanBackend::reset_peak() const { s_->context->reset_peak(); }
+
+void VulkanBackend::on_begin_pass(bool timed) {
+  s_->recorder.time_dispatches(timed);
+  s_->buffers->trim();
+  s_->recorder.trim();
+}
+
 void VulkanBackend::empty_cache() {
-  recorder_.flush();  // buffers released mid-pass may still be read by recorded commands
-  buffers_->clear();
-  recorder_.clear();
+  s_->recorder.flush();  // buffers released mid-pass may still be read by recorded commands
+  s_->buffers->clear();
+  s_->recorder.clear();
 }
 
 std::optional<MemoryLimits> VulkanBackend::memory_limits() const {
-  const auto& device = context_->device_report();
+  const auto& device = s_->context->device_report();
   MemoryLimits limits{.device = device.name,
                       .max_tensor_bytes = device.max_storage_buffer_range,
                       .max_tensor_limit = "maxStorageBufferRange",
                       .max_total_bytes = device.device_local_bytes,
                       .max_total_limit = "the largest device-local memory heap",
-                      .reuse_from_bytes = options_.reuse_in_flight_bytes};
-  if (options_.memory_limit_bytes > 0 && options_.memory_limit_bytes < limits.max_total_bytes) {
-    limits.max_total_bytes = options_.memory_limit_bytes;
+                      .reuse_from_bytes = s_->options.reuse_in_flight_bytes};
+  if (s_->options.memory_limit_bytes > 0 && s_->options.memory_limit_bytes < limits.max_total_bytes) {
+    limits.max_total_bytes = s_->options.memory_limit_bytes;
     limits.max_total_limit = "the memory limit set for this backend";
   }
   return limits;
@@ -91,34 +130,34 @@ std::shared_ptr<Storage> VulkanBackend::allocate(const std::string& name, int64_
   check_tensor_fits(*memory_limits(), name, count);
   auto storage = std::make_shared<DeviceStorage>();
   const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(float);
-  storage->buffer = buffers_->acquire(bytes, Buffer::Kind::device, [this, bytes](const Buffer& b) {
-    return bytes < options_.reuse_in_flight_bytes && recorder_.pending(b);
+  storage->buffer = s_->buffers->acquire(bytes, Buffer::Kind::device, [this, bytes](const Buffer& b) {
+    return bytes < s_->options.reuse_in_flight_bytes && s_->recorder.pending(b);
   });
-  storage->pool = buffers_;
+  storage->pool = s_->buffers;
   return storage;
 }
 
 std::shared_ptr<Storage> VulkanBackend::store(const std::string& name, const Tensor& tensor) {
   auto storage = allocate(name, tensor.size());
-  recorder_.upload(buffer_of(*storage), tensor.data.data(), tensor.data.size() * sizeof(float));
+  s_->recorder.upload(buffer_of(*storage), tensor.data.data(), tensor.data.size() * sizeof(float));
   return storage;
 }
 
 std::vector<float> VulkanBackend::load(const Storage& storage, int64_t count) {
   std::vector<float> data(static_cast<size_t>(count));
-  recorder_.download(buffer_of(storage), data.data(), data.size() * sizeof(float));
+  s_->recorder.download(buffer_of(storage), data.data(), data.size() * sizeof(float));
   return data;
 }
 
 const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
                                             std::vector<uint32_t> specialization, uint32_t workgroup_size,
                                             uint32_t texel_bindings, uint32_t lanes) {
-  if (workgroup_size == 0) workgroup_size = options_.workgroup_size;
+  if (workgroup_size == 0) workgroup_size = s_->options.workgroup_size;
   std::string key = name + "@" + std::to_string(workgroup_size) + "/" + std::to_string(lanes);
   for (uint32_t v : specialization) key += ":" + std::to_string(v);
-  auto& slot = kernels_[key];
+  auto& slot = s_->kernels[key];
   if (!slot) {
-    slot = std::make_unique<vulkan::Kernel>(*context_, name, bindings, push_bytes, workgroup_size, specialization,
+    slot = std::make_unique<vulkan::Kernel>(*s_->context, name, bindings, push_bytes, workgroup_size, specialization,
                                             texel_bindings, lanes);
   }
   return *slot;
@@ -132,7 +171,7 @@ void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kern
   if (invocations >= (uint64_t(1) << 32)) {
     throw DeviceError(step + ": " + std::to_string(invocations) + " elements exceed the 32-bit indexing of the shaders");
   }
-  recorder_.dispatch(kernel, buffers, std::as_bytes(std::span(&params, 1)), groups, step);
+  s_->recorder.dispatch(kernel, buffers, std::as_bytes(std::span(&params, 1)), groups, step);
 }
 
 void VulkanBackend::run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
@@ -141,15 +180,15 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   // vec4 loads need every row of A and B to start on a multiple of 4 floats
   const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0);
   // texel inputs: whole texels (vec4), each input within the device's texel count
-  const uint64_t max_texels = device_.max_texel_buffer_elements;
-  const bool texels = gemm_.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
+  const uint64_t max_texels = s_->device.max_texel_buffer_elements;
+  const bool texels = s_->gemm.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
                       uint64_t(batch) * N * K / 4 <= max_texels;
-  const vulkan::GemmPlan plan = gemm_.fitted(uint64_t(N));
+  const vulkan::GemmPlan plan = s_->gemm.fitted(uint64_t(N));
   const auto& k = kernel(plan.shader(name, texels), 4, sizeof(vulkan::GemmParams),
                          plan.specialization(vec4, bias != nullptr), plan.workgroup_size, texels ? 0b11u : 0u,
                          plan.required_lanes());
   vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale};
-  dispatch(step, k, {buffer_of(a), buffer_of(b), bias ? buffer_of(*bias) : recorder_.placeholder(), buffer_of(c)},
+  dispatch(step, k, {buffer_of(a), buffer_of(b), bias ? buffer_of(*bias) : s_->recorder.placeholder(), buffer_of(c)},
            params, plan.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true);
 }
 
@@ -170,7 +209,7 @@ void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, S
 void VulkanBackend::run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y,
                                    int64_t N, int64_t T, int64_t C) {
   const auto& k = kernel("append_row", 3, sizeof(vulkan::AppendRowParams), {row ? 1u : 0u});
-  dispatch(step, k, {buffer_of(x), row ? buffer_of(*row) : recorder_.placeholder(), buffer_of(y)},
+  dispatch(step, k, {buffer_of(x), row ? buffer_of(*row) : s_->recorder.placeholder(), buffer_of(y)},
            vulkan::AppendRowParams{u32(N), u32(T), u32(C)}, uint64_t(N) * (T + 1) * C);
 }
 
@@ -186,8 +225,8 @@ void VulkanBackend::run_attention_mask(const std::string& step, const Storage& s
   vulkan::AttentionMaskParams params{u32(B), u32(H), u32(L), u32(S), u32(attn_mask_rank),
                                      key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
   dispatch(step, k,
-           {buffer_of(scores), attn_mask ? buffer_of(*attn_mask) : recorder_.placeholder(),
-            key_padding_mask ? buffer_of(*key_padding_mask) : recorder_.placeholder(), buffer_of(out)},
+           {buffer_of(scores), attn_mask ? buffer_of(*attn_mask) : s_->recorder.placeholder(),
+            key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(out)},
            params, uint64_t(B) * H * L * ceil_div(S, kMaskRun * k.workgroup_size()), /*per_group=*/true);
 }
 
@@ -198,23 +237,23 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   // flash_plan(): ROWS query rows per subgroup of guaranteed lanes, or a row per invocation
   // (flash_attention.comp). The head dim shapes each lane's share of the output: a pipeline per d.
   // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
-  const bool texels = gemm_.texel_inputs && d % 4 == 0 &&
-                      uint64_t(B) * H * S * d / 4 <= device_.max_texel_buffer_elements;
-  const auto& kern = kernel(flash_.shader(texels), 6, sizeof(vulkan::FlashAttentionParams), flash_.specialization(u32(d)),
-                            flash_.workgroup_size, texels ? 0b11000u : 0u, flash_.lanes);
+  const bool texels = s_->gemm.texel_inputs && d % 4 == 0 &&
+                      uint64_t(B) * H * S * d / 4 <= s_->device.max_texel_buffer_elements;
+  const auto& kern = kernel(s_->flash.shader(texels), 6, sizeof(vulkan::FlashAttentionParams), s_->flash.specialization(u32(d)),
+                            s_->flash.workgroup_size, texels ? 0b11000u : 0u, s_->flash.lanes);
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
                                       key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
   dispatch(step, kern,
-           {buffer_of(q), attn_mask ? buffer_of(*attn_mask) : recorder_.placeholder(),
-            key_padding_mask ? buffer_of(*key_padding_mask) : recorder_.placeholder(), buffer_of(k), buffer_of(v),
+           {buffer_of(q), attn_mask ? buffer_of(*attn_mask) : s_->recorder.placeholder(),
+            key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(k), buffer_of(v),
             buffer_of(out)},
-           params, flash_.groups(uint64_t(B) * H, uint64_t(L)), true);
+           params, s_->flash.groups(uint64_t(B) * H, uint64_t(L)), true);
 }
 
 void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) {
-  const auto& k = kernel(rows_.shader("softmax"), 2, sizeof(vulkan::SoftmaxParams), {}, 0, 0, rows_.lanes);
+  const auto& k = kernel(s_->rows.shader("softmax"), 2, sizeof(vulkan::SoftmaxParams), {}, 0, 0, s_->rows.lanes);
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::SoftmaxParams{u32(R), u32(S)},
-           rows_.groups(uint64_t(R), k.workgroup_size()), true);
+           s_->rows.groups(uint64_t(R), k.workgroup_size()), true);
 }
 
 void VulkanBackend::run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
@@ -239,9 +278,9 @@ void VulkanBackend::run_average_heads(const std::string& step, const Storage& p,
 
 void VulkanBackend::run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
                                    Storage& y, int64_t N, int64_t E, float eps) {
-  const auto& k = kernel(rows_.shader("layer_norm"), 4, sizeof(vulkan::LayerNormParams), {}, 0, 0, rows_.lanes);
+  const auto& k = kernel(s_->rows.shader("layer_norm"), 4, sizeof(vulkan::LayerNormParams), {}, 0, 0, s_->rows.lanes);
   dispatch(step, k, {buffer_of(x), buffer_of(weight), buffer_of(bias), buffer_of(y)},
-           vulkan::LayerNormParams{u32(N), u32(E), eps}, rows_.groups(uint64_t(N), k.workgroup_size()), true);
+           vulkan::LayerNormParams{u32(N), u32(E), eps}, s_->rows.groups(uint64_t(N), k.workgroup_size()), true);
 }
 
 void VulkanBackend::run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) {
@@ -281,7 +320,7 @@ void VulkanBackend::run_mean_pool(const std::string& step, const Storage& x, Sto
 }
 
 std::optional<std::vector<StepTime>> VulkanBackend::device_step_times() {
-  auto times = recorder_.dispatch_times();  // one dispatch per step
+  auto times = s_->recorder.dispatch_times();  // one dispatch per step
   if (!times) return std::nullopt;
   std::vector<StepTime> steps;
   for (auto [start, end] : *times) steps.push_back({start, end - start});

@@ -7,6 +7,10 @@
 #include <memory>
 #include <random>
 
+#include "engine/vulkan/context.h"
+#include "engine/vulkan/gemm_plan.h"
+#include "engine/vulkan/recorder.h"
+#include "engine/vulkan/step_plans.h"
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/tensor.h"

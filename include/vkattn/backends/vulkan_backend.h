@@ -1,27 +1,35 @@
 #pragma once
 // VulkanBackend: every step as one compute-shader dispatch, recorded into one command buffer
 // that is submitted only when a value is read back (download, or a tracer that wants values).
-#include <map>
+//
+// The Vulkan objects behind it (context, buffers, kernels, plans) are internals, declared here
+// only by name: a program that includes this header needs no Vulkan headers.
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
-#include "engine/vulkan/buffer.h"
-#include "engine/vulkan/buffer_pool.h"
-#include "engine/vulkan/context.h"
-#include "engine/vulkan/gemm_plan.h"
-#include "engine/vulkan/kernel.h"
-#include "engine/vulkan/recorder.h"
-#include "engine/vulkan/step_plans.h"
 #include "vkattn/backends/backend.h"
 
 namespace vkattn {
+
+namespace vulkan {
+class Buffer;
+class Context;
+class Kernel;
+class Recorder;
+struct GemmPlan;
+struct RowPlan;
+struct FlashPlan;
+}  // namespace vulkan
 
 struct VulkanBackendOptions {
   uint32_t workgroup_size = 64;     // invocations per workgroup, for every kernel but the GEMMs'
   uint32_t max_groups_per_dim = 0;  // > 0 lowers the device's limit (tests force folding)
   // linear, attention_scores and attention_values: the tiling the device suits (gemm_plan.h),
   // unless a plan is given (tests run every variant on one device)
-  std::optional<vulkan::GemmPlan> gemm;
+  std::shared_ptr<const vulkan::GemmPlan> gemm;
   // Steps may use subgroups where the device guarantees their lanes (vulkan/lanes.h): the GEMMs'
   // broadcast tiling on CPU devices, softmax and layer_norm a row per subgroup, flash_attention
   // rows per subgroup. false forces every subgroup-free variant, as VKATTN_SUBGROUPS=off does.
@@ -51,17 +59,22 @@ class VulkanBackend final : public Backend {
   ~VulkanBackend() override;
 
   std::string name() const override { return "gpu"; }
-  std::string device_name() const override { return context_->device_report().name; }
-  const vulkan::Context& context() const { return *context_; }
-  const vulkan::Recorder& recorder() const { return recorder_; }
-  // What runs each step that has variants, and why (vulkan/gemm_plan.h, vulkan/step_plans.h).
-  const vulkan::GemmPlan& gemm_plan() const { return gemm_; }
-  const vulkan::RowPlan& row_plan() const { return rows_; }
-  const vulkan::FlashPlan& flash_plan() const { return flash_; }
+  std::string device_name() const override;
+  // The internals, for vkattn's own tools and tests (engine/vulkan/*.h define them).
+  const vulkan::Context& context() const;
+  const vulkan::Recorder& recorder() const;
+  // What runs each step that has variants, and why (engine/vulkan/gemm_plan.h, step_plans.h).
+  const vulkan::GemmPlan& gemm_plan() const;
+  const vulkan::RowPlan& row_plan() const;
+  const vulkan::FlashPlan& flash_plan() const;
   // Buffers are kept for reuse: a second forward of a shape makes none, and a pass reuses those
   // of the tensors it has finished with. This frees the ones not in use now (after the work
   // recorded so far), as torch.cuda.empty_cache() does.
   void empty_cache();
+  // The most Vulkan memory (device and staging buffers) allocated at once on this backend's
+  // device since it was made or since reset_peak(), in bytes, as torch.cuda.max_memory_allocated.
+  uint64_t peak_allocated_bytes() const;
+  void reset_peak() const;
 
  protected:
   std::optional<MemoryLimits> memory_limits() const override;
@@ -70,11 +83,7 @@ class VulkanBackend final : public Backend {
   std::vector<float> load(const Storage& storage, int64_t count) override;
   // A pass keeps the buffers the one before it used, and frees the rest (on_begin_pass runs
   // at the start of each outermost pass).
-  void on_begin_pass(bool timed) override {
-    recorder_.time_dispatches(timed);
-    buffers_->trim();
-    recorder_.trim();
-  }
+  void on_begin_pass(bool timed) override;
   std::optional<std::vector<StepTime>> device_step_times() override;
 
   void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
@@ -126,15 +135,8 @@ class VulkanBackend final : public Backend {
                 std::vector<std::shared_ptr<vulkan::Buffer>> buffers, const Params& params, uint64_t invocations,
                 bool per_group = false);
 
-  std::shared_ptr<vulkan::Context> context_;
-  Options options_;
-  vulkan::DeviceReport device_;  // the context's, with the subgroups switch off when options_ say so
-  vulkan::GemmPlan gemm_;
-  vulkan::RowPlan rows_;
-  vulkan::FlashPlan flash_;
-  vulkan::Recorder recorder_;
-  std::shared_ptr<vulkan::BufferPool> buffers_;  // tensors' buffers; Storage holds it weakly
-  std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels_;
+  struct State;  // the context, the plans, the recorder, the buffer pool, the kernels
+  std::unique_ptr<State> s_;
 };
 
 }  // namespace vkattn
