@@ -1,0 +1,28 @@
+#pragma once
+// The whole public API of vkattn in one include. A program may include only the parts it uses:
+//   vkattn/tensor.h, errors.h, log.h, version.h        tensors, the exceptions, logging, version
+//   vkattn/backends/  backend.h (the Backend every step runs on), reference_backend.h (the CPU
+//                     reference), vulkan_backend.h (one shader per step), make_backend.h (by name)
+//   vkattn/modules/   multi_head_attention.h (torch.nn.MultiheadAttention), transformer_encoder.h
+//   vkattn/tracing/   tracer.h (every step's tensors), trace_dump.h (trace.json + .npy per step),
+//                     compare.h (tensor against tensor), side_by_side.h (GPU against CPU)
+//   vkattn/io/        npy.h, safetensors.h, state_dict.h (PyTorch's names), heatmap.h
+// Everything else (the Vulkan plumbing, the plans, push constants) is internal and not installed.
+#include "vkattn/backends/backend.h"
+#include "vkattn/backends/make_backend.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/heatmap.h"
+#include "vkattn/io/npy.h"
+#include "vkattn/io/safetensors.h"
+#include "vkattn/io/state_dict.h"
+#include "vkattn/log.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer_encoder.h"
+#include "vkattn/tensor.h"
+#include "vkattn/tracing/compare.h"
+#include "vkattn/tracing/side_by_side.h"
+#include "vkattn/tracing/trace_dump.h"
+#include "vkattn/tracing/tracer.h"
+#include "vkattn/version.h"
