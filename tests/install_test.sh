@@ -12,7 +12,8 @@ golden=$source/tests/golden/self_attention
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
-# Builds examples/consumer against PREFIX and checks it against PyTorch (LD_LIBRARY_PATH: DIRS).
+# Builds examples/consumer against PREFIX (CMake puts the library's directory in its RPATH) and
+# checks it against PyTorch.
 consume() {
   local prefix=$1 name=$2
   cmake -S "$source/examples/consumer" -B "$tmp/consumer-$name" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/log" 2>&1 &&
@@ -52,18 +53,21 @@ for package in libvkattn0.1 vkattn libvkattn-dev; do
   echo "$(basename "$deb"): $(du -k "$deb" | cut -f1) KiB; Depends: $(dpkg-deb -f "$deb" Depends)"
   dpkg-deb -x "$deb" "$tmp/root"
 done
-depends() { dpkg-deb -f "$tmp/deb/$1_"*.deb Depends; }
-depends libvkattn0.1 | grep -q libvulkan1 || fail "libvkattn0.1 does not depend on libvulkan1"
-depends libvkattn0.1 | grep -q libspdlog || fail "libvkattn0.1 does not depend on spdlog"
-depends vkattn | grep -q "libvkattn0.1 (= " || fail "vkattn does not depend on its library"
-depends libvkattn-dev | grep -q nlohmann-json3-dev || fail "libvkattn-dev does not depend on nlohmann-json3-dev"
+# Outputs are read whole before they are matched: under pipefail, `cmd | grep -q` fails whenever
+# grep's early exit cuts cmd off with SIGPIPE.
+depends() { dpkg-deb -f "$tmp/deb/$1_"*.deb Depends 2>/dev/null || true; }
+[[ $(depends libvkattn0.1) == *libvulkan1* ]] || fail "libvkattn0.1 does not depend on libvulkan1"
+[[ $(depends libvkattn0.1) == *libspdlog* ]] || fail "libvkattn0.1 does not depend on spdlog"
+[[ $(depends vkattn) == *"libvkattn0.1 (= "* ]] || fail "vkattn does not depend on its library"
+[[ $(depends libvkattn-dev) == *nlohmann-json3-dev* ]] || fail "libvkattn-dev does not depend on nlohmann-json3-dev"
 public_headers_only "$tmp/root/usr/include"
 consume "$tmp/root/usr" deb
 lib=$(dirname "$(find "$tmp/root/usr" -name 'libvkattn.so.*' | head -1)")
 LD_LIBRARY_PATH=$lib "$tmp/root/usr/bin/vkattn" demo --seq 3 >"$tmp/demo" 2>&1 || { cat "$tmp/demo"; fail "vkattn demo from the package"; }
 grep -q "out_proj" "$tmp/demo" || fail "vkattn demo printed no out_proj step"
 # The packaged binary runs its own packaged library, not the build tree's.
-LD_LIBRARY_PATH=$lib ldd "$tmp/root/usr/bin/vkattn" | grep -q "$lib/libvkattn" || fail "vkattn does not load the packaged libvkattn"
+[[ $(LD_LIBRARY_PATH=$lib ldd "$tmp/root/usr/bin/vkattn") == *"$lib/libvkattn"* ]] ||
+  fail "vkattn does not load the packaged libvkattn"
 
 ((failed == 0)) && echo "install: all passed"
 exit "$((failed > 0))"

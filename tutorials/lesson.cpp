@@ -7,8 +7,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "engine/vulkan/context.h"
-#include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/backends/make_backend.h"
 #include "vkattn/tracing/side_by_side.h"
 
 namespace vkattn::tutorial {
@@ -107,9 +106,7 @@ int run(int argc, char** argv, const std::string& title, const std::function<voi
     return 2;
   }
   try {
-    auto options = vulkan::ContextOptions::from_environment();
-    if (!device.empty()) options.device = device;
-    Lesson l(std::make_unique<VulkanBackend>(std::make_shared<vulkan::Context>(options)), images);
+    Lesson l(make_backend("gpu", device), images);
     std::cout << title << "\n";
     lesson(l);
     return l.finish();
