@@ -7,7 +7,10 @@ machine's drift falls on both alike. Prints each path's median forward, GFLOP/s 
 memory, and the ratio torch_ms / vkattn_ms (above 1: vkattn is faster).
 
   python3 bench/compare.py [--vkattn build/bin/vkattn] [--rounds 3] [--iters 3] [--shapes S1,S2,S3,S4]
-      [--json results.json]
+      [--json results.json] [--torch-device cpu|cuda]
+
+With --torch-device cuda (a machine with an NVIDIA GPU and torch built for CUDA) torch runs there,
+each forward timed to its end (torch.cuda.synchronize), against vkattn on the same GPU.
 
 Shapes (the performance issue's): S1 (B 32, L 100, E 512, H 8), the seed article's benchmark;
 S2 (1, 1024, 512, 8, causal); S3 (4, 256, 768, 12); S4 (1, 4096, 512, 8, causal, fused only:
@@ -41,17 +44,20 @@ def flops(s):
     return 2 * B * 4 * L * E * E + 2 * 2 * B * L * L * E
 
 
-def torch_times(s, iters):
+def torch_times(s, iters, device):
     torch.manual_seed(0)
-    mha = torch.nn.MultiheadAttention(s["embed"], s["heads"], batch_first=True).eval()
-    x = torch.randn(s["batch"], s["seq"], s["embed"])
-    mask = torch.ones(s["seq"], s["seq"], dtype=torch.bool).triu(1) if s["causal"] else None
+    mha = torch.nn.MultiheadAttention(s["embed"], s["heads"], batch_first=True).eval().to(device)
+    x = torch.randn(s["batch"], s["seq"], s["embed"], device=device)
+    mask = torch.ones(s["seq"], s["seq"], dtype=torch.bool, device=device).triu(1) if s["causal"] else None
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
     with torch.no_grad():
         mha(x, x, x, attn_mask=mask, need_weights=False)  # warm-up
+        sync()
         for _ in range(iters):
             start = time.perf_counter()
             mha(x, x, x, attn_mask=mask, need_weights=False)
+            sync()
             times.append((time.perf_counter() - start) * 1e3)
     return times
 
@@ -89,6 +95,7 @@ def main():
     parser.add_argument("--iters", type=int, default=3, help="timed forwards per turn")
     parser.add_argument("--shapes", default="S1,S2,S3,S4")
     parser.add_argument("--json", help="also write every measurement here")
+    parser.add_argument("--torch-device", default="cpu", choices=("cpu", "cuda"), help="where torch runs")
     args = parser.parse_args()
     torch.set_num_threads(CORES)
     names = args.shapes.split(",")
@@ -101,14 +108,15 @@ def main():
     for r in range(args.rounds):
         for n in names:  # torch, then each vkattn path, shape by shape, round after round
             s = SHAPES[n]
-            results[n]["torch"] += torch_times(s, args.iters)
+            results[n]["torch"] += torch_times(s, args.iters, args.torch_device)
             for p in s["paths"]:
                 out = vkattn_run(args.vkattn, s, p, args.iters)
                 results[n][p].append(out["total_ms"])
                 memory[(n, p)] = out["peak_device_bytes"]
             print(f"round {r + 1}/{args.rounds}: {n} done", file=sys.stderr, flush=True)
 
-    print(f"torch {torch.__version__} on {CORES} threads against vkattn bench (median of {args.rounds} "
+    where = torch.cuda.get_device_name() if args.torch_device == "cuda" else f"{CORES} threads"
+    print(f"torch {torch.__version__} on {where} against vkattn bench (median of {args.rounds} "
           f"turns of {args.iters} forwards each; ratio = torch_ms / vkattn_ms)")
     print(f"{'shape':6} {'path':8} {'torch ms':>9} {'vkattn ms':>10} {'GFLOP/s':>8} {'peak MiB':>9} {'ratio':>7}")
     table = []

@@ -36,7 +36,11 @@ void Lesson::traced(Backend& backend, StepRecorder& steps, const std::string& he
 
 void Lesson::compare(const std::string& heading, const StepRecorder& gpu_steps, const StepRecorder& cpu_steps) {
   ++parts_;
-  SideBySide table(gpu_steps, cpu_steps);
+  // A GPU sums in its own order and contracts a·b + c into one rounding: on an NVIDIA H100,
+  // lesson 02's unscaled d = 64 scores (up to ±22) came out 1.4e-5 from the reference after
+  // attention_values, a relative 4e-5: float32 rounding, not a bug. 1e-4 leaves room for it;
+  // lavapipe, which sums as the reference does, agrees within 1e-6.
+  SideBySide table(gpu_steps, cpu_steps, 1e-4, 1e-4);
   std::cout << "\n== part " << parts_ << ": " << heading << "\n";
   table.print(std::cout, true);
   if (table.agree()) ++parts_agreeing_;
