@@ -1,5 +1,7 @@
 #include "vkattn/backends/make_backend.h"
 
+#include <optional>
+
 #include "engine/vulkan/context.h"
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/backends/vulkan_backend.h"
@@ -26,6 +28,22 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const std::str
     options.device = device;
   }
   return std::make_unique<VulkanBackend>(std::make_shared<vulkan::Context>(options));
+}
+
+std::vector<DeviceInfo> devices() {
+  const auto reports = vulkan::list_devices();
+  std::optional<size_t> chosen;
+  try {
+    chosen = vulkan::select_device(reports, vulkan::ContextOptions::from_environment().device);
+  } catch (const DeviceError&) {
+    // none usable, or VKATTN_DEVICE matches none: every device is listed, none chosen
+  }
+  std::vector<DeviceInfo> out;
+  for (const auto& r : reports) {
+    out.push_back({static_cast<int>(r.index), r.name, vulkan::device_type_name(r.type), vulkan::driver_string(r),
+                   r.device_local_bytes, r.suitable, r.rejection, chosen == r.index});
+  }
+  return out;
 }
 
 }  // namespace vkattn

@@ -110,6 +110,49 @@ TraceFile read_trace(const fs::path& dir) {
   return out;
 }
 
+StepRecorder load_trace(const fs::path& dir) {
+  (void)read_trace(dir);  // the format's checks, with their messages
+  const fs::path path = dir / "trace.json";
+  auto bytes = io::read_file(path);
+  StepRecorder recorder(true);
+  PassEnd end;
+  try {
+    json t = json::parse(reinterpret_cast<const char*>(bytes.data()), reinterpret_cast<const char*>(bytes.data() + bytes.size()));
+    auto info = [](const json& j) {
+      DType dtype = DType::float32;
+      for (DType d : {DType::float32, DType::boolean, DType::int64})
+        if (j.value("dtype", "float32") == dtype_name(d)) dtype = d;
+      return TensorInfo{j.at("name").get<std::string>(), j.at("shape").get<Shape>(), dtype,
+                        j.value("dims", std::vector<std::string>{})};
+    };
+    recorder.on_pass(t.value("pass", std::string()), t.at("backend").get<std::string>(), t.at("device").get<std::string>());
+    end.clock = t.value("clock", std::string());
+    if (t.contains("error")) end.error = t["error"].get<std::string>();
+    for (const auto& s : t.at("steps")) {
+      StepEvent event{s.at("index").get<int>(), s.at("name").get<std::string>(), s.at("op").get<std::string>(), {},
+                      info(s.at("output")), nullptr};
+      for (const auto& input : s.at("inputs")) event.inputs.push_back(info(input));
+      std::optional<Tensor> values;
+      if (s.at("output").contains("file")) {
+        const fs::path file = dir / s["output"]["file"].get<std::string>();
+        values = io::read_npy(file);
+        if (values->shape != event.output.shape) {
+          throw FileError(file.string() + ": holds " + shape_string(values->shape) + " but step " + event.name +
+                          " is " + shape_string(event.output.shape));
+        }
+        event.values = &*values;
+      }
+      recorder.on_step(event);
+      if (s.contains("time_us")) end.step_times.push_back({s.value("start_us", 0.0), s["time_us"].get<double>()});
+    }
+  } catch (const json::exception& e) {
+    throw FileError(path.string() + ": malformed trace: " + e.what());
+  }
+  if (end.step_times.size() != recorder.steps().size()) end.step_times.clear();
+  recorder.on_pass_end(end);
+  return recorder;
+}
+
 TraceDiff diff_traces(const TraceFile& a, const TraceFile& b, double atol, double rtol) {
   auto describe = [](const TraceStep& s) { return s.name + " (" + s.op + ") " + shape_string(s.shape); };
   const size_t common = std::min(a.steps.size(), b.steps.size());

@@ -76,9 +76,10 @@ void ConsoleTracer::on_pass_end(const PassEnd& end) {
   if (end.error) out_ << "stopped after " << rows_.size() << " steps: " << *end.error << "\n";
 }
 
-void StepRecorder::on_pass(const std::string&, const std::string& backend, const std::string& device) {
+void StepRecorder::on_pass(const std::string& pass, const std::string& backend, const std::string& device) {
   steps_.clear();
   end_ = {};
+  pass_ = pass;
   backend_ = backend;
   device_ = device;
 }
@@ -88,6 +89,16 @@ void StepRecorder::on_step(const StepEvent& event) {
   step.event.values = nullptr;
   if (event.values) step.values = *event.values;
   steps_.push_back(std::move(step));
+}
+
+void replay(const StepRecorder& recorded, Tracer& sink) {
+  sink.on_pass(recorded.pass(), recorded.backend(), recorded.device());
+  for (const auto& step : recorded.steps()) {
+    StepEvent event = step.event;
+    event.values = sink.wants_values() && step.values ? &*step.values : nullptr;
+    sink.on_step(event);
+  }
+  sink.on_pass_end(recorded.pass_end());
 }
 
 }  // namespace vkattn

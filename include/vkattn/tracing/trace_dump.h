@@ -51,6 +51,10 @@ struct TraceFile {
 };
 // FileError "DIR/trace.json: …" when missing or not a vkattn trace.
 TraceFile read_trace(const std::filesystem::path& dir);
+// The whole pass a dump holds — every step's event with its inputs, its time, and its values
+// where the dump has them — as the StepRecorder that recorded it (replay() it into any Tracer).
+// FileError as read_trace, and for a value file that is missing or not the step's shape.
+StepRecorder load_trace(const std::filesystem::path& dir);
 
 // Step-by-step comparison of two dumps of the same recipe. One step's comparison; first_mismatch decodes as index_string(step.shape, it, step.dims).
 struct StepDiff : ValueDiff {

@@ -92,16 +92,21 @@ class StepRecorder : public Tracer {
   const std::vector<Step>& steps() const { return steps_; }
   // How the last pass ended (its step times, its error).
   const PassEnd& pass_end() const { return end_; }
-  // Where the last pass ran: "cpu" / "gpu", and the device's name.
+  // The last pass's name, and where it ran: "cpu" / "gpu", and the device's name.
+  const std::string& pass() const { return pass_; }
   const std::string& backend() const { return backend_; }
   const std::string& device() const { return device_; }
 
  private:
   bool keep_values_;
-  std::string backend_, device_;
+  std::string pass_, backend_, device_;
   std::vector<Step> steps_;
   PassEnd end_;
 };
+
+// Plays a recorded pass to `sink` as the backend played it (values where they were kept): a
+// recorder's pass printed by a ConsoleTracer or written by a TraceDump after the fact.
+void replay(const StepRecorder& recorded, Tracer& sink);
 
 // "(2, 5, 64) (64, 64) (64,)" — the shapes of a step's inputs, as the console shows them.
 std::string input_shapes(const StepEvent& event);
