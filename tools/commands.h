@@ -73,6 +73,17 @@ struct DiffArgs {
 CLI::App* add_diff(CLI::App& app, DiffArgs& args);
 int run_diff(const DiffArgs& args);
 
+struct CheckArgs {
+  std::string dir, weights, query, key, value;
+  int64_t heads = 0;  // 0: from the weight file's __metadata__
+  bool causal = false;
+  std::string key_padding_mask, attn_mask;
+  std::string backend = "gpu", device;
+  double atol = 1e-4, rtol = 1e-4;
+};
+CLI::App* add_check(CLI::App& app, CheckArgs& args);
+int run_check(const CheckArgs& args);
+
 struct BenchArgs {
   int64_t batch = 1, seq = 128, kv_seq = 0, embed = 256, heads = 8;
   bool causal = false;

@@ -3,6 +3,7 @@
 //   vkattn run       a PyTorch nn.MultiheadAttention state_dict on .npy inputs, on the GPU or the CPU
 //   vkattn encode    a PyTorch nn.TransformerEncoder state_dict on a .npy input, on the GPU or the CPU
 //   vkattn diff      two trace dumps compared step by step, down to the first divergent element
+//   vkattn check     your own attention's tensors against vkattn's recipe: where and why they differ
 //   vkattn bench     one shape timed (validated first): per-step times, GFLOP/s, memory, tracing cost
 //   vkattn demo      random attention on the GPU and the CPU reference, compared step by step
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input; errors are one line on stderr.
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   auto* encode = cli::add_encode(app, encode_args);
   cli::DiffArgs diff_args;
   auto* diff = cli::add_diff(app, diff_args);
+  cli::CheckArgs check_args;
+  auto* check = cli::add_check(app, check_args);
   cli::BenchArgs bench_args;
   auto* bench = cli::add_bench(app, bench_args);
   cli::DemoArgs demo_args;
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
     if (run->parsed()) return cli::run_run(run_args);
     if (encode->parsed()) return cli::run_encode(encode_args);
     if (diff->parsed()) return cli::run_diff(diff_args);
+    if (check->parsed()) return cli::run_check(check_args);
     if (bench->parsed()) return cli::run_bench(bench_args);
     if (demo->parsed()) return cli::run_demo(demo_args);
     return 2;

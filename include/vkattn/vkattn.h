@@ -21,6 +21,7 @@
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
+#include "vkattn/tracing/check.h"
 #include "vkattn/tracing/compare.h"
 #include "vkattn/tracing/side_by_side.h"
 #include "vkattn/tracing/trace_dump.h"

@@ -1,0 +1,491 @@
+#include "vkattn/tracing/check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+#include "vkattn/errors.h"
+
+namespace vkattn {
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+// A score at or below this is a blocked one, whatever the code filled it with (-1e9, -1e30, -inf).
+constexpr float kBlockedScore = -1e8f;
+
+std::string fmt(double v, int precision = 4) {
+  std::ostringstream s;
+  s << std::setprecision(precision) << v;
+  return s.str();
+}
+
+std::string axes_string(const std::vector<std::string>& names) {
+  std::string s = "(";
+  for (size_t k = 0; k < names.size(); ++k) s += (k ? ", " : "") + names[k];
+  return s + ")";
+}
+
+// "(b=2, h=8, i=10, j=10)": a shape with its axis names.
+std::string named_shape(const Shape& shape, const std::vector<std::string>& dims) {
+  std::string s = "(";
+  for (size_t k = 0; k < shape.size(); ++k) {
+    s += (k ? ", " : "") + (k < dims.size() ? dims[k] + "=" : "") + std::to_string(shape[k]);
+  }
+  return s + ")";
+}
+
+// An axis as attention code writes it: -1 for the last, -2 for the one before, others counted
+// from the front (the softmax's dim=-1, .transpose(1, 2), .transpose(-2, -1)).
+std::string dim_arg(size_t axis, size_t rank) {
+  auto a = static_cast<int64_t>(axis);
+  return std::to_string(axis + 2 >= rank && rank > 2 ? a - static_cast<int64_t>(rank) : a);
+}
+
+// Whether `yours` is `theirs` with adjacent axes merged and axes of size 1 dropped or added:
+// (B·H, L, d) for (B, H, L, d), (L, E) for (1, L, E).
+bool merged_from(const Shape& yours, const Shape& theirs) {
+  Shape a, b;
+  std::copy_if(yours.begin(), yours.end(), std::back_inserter(a), [](int64_t n) { return n != 1; });
+  std::copy_if(theirs.begin(), theirs.end(), std::back_inserter(b), [](int64_t n) { return n != 1; });
+  size_t j = 0;
+  for (int64_t n : a) {
+    int64_t product = 1;
+    while (j < b.size() && product < n) product *= b[j++];
+    if (product != n) return false;
+  }
+  return j == b.size();
+}
+
+// A step's axes at their finest: the feature axis f of E = H·c as (h, c) when the recipe's head
+// count divides it (q_proj's (b, t, f) is (b, t, h, c)), so that merging heads in the wrong
+// order shows as axes in another order.
+struct FineAxes {
+  Shape sizes;
+  std::vector<std::string> names;
+};
+
+FineAxes fine_axes(const Shape& shape, const std::vector<std::string>& dims, int64_t heads) {
+  FineAxes f;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    std::string name = k < dims.size() ? dims[k] : "d" + std::to_string(k);
+    if (name == "f" && heads > 1 && shape[k] % heads == 0) {
+      f.sizes.insert(f.sizes.end(), {heads, shape[k] / heads});
+      f.names.insert(f.names.end(), {"h", "c"});
+    } else {
+      f.sizes.push_back(shape[k]);
+      f.names.push_back(name);
+    }
+  }
+  return f;
+}
+
+// `t`'s data (C order over `sizes`) with its axes in the order `order`: torch's .permute(order).
+std::vector<float> permuted(const std::vector<float>& data, const Shape& sizes, const std::vector<size_t>& order) {
+  const size_t rank = sizes.size();
+  Shape strides(rank, 1);
+  for (size_t k = rank - 1; k-- > 0;) strides[k] = strides[k + 1] * sizes[k + 1];
+  std::vector<float> out(data.size());
+  Shape index(rank, 0);  // over the permuted axes
+  int64_t source = 0;
+  for (float& value : out) {
+    value = data[static_cast<size_t>(source)];
+    for (size_t k = rank; k-- > 0;) {
+      const size_t axis = order[k];
+      source += strides[axis];
+      if (++index[k] < sizes[axis]) break;
+      source -= strides[axis] * sizes[axis];
+      index[k] = 0;
+    }
+  }
+  return out;
+}
+
+// The call that would bring a tensor whose axes are `yours` to `theirs` (both orders of the same
+// names): ".transpose(1, 2)" where two axes are swapped, ".permute(0, 2, 1, 3)" else.
+std::string fix_for(const std::vector<std::string>& yours, const std::vector<std::string>& theirs) {
+  std::vector<size_t> differ;
+  for (size_t k = 0; k < yours.size(); ++k)
+    if (yours[k] != theirs[k]) differ.push_back(k);
+  if (differ.size() == 2) {
+    const size_t rank = yours.size();
+    const bool last_two = differ[0] + 2 == rank;  // .transpose(-2, -1), as Q @ K.transpose(-2, -1)
+    return ".transpose(" + (last_two ? "-2, -1" : std::to_string(differ[0]) + ", " + std::to_string(differ[1])) + ")";
+  }
+  std::string s = ".permute(";
+  for (size_t k = 0; k < theirs.size(); ++k) {
+    auto at = std::find(yours.begin(), yours.end(), theirs[k]) - yours.begin();
+    s += (k ? ", " : "") + std::to_string(at);
+  }
+  return s + ")";
+}
+
+Tensor as_shape(const Tensor& t, const Shape& shape) { return Tensor(shape, t.data, t.dtype); }
+
+bool blocked_score(float v) { return std::isnan(v) || v <= kBlockedScore; }
+bool blocked_weight(float v) { return std::isnan(v) || v == 0.0f; }
+
+// Yours with every blocked score (-1e9 and below) as -inf, vkattn's fill; `changed` says whether any was.
+Tensor with_inf_fill(const Tensor& yours, const Tensor& theirs, bool& changed) {
+  Tensor t = yours;
+  changed = false;
+  for (size_t k = 0; k < t.data.size(); ++k) {
+    if (theirs.data[k] == -kInf && std::isfinite(t.data[k]) && t.data[k] <= kBlockedScore) {
+      t.data[k] = -kInf;
+      changed = true;
+    }
+  }
+  return t;
+}
+
+// Different blocked positions: which side blocks what the other keeps. Empty when both block the same.
+std::string mask_diagnosis(const Tensor& yours, const Tensor& theirs, const std::vector<std::string>& dims, bool scores) {
+  auto blocked = scores ? blocked_score : blocked_weight;
+  size_t only_yours = 0, only_theirs = 0;
+  int64_t first_yours = -1, first_theirs = -1;
+  for (size_t k = 0; k < theirs.data.size(); ++k) {
+    bool y = blocked(yours.data[k]), t = blocked(theirs.data[k]);
+    if (y && !t && only_yours++ == 0) first_yours = static_cast<int64_t>(k);
+    if (t && !y && only_theirs++ == 0) first_theirs = static_cast<int64_t>(k);
+  }
+  if (only_yours + only_theirs == 0) return "";
+  const std::string what = scores ? "blocked (-inf)" : "given weight 0";
+  std::ostringstream s;
+  const size_t n = theirs.data.size();
+  if (only_yours + only_theirs >= n * 9 / 10 && only_yours && only_theirs) {
+    s << "yours is " << what << " where vkattn's is not, and the other way round, at "
+      << only_yours + only_theirs << " of " << n << " positions (first "
+      << index_string(theirs.shape, first_yours, dims)
+      << "): a mask of the wrong polarity? In PyTorch a bool mask's True blocks a position "
+         "(masked_fill(mask, -inf)); masked_fill(mask == 0, …) is for a mask whose 1 keeps one";
+  } else {
+    s << "yours is " << what << " at " << only_yours << " positions vkattn's keeps";
+    if (first_yours >= 0) s << " (first " << index_string(theirs.shape, first_yours, dims) << ")";
+    s << " and keeps " << only_theirs << " that vkattn's blocks";
+    if (first_theirs >= 0) s << " (first " << index_string(theirs.shape, first_theirs, dims) << ")";
+    s << ": another mask?";
+  }
+  return s.str();
+}
+
+// Softmax along another axis: yours sums to 1 along some axis, not along the last.
+std::string softmax_axis_diagnosis(const Tensor& yours, const std::vector<std::string>& dims) {
+  const size_t rank = yours.shape.size();
+  if (rank < 2) return "";
+  auto sums_to_one = [&](size_t axis) {
+    int64_t inner = 1;
+    for (size_t k = axis + 1; k < rank; ++k) inner *= yours.shape[k];
+    const int64_t n = yours.shape[axis], outer = element_count(yours.shape) / (n * inner);
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) {
+        double sum = 0;
+        bool nan = false;
+        for (int64_t k = 0; k < n; ++k) {
+          float v = yours.data[static_cast<size_t>((o * n + k) * inner + i)];
+          nan |= std::isnan(v);
+          sum += v;
+        }
+        if (!nan && sum != 0 && std::fabs(sum - 1) > 1e-3) return false;  // a row of zeros is a masked one
+      }
+    }
+    return true;
+  };
+  if (sums_to_one(rank - 1)) return "";
+  for (size_t axis = 0; axis + 1 < rank; ++axis) {
+    if (yours.shape[axis] > 1 && sums_to_one(axis)) {
+      const std::string& last = dims.size() == rank ? dims[rank - 1] : "the last axis";
+      const std::string& name = dims.size() == rank ? dims[axis] : "d" + std::to_string(axis);
+      return "yours sums to 1 along " + name + " (dim=" + dim_arg(axis, rank) + "), vkattn's along " + last +
+             " (dim=-1): softmax over dim=" + dim_arg(axis, rank) + " instead of dim=-1?";
+    }
+  }
+  return "";
+}
+
+// Yours = c · vkattn's for one c ≠ 1 over every finite element: a scale. `head_dim` > 0 names the
+// usual culprits for attention_scores.
+std::string factor_diagnosis(const Tensor& yours, const Tensor& theirs, double atol, double rtol, int64_t head_dim) {
+  double uv = 0, vv = 0;
+  for (size_t k = 0; k < theirs.data.size(); ++k) {
+    float u = yours.data[k], v = theirs.data[k];
+    if (std::isfinite(u) && std::isfinite(v)) uv += double(u) * v, vv += double(v) * v;
+    else if (!(u == v)) return "";  // infinities and NaN in other places: no scale explains that
+  }
+  if (vv == 0) return "";
+  const double c = uv / vv;
+  if (std::fabs(c - 1) < 1e-3) return "";
+  for (size_t k = 0; k < theirs.data.size(); ++k) {
+    double u = yours.data[k], v = c * theirs.data[k];
+    if (std::isfinite(u) && std::fabs(u - v) > atol + rtol * std::fabs(v)) return "";
+  }
+  std::string s = "yours is " + fmt(c) + " × vkattn's everywhere";
+  if (head_dim > 0) {
+    const double root = std::sqrt(static_cast<double>(head_dim));
+    auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-3 * std::fabs(b); };
+    const std::string d = std::to_string(head_dim);
+    if (near(c, 1 / root)) return s + " = 1/√" + d + ": scaled by 1/d instead of 1/√d (d = " + d + ")?";
+    if (near(c, root)) return s + " = √" + d + ": not scaled by 1/√d (d = " + d + ")?";
+    if (near(c, 1 / (root * root * root))) return s + " = 1/" + d + "^1.5: scaled by 1/√d twice and more?";
+  }
+  return s + ": a constant factor";
+}
+
+// Yours holds vkattn's numbers with its axes in another order (a permutation of the fine axes).
+std::string order_diagnosis(const Tensor& yours, const Tensor& theirs, const StepCheck& step, const FineAxes& fine,
+                            double atol, double rtol) {
+  const size_t rank = fine.sizes.size();
+  if (rank < 2 || rank > 6) return "";
+  std::vector<std::vector<size_t>> orders;
+  std::vector<size_t> order(rank);
+  std::iota(order.begin(), order.end(), 0);
+  while (std::next_permutation(order.begin(), order.end())) orders.push_back(order);
+  auto moved = [](const std::vector<size_t>& o) {
+    size_t n = 0;
+    for (size_t k = 0; k < o.size(); ++k) n += o[k] != k;
+    return n;
+  };
+  std::stable_sort(orders.begin(), orders.end(), [&](const auto& a, const auto& b) { return moved(a) < moved(b); });
+  const Tensor flat_yours({static_cast<int64_t>(yours.data.size())}, yours.data);
+  for (const auto& o : orders) {
+    Shape sizes;
+    std::vector<std::string> names;
+    for (size_t axis : o) sizes.push_back(fine.sizes[axis]), names.push_back(fine.names[axis]);
+    Tensor candidate({static_cast<int64_t>(theirs.data.size())}, permuted(theirs.data, fine.sizes, o));
+    if (compare_values(flat_yours, candidate, atol, rtol).mismatches) continue;
+    const std::string fix = fix_for(names, fine.names);
+    if (yours.shape == sizes) {
+      return "yours " + shape_string(yours.shape) + " is " + axes_string(names) + "; vkattn's " + step.name + " is " +
+             axes_string(fine.names) + ": a missing " + fix + "?";
+    }
+    return "yours " + shape_string(yours.shape) + " holds vkattn's numbers in the order " + axes_string(names) +
+           ", vkattn's " + step.name + " in the order " + axes_string(fine.names) + ": a missing " + fix +
+           " before a .view or .reshape?";
+  }
+  return "";
+}
+
+int64_t head_dim_of(const StepEvent& event) {
+  return event.op == "attention_scores" && !event.inputs.empty() && !event.inputs[0].shape.empty()
+             ? event.inputs[0].shape.back()
+             : 0;
+}
+
+void check_one(StepCheck& step, const StepEvent& event, const Tensor& theirs, const Tensor& yours_as_recorded,
+               const CheckOptions& o) {
+  const Tensor& recorded = yours_as_recorded;
+  const int64_t n = element_count(step.shape);
+  if (element_count(recorded.shape) != n) {
+    step.verdict = StepVerdict::differs;
+    step.diagnosis = "yours " + shape_string(recorded.shape) + " holds " + std::to_string(recorded.data.size()) +
+                     " numbers; vkattn's " + step.name + " " + named_shape(step.shape, step.dims) + " holds " +
+                     std::to_string(n);
+    return;
+  }
+  const bool shaped_alike = recorded.shape == step.shape || merged_from(recorded.shape, step.shape);
+  Tensor yours = as_shape(recorded, step.shape);
+  bool filled = false;
+  if (event.op == "attention_mask") yours = with_inf_fill(yours, theirs, filled);
+  step.diff = compare_values(yours, theirs, o.atol, o.rtol);
+  if (step.diff->mismatches == 0 && shaped_alike) {
+    step.verdict = StepVerdict::agrees;
+    if (recorded.shape != step.shape) {
+      step.diagnosis = "yours " + shape_string(recorded.shape) + " is vkattn's " + shape_string(step.shape) +
+                       " with axes merged";
+    }
+    if (filled) step.diagnosis = "yours fills blocked scores with a large negative number, vkattn's with -inf: "
+                                 "the same weights after softmax";
+    return;
+  }
+  step.verdict = StepVerdict::differs;
+  if (step.diff->mismatches) {
+    step.where = index_string(step.shape, static_cast<int64_t>(step.diff->first_mismatch), step.dims);
+  }
+  if (step.diff->mismatches == 0) {
+    step.diagnosis = "yours " + shape_string(recorded.shape) + " holds vkattn's numbers in vkattn's order, viewed as "
+                     "another shape than " + named_shape(step.shape, step.dims);
+    return;
+  }
+  std::string why = order_diagnosis(recorded, theirs, step, fine_axes(step.shape, step.dims, o.heads), o.atol, o.rtol);
+  if (why.empty() && !shaped_alike) {
+    why = "yours " + shape_string(recorded.shape) + " holds as many numbers as vkattn's " +
+          named_shape(step.shape, step.dims) + ", but no order of vkattn's axes gives yours";
+  }
+  if (why.empty() && (event.op == "attention_mask" || event.op == "softmax")) {
+    why = mask_diagnosis(yours, theirs, step.dims, event.op == "attention_mask");
+  }
+  if (why.empty() && event.op == "softmax") why = softmax_axis_diagnosis(yours, step.dims);
+  if (why.empty()) why = factor_diagnosis(yours, theirs, o.atol, o.rtol, head_dim_of(event));
+  if (why.empty() && event.op == "softmax") {
+    for (size_t k = 0; k < yours.data.size(); ++k) {
+      if (std::isnan(yours.data[k]) && !std::isnan(theirs.data[k])) {
+        why = "yours is NaN at " + index_string(step.shape, static_cast<int64_t>(k), step.dims) +
+              ", vkattn's " + fmt(theirs.data[k]) + ": a row whose every key is blocked? PyTorch's softmax of a "
+              "row of -inf is NaN; vkattn gives that row zeros";
+        break;
+      }
+    }
+  }
+  step.diagnosis = why;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  std::iota(row.begin(), row.end(), 0);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0]++;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The step a name most likely means: one that contains it or is contained in it, or is a few
+// letters away.
+std::string likely_step(const std::string& name, const std::vector<StepCheck>& steps) {
+  std::string best;
+  size_t best_distance = 4;
+  for (const auto& s : steps) {
+    if (s.name.find(name) != std::string::npos || name.find(s.name) != std::string::npos) return s.name;
+    size_t d = edit_distance(name, s.name);
+    if (d < best_distance) best = s.name, best_distance = d;
+  }
+  return best;
+}
+
+// `text` wrapped at `width` columns after `indent`, the lines after the first indented two more.
+std::string wrap(const std::string& text, size_t width, const std::string& indent) {
+  std::istringstream words(text);
+  std::string word, out, line = indent;
+  while (words >> word) {
+    if (line.size() > indent.size() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line = indent + "  ";
+    }
+    line += (line.back() == ' ' ? "" : " ") + word;
+  }
+  return out + line;
+}
+
+}  // namespace
+
+CheckReport check_steps(const std::vector<std::pair<std::string, Tensor>>& recorded, const StepRecorder& recipe,
+                        const CheckOptions& options) {
+  CheckReport report;
+  report.backend = recipe.backend();
+  report.device = recipe.device();
+  report.atol = options.atol;
+  report.rtol = options.rtol;
+  std::map<std::string, const Tensor*> yours;
+  for (const auto& [name, tensor] : recorded) yours[name] = &tensor;
+  for (const auto& s : recipe.steps()) {
+    if (!s.values) throw ShapeError("check: vkattn's pass was recorded without values");
+    StepCheck step;
+    step.index = s.event.index;
+    step.name = s.event.name;
+    step.op = s.event.op;
+    step.shape = s.event.output.shape;
+    step.dims = s.event.output.dims;
+    if (auto it = yours.find(step.name); it != yours.end()) {
+      step.yours = it->second->shape;
+      check_one(step, s.event, *s.values, *it->second, options);
+      yours.erase(it);
+      if (step.verdict == StepVerdict::differs && !report.first_divergent) {
+        report.first_divergent = report.steps.size();
+      }
+    }
+    report.steps.push_back(std::move(step));
+  }
+  for (const auto& [name, tensor] : recorded) {
+    if (yours.count(name)) report.unknown.emplace_back(name, likely_step(name, report.steps));
+  }
+  return report;
+}
+
+CheckReport check_attention(const std::vector<std::pair<std::string, Tensor>>& recorded,
+                            const MultiHeadAttention& module, Backend& backend, const Tensor& query,
+                            const Tensor& key, const Tensor& value, ForwardOptions forward, CheckOptions options) {
+  const bool fused = std::any_of(recorded.begin(), recorded.end(), [](const auto& r) { return r.first == "flash_attention"; });
+  forward.attention = fused ? AttentionPath::fused : AttentionPath::unfused;
+  forward.need_weights = !fused;
+  StepRecorder recipe(true);
+  backend.add_tracer(recipe);
+  try {
+    module.forward(backend, query, key, value, forward);
+  } catch (...) {
+    backend.remove_tracer(recipe);
+    throw;
+  }
+  backend.remove_tracer(recipe);
+  options.heads = module.config().num_heads;
+  return check_steps(recorded, recipe, options);
+}
+
+bool CheckReport::ok() const {
+  bool any = std::any_of(steps.begin(), steps.end(), [](const StepCheck& s) { return s.yours.has_value(); });
+  return any && !first_divergent && unknown.empty();
+}
+
+std::string CheckReport::text() const {
+  std::ostringstream out;
+  size_t width = 6;
+  for (const auto& s : steps) width = std::max(width, s.name.size() + 2);
+  out << "your steps against vkattn's recipe on " << backend << " (" << device << ")\n"
+      << "agreeing means |yours - vkattn's| <= atol " << atol << " + rtol " << rtol << " * |vkattn's|\n\n"
+      << std::left << std::setw(4) << "#" << std::setw(static_cast<int>(width)) << "step" << std::setw(26)
+      << "vkattn's shape" << std::setw(18) << "yours" << "max |yours - vkattn's|\n";
+  size_t recorded = 0;
+  for (const auto& s : steps) {
+    out << std::setw(4) << s.index << std::setw(static_cast<int>(width)) << s.name << std::setw(26)
+        << named_shape(s.shape, s.dims);
+    if (!s.yours) {
+      out << "not recorded\n";
+      continue;
+    }
+    ++recorded;
+    out << std::setw(18) << shape_string(*s.yours);
+    // The error means something only between tensors of one shape; an infinity or NaN on one side
+    // only (a mask's difference) makes it infinite.
+    const bool alike = *s.yours == s.shape || merged_from(*s.yours, s.shape);
+    std::string error = !s.diff || !alike ? "-"
+                        : s.diff->mismatches && s.diff->max_abs_error <= atol + rtol ? "inf"
+                                                                                       : fmt(s.diff->max_abs_error, 3);
+    out << std::setw(11) << error << (s.verdict == StepVerdict::agrees ? "agrees" : "DIFFERS") << "\n";
+  }
+  for (const auto& s : steps) {
+    if (s.verdict == StepVerdict::agrees && !s.diagnosis.empty()) {
+      out << wrap("note, " + s.name + ": " + s.diagnosis, 98, "") << "\n";
+    }
+  }
+  for (const auto& [name, guess] : unknown) {
+    out << name << ": not a step of vkattn's recipe" << (guess.empty() ? "" : " (" + guess + "?)") << "\n";
+  }
+  if (first_divergent) {
+    const StepCheck& s = steps[*first_divergent];
+    out << "\nfirst divergent step: " << s.index << " " << s.name << " (" << s.op << ")\n";
+    if (s.diff && s.diff->mismatches && (*s.yours == s.shape || merged_from(*s.yours, s.shape))) {
+      out << "  " << s.diff->mismatches << " of " << element_count(s.shape) << " elements differ, first at "
+          << s.where << ": yours " << fmt(s.diff->a_value, 7) << ", vkattn's " << fmt(s.diff->b_value, 7) << "\n";
+    }
+    if (!s.diagnosis.empty()) out << wrap(s.diagnosis, 98, "  ") << "\n";
+    bool agreed_before = std::any_of(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(*first_divergent),
+                                     [](const StepCheck& c) { return c.yours.has_value(); });
+    if (agreed_before) out << "  every recorded step before it agrees: the difference starts here\n";
+  } else if (recorded == 0) {
+    out << "\nnothing to compare: no recorded name is a step of vkattn's recipe\n";
+  } else if (unknown.empty()) {
+    out << "\nall " << recorded << " recorded steps agree\n";
+  } else {
+    out << "\nthe " << recorded << " recorded steps agree; " << unknown.size()
+        << " recorded name(s) are no step of vkattn's recipe\n";
+  }
+  return out.str();
+}
+
+}  // namespace vkattn
