@@ -3,6 +3,7 @@
 #   runtime  libvkattn.so.X.Y                                   -> package libvkattnX.Y
 #   tools    the vkattn command line, the lessons               -> package vkattn
 #   dev      headers, libvkattn.so, CMake package, pkg-config   -> package libvkattn-dev
+#   python   the Python package (python/CMakeLists.txt)           -> package python3-vkattn
 # Shaders are embedded in the library: nothing else is needed beside a program.
 include(CMakePackageConfigHelpers)
 
@@ -37,6 +38,9 @@ set(CPACK_PACKAGE_CONTACT "vkattn developers <vkattn@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Multi-head attention, step by step, on any Vulkan device")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_COMPONENTS_ALL runtime tools dev)
+if(VKATTN_BUILD_PYTHON)
+  list(APPEND CPACK_COMPONENTS_ALL python)
+endif()
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
@@ -57,6 +61,10 @@ set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "libvkattn${abi} (= ${PROJECT_VERSION})")
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libvkattn-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libvkattn${abi} (= ${PROJECT_VERSION}), nlohmann-json3-dev (>= 3)")
+set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-vkattn)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "libvkattn${abi} (= ${PROJECT_VERSION}), python3-numpy")
+set(CPACK_COMPONENT_PYTHON_DESCRIPTION "import vkattn: the engine from Python, beside PyTorch")
 set(CPACK_COMPONENT_RUNTIME_DESCRIPTION "vkattn's library: the CPU reference and the Vulkan backend")
 set(CPACK_COMPONENT_TOOLS_DESCRIPTION "the vkattn command line: devices, demo, run, encode, diff, bench")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "vkattn's headers, CMake package and pkg-config file")

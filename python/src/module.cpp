@@ -1,0 +1,529 @@
+// vkattn._vkattn: the engine's public API for the Python package (python/vkattn/ is the thin
+// Python layer over it, which converts torch tensors and other dtypes to float32 numpy arrays
+// before they reach this file). Arrays come in as C-order float32 (or bool masks) and go out as
+// numpy arrays that own the engine's buffers; engine errors become vkattn.ShapeError,
+// ConfigError, FileError (ValueError) and DeviceError (RuntimeError) with the engine's message;
+// the GIL is released while a backend works.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <variant>
+
+#include "vkattn/vkattn.h"
+
+namespace py = pybind11;
+
+namespace vkattn::python {
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using BoolArray = py::array_t<bool, py::array::c_style | py::array::forcecast>;
+
+template <class Array>
+Shape shape_of(const Array& a) {
+  return Shape(a.shape(), a.shape() + a.ndim());
+}
+
+// A float32 array as a Tensor (a copy: the engine owns its tensors).
+Tensor to_tensor(const FloatArray& a) {
+  const float* data = a.data();
+  return Tensor(shape_of(a), std::vector<float>(data, data + a.size()));
+}
+
+// A mask: bool (True blocks; dtype boolean) or float (added to the scores).
+std::optional<Tensor> to_mask(const std::optional<py::array>& a) {
+  if (!a) return std::nullopt;
+  if (a->dtype().kind() == 'b') {
+    BoolArray b = BoolArray::ensure(*a);
+    Tensor t(shape_of(b), DType::boolean);
+    for (py::ssize_t k = 0; k < b.size(); ++k) t.data[static_cast<size_t>(k)] = b.data()[k] ? 1.0f : 0.0f;
+    return t;
+  }
+  return to_tensor(FloatArray::ensure(*a));
+}
+
+// A Tensor as a numpy array that owns its data (moved, not copied); bool and int64 tensors as
+// numpy's bool and int64.
+py::array to_array(Tensor t) {
+  std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+  if (t.dtype == DType::boolean) {
+    py::array_t<bool> a(shape);
+    for (size_t k = 0; k < t.data.size(); ++k) a.mutable_data()[k] = t.data[k] != 0;
+    return a;
+  }
+  if (t.dtype == DType::int64) {
+    py::array_t<int64_t> a(shape);
+    for (size_t k = 0; k < t.data.size(); ++k) a.mutable_data()[k] = static_cast<int64_t>(t.data[k]);
+    return a;
+  }
+  auto* owned = new std::vector<float>(std::move(t.data));
+  py::capsule owner(owned, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+  return py::array_t<float>(shape, owned->data(), owner);
+}
+
+// ---- devices -----------------------------------------------------------------------------------
+
+// One backend per device= value, shared by the modules made for it: a Vulkan device and its
+// compiled pipelines are made once per process. Its mutex serialises the passes of threads
+// that share it (each pass holds it from first upload to last download).
+struct Device {
+  std::unique_ptr<Backend> backend;
+  std::mutex mutex;
+};
+
+std::mutex devices_mutex;
+std::map<std::pair<std::string, std::string>, std::shared_ptr<Device>> open_devices;
+
+std::shared_ptr<Device> open_device(const std::string& kind, const std::string& selector) {
+  std::lock_guard lock(devices_mutex);
+  auto& device = open_devices[{kind, selector}];
+  if (!device) {
+    auto made = std::make_shared<Device>();
+    made->backend = make_backend(kind, selector);
+    device = made;
+  }
+  return device;
+}
+
+// What `f(backend)` returns, run with the GIL released and the device held.
+template <class F>
+auto on_device(Device& device, F&& f) {
+  py::gil_scoped_release release;
+  std::lock_guard lock(device.mutex);
+  return f(*device.backend);
+}
+
+std::string device_label(const Device& d) { return d.backend->name() + ": " + d.backend->device_name(); }
+
+// ---- traces ------------------------------------------------------------------------------------
+
+// A recorded pass with its values, and the module's configuration for the dump.
+struct Trace {
+  StepRecorder steps{true};
+  nlohmann::json config = nlohmann::json::object();
+};
+
+py::dict info_dict(const TensorInfo& t) {
+  py::dict d;
+  d["name"] = t.name;
+  d["shape"] = py::tuple(py::cast(t.shape));
+  d["dtype"] = dtype_name(t.dtype);
+  return d;
+}
+
+py::list step_dicts(const Trace& trace) {
+  py::list out;
+  const auto& times = trace.steps.pass_end().step_times;
+  const auto& steps = trace.steps.steps();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const StepEvent& e = steps[i].event;
+    py::dict d;
+    d["index"] = e.index;
+    d["name"] = e.name;
+    d["op"] = e.op;
+    py::list inputs;
+    for (const auto& input : e.inputs) inputs.append(info_dict(input));
+    d["inputs"] = inputs;
+    d["shape"] = py::tuple(py::cast(e.output.shape));
+    d["dims"] = py::tuple(py::cast(e.output.dims));
+    d["dtype"] = dtype_name(e.output.dtype);
+    d["start_us"] = i < times.size() ? py::cast(times[i].start_us) : py::none();
+    d["time_us"] = i < times.size() ? py::cast(times[i].duration_us) : py::none();
+    d["values"] = steps[i].values ? py::object(to_array(*steps[i].values)) : py::none();
+    out.append(d);
+  }
+  return out;
+}
+
+std::string trace_table(const Trace& trace, bool values) {
+  std::ostringstream out;
+  ConsoleTracer console(out, values);
+  replay(trace.steps, console);
+  return out.str();
+}
+
+void trace_dump(const Trace& trace, const std::filesystem::path& dir, bool values) {
+  TraceDump dump(dir, values, trace.config);
+  replay(trace.steps, dump);
+}
+
+// Runs `pass` on `device` with a value recorder attached: the result and the trace.
+template <class F>
+auto traced(Device& device, nlohmann::json config, F&& pass) {
+  auto trace = std::make_shared<Trace>();
+  trace->config = std::move(config);
+  auto result = on_device(device, [&](Backend& backend) {
+    backend.add_tracer(trace->steps);
+    try {
+      auto r = pass(backend);
+      backend.remove_tracer(trace->steps);
+      return r;
+    } catch (...) {
+      backend.remove_tracer(trace->steps);
+      throw;
+    }
+  });
+  return std::pair{std::move(result), trace};
+}
+
+// ---- state dicts ---------------------------------------------------------------------------------
+
+// A dict of name -> float32 array (the Python layer converted torch's) as the safetensors
+// structure the engine's state_dict readers take: one reader of PyTorch's names, files or not.
+io::Safetensors to_state(const std::map<std::string, FloatArray>& state, std::optional<int64_t> num_heads) {
+  io::Safetensors file;
+  for (const auto& [name, array] : state) file.tensors[name] = to_tensor(array);
+  if (num_heads) file.metadata["num_heads"] = std::to_string(*num_heads);
+  return file;
+}
+
+std::string config_string(const MultiHeadAttentionConfig& c) {
+  auto flag = [](bool b) { return b ? "True" : "False"; };
+  return "embed_dim=" + std::to_string(c.embed_dim) + ", bias=" + flag(c.bias) + ", add_bias_kv=" +
+         flag(c.add_bias_kv) + ", kdim=" + std::to_string(c.key_dim()) + ", vdim=" + std::to_string(c.value_dim());
+}
+
+// ---- modules ---------------------------------------------------------------------------------------
+
+class Attention {
+ public:
+  Attention(MultiHeadAttentionConfig config, const std::string& kind, const std::string& selector)
+      : module_(config), device_(open_device(kind, selector)) {}
+  // The module a state_dict describes (embed_dim, bias, add_bias_kv, kdim and vdim from its tensors).
+  Attention(const std::map<std::string, FloatArray>& state, std::optional<int64_t> num_heads, bool batch_first,
+            bool add_zero_attn, const std::string& kind, const std::string& selector)
+      : module_(loaded(state, num_heads, batch_first, add_zero_attn)), device_(open_device(kind, selector)) {}
+
+  std::string device() const { return device_label(*device_); }
+  const MultiHeadAttentionConfig& config() const { return module_.config(); }
+
+  void load_state_dict(const std::map<std::string, FloatArray>& state) {
+    auto loaded = io::attention_from_state_dict(to_state(state, module_.config().num_heads), 0, "state_dict");
+    MultiHeadAttentionConfig mine = module_.config(), theirs = loaded.config;
+    theirs.batch_first = mine.batch_first;
+    theirs.add_zero_attn = mine.add_zero_attn;
+    if (config_string(mine) != config_string(theirs)) {
+      throw ConfigError("state_dict: its tensors are those of a module with " + config_string(theirs) +
+                        "; this one was made with " + config_string(mine));
+    }
+    module_.set_weights(std::move(loaded.weights));
+  }
+
+  py::dict state_dict() const {
+    const auto& w = module_.weights();
+    py::dict d;
+    const auto& c = module_.config();
+    auto put = [&](const char* name, const Tensor& t) { d[name] = to_array(t); };
+    if (c.key_dim() == c.embed_dim && c.value_dim() == c.embed_dim) {
+      Tensor packed({3 * c.embed_dim, c.embed_dim});  // q, k, v stacked, as torch's in_proj_weight
+      size_t at = 0;
+      for (const Tensor* part : {&w.q_proj_weight, &w.k_proj_weight, &w.v_proj_weight}) {
+        std::copy(part->data.begin(), part->data.end(), packed.data.begin() + static_cast<std::ptrdiff_t>(at));
+        at += part->data.size();
+      }
+      put("in_proj_weight", packed);
+    } else {
+      put("q_proj_weight", w.q_proj_weight);
+      put("k_proj_weight", w.k_proj_weight);
+      put("v_proj_weight", w.v_proj_weight);
+    }
+    if (c.bias) {
+      Tensor packed({3 * c.embed_dim});
+      size_t at = 0;
+      for (const auto* part : {&w.q_proj_bias, &w.k_proj_bias, &w.v_proj_bias}) {
+        std::copy((*part)->data.begin(), (*part)->data.end(), packed.data.begin() + static_cast<std::ptrdiff_t>(at));
+        at += (*part)->data.size();
+      }
+      put("in_proj_bias", packed);
+    }
+    if (c.add_bias_kv) {
+      put("bias_k", Tensor({1, 1, c.embed_dim}, w.bias_k->data));
+      put("bias_v", Tensor({1, 1, c.embed_dim}, w.bias_v->data));
+    }
+    put("out_proj.weight", w.out_proj_weight);
+    if (c.bias) put("out_proj.bias", *w.out_proj_bias);
+    return d;
+  }
+
+  py::tuple forward(const FloatArray& query, const std::optional<FloatArray>& key, const std::optional<FloatArray>& value,
+                    const std::optional<py::array>& key_padding_mask, bool need_weights,
+                    const std::optional<py::array>& attn_mask, bool average_attn_weights, bool is_causal,
+                    const std::string& attention, bool trace) {
+    Tensor q = to_tensor(query);
+    // Self-attention passes one array: it is uploaded once (and may be packed), as in the CLI.
+    std::optional<Tensor> k = key ? std::optional(to_tensor(*key)) : std::nullopt;
+    std::optional<Tensor> v = value ? std::optional(to_tensor(*value)) : std::nullopt;
+    ForwardOptions o;
+    o.key_padding_mask = to_mask(key_padding_mask);
+    o.attn_mask = to_mask(attn_mask);
+    o.need_weights = need_weights;
+    o.average_attn_weights = average_attn_weights;
+    o.is_causal = is_causal;
+    o.attention = parse_attention_path(attention);
+    auto run = [&](Backend& backend) {
+      return module_.forward(backend, q, k ? *k : q, v ? *v : (k ? *k : q), o);
+    };
+    auto pack = [](AttentionResult r) {
+      return py::make_tuple(to_array(std::move(r.output)), r.weights ? py::object(to_array(std::move(*r.weights))) : py::none());
+    };
+    if (!trace) return pack(on_device(*device_, run));
+    const auto& c = module_.config();
+    nlohmann::json config = {{"module", "nn.MultiheadAttention"}, {"embed_dim", c.embed_dim},
+                             {"num_heads", c.num_heads}, {"bias", c.bias}, {"add_bias_kv", c.add_bias_kv},
+                             {"add_zero_attn", c.add_zero_attn}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()},
+                             {"batch_first", c.batch_first}, {"is_causal", is_causal}, {"need_weights", need_weights},
+                             {"average_attn_weights", average_attn_weights},
+                             {"attention", attention_path_name(resolve_attention(o.attention, need_weights))}};
+    auto [result, recorded] = traced(*device_, config, run);
+    py::tuple out = pack(std::move(result));
+    return py::make_tuple(out[0], out[1], recorded);
+  }
+
+  CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const FloatArray& query,
+                    const std::optional<FloatArray>& key, const std::optional<FloatArray>& value,
+                    const std::optional<py::array>& key_padding_mask, const std::optional<py::array>& attn_mask,
+                    bool is_causal, double atol, double rtol) {
+    std::vector<std::pair<std::string, Tensor>> yours;
+    for (const auto& [name, array] : recorded) yours.emplace_back(name, to_tensor(array));
+    Tensor q = to_tensor(query);
+    std::optional<Tensor> k = key ? std::optional(to_tensor(*key)) : std::nullopt;
+    std::optional<Tensor> v = value ? std::optional(to_tensor(*value)) : std::nullopt;
+    ForwardOptions o;
+    o.key_padding_mask = to_mask(key_padding_mask);
+    o.attn_mask = to_mask(attn_mask);
+    o.is_causal = is_causal;
+    return on_device(*device_, [&](Backend& backend) {
+      return check_attention(yours, module_, backend, q, k ? *k : q, v ? *v : (k ? *k : q), o, {atol, rtol});
+    });
+  }
+
+ private:
+  static MultiHeadAttention loaded(const std::map<std::string, FloatArray>& state, std::optional<int64_t> num_heads,
+                                   bool batch_first, bool add_zero_attn) {
+    if (!num_heads) throw ConfigError("state_dict: num_heads is not in a state_dict; give num_heads=");
+    auto l = io::attention_from_state_dict(to_state(state, num_heads), 0, "state_dict");
+    l.config.batch_first = batch_first;
+    l.config.add_zero_attn = add_zero_attn;
+    return MultiHeadAttention(l.config, std::move(l.weights));
+  }
+
+  MultiHeadAttention module_;
+  std::shared_ptr<Device> device_;
+};
+
+// nn.TransformerEncoderLayer or nn.TransformerEncoder, from a state_dict under PyTorch's names.
+class Encoder {
+ public:
+  Encoder(const std::map<std::string, FloatArray>& state, int64_t nhead, const std::string& activation,
+          bool norm_first, double eps, const std::string& kind, const std::string& selector)
+      : device_(open_device(kind, selector)) {
+    auto loaded = io::encoder_from_state_dict(to_state(state, nhead), 0, "state_dict");
+    auto& layer = loaded.config.layer;
+    if (activation != "relu" && activation != "gelu") {
+      throw ConfigError("activation '" + activation + "' is neither relu nor gelu");
+    }
+    layer.activation = activation == "gelu" ? Activation::gelu : Activation::relu;
+    layer.norm_first = norm_first;
+    layer.layer_norm_eps = static_cast<float>(eps);
+    config_ = {{"module", loaded.single_layer ? "nn.TransformerEncoderLayer" : "nn.TransformerEncoder"},
+               {"d_model", layer.d_model}, {"nhead", layer.nhead}, {"dim_feedforward", layer.dim_feedforward},
+               {"activation", activation}, {"norm_first", norm_first}, {"layer_norm_eps", eps},
+               {"num_layers", loaded.config.num_layers}, {"final_norm", loaded.config.final_norm}};
+    if (loaded.single_layer) {
+      module_.emplace<TransformerEncoderLayer>(layer, std::move(loaded.weights.layers.front()));
+    } else {
+      module_.emplace<TransformerEncoder>(loaded.config, std::move(loaded.weights));
+    }
+  }
+
+  std::string device() const { return device_label(*device_); }
+
+  py::object forward(const FloatArray& src, const std::optional<py::array>& mask,
+                     const std::optional<py::array>& src_key_padding_mask, bool is_causal,
+                     const std::string& attention, bool trace) {
+    Tensor x = to_tensor(src);
+    EncoderOptions o;
+    o.mask = to_mask(mask);
+    o.src_key_padding_mask = to_mask(src_key_padding_mask);
+    o.is_causal = is_causal;
+    o.attention = parse_attention_path(attention);
+    auto run = [&](Backend& backend) {
+      return std::visit([&](const auto& m) -> Tensor {
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::monostate>) {
+          throw ConfigError("encoder: not loaded");
+        } else {
+          return m.forward(backend, x, o);
+        }
+      }, module_);
+    };
+    if (!trace) return to_array(on_device(*device_, run));
+    auto [result, recorded] = traced(*device_, config_, run);
+    return py::make_tuple(to_array(std::move(result)), recorded);
+  }
+
+ private:
+  std::variant<std::monostate, TransformerEncoderLayer, TransformerEncoder> module_;
+  std::shared_ptr<Device> device_;
+  nlohmann::json config_;
+};
+
+py::list device_list() {
+  py::list out;
+  for (const auto& d : devices()) {
+    py::dict row;
+    row["index"] = d.index;
+    row["name"] = d.name;
+    row["type"] = d.type;
+    row["driver"] = d.driver;
+    row["memory_bytes"] = d.memory_bytes;
+    row["usable"] = d.usable;
+    row["unusable_because"] = d.unusable_because;
+    row["chosen"] = d.chosen;
+    out.append(row);
+  }
+  return out;
+}
+
+py::dict step_check_dict(const StepCheck& s) {
+  py::dict d;
+  d["index"] = s.index;
+  d["name"] = s.name;
+  d["op"] = s.op;
+  d["shape"] = py::tuple(py::cast(s.shape));
+  d["dims"] = py::tuple(py::cast(s.dims));
+  d["yours"] = s.yours ? py::object(py::tuple(py::cast(*s.yours))) : py::none();
+  d["verdict"] = s.verdict == StepVerdict::agrees ? "agrees" : s.verdict == StepVerdict::differs ? "differs" : "not recorded";
+  d["max_abs_error"] = s.diff ? py::cast(s.diff->max_abs_error) : py::none();
+  d["mismatches"] = s.diff ? py::cast(s.diff->mismatches) : py::none();
+  d["where"] = s.where;
+  d["yours_value"] = s.diff && s.diff->mismatches ? py::cast(s.diff->a_value) : py::none();
+  d["vkattn_value"] = s.diff && s.diff->mismatches ? py::cast(s.diff->b_value) : py::none();
+  d["diagnosis"] = s.diagnosis;
+  return d;
+}
+
+}  // namespace
+}  // namespace vkattn::python
+
+PYBIND11_MODULE(_vkattn, m) {
+  using namespace vkattn;
+  using namespace vkattn::python;
+  m.doc() = "vkattn's engine: multi-head attention as GLSL compute shaders on any Vulkan device";
+  m.attr("__version__") = VKATTN_VERSION_STRING;
+
+  // vkattn.Error is the base of all; ShapeError, ConfigError and FileError are also ValueError,
+  // DeviceError is also RuntimeError, so `except ValueError` catches bad input as Python expects.
+  static py::exception<Error> error(m, "Error", PyExc_Exception);
+  static py::exception<ShapeError> shape_error(m, "ShapeError", py::make_tuple(error, py::handle(PyExc_ValueError)));
+  static py::exception<ConfigError> config_error(m, "ConfigError", py::make_tuple(error, py::handle(PyExc_ValueError)));
+  static py::exception<FileError> file_error(m, "FileError", py::make_tuple(error, py::handle(PyExc_ValueError)));
+  static py::exception<DeviceError> device_error(m, "DeviceError", py::make_tuple(error, py::handle(PyExc_RuntimeError)));
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ShapeError& e) {
+      shape_error(e.what());
+    } catch (const ConfigError& e) {
+      config_error(e.what());
+    } catch (const FileError& e) {
+      file_error(e.what());
+    } catch (const DeviceError& e) {
+      device_error(e.what());
+    } catch (const Error& e) {
+      error(e.what());
+    }
+  });
+
+  m.def("devices", &device_list, "every Vulkan device: index, name, type, driver, memory, usable, chosen");
+  m.def("_release_devices", [] {
+    std::lock_guard lock(devices_mutex);
+    open_devices.clear();
+  });
+
+  py::class_<Trace, std::shared_ptr<Trace>>(m, "_Trace")
+      .def_property_readonly("backend", [](const Trace& t) { return t.steps.backend(); })
+      .def_property_readonly("device", [](const Trace& t) { return t.steps.device(); })
+      .def_property_readonly("clock", [](const Trace& t) { return t.steps.pass_end().clock; })
+      .def_property_readonly("error", [](const Trace& t) { return t.steps.pass_end().error; })
+      .def_property_readonly("config", [](const Trace& t) { return t.config.dump(); })
+      .def("steps", &step_dicts)
+      .def("table", &trace_table, py::arg("values") = false)
+      .def("dump", &trace_dump, py::arg("dir"), py::arg("values") = true);
+  m.def("_side_by_side", [](const Trace& tested, const Trace& reference, double atol, double rtol, bool values) {
+    SideBySide table(tested.steps, reference.steps, atol, rtol);
+    std::ostringstream out;
+    table.print(out, values);
+    return out.str();
+  });
+  m.def("load_trace", [](const std::filesystem::path& dir) {
+    auto t = std::make_shared<Trace>();
+    t->steps = load_trace(dir);
+    return t;
+  });
+
+  py::class_<Attention>(m, "_Attention")
+      .def(py::init([](int64_t embed_dim, int64_t num_heads, bool bias, bool add_bias_kv, bool add_zero_attn,
+                       int64_t kdim, int64_t vdim, bool batch_first, const std::string& kind, const std::string& selector) {
+             MultiHeadAttentionConfig c{embed_dim, num_heads, bias, add_bias_kv, add_zero_attn, kdim, vdim, batch_first};
+             return std::make_unique<Attention>(c, kind, selector);
+           }),
+           py::arg("embed_dim"), py::arg("num_heads"), py::arg("bias"), py::arg("add_bias_kv"), py::arg("add_zero_attn"),
+           py::arg("kdim"), py::arg("vdim"), py::arg("batch_first"), py::arg("kind"), py::arg("selector"))
+      .def(py::init<const std::map<std::string, FloatArray>&, std::optional<int64_t>, bool, bool, const std::string&,
+                    const std::string&>(),
+           py::arg("state"), py::arg("num_heads"), py::arg("batch_first"), py::arg("add_zero_attn"), py::arg("kind"),
+           py::arg("selector"))
+      .def_property_readonly("device", &Attention::device)
+      .def_property_readonly("config", [](const Attention& a) {
+        const auto& c = a.config();
+        py::dict d;
+        d["embed_dim"] = c.embed_dim;
+        d["num_heads"] = c.num_heads;
+        d["bias"] = c.bias;
+        d["add_bias_kv"] = c.add_bias_kv;
+        d["add_zero_attn"] = c.add_zero_attn;
+        d["kdim"] = c.key_dim();
+        d["vdim"] = c.value_dim();
+        d["batch_first"] = c.batch_first;
+        return d;
+      })
+      .def("load_state_dict", &Attention::load_state_dict)
+      .def("state_dict", &Attention::state_dict)
+      .def("forward", &Attention::forward, py::arg("query"), py::arg("key"), py::arg("value"),
+           py::arg("key_padding_mask"), py::arg("need_weights"), py::arg("attn_mask"), py::arg("average_attn_weights"),
+           py::arg("is_causal"), py::arg("attention"), py::arg("trace"))
+      .def("check", &Attention::check, py::arg("recorded"), py::arg("query"), py::arg("key"), py::arg("value"),
+           py::arg("key_padding_mask"), py::arg("attn_mask"), py::arg("is_causal"), py::arg("atol"), py::arg("rtol"));
+
+  py::class_<Encoder>(m, "_Encoder")
+      .def(py::init<const std::map<std::string, FloatArray>&, int64_t, const std::string&, bool, double,
+                    const std::string&, const std::string&>(),
+           py::arg("state"), py::arg("nhead"), py::arg("activation"), py::arg("norm_first"), py::arg("eps"),
+           py::arg("kind"), py::arg("selector"))
+      .def_property_readonly("device", &Encoder::device)
+      .def("forward", &Encoder::forward, py::arg("src"), py::arg("mask"), py::arg("src_key_padding_mask"),
+           py::arg("is_causal"), py::arg("attention"), py::arg("trace"));
+
+  py::class_<CheckReport>(m, "_CheckReport")
+      .def_property_readonly("ok", &CheckReport::ok)
+      .def_property_readonly("backend", [](const CheckReport& r) { return r.backend; })
+      .def_property_readonly("device", [](const CheckReport& r) { return r.device; })
+      .def_property_readonly("first_divergent", [](const CheckReport& r) { return r.first_divergent; })
+      .def_property_readonly("unknown", [](const CheckReport& r) { return r.unknown; })
+      .def_property_readonly("steps", [](const CheckReport& r) {
+        py::list out;
+        for (const auto& s : r.steps) out.append(step_check_dict(s));
+        return out;
+      })
+      .def("text", &CheckReport::text);
+
+  m.def("heatmap_svg", [](const FloatArray& plane, const std::string& title, const std::string& rows,
+                          const std::string& cols) { return io::heatmap_svg(to_tensor(plane), {title, rows, cols}); },
+        py::arg("plane"), py::arg("title"), py::arg("rows") = "query position i", py::arg("cols") = "key position j");
+}

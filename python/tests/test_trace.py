@@ -1,0 +1,85 @@
+"""Traces in Python: every step with its values, the command line's table, the dump format that
+`vkattn diff` reads, load_trace, the notebook view, and the GPU beside the CPU reference."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import vkattn
+
+UNFUSED = ["q_proj", "k_proj", "v_proj", "split_heads_q", "split_heads_k", "split_heads_v", "attention_scores",
+           "softmax", "attention_values", "merge_heads", "out_proj", "average_heads"]
+
+
+@pytest.fixture(scope="module")
+def traced():
+    torch.manual_seed(0)
+    m = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    v = vkattn.MultiheadAttention.from_torch(m)
+    out, trace = v.trace(x)
+    return m, v, x, out, trace
+
+
+def test_steps_hold_names_shapes_dims_and_values(traced):
+    m, v, x, out, trace = traced
+    assert [s.name for s in trace.steps] == UNFUSED
+    scores = trace.steps[6]
+    assert (scores.op, scores.shape, scores.dims) == ("attention_scores", (2, 4, 5, 5), ("b", "h", "i", "j"))
+    assert [tuple(i["shape"]) for i in scores.inputs] == [(2, 4, 5, 4), (2, 4, 5, 4)]
+    assert all(s.time_us is not None and s.time_us >= 0 for s in trace.steps)
+    np.testing.assert_array_equal(trace["out_proj"], out)
+    q = x.numpy() @ m.in_proj_weight[:16].detach().numpy().T + m.in_proj_bias[:16].detach().numpy()
+    np.testing.assert_allclose(trace["q_proj"], q, atol=1e-5)
+    np.testing.assert_allclose(trace["softmax"].sum(-1), 1, atol=1e-6)
+    with pytest.raises(KeyError, match="no such step"):
+        trace["scores"]
+    assert "split_heads_q       split_heads       (2, 5, 16) -> (2, 4, 5, 4)" in trace.table()
+
+
+def test_fused_path_and_values_off(traced):
+    _, v, x, out, _ = traced
+    fused_out, trace = v.trace(x, need_weights=False, values=False)
+    assert "flash_attention" in [s.name for s in trace.steps] and "softmax" not in [s.name for s in trace.steps]
+    assert all(s.values is None for s in trace.steps)
+    np.testing.assert_allclose(fused_out, out, atol=1e-6)
+
+
+def test_dump_is_read_by_vkattn_diff_and_load_trace(traced, tmp_path):
+    _, v, x, _, trace = traced
+    trace.dump(tmp_path / "a")
+    names = sorted(os.listdir(tmp_path / "a"))
+    assert "trace.json" in names and "timeline.json" in names and "007_softmax.npy" in names
+    np.testing.assert_array_equal(np.load(tmp_path / "a" / "007_softmax.npy"), trace["softmax"])
+    back = vkattn.load_trace(tmp_path / "a")
+    assert [s.name for s in back.steps] == UNFUSED and back.device == trace.device
+    np.testing.assert_array_equal(back["merge_heads"], trace["merge_heads"])
+    assert back.table() == trace.table()
+    _, cpu_trace = vkattn.MultiheadAttention.from_state_dict(v.state_dict(), 4, batch_first=True,
+                                                             device="cpu").trace(x)
+    cpu_trace.dump(tmp_path / "b")
+    done = subprocess.run([os.environ["VKATTN_CLI"], "diff", str(tmp_path / "a"), str(tmp_path / "b")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "all 12 compared steps agree" in done.stdout, done.stdout + done.stderr
+    with pytest.raises(vkattn.FileError, match="trace.json"):
+        vkattn.load_trace(tmp_path / "nothing")
+
+
+def test_side_by_side_and_html(traced):
+    _, v, x, _, _ = traced
+    _, trace = v.trace(x, side_by_side=True)
+    table = trace.table()
+    assert "cpu: reference (C++ loops)" in table and "every step agrees: gpu and cpu" in table
+    page = trace._repr_html_()
+    assert page.count("<svg") == 2 and "softmax (b=0, h=0)" in page and "average_heads (b=0)" in page
+
+
+def test_encoder_trace_names_steps_by_module_path():
+    layer = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True).eval()
+    enc = vkattn.TransformerEncoderLayer.from_torch(layer, device="cpu")
+    out, trace = enc.trace(torch.randn(1, 3, 8))
+    names = [s.name for s in trace.steps]
+    assert names[0] == "self_attn.q_proj" and "norm2" in names and "linear1" in names
+    np.testing.assert_array_equal(trace[names[-1]], out)

@@ -1,0 +1,149 @@
+"""Check your own attention: record its intermediate tensors under vkattn's step names, and
+vkattn runs the same weights through its recipe and says at which step, at which index and why
+yours differ.
+
+    rec = vkattn.Recorder()
+    Q = rec("q_proj", self.W_q(x))                           # in your forward, as it runs
+    Q = rec("split_heads_q", Q.view(B, T, H, d).transpose(1, 2))
+    ...
+    report = vkattn.check(rec, weights=vkattn.attention_weights(q_proj=m.W_q, k_proj=m.W_k,
+                          v_proj=m.W_v, out_proj=m.W_o), num_heads=H, query=x)
+    print(report); assert report.ok
+"""
+import html
+import os
+
+import numpy as np
+
+from . import _vkattn
+from ._convert import _numpy, as_array, as_mask
+from .modules import MultiheadAttention
+
+# vkattn's steps of one nn.MultiheadAttention forward, in order: (the shape, its axes, the
+# PyTorch line it is). B batch, L query positions, S key positions, E embed_dim, H heads,
+# d = E/H; the axes are b, t (i for queries, j for keys), h, c (a head's channel), f (features).
+STEPS = {
+    "q_proj": ("(B, L, E)", "b, t, f", "Q = self.W_q(query)"),
+    "k_proj": ("(B, S, E)", "b, t, f", "K = self.W_k(key)"),
+    "v_proj": ("(B, S, E)", "b, t, f", "V = self.W_v(value)"),
+    "split_heads_q": ("(B, H, L, d)", "b, h, t, c", "Q.view(B, L, H, d).transpose(1, 2)"),
+    "split_heads_k": ("(B, H, S, d)", "b, h, t, c", "K.view(B, S, H, d).transpose(1, 2)"),
+    "split_heads_v": ("(B, H, S, d)", "b, h, t, c", "V.view(B, S, H, d).transpose(1, 2)"),
+    "attention_scores": ("(B, H, L, S)", "b, h, i, j", "Q @ K.transpose(-2, -1) / math.sqrt(d)"),
+    "attention_mask": ("(B, H, L, S)", "b, h, i, j", "scores.masked_fill(mask, float('-inf'))"),
+    "softmax": ("(B, H, L, S)", "b, h, i, j", "F.softmax(scores, dim=-1)"),
+    "attention_values": ("(B, H, L, d)", "b, h, i, c", "P @ V"),
+    "merge_heads": ("(B, L, E)", "b, i, f", "O.transpose(1, 2).contiguous().view(B, L, E)"),
+    "out_proj": ("(B, L, E)", "b, t, f", "self.W_o(O)"),
+    "average_heads": ("(B, L, S)", "b, i, j", "P.mean(dim=1)"),
+    "flash_attention": ("(B, H, L, d)", "b, h, i, c", "F.scaled_dot_product_attention(Q, K, V)"),
+}
+
+
+class Recorder:
+    """Your attention's tensors by vkattn's step names (STEPS). rec(name, tensor) keeps a float32
+    copy and returns the tensor itself, so it can wrap a line: Q = rec("q_proj", self.W_q(x))."""
+
+    def __init__(self):
+        self.tensors = {}
+
+    def __call__(self, name, tensor):
+        a = _numpy(tensor)
+        if a.dtype.kind not in "fb":
+            raise _vkattn.ShapeError(f"{name}: dtype {a.dtype}; record float tensors")
+        self.tensors[name] = np.array(a, dtype=np.float32)
+        return tensor
+
+    def __contains__(self, name):
+        return name in self.tensors
+
+    def __getitem__(self, name):
+        return self.tensors[name]
+
+    def __len__(self):
+        return len(self.tensors)
+
+    def clear(self):
+        self.tensors.clear()
+
+    def save(self, directory):
+        """DIR/<step>.npy for each recorded tensor: what `vkattn check DIR` reads."""
+        os.makedirs(directory, exist_ok=True)
+        for name, a in self.tensors.items():
+            np.save(os.path.join(directory, name + ".npy"), a)
+
+
+def attention_weights(q_proj, k_proj, v_proj, out_proj):
+    """A hand-written attention's four projections — torch nn.Linear modules, or (weight, bias)
+    pairs (bias None when there is none) — as nn.MultiheadAttention's state_dict."""
+    def parts(p):
+        if isinstance(p, tuple):
+            return _numpy(p[0]), None if p[1] is None else _numpy(p[1])
+        return _numpy(p.weight), None if p.bias is None else _numpy(p.bias)
+    (wq, bq), (wk, bk), (wv, bv), (wo, bo) = (parts(p) for p in (q_proj, k_proj, v_proj, out_proj))
+    state = {"q_proj_weight": wq, "k_proj_weight": wk, "v_proj_weight": wv, "out_proj.weight": wo}
+    biases = [bq, bk, bv, bo]
+    if any(b is not None for b in biases):
+        state["in_proj_bias"] = np.concatenate([np.zeros(wq.shape[0], np.float32) if b is None else b
+                                                for b in (bq, bk, bv)])
+        state["out_proj.bias"] = np.zeros(wo.shape[0], np.float32) if bo is None else bo
+    return state
+
+
+class CheckReport:
+    """What check() found. str(report) is the command line's text; report.ok a bool for tests."""
+
+    def __init__(self, impl):
+        self._impl = impl
+        self.ok = impl.ok
+        self.steps = impl.steps            # vkattn's recipe, in order, each a dict (verdict, diagnosis, …)
+        self.unknown = impl.unknown        # (your name, the step it likely means)
+        index = impl.first_divergent
+        self.first_divergent = None if index is None else self.steps[index]
+
+    def __str__(self):
+        return self._impl.text()
+
+    __repr__ = __str__
+
+    def _repr_html_(self):
+        colour = {"agrees": "#2a7", "differs": "#c33", "not recorded": "#999"}
+        rows = []
+        for s in self.steps:
+            error = "" if s["max_abs_error"] is None else f"{s['max_abs_error']:.3g}"
+            style = " style='background:#fee'" if s is self.first_divergent else ""
+            rows.append(f"<tr{style}><td>{s['index']}</td><td><b>{html.escape(s['name'])}</b></td>"
+                        f"<td>{s['shape']} ({', '.join(s['dims'])})</td><td>{s['yours'] or ''}</td><td>{error}</td>"
+                        f"<td style='color:{colour[s['verdict']]}'>{s['verdict']}</td>"
+                        f"<td>{html.escape(s['diagnosis'])}</td></tr>")
+        head = ("<tr><th>#</th><th>step</th><th>vkattn's shape (axes)</th><th>yours</th>"
+                "<th>max |yours &minus; vkattn's|</th><th></th><th>diagnosis</th></tr>")
+        return f"<div><table>{head}{''.join(rows)}</table><pre>{html.escape(str(self))}</pre></div>"
+
+
+def check(recorder, weights, query, key=None, value=None, key_padding_mask=None, attn_mask=None,
+          is_causal=False, num_heads=None, batch_first=True, device=None, atol=1e-4, rtol=1e-4):
+    """Runs `weights` through vkattn's recipe on query/key/value (key and value default to the
+    query) and compares every step in `recorder` (a Recorder or a dict name -> tensor) in the
+    recipe's order. weights: a torch.nn.MultiheadAttention, a vkattn.MultiheadAttention, or a
+    state_dict under PyTorch's names (attention_weights() makes one from four nn.Linear) with
+    num_heads. Masks as PyTorch takes them (bool True blocks). Returns a CheckReport."""
+    if isinstance(weights, MultiheadAttention):
+        mha = weights
+    elif isinstance(weights, dict):
+        mha = MultiheadAttention.from_state_dict(weights, num_heads, batch_first=batch_first, device=device)
+    elif hasattr(weights, "in_proj_bias") and hasattr(weights, "num_heads"):
+        mha = MultiheadAttention.from_torch(weights, device=device)
+    else:
+        raise _vkattn.ConfigError(f"weights: a {type(weights).__name__}; give a torch.nn.MultiheadAttention, "
+                                  "a vkattn.MultiheadAttention or a state_dict (with num_heads=)")
+    tensors = recorder.tensors if isinstance(recorder, Recorder) else recorder
+    recorded = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in tensors.items()]
+    key = query if key is None else key
+    value = key if value is None else value
+    q = as_array(query, "query")
+    k = None if key is query else as_array(key, "key")
+    v = None if value is query else k if value is key else as_array(value, "value")
+    report = mha._impl.check(recorded, q, k, v, as_mask(key_padding_mask, "key_padding_mask"),
+                             as_mask(attn_mask, "attn_mask"), is_causal, atol, rtol)
+    return CheckReport(report)

@@ -1,0 +1,166 @@
+"""torch.nn's attention modules with vkattn's engine behind them: the same constructor and
+forward arguments, numpy arrays out. Each module runs on one device (device=, see devices.py)."""
+from . import _vkattn
+from ._convert import as_array, as_mask, state_arrays
+from .devices import resolve
+from .trace import Trace
+
+
+def _inputs(query, key, value):
+    """query, key, value as float32 arrays; one array for all three when they are one object
+    (self-attention: uploaded once, as torch's fast path takes it)."""
+    q = as_array(query, "query")
+    k = q if key is query else as_array(key, "key")
+    v = q if value is query else k if value is key else as_array(value, "value")
+    return q, (None if k is q else k), (None if v is q else v)
+
+
+class MultiheadAttention:
+    """torch.nn.MultiheadAttention, in eval mode (dropout is the identity), on a vkattn device.
+
+    Deliberate differences (DESIGN.md): is_causal works without an attn_mask; a fully masked row
+    gives zero weights and a zero attention output instead of NaN. `attention=` picks the path:
+    "auto" (fused when need_weights is False), "unfused" (scores, mask, softmax, values) or "fused"
+    (one flash_attention step; no weights)."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None, *, _impl=None):
+        self._impl = _impl or _vkattn._Attention(embed_dim, num_heads, bias, add_bias_kv, add_zero_attn,
+                                                 kdim or 0, vdim or 0, batch_first, *resolve(device))
+        for name, value in self._impl.config.items():
+            setattr(self, name, value)
+        self.dropout = dropout
+
+    @property
+    def device(self):
+        """Where it runs: "gpu: <the device's name>" or "cpu: reference (C++ loops)"."""
+        return self._impl.device
+
+    def __repr__(self):
+        return (f"vkattn.MultiheadAttention(embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+                f"bias={self.bias}, add_bias_kv={self.add_bias_kv}, add_zero_attn={self.add_zero_attn}, "
+                f"kdim={self.kdim}, vdim={self.vdim}, batch_first={self.batch_first}) on {self.device}")
+
+    @classmethod
+    def from_torch(cls, module, device=None):
+        """The same module, with its weights, from a torch.nn.MultiheadAttention."""
+        mha = cls(module.embed_dim, module.num_heads, bias=module.in_proj_bias is not None,
+                  add_bias_kv=module.bias_k is not None, add_zero_attn=module.add_zero_attn,
+                  kdim=module.kdim, vdim=module.vdim, batch_first=module.batch_first, device=device)
+        mha.load_state_dict(module.state_dict())
+        return mha
+
+    @classmethod
+    def from_state_dict(cls, state_dict, num_heads, batch_first=False, add_zero_attn=False, device=None):
+        """The module a state_dict under PyTorch's names describes (embed_dim, bias, add_bias_kv,
+        kdim and vdim are read from its tensors; num_heads is not in it)."""
+        return cls(0, 0, _impl=_vkattn._Attention(state_arrays(state_dict), num_heads, batch_first,
+                                                   add_zero_attn, *resolve(device)))
+
+    def load_state_dict(self, state_dict):
+        """PyTorch's names (in_proj_weight, in_proj_bias, out_proj.weight, …), tensors or arrays.
+        A missing, extra or mis-shaped tensor is a FileError naming it."""
+        self._impl.load_state_dict(state_arrays(state_dict))
+
+    def state_dict(self):
+        """The weights under PyTorch's names, as float32 arrays."""
+        return self._impl.state_dict()
+
+    def __call__(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                 average_attn_weights=True, is_causal=False, attention="auto"):
+        """(output, weights) exactly as nn.MultiheadAttention returns them (weights None when not
+        asked for): output like query, weights (B, L, S) averaged or (B, H, L, S) per head."""
+        q, k, v = _inputs(query, key, value)
+        return self._impl.forward(q, k, v, as_mask(key_padding_mask, "key_padding_mask"), need_weights,
+                                  as_mask(attn_mask, "attn_mask"), average_attn_weights, is_causal,
+                                  attention, False)
+
+    forward = __call__
+
+    def trace(self, query, key=None, value=None, key_padding_mask=None, need_weights=True, attn_mask=None,
+              average_attn_weights=True, is_causal=False, attention="auto", values=True, side_by_side=False):
+        """(output, Trace): the forward with every step recorded (and its values, unless
+        values=False). key and value default to the query. side_by_side=True runs the same
+        weights on the CPU reference too: the Trace's table then compares the two step by step."""
+        key = query if key is None else key
+        value = key if value is None else value
+        q, k, v = _inputs(query, key, value)
+        args = (q, k, v, as_mask(key_padding_mask, "key_padding_mask"), need_weights,
+                as_mask(attn_mask, "attn_mask"), average_attn_weights, is_causal, attention, True)
+        output, weights, recorded = self._impl.forward(*args)
+        reference = None
+        if side_by_side:
+            cpu = MultiheadAttention.from_state_dict(self.state_dict(), self.num_heads, self.batch_first,
+                                                     self.add_zero_attn, device="cpu")
+            reference = Trace(cpu._impl.forward(*args)[2])
+        return output, Trace(recorded, reference=reference, values=values, weights=weights)
+
+
+def _activation(layer):
+    """relu or gelu: torch keeps it as activation_relu_or_gelu (1.12+) or as the function."""
+    kind = getattr(layer, "activation_relu_or_gelu", 0)
+    if kind:
+        return "relu" if kind == 1 else "gelu"
+    name = getattr(layer.activation, "__name__", type(layer.activation).__name__).lower()
+    if name not in ("relu", "gelu"):
+        raise _vkattn.ConfigError(f"activation {name!r}: vkattn runs relu and exact gelu")
+    if getattr(layer.activation, "approximate", "none") != "none":
+        raise _vkattn.ConfigError("activation gelu(approximate='tanh'): vkattn runs the exact gelu")
+    return name
+
+
+class _Encoder:
+    """The common part of TransformerEncoderLayer and TransformerEncoder."""
+
+    def __init__(self, impl, batch_first):
+        self._impl = impl
+        self.batch_first = batch_first
+
+    @property
+    def device(self):
+        return self._impl.device
+
+    def _src(self, src):
+        x = as_array(src, "src")
+        if not self.batch_first and x.ndim == 3:  # (L, B, E) -> the engine's (B, L, E)
+            x = x.transpose(1, 0, 2).copy()
+        return x
+
+    def _out(self, y):
+        return y.transpose(1, 0, 2).copy() if not self.batch_first and y.ndim == 3 else y
+
+    def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto"):
+        """src (B, L, E) batch_first, (L, B, E) or unbatched (L, E) -> the same shape."""
+        y = self._impl.forward(self._src(src), as_mask(mask, "mask"),
+                               as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal, attention, False)
+        return self._out(y)
+
+    forward = __call__
+
+    def trace(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto", values=True):
+        """(output, Trace) of one forward (steps named layers.N.self_attn.q_proj, …, as torch's modules)."""
+        y, recorded = self._impl.forward(self._src(src), as_mask(mask, "mask"),
+                                         as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal,
+                                         attention, True)
+        return self._out(y), Trace(recorded, values=values)
+
+
+class TransformerEncoderLayer(_Encoder):
+    """torch.nn.TransformerEncoderLayer in eval mode, from a trained one."""
+
+    @classmethod
+    def from_torch(cls, layer, device=None):
+        impl = _vkattn._Encoder(state_arrays(layer.state_dict()), layer.self_attn.num_heads, _activation(layer),
+                                bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
+        return cls(impl, bool(layer.self_attn.batch_first))
+
+
+class TransformerEncoder(_Encoder):
+    """torch.nn.TransformerEncoder in eval mode (its layers alike, an optional final norm)."""
+
+    @classmethod
+    def from_torch(cls, encoder, device=None):
+        layer = encoder.layers[0]
+        impl = _vkattn._Encoder(state_arrays(encoder.state_dict()), layer.self_attn.num_heads, _activation(layer),
+                                bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
+        return cls(impl, bool(layer.self_attn.batch_first))

@@ -1,0 +1,105 @@
+"""Traces: every step of a forward — its name, op, input shapes, output shape and axes, time, and
+its tensor — as the engine's tracer recorded it. A Trace prints as the command line's table,
+dumps the trace format `vkattn diff` reads, and shows itself in a notebook with the attention
+weights drawn as heatmaps."""
+import html
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+from . import _vkattn
+
+# Attention weights are drawn up to this many rows and columns per plane.
+_MAX_HEATMAP = 64
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    name: str                 # q_proj, split_heads_q, attention_scores, softmax, …
+    op: str                   # the operation = shader = reference function: linear, split_heads, …
+    inputs: Tuple[dict, ...]  # each {"name", "shape", "dtype"}
+    shape: Tuple[int, ...]    # the output's
+    dims: Tuple[str, ...]     # its axis names: b, h, i, j, …
+    dtype: str
+    start_us: Optional[float]  # on the step's clock (the GPU's timestamps where there are)
+    time_us: Optional[float]
+    values: Optional[np.ndarray]  # the output, when traced with values
+
+    def __repr__(self):
+        shapes = " ".join(str(tuple(i["shape"])) for i in self.inputs)
+        return f"Step({self.index} {self.name} [{self.op}] {shapes} -> {self.shape})"
+
+
+class Trace:
+    """One recorded forward. trace["softmax"] is a step's tensor; trace.steps every step."""
+
+    def __init__(self, impl, reference=None, values=True, weights=None):
+        self._impl = impl
+        self.reference = reference   # the CPU reference's Trace, side by side
+        self.weights = weights       # what the forward returned as attention weights (or None)
+        self.steps = [Step(d["index"], d["name"], d["op"], tuple(d["inputs"]), d["shape"], d["dims"], d["dtype"],
+                           d["start_us"], d["time_us"], d["values"] if values else None) for d in impl.steps()]
+
+    backend = property(lambda self: self._impl.backend, doc='"gpu" or "cpu"')
+    device = property(lambda self: self._impl.device, doc="the device's name")
+    clock = property(lambda self: self._impl.clock, doc='"gpu" (timestamps) or "host"')
+    error = property(lambda self: self._impl.error, doc="the error that stopped the pass, if one did")
+
+    def __getitem__(self, name):
+        for step in self.steps:
+            if step.name == name:
+                if step.values is None:
+                    raise KeyError(f"{name}: traced without values")
+                return step.values
+        raise KeyError(f"{name}: no such step; the steps are {', '.join(s.name for s in self.steps)}")
+
+    def __len__(self):
+        return len(self.steps)
+
+    def __iter__(self):
+        return iter(self.steps)
+
+    def table(self, values=False, atol=1e-5, rtol=1e-5):
+        """The command line's table (with values: a few leading values and min/max/mean per step);
+        side by side, the GPU's and the CPU reference's times and their largest difference."""
+        if self.reference is not None:
+            return _vkattn._side_by_side(self._impl, self.reference._impl, atol, rtol, values)
+        return self._impl.table(values)
+
+    def dump(self, directory, values=True):
+        """DIR/trace.json, DIR/timeline.json and (with values) DIR/NNN_<step>.npy: what
+        `vkattn run --trace DIR --trace-values` writes, so `vkattn diff` and load_trace read it."""
+        self._impl.dump(str(directory), values)
+
+    def __repr__(self):
+        return self.table()
+
+    def _repr_html_(self):
+        rows = []
+        for s in self.steps:
+            shapes = " ".join(str(tuple(i["shape"])) for i in s.inputs)
+            time = "" if s.time_us is None else f"{s.time_us:.1f}"
+            rows.append(f"<tr><td>{s.index}</td><td><b>{html.escape(s.name)}</b></td><td>{html.escape(s.op)}</td>"
+                        f"<td>{shapes} &rarr; {s.shape} ({', '.join(s.dims)})</td>"
+                        f"<td style='text-align:right'>{time}</td></tr>")
+        title = html.escape(f"{self.backend} ({self.device})" + (f", stopped: {self.error}" if self.error else ""))
+        pictures = []
+        for s in self.steps:
+            if s.op in ("softmax", "average_heads") and s.values is not None:
+                plane = s.values.reshape(-1, *s.values.shape[-2:])[0]
+                if max(plane.shape) <= _MAX_HEATMAP:
+                    where = ", ".join(f"{d}=0" for d in s.dims[:-2])
+                    pictures.append(_vkattn.heatmap_svg(plane, f"{s.name} ({where})"))
+                else:
+                    pictures.append(f"<p>{html.escape(s.name)}: {plane.shape[0]} &times; {plane.shape[1]} per "
+                                    f"plane, too large to draw here (trace['{html.escape(s.name)}'] holds it)</p>")
+        return (f"<div><p>{title}</p><table><tr><th>#</th><th>step</th><th>op</th><th>inputs &rarr; output "
+                f"(axes)</th><th>time (&micro;s, {html.escape(self.clock or 'no clock')})</th></tr>{''.join(rows)}"
+                f"</table>{''.join(pictures)}</div>")
+
+
+def load_trace(directory):
+    """A trace dump (vkattn run --trace DIR, Trace.dump) read back, with its values where it has them."""
+    return Trace(_vkattn.load_trace(str(directory)))
