@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))  # article_attention
+sys.path.insert(0, os.path.dirname(__file__))  # article_safetensors
+# The lessons' hand-written attention (check_your_attention.ArticleAttention) is tested too.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tutorials", "python"))
 
 ATOL, RTOL = 1e-5, 1e-5  # tests/golden's: vkattn against PyTorch in float32
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import vkattn
-from article_attention import BUGS, ArticleAttention
+from check_your_attention import BUGS, ArticleAttention
 
 B, T, E, H = 2, 6, 32, 4
 
