@@ -424,19 +424,21 @@ PYBIND11_MODULE(_vkattn, m) {
   static py::exception<ConfigError> config_error(m, "ConfigError", py::make_tuple(error, py::handle(PyExc_ValueError)));
   static py::exception<FileError> file_error(m, "FileError", py::make_tuple(error, py::handle(PyExc_ValueError)));
   static py::exception<DeviceError> device_error(m, "DeviceError", py::make_tuple(error, py::handle(PyExc_RuntimeError)));
+  // PyErr_SetString, not the exceptions' call operator: pybind11 2.12 deprecated that for
+  // py::set_error, which Debian 12's 2.10 lacks.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ShapeError& e) {
-      shape_error(e.what());
+      PyErr_SetString(shape_error.ptr(), e.what());
     } catch (const ConfigError& e) {
-      config_error(e.what());
+      PyErr_SetString(config_error.ptr(), e.what());
     } catch (const FileError& e) {
-      file_error(e.what());
+      PyErr_SetString(file_error.ptr(), e.what());
     } catch (const DeviceError& e) {
-      device_error(e.what());
+      PyErr_SetString(device_error.ptr(), e.what());
     } catch (const Error& e) {
-      error(e.what());
+      PyErr_SetString(error.ptr(), e.what());
     }
   });
 
