@@ -72,6 +72,17 @@ static size_t flat_offset(const Shape& shape, std::initializer_list<int64_t> ind
 float& Tensor::at(std::initializer_list<int64_t> index) { return data[flat_offset(shape, index)]; }
 float Tensor::at(std::initializer_list<int64_t> index) const { return data[flat_offset(shape, index)]; }
 
+Tensor stack_rows(std::initializer_list<const Tensor*> parts) {
+  Shape shape = (*parts.begin())->shape;
+  shape[0] = 0;
+  std::vector<float> data;
+  for (const Tensor* t : parts) {
+    shape[0] += t->dim(0);
+    data.insert(data.end(), t->data.begin(), t->data.end());
+  }
+  return Tensor(std::move(shape), std::move(data));
+}
+
 Tensor random_tensor(Shape shape, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);

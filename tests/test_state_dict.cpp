@@ -63,6 +63,23 @@ TEST(StateDict, SplitsThePackedProjectionsInPyTorchsOrder) {
   MultiHeadAttention mha(state.config, state.weights);  // and the engine accepts them
 }
 
+// attention_state_dict writes back, tensor for tensor, what attention_from_state_dict read.
+TEST(StateDict, WritesBackThePyTorchNamesItRead) {
+  io::Safetensors with_bias_kv = packed();
+  with_bias_kv.tensors["bias_k"] = iota({1, 1, 4}, 4000);
+  with_bias_kv.tensors["bias_v"] = iota({1, 1, 4}, 5000);
+  for (const io::Safetensors& file : {packed(), separate(), with_bias_kv}) {
+    auto state = io::attention_from_state_dict(file, 0, "w.safetensors");
+    auto written = io::attention_state_dict(state.config, state.weights);
+    ASSERT_EQ(written.size(), file.tensors.size());
+    for (const auto& [name, tensor] : file.tensors) {
+      ASSERT_TRUE(written.count(name)) << name;
+      EXPECT_EQ(written[name].shape, tensor.shape) << name;
+      EXPECT_EQ(written[name].data, tensor.data) << name;
+    }
+  }
+}
+
 TEST(StateDict, SeparateProjectionsGiveKdimAndVdim) {
   auto state = io::attention_from_state_dict(separate(), 0, "w.safetensors");
   EXPECT_EQ(state.config.kdim, 3);

@@ -9,11 +9,9 @@
 #include <iostream>
 
 #include "tools/commands.h"
-#include "tools/inputs.h"
 #include "tools/validators.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
-#include "vkattn/io/state_dict.h"
 #include "vkattn/tracing/check.h"
 
 namespace vkattn::cli {
@@ -22,17 +20,7 @@ CLI::App* add_check(CLI::App& app, CheckArgs& a) {
   auto* cmd = app.add_subcommand("check", "check your own attention's tensors (DIR/<step>.npy) against vkattn's recipe");
   cmd->add_option("DIR", a.dir, "a directory of .npy files named by vkattn's steps: q_proj.npy, softmax.npy, …")
       ->required();
-  cmd->add_option("--weights", a.weights, "W.safetensors: the module's state_dict under PyTorch's names")->required();
-  cmd->add_option("--query", a.query, "Q.npy: float (B, L, E) batch-first, or unbatched (L, E)")->required();
-  auto* key = cmd->add_option("--key", a.key, "K.npy: (B, S, kdim); with --value; default: the query");
-  auto* value = cmd->add_option("--value", a.value, "V.npy: (B, S, vdim); with --key; default: the query");
-  key->needs(value);
-  value->needs(key);
-  cmd->add_option("--heads", a.heads, "H; default: num_heads in the weight file's __metadata__")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_flag("--causal", a.causal, "block each query from later keys (with any --attn-mask)");
-  cmd->add_option("--key-padding-mask", a.key_padding_mask, "M.npy (B, S): bool True ignores that key, or float added");
-  cmd->add_option("--attn-mask", a.attn_mask, "A.npy (L, S) or (B*H, L, S): bool True blocks, or float added");
+  add_attention_args(*cmd, a.inputs);
   cmd->add_option("--backend", a.backend, "where vkattn's recipe runs: gpu (a Vulkan device) or cpu (the reference)")
       ->check(CLI::IsMember({"gpu", "cpu"}))
       ->capture_default_str();
@@ -54,18 +42,10 @@ int run_check(const CheckArgs& a) {
   std::vector<std::pair<std::string, Tensor>> recorded;
   for (const auto& file : files) recorded.emplace_back(file.stem().string(), io::read_npy(file));
 
-  auto state = io::load_attention(a.weights, a.heads);
-  state.config.batch_first = true;
-  MultiHeadAttention mha(state.config, std::move(state.weights));
-  Tensor query = read_input(a.query, "query");
-  Tensor key = a.key.empty() ? query : read_input(a.key, "key");
-  Tensor value = a.value.empty() ? query : read_input(a.value, "value");
-  ForwardOptions options;
-  options.key_padding_mask = read_mask(a.key_padding_mask, "key padding mask");
-  options.attn_mask = read_mask(a.attn_mask, "attention mask");
-  options.is_causal = a.causal;
+  AttentionInputs in = read_attention_inputs(a.inputs);
   auto backend = make_backend(a.backend, a.device);
-  CheckReport report = check_attention(recorded, mha, *backend, query, key, value, options, {a.atol, a.rtol});
+  CheckReport report = check_attention(recorded, in.module, *backend, in.query, in.key_or_query(), in.value_or_query(),
+                                       in.options, {a.atol, a.rtol});
   std::cout << report.text();
   if (!report.unknown.empty()) {
     throw FileError(a.dir + "/" + report.unknown.front().first + ".npy: '" + report.unknown.front().first +

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "tools/inputs.h"
 #include "vkattn/backends/backend.h"
 
 namespace vkattn::cli {
@@ -28,10 +29,7 @@ CLI::App* add_demo(CLI::App& app, DemoArgs& args);
 int run_demo(const DemoArgs& args);
 
 struct RunArgs {
-  std::string weights, query, key, value;
-  int64_t heads = 0;  // 0: from the weight file's __metadata__
-  bool causal = false;
-  std::string key_padding_mask, attn_mask;
+  AttentionArgs inputs;
   std::string backend = "gpu";
   std::string device;
   std::string out, attn_weights;
@@ -74,10 +72,8 @@ CLI::App* add_diff(CLI::App& app, DiffArgs& args);
 int run_diff(const DiffArgs& args);
 
 struct CheckArgs {
-  std::string dir, weights, query, key, value;
-  int64_t heads = 0;  // 0: from the weight file's __metadata__
-  bool causal = false;
-  std::string key_padding_mask, attn_mask;
+  std::string dir;  // the user's tensors, <step>.npy
+  AttentionArgs inputs;
   std::string backend = "gpu", device;
   double atol = 1e-4, rtol = 1e-4;
 };

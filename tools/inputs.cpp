@@ -1,11 +1,14 @@
 #include "tools/inputs.h"
 
+#include <CLI/CLI.hpp>
+
 #include <cmath>
 #include <iostream>
 #include <stdexcept>
 
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
+#include "vkattn/io/state_dict.h"
 
 namespace vkattn::cli {
 
@@ -56,6 +59,33 @@ void require_finite(const Tensor& t, const char* what) {
     throw std::runtime_error(std::string("the ") + what + " " + shape_string(t.shape) + " holds " +
                              describe_value(t.data[*bad]) + " at " + shape_string(unravel_index(t.shape, static_cast<int64_t>(*bad))) + "; nothing was written");
   }
+}
+
+void add_attention_args(CLI::App& cmd, AttentionArgs& a) {
+  cmd.add_option("--weights", a.weights, "W.safetensors: the module's state_dict under PyTorch's names")->required();
+  cmd.add_option("--query", a.query, "Q.npy: float (B, L, E) batch-first, or unbatched (L, E)")->required();
+  auto* key = cmd.add_option("--key", a.key, "K.npy: (B, S, kdim); with --value; default: the query");
+  auto* value = cmd.add_option("--value", a.value, "V.npy: (B, S, vdim); with --key; default: the query");
+  key->needs(value);
+  value->needs(key);
+  cmd.add_option("--heads", a.heads, "H; default: num_heads in the weight file's __metadata__")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd.add_flag("--causal", a.causal, "block each query from later keys (with any --attn-mask)");
+  cmd.add_option("--key-padding-mask", a.key_padding_mask, "M.npy (B, S): bool True ignores that key, or float added");
+  cmd.add_option("--attn-mask", a.attn_mask, "A.npy (L, S) or (B*H, L, S): bool True blocks, or float added");
+}
+
+AttentionInputs read_attention_inputs(const AttentionArgs& a) {
+  auto state = io::load_attention(a.weights, a.heads);
+  state.config.batch_first = true;
+  AttentionInputs in{MultiHeadAttention(state.config, std::move(state.weights)), read_input(a.query, "query"),
+                     std::nullopt, std::nullopt, {}};
+  if (!a.key.empty()) in.key = read_input(a.key, "key");
+  if (!a.value.empty()) in.value = read_input(a.value, "value");
+  in.options.key_padding_mask = read_mask(a.key_padding_mask, "key padding mask");
+  in.options.attn_mask = read_mask(a.attn_mask, "attention mask");
+  in.options.is_causal = a.causal;
+  return in;
 }
 
 void print_summary(const Tensor& t, const std::string& what, const std::string& path) {

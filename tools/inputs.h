@@ -1,12 +1,40 @@
 #pragma once
 // The .npy inputs and outputs of `vkattn run` and `vkattn encode`: read and checked with one
 // readable error each (a FileError naming the file), results refused when not finite.
+#include <cstdint>
 #include <optional>
 #include <string>
 
+#include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tensor.h"
 
+namespace CLI {
+class App;
+}
+
 namespace vkattn::cli {
+
+// The module and inputs of `vkattn run` and `vkattn check`: a state_dict and batch-first .npy files.
+struct AttentionArgs {
+  std::string weights, query, key, value;
+  int64_t heads = 0;  // 0: from the weight file's __metadata__
+  bool causal = false;
+  std::string key_padding_mask, attn_mask;
+};
+// --weights, --query, --key, --value, --heads, --causal, --key-padding-mask, --attn-mask.
+void add_attention_args(CLI::App& cmd, AttentionArgs& args);
+
+// What those name, read and checked.
+struct AttentionInputs {
+  MultiHeadAttention module;         // batch_first
+  Tensor query;
+  std::optional<Tensor> key, value;  // cross-attention's; self-attention has the query alone
+  ForwardOptions options;            // the masks and is_causal
+  // Self-attention passes the query itself three times: uploaded once, and one input to pack.
+  const Tensor& key_or_query() const { return key ? *key : query; }
+  const Tensor& value_or_query() const { return value ? *value : query; }
+};
+AttentionInputs read_attention_inputs(const AttentionArgs& args);
 
 // An input sequence: float, (B, T, features) batch-first or unbatched (T, features), every value
 // finite. `what` names it in errors ("query", "input").

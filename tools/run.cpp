@@ -28,14 +28,15 @@ namespace {
 
 // What the trace records of the run: the module's config and the files it read.
 nlohmann::json trace_config(const RunArgs& a, const MultiHeadAttentionConfig& c) {
-  nlohmann::json files = {{"weights", a.weights}, {"query", a.query}};
-  for (auto [name, path] : {std::pair{"key", &a.key}, {"value", &a.value}, {"key_padding_mask", &a.key_padding_mask},
-                            {"attn_mask", &a.attn_mask}}) {
+  const AttentionArgs& in = a.inputs;
+  nlohmann::json files = {{"weights", in.weights}, {"query", in.query}};
+  for (auto [name, path] : {std::pair{"key", &in.key}, {"value", &in.value}, {"key_padding_mask", &in.key_padding_mask},
+                            {"attn_mask", &in.attn_mask}}) {
     if (!path->empty()) files[name] = *path;
   }
   return {{"module", "nn.MultiheadAttention"}, {"embed_dim", c.embed_dim}, {"num_heads", c.num_heads},
           {"bias", c.bias}, {"add_bias_kv", c.add_bias_kv}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()},
-          {"batch_first", true}, {"is_causal", a.causal}, {"need_weights", !a.attn_weights.empty()},
+          {"batch_first", true}, {"is_causal", in.causal}, {"need_weights", !a.attn_weights.empty()},
           {"average_attn_weights", !a.per_head_weights}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), !a.attn_weights.empty()))},
           {"pack_in_proj", a.pack_in_proj},
           {"files", files}};
@@ -45,23 +46,13 @@ nlohmann::json trace_config(const RunArgs& a, const MultiHeadAttentionConfig& c)
 
 CLI::App* add_run(CLI::App& app, RunArgs& a) {
   auto* cmd = app.add_subcommand("run", "run a PyTorch nn.MultiheadAttention state_dict on .npy inputs");
-  cmd->add_option("--weights", a.weights, "W.safetensors: the module's state_dict under PyTorch's names")->required();
-  cmd->add_option("--query", a.query, "Q.npy: float (B, L, E) batch-first, or unbatched (L, E)")->required();
-  auto* key = cmd->add_option("--key", a.key, "K.npy: (B, S, kdim); with --value; default: the query");
-  auto* value = cmd->add_option("--value", a.value, "V.npy: (B, S, vdim); with --key; default: the query");
-  key->needs(value);
-  value->needs(key);
-  cmd->add_option("--heads", a.heads, "H; default: num_heads in the weight file's __metadata__")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_flag("--causal", a.causal, "block each query from later keys (with any --attn-mask)");
+  add_attention_args(*cmd, a.inputs);
   cmd->add_option("--attention", a.attention,
                   "auto (fused when no weights are written, else unfused), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")
       ->check(CLI::IsMember({"auto", "unfused", "fused"}))
       ->capture_default_str();
   cmd->add_flag("--pack-in-proj", a.pack_in_proj,
                 "self-attention: project q, k and v with one in_proj GEMM (B, L, E) -> (B, L, 3E), as PyTorch packs them");
-  cmd->add_option("--key-padding-mask", a.key_padding_mask, "M.npy (B, S): bool True ignores that key, or float added");
-  cmd->add_option("--attn-mask", a.attn_mask, "A.npy (L, S) or (B*H, L, S): bool True blocks, or float added");
   auto* backend = cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
                       ->check(CLI::IsMember({"gpu", "cpu"}))
                       ->capture_default_str();
@@ -88,19 +79,9 @@ int run_run(const RunArgs& a) {
   for (const auto& path : {a.out, a.attn_weights})
     if (!path.empty()) io::check_output_path(path);
 
-  auto state = io::load_attention(a.weights, a.heads);
-  state.config.batch_first = true;
-  MultiHeadAttention mha(state.config, std::move(state.weights));
-  Tensor query = read_input(a.query, "query");
-  // Self-attention passes the query itself three times: uploaded once, and one input to pack.
-  Tensor key_file = a.key.empty() ? Tensor() : read_input(a.key, "key");
-  Tensor value_file = a.value.empty() ? Tensor() : read_input(a.value, "value");
-  const Tensor& key = a.key.empty() ? query : key_file;
-  const Tensor& value = a.value.empty() ? query : value_file;
-  ForwardOptions options;
-  options.key_padding_mask = read_mask(a.key_padding_mask, "key padding mask");
-  options.attn_mask = read_mask(a.attn_mask, "attention mask");
-  options.is_causal = a.causal;
+  AttentionInputs in = read_attention_inputs(a.inputs);
+  const MultiHeadAttention& mha = in.module;
+  ForwardOptions& options = in.options;
   options.need_weights = !a.attn_weights.empty();
   options.average_attn_weights = !a.per_head_weights;
   options.attention = parse_attention_path(a.attention);
@@ -125,7 +106,7 @@ int run_run(const RunArgs& a) {
   std::exception_ptr failure;
   for (auto& backend : backends) {
     try {
-      AttentionResult r = mha.forward(*backend, query, key, value, options);
+      AttentionResult r = mha.forward(*backend, in.query, in.key_or_query(), in.value_or_query(), options);
       if (!result_of_first) result_of_first = std::move(r);
     } catch (...) {
       if (!a.side_by_side) throw;
@@ -165,7 +146,7 @@ int run_run(const RunArgs& a) {
   std::cout << backend.name() << " backend: " << backend.device_name() << (a.side_by_side ? ", checked by the cpu reference" : "") << "\n"
             << "nn.MultiheadAttention(embed_dim=" << c.embed_dim << ", num_heads=" << c.num_heads
             << ", bias=" << (c.bias ? "True" : "False") << ", add_bias_kv=" << (c.add_bias_kv ? "True" : "False")
-            << ", kdim=" << c.key_dim() << ", vdim=" << c.value_dim() << ", batch_first=True) from " << a.weights << "\n";
+            << ", kdim=" << c.key_dim() << ", vdim=" << c.value_dim() << ", batch_first=True) from " << a.inputs.weights << "\n";
   print_summary(result.output, "output", a.out);
   if (result.weights) {
     print_summary(*result.weights, a.per_head_weights ? "attention weights per head" : "attention weights averaged over heads",

@@ -192,6 +192,28 @@ AttentionState load_attention(const std::filesystem::path& path, int64_t num_hea
   return attention_from_state_dict(read_safetensors(path), num_heads, path.string());
 }
 
+std::map<std::string, Tensor> attention_state_dict(const MultiHeadAttentionConfig& c,
+                                                   const MultiHeadAttentionWeights& w) {
+  std::map<std::string, Tensor> state;
+  if (c.key_dim() == c.embed_dim && c.value_dim() == c.embed_dim) {
+    state["in_proj_weight"] = stack_rows({&w.q_proj_weight, &w.k_proj_weight, &w.v_proj_weight});
+  } else {
+    state["q_proj_weight"] = w.q_proj_weight;
+    state["k_proj_weight"] = w.k_proj_weight;
+    state["v_proj_weight"] = w.v_proj_weight;
+  }
+  state["out_proj.weight"] = w.out_proj_weight;
+  if (c.bias) {
+    state["in_proj_bias"] = stack_rows({&*w.q_proj_bias, &*w.k_proj_bias, &*w.v_proj_bias});
+    state["out_proj.bias"] = *w.out_proj_bias;
+  }
+  if (c.add_bias_kv) {
+    state["bias_k"] = Tensor({1, 1, c.embed_dim}, w.bias_k->data);
+    state["bias_v"] = Tensor({1, 1, c.embed_dim}, w.bias_v->data);
+  }
+  return state;
+}
+
 namespace {
 
 // The tensors of one TransformerEncoderLayer besides self_attn's, relative to its prefix.

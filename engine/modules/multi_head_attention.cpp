@@ -59,18 +59,6 @@ Tensor canonical_mask(const Tensor& mask) {
   return out;
 }
 
-// Tensors of one trailing shape stacked on the first axis: (R_i, …) -> (ΣR_i, …), torch.cat(dim=0).
-Tensor stack_rows(std::initializer_list<const Tensor*> parts) {
-  Shape shape = (*parts.begin())->shape;
-  shape[0] = 0;
-  std::vector<float> data;
-  for (const Tensor* t : parts) {
-    shape[0] += t->dim(0);
-    data.insert(data.end(), t->data.begin(), t->data.end());
-  }
-  return Tensor(std::move(shape), std::move(data));
-}
-
 // Appends a zero column on the last axis (…, S) -> (…, S+1): the mask entry of an appended
 // key position (bias_k or the zero attention), which is never blocked.
 Tensor pad_last(const Tensor& mask) {

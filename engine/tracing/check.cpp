@@ -84,7 +84,7 @@ FineAxes fine_axes(const Shape& shape, const std::vector<std::string>& dims, int
   return f;
 }
 
-// `t`'s data (C order over `sizes`) with its axes in the order `order`: torch's .permute(order).
+// `data` (C order over `sizes`) with its axes in the order `order`: torch's .permute(order).
 std::vector<float> permuted(const std::vector<float>& data, const Shape& sizes, const std::vector<size_t>& order) {
   const size_t rank = sizes.size();
   Shape strides(rank, 1);
@@ -229,7 +229,6 @@ std::string factor_diagnosis(const Tensor& yours, const Tensor& theirs, double a
     const std::string d = std::to_string(head_dim);
     if (near(c, 1 / root)) return s + " = 1/√" + d + ": scaled by 1/d instead of 1/√d (d = " + d + ")?";
     if (near(c, root)) return s + " = √" + d + ": not scaled by 1/√d (d = " + d + ")?";
-    if (near(c, 1 / (root * root * root))) return s + " = 1/" + d + "^1.5: scaled by 1/√d twice and more?";
   }
   return s + ": a constant factor";
 }
@@ -274,9 +273,11 @@ int64_t head_dim_of(const StepEvent& event) {
              : 0;
 }
 
-void check_one(StepCheck& step, const StepEvent& event, const Tensor& theirs, const Tensor& yours_as_recorded,
+// Whether yours has vkattn's shape, or that shape with axes merged: the values compare in place.
+bool shaped_alike(const Shape& yours, const Shape& theirs) { return yours == theirs || merged_from(yours, theirs); }
+
+void check_one(StepCheck& step, const StepEvent& event, const Tensor& theirs, const Tensor& recorded,
                const CheckOptions& o) {
-  const Tensor& recorded = yours_as_recorded;
   const int64_t n = element_count(step.shape);
   if (element_count(recorded.shape) != n) {
     step.verdict = StepVerdict::differs;
@@ -285,12 +286,12 @@ void check_one(StepCheck& step, const StepEvent& event, const Tensor& theirs, co
                      std::to_string(n);
     return;
   }
-  const bool shaped_alike = recorded.shape == step.shape || merged_from(recorded.shape, step.shape);
+  const bool alike = shaped_alike(recorded.shape, step.shape);
   Tensor yours = as_shape(recorded, step.shape);
   bool filled = false;
   if (event.op == "attention_mask") yours = with_inf_fill(yours, theirs, filled);
   step.diff = compare_values(yours, theirs, o.atol, o.rtol);
-  if (step.diff->mismatches == 0 && shaped_alike) {
+  if (step.diff->mismatches == 0 && alike) {
     step.verdict = StepVerdict::agrees;
     if (recorded.shape != step.shape) {
       step.diagnosis = "yours " + shape_string(recorded.shape) + " is vkattn's " + shape_string(step.shape) +
@@ -304,13 +305,17 @@ void check_one(StepCheck& step, const StepEvent& event, const Tensor& theirs, co
   if (step.diff->mismatches) {
     step.where = index_string(step.shape, static_cast<int64_t>(step.diff->first_mismatch), step.dims);
   }
+  for (size_t k = 0; k < yours.data.size() && !step.infinite_error; ++k) {
+    const float u = yours.data[k], v = theirs.data[k];
+    step.infinite_error = std::isfinite(u) != std::isfinite(v) || (std::isinf(u) && u != v);
+  }
   if (step.diff->mismatches == 0) {
     step.diagnosis = "yours " + shape_string(recorded.shape) + " holds vkattn's numbers in vkattn's order, viewed as "
                      "another shape than " + named_shape(step.shape, step.dims);
     return;
   }
   std::string why = order_diagnosis(recorded, theirs, step, fine_axes(step.shape, step.dims, o.heads), o.atol, o.rtol);
-  if (why.empty() && !shaped_alike) {
+  if (why.empty() && !alike) {
     why = "yours " + shape_string(recorded.shape) + " holds as many numbers as vkattn's " +
           named_shape(step.shape, step.dims) + ", but no order of vkattn's axes gives yours";
   }
@@ -415,14 +420,10 @@ CheckReport check_attention(const std::vector<std::pair<std::string, Tensor>>& r
   forward.attention = fused ? AttentionPath::fused : AttentionPath::unfused;
   forward.need_weights = !fused;
   StepRecorder recipe(true);
-  backend.add_tracer(recipe);
-  try {
+  {
+    AttachedTracer attached(backend, recipe);
     module.forward(backend, query, key, value, forward);
-  } catch (...) {
-    backend.remove_tracer(recipe);
-    throw;
   }
-  backend.remove_tracer(recipe);
   options.heads = module.config().num_heads;
   return check_steps(recorded, recipe, options);
 }
@@ -450,12 +451,10 @@ std::string CheckReport::text() const {
     }
     ++recorded;
     out << std::setw(18) << shape_string(*s.yours);
-    // The error means something only between tensors of one shape; an infinity or NaN on one side
-    // only (a mask's difference) makes it infinite.
-    const bool alike = *s.yours == s.shape || merged_from(*s.yours, s.shape);
-    std::string error = !s.diff || !alike ? "-"
-                        : s.diff->mismatches && s.diff->max_abs_error <= atol + rtol ? "inf"
-                                                                                       : fmt(s.diff->max_abs_error, 3);
+    // The error means something only between tensors of one shape.
+    std::string error = !s.diff || !shaped_alike(*s.yours, s.shape) ? "-"
+                        : s.infinite_error                            ? "inf"
+                                                                      : fmt(s.diff->max_abs_error, 3);
     out << std::setw(11) << error << (s.verdict == StepVerdict::agrees ? "agrees" : "DIFFERS") << "\n";
   }
   for (const auto& s : steps) {
@@ -469,7 +468,7 @@ std::string CheckReport::text() const {
   if (first_divergent) {
     const StepCheck& s = steps[*first_divergent];
     out << "\nfirst divergent step: " << s.index << " " << s.name << " (" << s.op << ")\n";
-    if (s.diff && s.diff->mismatches && (*s.yours == s.shape || merged_from(*s.yours, s.shape))) {
+    if (s.diff && s.diff->mismatches && shaped_alike(*s.yours, s.shape)) {
       out << "  " << s.diff->mismatches << " of " << element_count(s.shape) << " elements differ, first at "
           << s.where << ": yours " << fmt(s.diff->a_value, 7) << ", vkattn's " << fmt(s.diff->b_value, 7) << "\n";
     }

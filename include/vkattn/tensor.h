@@ -33,6 +33,10 @@ struct Tensor;
 // on every machine, for demos, benchmarks and tests.
 Tensor random_tensor(Shape shape, uint32_t seed);
 
+// Tensors of one trailing shape stacked on the first axis: (R_i, …) -> (ΣR_i, …), torch.cat(dim=0)
+// (q, k and v's projection weights as PyTorch's packed in_proj_weight).
+Tensor stack_rows(std::initializer_list<const Tensor*> parts);
+
 struct Tensor {
   Shape shape;
   std::vector<float> data;

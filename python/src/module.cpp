@@ -159,15 +159,8 @@ auto traced(Device& device, nlohmann::json config, F&& pass) {
   auto trace = std::make_shared<Trace>();
   trace->config = std::move(config);
   auto result = on_device(device, [&](Backend& backend) {
-    backend.add_tracer(trace->steps);
-    try {
-      auto r = pass(backend);
-      backend.remove_tracer(trace->steps);
-      return r;
-    } catch (...) {
-      backend.remove_tracer(trace->steps);
-      throw;
-    }
+    AttachedTracer attached(backend, trace->steps);
+    return pass(backend);
   });
   return std::pair{std::move(result), trace};
 }
@@ -190,6 +183,28 @@ std::string config_string(const MultiHeadAttentionConfig& c) {
 }
 
 // ---- modules ---------------------------------------------------------------------------------------
+
+// An attention's inputs as the engine takes them. Self-attention passes one array (key and value
+// None): it is uploaded once, and may be packed, as in the CLI.
+struct Inputs {
+  Tensor query;
+  std::optional<Tensor> key_tensor, value_tensor;
+  ForwardOptions options;  // the masks and is_causal
+  const Tensor& key() const { return key_tensor ? *key_tensor : query; }
+  const Tensor& value() const { return value_tensor ? *value_tensor : key(); }
+};
+
+Inputs inputs(const FloatArray& query, const std::optional<FloatArray>& key, const std::optional<FloatArray>& value,
+              const std::optional<py::array>& key_padding_mask, const std::optional<py::array>& attn_mask,
+              bool is_causal) {
+  Inputs in{to_tensor(query), std::nullopt, std::nullopt, {}};
+  if (key) in.key_tensor = to_tensor(*key);
+  if (value) in.value_tensor = to_tensor(*value);
+  in.options.key_padding_mask = to_mask(key_padding_mask);
+  in.options.attn_mask = to_mask(attn_mask);
+  in.options.is_causal = is_causal;
+  return in;
+}
 
 class Attention {
  public:
@@ -216,38 +231,10 @@ class Attention {
   }
 
   py::dict state_dict() const {
-    const auto& w = module_.weights();
     py::dict d;
-    const auto& c = module_.config();
-    auto put = [&](const char* name, const Tensor& t) { d[name] = to_array(t); };
-    if (c.key_dim() == c.embed_dim && c.value_dim() == c.embed_dim) {
-      Tensor packed({3 * c.embed_dim, c.embed_dim});  // q, k, v stacked, as torch's in_proj_weight
-      size_t at = 0;
-      for (const Tensor* part : {&w.q_proj_weight, &w.k_proj_weight, &w.v_proj_weight}) {
-        std::copy(part->data.begin(), part->data.end(), packed.data.begin() + static_cast<std::ptrdiff_t>(at));
-        at += part->data.size();
-      }
-      put("in_proj_weight", packed);
-    } else {
-      put("q_proj_weight", w.q_proj_weight);
-      put("k_proj_weight", w.k_proj_weight);
-      put("v_proj_weight", w.v_proj_weight);
+    for (auto& [name, tensor] : io::attention_state_dict(module_.config(), module_.weights())) {
+      d[name.c_str()] = to_array(std::move(tensor));
     }
-    if (c.bias) {
-      Tensor packed({3 * c.embed_dim});
-      size_t at = 0;
-      for (const auto* part : {&w.q_proj_bias, &w.k_proj_bias, &w.v_proj_bias}) {
-        std::copy((*part)->data.begin(), (*part)->data.end(), packed.data.begin() + static_cast<std::ptrdiff_t>(at));
-        at += (*part)->data.size();
-      }
-      put("in_proj_bias", packed);
-    }
-    if (c.add_bias_kv) {
-      put("bias_k", Tensor({1, 1, c.embed_dim}, w.bias_k->data));
-      put("bias_v", Tensor({1, 1, c.embed_dim}, w.bias_v->data));
-    }
-    put("out_proj.weight", w.out_proj_weight);
-    if (c.bias) put("out_proj.bias", *w.out_proj_bias);
     return d;
   }
 
@@ -255,20 +242,12 @@ class Attention {
                     const std::optional<py::array>& key_padding_mask, bool need_weights,
                     const std::optional<py::array>& attn_mask, bool average_attn_weights, bool is_causal,
                     const std::string& attention, bool trace) {
-    Tensor q = to_tensor(query);
-    // Self-attention passes one array: it is uploaded once (and may be packed), as in the CLI.
-    std::optional<Tensor> k = key ? std::optional(to_tensor(*key)) : std::nullopt;
-    std::optional<Tensor> v = value ? std::optional(to_tensor(*value)) : std::nullopt;
-    ForwardOptions o;
-    o.key_padding_mask = to_mask(key_padding_mask);
-    o.attn_mask = to_mask(attn_mask);
+    Inputs in = inputs(query, key, value, key_padding_mask, attn_mask, is_causal);
+    ForwardOptions& o = in.options;
     o.need_weights = need_weights;
     o.average_attn_weights = average_attn_weights;
-    o.is_causal = is_causal;
     o.attention = parse_attention_path(attention);
-    auto run = [&](Backend& backend) {
-      return module_.forward(backend, q, k ? *k : q, v ? *v : (k ? *k : q), o);
-    };
+    auto run = [&](Backend& backend) { return module_.forward(backend, in.query, in.key(), in.value(), o); };
     auto pack = [](AttentionResult r) {
       return py::make_tuple(to_array(std::move(r.output)), r.weights ? py::object(to_array(std::move(*r.weights))) : py::none());
     };
@@ -291,15 +270,9 @@ class Attention {
                     bool is_causal, double atol, double rtol) {
     std::vector<std::pair<std::string, Tensor>> yours;
     for (const auto& [name, array] : recorded) yours.emplace_back(name, to_tensor(array));
-    Tensor q = to_tensor(query);
-    std::optional<Tensor> k = key ? std::optional(to_tensor(*key)) : std::nullopt;
-    std::optional<Tensor> v = value ? std::optional(to_tensor(*value)) : std::nullopt;
-    ForwardOptions o;
-    o.key_padding_mask = to_mask(key_padding_mask);
-    o.attn_mask = to_mask(attn_mask);
-    o.is_causal = is_causal;
+    Inputs in = inputs(query, key, value, key_padding_mask, attn_mask, is_causal);
     return on_device(*device_, [&](Backend& backend) {
-      return check_attention(yours, module_, backend, q, k ? *k : q, v ? *v : (k ? *k : q), o, {atol, rtol});
+      return check_attention(yours, module_, backend, in.query, in.key(), in.value(), in.options, {atol, rtol});
     });
   }
 

@@ -16,8 +16,8 @@ import os
 import numpy as np
 
 from . import _vkattn
-from ._convert import _numpy, as_array, as_mask
-from .modules import MultiheadAttention
+from ._convert import _numpy, as_mask
+from .modules import MultiheadAttention, _inputs
 
 # vkattn's steps of one nn.MultiheadAttention forward, in order: (the shape, its axes, the
 # PyTorch line it is). B batch, L query positions, S key positions, E embed_dim, H heads,
@@ -139,11 +139,7 @@ def check(recorder, weights, query, key=None, value=None, key_padding_mask=None,
                                   "a vkattn.MultiheadAttention or a state_dict (with num_heads=)")
     tensors = recorder.tensors if isinstance(recorder, Recorder) else recorder
     recorded = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in tensors.items()]
-    key = query if key is None else key
-    value = key if value is None else value
-    q = as_array(query, "query")
-    k = None if key is query else as_array(key, "key")
-    v = None if value is query else k if value is key else as_array(value, "value")
+    q, k, v = _inputs(query, key, value)
     report = mha._impl.check(recorded, q, k, v, as_mask(key_padding_mask, "key_padding_mask"),
                              as_mask(attn_mask, "attn_mask"), is_causal, atol, rtol)
     return CheckReport(report)

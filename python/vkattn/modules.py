@@ -6,9 +6,12 @@ from .devices import resolve
 from .trace import Trace
 
 
-def _inputs(query, key, value):
-    """query, key, value as float32 arrays; one array for all three when they are one object
-    (self-attention: uploaded once, as torch's fast path takes it)."""
+def _inputs(query, key=None, value=None):
+    """query, key, value as float32 arrays (key None: the query; value None: the key); one array
+    for all three when they are one object (self-attention: uploaded once, as torch's fast path
+    takes it)."""
+    key = query if key is None else key
+    value = key if value is None else value
     q = as_array(query, "query")
     k = q if key is query else as_array(key, "key")
     v = q if value is query else k if value is key else as_array(value, "value")
@@ -82,8 +85,6 @@ class MultiheadAttention:
         """(output, Trace): the forward with every step recorded (and its values, unless
         values=False). key and value default to the query. side_by_side=True runs the same
         weights on the CPU reference too: the Trace's table then compares the two step by step."""
-        key = query if key is None else key
-        value = key if value is None else value
         q, k, v = _inputs(query, key, value)
         args = (q, k, v, as_mask(key_padding_mask, "key_padding_mask"), need_weights,
                 as_mask(attn_mask, "attn_mask"), average_attn_weights, is_causal, attention, True)

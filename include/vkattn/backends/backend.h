@@ -237,6 +237,21 @@ class Backend {
   std::vector<StepTime> host_times_;
 };
 
+// Attaches a tracer to a backend for as long as it lives (the tracer must outlive it).
+class AttachedTracer {
+ public:
+  AttachedTracer(Backend& backend, Tracer& tracer) : backend_(backend), tracer_(tracer) {
+    backend_.add_tracer(tracer_);
+  }
+  ~AttachedTracer() { backend_.remove_tracer(tracer_); }
+  AttachedTracer(const AttachedTracer&) = delete;
+  AttachedTracer& operator=(const AttachedTracer&) = delete;
+
+ private:
+  Backend& backend_;
+  Tracer& tracer_;
+};
+
 // Pushes a step scope for as long as it lives.
 class StepScope {
  public:

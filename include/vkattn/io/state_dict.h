@@ -10,6 +10,7 @@
 // A missing, extra or mis-shaped tensor is a FileError naming it and the shape expected.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "vkattn/io/safetensors.h"
@@ -35,6 +36,10 @@ int64_t num_heads(const Safetensors& file, int64_t requested, const std::string&
 AttentionState attention_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source,
                                          const std::string& prefix = "");
 AttentionState load_attention(const std::filesystem::path& path, int64_t num_heads = 0);
+// The other way: a module's weights under PyTorch's names, as nn.MultiheadAttention.state_dict()
+// holds them (in_proj_weight when kdim = vdim = E, else q/k/v_proj_weight; bias_k, bias_v (1, 1, E)).
+std::map<std::string, Tensor> attention_state_dict(const MultiHeadAttentionConfig& config,
+                                                   const MultiHeadAttentionWeights& weights);
 
 // torch.nn.TransformerEncoder's state_dict — layers.N.self_attn.in_proj_weight (3E, E),
 // layers.N.self_attn.in_proj_bias (3E,), layers.N.self_attn.out_proj.weight / .bias,

@@ -43,6 +43,7 @@ struct StepCheck {
   std::optional<Shape> yours;     // the recorded tensor's shape, when the step was recorded
   StepVerdict verdict = StepVerdict::not_recorded;
   std::optional<ValueDiff> diff;  // yours against vkattn's, when they hold as many elements
+  bool infinite_error = false;    // an element infinite or NaN on one side only (a mask's difference)
   std::string where;              // the first element beyond tolerance, decoded: "(b=0, h=1, i=2, j=0)"
   std::string diagnosis;          // what the difference is, in words; a note where both agree
 };
