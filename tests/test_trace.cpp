@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
@@ -13,6 +14,7 @@
 #include "vkattn/io/npy.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tracing/side_by_side.h"
+#include "vkattn/tracing/step_table.h"
 #include "vkattn/tracing/trace_dump.h"
 
 namespace vkattn {
@@ -310,10 +312,50 @@ TEST(ConsoleTracer, PrintsEveryStepWithTimesAndValuesAndTheError) {
   cpu.add_tracer(fail);
   EXPECT_THROW(mha.forward(cpu, random_tensor({1, 3, 8}, 4)), std::runtime_error);
   std::string text = out.str();
-  EXPECT_NE(text.find("host us"), std::string::npos) << text;
-  EXPECT_NE(text.find("7   softmax             softmax           (1, 2, 3, 3) -> (1, 2, 3, 3)"), std::string::npos) << text;
+  EXPECT_NE(text.find("host µs"), std::string::npos) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex(R"(\n7 +softmax +\(1, 2, 3, 3\) -> \(1, 2, 3, 3\) +[\d.]+\n)"))) << text;
   EXPECT_NE(text.find(" mean 0.3333"), std::string::npos) << "softmax rows of 3 sum to 1:\n" << text;
   EXPECT_NE(text.find("stopped after 10 steps: disk full while tracing"), std::string::npos) << text;
+}
+
+// ---- StepTable: the table every step printer shares ----
+
+StepEvent event_of(int index, std::string name, std::string op, std::vector<Shape> inputs, Shape output) {
+  StepEvent e;
+  e.index = index;
+  e.name = std::move(name);
+  e.op = std::move(op);
+  for (auto& shape : inputs) e.inputs.push_back({"", std::move(shape)});
+  e.output.shape = std::move(output);
+  return e;
+}
+
+TEST(StepTable, FitsItsWidthByWrappingShapesAtAShapesBoundaryAndCountsCodePoints) {
+  EXPECT_EQ(display_width("gpu µs"), 6u);
+  EXPECT_EQ(display_width("Q·Kᵀ/√d"), 7u);
+  StepTable table({"gpu µs", "cpu µs"}, "max |gpu - cpu|", 100);
+  table.add(event_of(0, "layers.0.self_attn.q_proj", "linear", {{2, 10, 512}, {512, 512}, {512}}, {2, 10, 512}),
+            {"685.3", "2936.2"}, "5.36e-07");
+  table.add(event_of(1, "layers.0.self_attn.softmax", "softmax", {{2, 8, 10, 10}}, {2, 8, 10, 10}), {"65.8", "26.6"},
+            "2.98e-08");
+  std::ostringstream out;
+  table.print(out);
+  std::istringstream lines(out.str());
+  std::vector<std::string> all;
+  for (std::string line; std::getline(lines, line);) all.push_back(line);
+  // header, q_proj and its shapes' second line, softmax and its second line: 27 columns for shapes
+  ASSERT_EQ(all.size(), 5u) << out.str();
+  for (const auto& line : all) EXPECT_LE(display_width(line), 100u) << out.str();
+  EXPECT_EQ(all[0].find("#  step"), 0u) << out.str();
+  EXPECT_NE(all[1].find("0  layers.0.self_attn.q_proj (linear)  (2, 10, 512) (512, 512) "), std::string::npos)
+      << out.str();
+  EXPECT_NE(all[1].find("685.3  2936.2  5.36e-07"), std::string::npos) << out.str();
+  // the continuation starts under the shapes column, with the next whole shape
+  EXPECT_EQ(all[2].find_first_not_of(' '), all[0].find("inputs")) << out.str();
+  EXPECT_EQ(all[2].substr(all[2].find_first_not_of(' ')), "(512,) -> (2, 10, 512)") << out.str();
+  EXPECT_NE(all[3].find("layers.0.self_attn.softmax "), std::string::npos) << "its name says its op:\n" << out.str();
+  EXPECT_EQ(all[3].find("(softmax)"), std::string::npos) << out.str();
+  EXPECT_EQ(table.step_column(), 3u);
 }
 
 // ---- SideBySide: two recorded passes zipped ----
@@ -349,7 +391,11 @@ TEST_F(SideBySideTest, GpuAgreesWithTheReferenceAtEveryStepAndTheTableShowsEach)
   }
   std::ostringstream out;
   table.print(out);
-  EXPECT_NE(out.str().find("7   attention_mask      attention_mask    (2, 3, 3, 17) -> (2, 3, 3, 17)"), std::string::npos) << out.str();
+  EXPECT_TRUE(std::regex_search(
+      out.str(), std::regex(R"(\n7 +attention_mask +\(2, 3, 3, 17\) -> \(2, 3, 3, 17\) +[\d.]+ +[\d.]+  \d\.\d\de-\d\d\n)")))
+      << out.str();
+  EXPECT_TRUE(std::regex_search(out.str(), std::regex(R"(\n0 +q_proj \(linear\) +\(2, 3, 12\) \(12, 12\) \(12,\) -> \(2, 3, 12\) )")))
+      << "a step whose name does not say its op shows it:\n" << out.str();
   EXPECT_NE(out.str().find("every step agrees: gpu and cpu within atol 1e-05 + rtol 1e-05 * |cpu|"), std::string::npos) << out.str();
 }
 

@@ -21,19 +21,29 @@ std::string format_time(const std::optional<StepTime>& t) {
   return s.str();
 }
 
-// "[0.1235, -0.5, 0.25, 1, 0.5, 0.75, …]"
-std::string leading(const Tensor& t, size_t n = 6) {
+}  // namespace
+
+std::string SideBySide::cell(const Row& r) const {
   std::ostringstream s;
-  s << std::setprecision(4) << "[";
-  for (size_t i = 0; i < std::min(n, t.data.size()); ++i) s << (i ? ", " : "") << t.data[i];
-  s << (t.data.size() > n ? ", …]" : "]");
+  if (!r.tested || !r.reference) {
+    s << "(only on " << (r.tested ? tested_.backend() : reference_.backend()) << ")";
+  } else if (!r.same_step) {
+    s << "(" << reference_.backend() << " ran " << r.reference->event.name << ")";
+  } else if (!r.diff) {
+    s << "(no values)";
+  } else {
+    s << std::scientific << std::setprecision(2) << r.diff->max_abs_error << (r.diff->mismatches ? " DIVERGES" : "");
+  }
   return s.str();
 }
 
-}  // namespace
-
 SideBySide::SideBySide(const StepRecorder& tested, const StepRecorder& reference, double atol, double rtol)
-    : tested_(tested), reference_(reference), atol_(atol), rtol_(rtol) {
+    : tested_(tested),
+      reference_(reference),
+      atol_(atol),
+      rtol_(rtol),
+      table_({tested.backend() + " µs", reference.backend() + " µs"},
+             "max |" + tested.backend() + " - " + reference.backend() + "|") {
   const auto &a = tested.steps(), &b = reference.steps();
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
     Row row;
@@ -48,6 +58,7 @@ SideBySide::SideBySide(const StepRecorder& tested, const StepRecorder& reference
     }
     rows_.push_back(std::move(row));
   }
+  for (const Row& r : rows_) table_.add(r.event(), {format_time(r.tested_time), format_time(r.reference_time)}, cell(r));
 }
 
 std::optional<size_t> SideBySide::first_divergent() const {
@@ -64,40 +75,29 @@ bool SideBySide::agree() const {
 }
 
 void SideBySide::print(std::ostream& out, bool values) const {
+  print_header(out);
+  for (size_t i = 0; i < rows_.size(); ++i) print_row(out, i, values);
+  print_summary(out);
+}
+
+void SideBySide::print_header(std::ostream& out) const {
+  out << tested_.backend() << ": " << tested_.device() << "    " << reference_.backend() << ": " << reference_.device()
+      << "\n";
+  table_.print_header(out);
+}
+
+void SideBySide::print_row(std::ostream& out, size_t i, bool values) const {
+  table_.print_row(out, i);
+  const Row& r = rows_[i];
+  if (values && r.diff) {
+    const size_t indent = step_column() + 2;
+    out << std::string(indent, ' ') << tested_.backend() << " " << leading_values(*r.tested->values, 6) << "\n"
+        << std::string(indent, ' ') << reference_.backend() << " " << leading_values(*r.reference->values, 6) << "\n";
+  }
+}
+
+void SideBySide::print_summary(std::ostream& out) const {
   const std::string a = tested_.backend(), b = reference_.backend();
-  std::vector<std::string> shapes;
-  size_t width = 16, name_width = 20;  // scoped names (layers.0.self_attn.q_proj) widen the column
-  for (const Row& r : rows_) {
-    const StepEvent& e = r.event();
-    shapes.push_back(input_shapes(e) + " -> " + shape_string(e.output.shape));
-    width = std::max(width, shapes.back().size() + 2);
-    name_width = std::max(name_width, e.name.size() + 2);
-  }
-  const int name_w = static_cast<int>(name_width);
-  out << a << ": " << tested_.device() << "    " << b << ": " << reference_.device() << "\n"
-      << std::left << std::setw(4) << "#" << std::setw(name_w) << "step" << std::setw(18) << "op"
-      << std::setw(static_cast<int>(width)) << "inputs -> output" << std::right << std::setw(10) << (a + " us")
-      << std::setw(10) << (b + " us") << "  max |" << a << " - " << b << "|\n";
-  for (size_t i = 0; i < rows_.size(); ++i) {
-    const Row& r = rows_[i];
-    const StepEvent& e = r.event();
-    std::ostringstream err;
-    if (!r.tested || !r.reference) {
-      err << "(only on " << (r.tested ? a : b) << ")";
-    } else if (!r.same_step) {
-      err << "(" << b << " ran " << r.reference->event.name << " " << shape_string(r.reference->event.output.shape) << ")";
-    } else if (!r.diff) {
-      err << "(no values)";
-    } else {
-      err << std::scientific << std::setprecision(2) << r.diff->max_abs_error << (r.diff->mismatches ? "  DIVERGES" : "");
-    }
-    out << std::left << std::setw(4) << e.index << std::setw(name_w) << e.name << std::setw(18) << e.op
-        << std::setw(static_cast<int>(width)) << shapes[i] << std::right << std::setw(10) << format_time(r.tested_time)
-        << std::setw(10) << format_time(r.reference_time) << "  " << err.str() << "\n";
-    if (values && r.diff) {
-      out << "      " << a << " " << leading(*r.tested->values) << "\n      " << b << " " << leading(*r.reference->values) << "\n";
-    }
-  }
   for (const StepRecorder* r : {&tested_, &reference_}) {
     if (r->pass_end().error) out << r->backend() << " stopped after " << r->steps().size() << " steps: " << *r->pass_end().error << "\n";
   }

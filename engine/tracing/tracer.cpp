@@ -1,5 +1,7 @@
 #include "vkattn/tracing/tracer.h"
 
+#include "vkattn/tracing/step_table.h"
+
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -17,11 +19,17 @@ std::string input_shapes(const StepEvent& event) {
   return out;
 }
 
-std::string value_summary(const Tensor& values, size_t leading) {
+std::string leading_values(const Tensor& values, size_t n) {
   std::ostringstream s;
   s << std::setprecision(4) << "[";
-  for (size_t i = 0; i < std::min(leading, values.data.size()); ++i) s << (i ? ", " : "") << values.data[i];
-  s << (values.data.size() > leading ? ", …]" : "]");
+  for (size_t i = 0; i < std::min(n, values.data.size()); ++i) s << (i ? ", " : "") << values.data[i];
+  s << (values.data.size() > n ? ", …]" : "]");
+  return s.str();
+}
+
+std::string value_summary(const Tensor& values, size_t leading) {
+  std::ostringstream s;
+  s << std::setprecision(4) << leading_values(values, leading);
   // min / max / mean over the finite values (a masked score is -inf by design)
   float lo = INFINITY, hi = -INFINITY;
   double sum = 0;
@@ -44,34 +52,27 @@ void ConsoleTracer::on_pass(const std::string& pass, const std::string& backend,
 }
 
 void ConsoleTracer::on_step(const StepEvent& event) {
-  rows_.push_back({std::to_string(event.index), event.name, event.op,
-                   input_shapes(event) + " -> " + shape_string(event.output.shape),
-                   event.values ? value_summary(*event.values) : std::string()});
+  Row row{event, event.values ? value_summary(*event.values) : std::string()};
+  row.event.values = nullptr;
+  rows_.push_back(std::move(row));
 }
 
 void ConsoleTracer::on_pass_end(const PassEnd& end) {
-  size_t shapes_width = 16, name_width = 20;  // scoped names (layers.0.self_attn.q_proj) widen the column
-  for (const Row& r : rows_) {
-    shapes_width = std::max(shapes_width, r.shapes.size() + 2);
-    name_width = std::max(name_width, r.name.size() + 2);
-  }
-  const int name_w = static_cast<int>(name_width);
-  out_ << title_ << "\n"
-       << std::left << std::setw(4) << "#" << std::setw(name_w) << "step" << std::setw(18) << "op" << std::setw(static_cast<int>(shapes_width))
-       << "inputs -> output" << std::right << std::setw(12) << (end.clock + " us") << (values_ ? "  values" : "") << "\n";
+  StepTable table({end.clock + " µs"}, "");
   for (size_t i = 0; i < rows_.size(); ++i) {
-    const Row& r = rows_[i];
-    out_ << std::left << std::setw(4) << r.index << std::setw(name_w) << r.name << std::setw(18) << r.op
-         << std::setw(static_cast<int>(shapes_width)) << r.shapes << std::right << std::setw(12);
     std::ostringstream time;  // formatted apart: the caller's stream keeps its own precision
     if (i < end.step_times.size()) {
       time << std::fixed << std::setprecision(1) << end.step_times[i].duration_us;
     } else {
       time << "-";
     }
-    out_ << time.str();
-    if (values_) out_ << "  " << r.values;
-    out_ << "\n";
+    table.add(rows_[i].event, {time.str()});
+  }
+  out_ << title_ << "\n";
+  table.print_header(out_);
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    table.print_row(out_, i);
+    if (values_) out_ << std::string(table.step_column() + 2, ' ') << rows_[i].values << "\n";
   }
   if (end.error) out_ << "stopped after " << rows_.size() << " steps: " << *end.error << "\n";
 }

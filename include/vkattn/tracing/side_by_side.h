@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vkattn/tracing/compare.h"
+#include "vkattn/tracing/step_table.h"
 #include "vkattn/tracing/tracer.h"
 
 namespace vkattn {
@@ -34,14 +35,24 @@ class SideBySide {
   std::optional<size_t> first_divergent() const;
   // The table, then either "every step agrees …" or the first divergent step with its index
   // decoded into the step's dims and both values; and each pass's error, if one failed. With
-  // `values`, each step's row is followed by its leading values on both sides.
+  // `values`, each step's row is followed by its leading values on both sides. Within 100
+  // columns but for the values and the summary's decoded index.
   void print(std::ostream& out, bool values = false) const;
+  // print()'s parts, for a caller that writes between the rows (a lesson's words):
+  void print_header(std::ostream& out) const;  // the two devices, then the column headers
+  void print_row(std::ostream& out, size_t i, bool values = false) const;
+  void print_summary(std::ostream& out) const;  // failures, then the verdict
+  // Where a row's step column starts, for lines written between the rows.
+  size_t step_column() const { return table_.step_column(); }
 
  private:
+  std::string cell(const Row& r) const;  // the last column: the largest difference, or why none
+
   const StepRecorder& tested_;
   const StepRecorder& reference_;
   double atol_, rtol_;
   std::vector<Row> rows_;
+  StepTable table_;
 };
 
 }  // namespace vkattn

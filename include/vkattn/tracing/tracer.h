@@ -68,7 +68,8 @@ class ConsoleTracer : public Tracer {
 
  private:
   struct Row {
-    std::string index, name, op, shapes, values;
+    StepEvent event;     // event.values is reset
+    std::string values;  // their summary, when asked for
   };
   std::ostream& out_;
   bool values_;
@@ -110,6 +111,9 @@ void replay(const StepRecorder& recorded, Tracer& sink);
 
 // "(2, 5, 64) (64, 64) (64,)" — the shapes of a step's inputs, as the console shows them.
 std::string input_shapes(const StepEvent& event);
+
+// "[0.1235, -0.5, 0.25, …]" — a tensor's first `n` values, 4 significant digits.
+std::string leading_values(const Tensor& values, size_t n);
 
 // "[0.12, -0.5, 0.33, …] min -1.2 max 0.9 mean 0.01" — a tensor in one line.
 std::string value_summary(const Tensor& values, size_t leading = 4);
