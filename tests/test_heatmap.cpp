@@ -1,5 +1,6 @@
-// SVG heatmaps: one cell per element with its shade or "blocked" grey, the plane's size in the
-// image's attributes, labelled axes, escaped titles, one file per plane named by its index.
+// SVG pictures. Heatmaps: one cell per element with its shade or "blocked" grey, the plane's size
+// in the image's attributes, labelled axes, escaped titles, one file per plane named by its index.
+// Line plots: one line per series through its points, round ticks, a legend.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,6 +11,7 @@
 
 #include "vkattn/errors.h"
 #include "vkattn/io/heatmap.h"
+#include "vkattn/io/plot.h"
 
 namespace vkattn {
 namespace {
@@ -65,6 +67,21 @@ TEST(Heatmap, WritesOnePlanePerFileNamedByItsIndex) {
   for (const auto& p : paths) EXPECT_TRUE(fs::exists(p)) << p;
   EXPECT_THROW(io::write_heatmaps(dir / "missing", "w", Tensor({2, 2}), {}, {}), FileError);
   fs::remove_all(dir);
+}
+
+TEST(LinePlot, DrawsEverySeriesThroughItsPointsOnRoundAxes) {
+  const std::vector<io::PlotSeries> series{{"unfused <L²>", {0, 5, 10}, {0, 1, 4.5}}, {"fused", {0, 10}, {0, 1}}};
+  std::string svg = io::line_plot_svg(series, {.title = "time", .x = "L", .y = "time (ms)"});
+  EXPECT_EQ(count(svg, "<polyline"), 2u);
+  EXPECT_EQ(count(svg, "<circle"), 5u);
+  // x runs 0..10 (ticks every 2) over 346 px from x = 64; y 0..5 (ticks every 1) over 252 px up from 292
+  EXPECT_NE(svg.find("points=\"64.0,292.0 237.0,241.6 410.0,65.2 \""), std::string::npos) << svg;
+  EXPECT_NE(svg.find("points=\"64.0,292.0 410.0,241.6 \""), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">unfused &lt;L²&gt;<"), std::string::npos) << "the legend names it, escaped";
+  EXPECT_NE(svg.find(">time (ms)<"), std::string::npos);
+  EXPECT_EQ(count(svg, "text-anchor=\"end\">"), 6u) << "y ticks 0, 1, …, 5";
+  EXPECT_THROW(io::line_plot_svg({{"bad", {1, 2}, {1}}}, {}), ShapeError);
+  EXPECT_THROW(io::line_plot_svg({{"flat", {0, 0}, {0, 0}}}, {}), ShapeError);
 }
 
 }  // namespace

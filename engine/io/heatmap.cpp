@@ -6,37 +6,17 @@
 #include <span>
 
 #include "engine/io/file.h"
+#include "engine/io/svg.h"
 #include "vkattn/errors.h"
 
 namespace vkattn::io {
 
 namespace {
 
-// Text is user-given (titles): escape what XML reserves.
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string format(const char* pattern, auto... args) {
-  char buffer[512];
-  std::snprintf(buffer, sizeof buffer, pattern, args...);
-  return buffer;
-}
-
 // White (t = 0) to dark blue (t = 1).
 std::string shade(double t) {
   auto mix = [&](int from, int to) { return static_cast<int>(std::lround(from + (to - from) * t)); };
-  return format("#%02x%02x%02x", mix(255, 8), mix(255, 48), mix(255, 107));
+  return svg::format("#%02x%02x%02x", mix(255, 8), mix(255, 48), mix(255, 107));
 }
 
 }  // namespace
@@ -61,32 +41,32 @@ std::string heatmap_svg(const Tensor& plane, const HeatmapLabels& labels) {
   }
   const double span = hi > lo ? static_cast<double>(hi) - lo : 1.0;
 
-  std::string svg = format(
+  std::string image = svg::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%lld\" height=\"%lld\" viewBox=\"0 0 %lld %lld\" "
       "font-family=\"sans-serif\" data-rows=\"%lld\" data-cols=\"%lld\">\n",
       static_cast<long long>(width), static_cast<long long>(height), static_cast<long long>(width),
       static_cast<long long>(height), static_cast<long long>(R), static_cast<long long>(C));
-  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  svg += format("<text x=\"%d\" y=\"20\" font-size=\"15\">", left) + xml_escape(labels.title) + "</text>\n";
+  image += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  image += svg::format("<text x=\"%d\" y=\"20\" font-size=\"15\">", left) + svg::escape(labels.title) + "</text>\n";
   std::string legend = mask                                   ? "white: attends, grey: blocked (True)"
                        : blocked_cells == plane.data.size() ? "every cell is -inf (blocked)"
-                       : format("white = %.4g, dark blue = %.4g%s", static_cast<double>(lo), static_cast<double>(hi),
+                       : svg::format("white = %.4g, dark blue = %.4g%s", static_cast<double>(lo), static_cast<double>(hi),
                                 blocked_cells ? ", grey = -inf (blocked)" : "");
-  svg += format("<text x=\"%d\" y=\"38\" font-size=\"11\" fill=\"#555\">", left) + xml_escape(legend) + "</text>\n";
+  image += svg::format("<text x=\"%d\" y=\"38\" font-size=\"11\" fill=\"#555\">", left) + svg::escape(legend) + "</text>\n";
   // axis titles: columns below the grid, rows rotated at its left
-  svg += format("<text x=\"%lld\" y=\"%lld\" font-size=\"12\" text-anchor=\"middle\">",
+  image += svg::format("<text x=\"%lld\" y=\"%lld\" font-size=\"12\" text-anchor=\"middle\">",
                 static_cast<long long>(left + C * cell / 2), static_cast<long long>(top + R * cell + 35)) +
-         xml_escape(labels.cols) + "</text>\n";
-  svg += format("<text transform=\"translate(20 %lld) rotate(-90)\" font-size=\"12\" text-anchor=\"middle\">",
+         svg::escape(labels.cols) + "</text>\n";
+  image += svg::format("<text transform=\"translate(20 %lld) rotate(-90)\" font-size=\"12\" text-anchor=\"middle\">",
                 static_cast<long long>(top + R * cell / 2)) +
-         xml_escape(labels.rows) + "</text>\n";
+         svg::escape(labels.rows) + "</text>\n";
   for (int64_t j = 0; j < C; j += tick_every) {
-    svg += format("<text x=\"%lld\" y=\"%lld\" font-size=\"10\" text-anchor=\"middle\">%lld</text>\n",
+    image += svg::format("<text x=\"%lld\" y=\"%lld\" font-size=\"10\" text-anchor=\"middle\">%lld</text>\n",
                   static_cast<long long>(left + j * cell + cell / 2), static_cast<long long>(top + R * cell + 15),
                   static_cast<long long>(j));
   }
   for (int64_t i = 0; i < R; i += tick_every) {
-    svg += format("<text x=\"%d\" y=\"%lld\" font-size=\"10\" text-anchor=\"end\" dominant-baseline=\"middle\">%lld</text>\n",
+    image += svg::format("<text x=\"%d\" y=\"%lld\" font-size=\"10\" text-anchor=\"end\" dominant-baseline=\"middle\">%lld</text>\n",
                   left - 6, static_cast<long long>(top + i * cell + cell / 2), static_cast<long long>(i));
   }
   for (int64_t i = 0; i < R; ++i) {
@@ -95,17 +75,17 @@ std::string heatmap_svg(const Tensor& plane, const HeatmapLabels& labels) {
       const bool blocked = mask ? v != 0.0f : !std::isfinite(v);
       const double t = blocked || mask ? 0.0 : (v - lo) / span;
       const long long x = left + j * cell, y = top + i * cell;
-      svg += format("<rect class=\"cell\" x=\"%lld\" y=\"%lld\" width=\"%d\" height=\"%d\" fill=\"%s\" stroke=\"#eee\"/>\n",
+      image += svg::format("<rect class=\"cell\" x=\"%lld\" y=\"%lld\" width=\"%d\" height=\"%d\" fill=\"%s\" stroke=\"#eee\"/>\n",
                     x, y, cell, cell, blocked ? "#555" : shade(t).c_str());
       if (cell >= 28 && !mask) {
-        std::string text = blocked ? (std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf")) : format("%.2f", static_cast<double>(v));
-        svg += format("<text x=\"%lld\" y=\"%lld\" font-size=\"9\" text-anchor=\"middle\" dominant-baseline=\"middle\" fill=\"%s\">",
+        std::string text = blocked ? (std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf")) : svg::format("%.2f", static_cast<double>(v));
+        image += svg::format("<text x=\"%lld\" y=\"%lld\" font-size=\"9\" text-anchor=\"middle\" dominant-baseline=\"middle\" fill=\"%s\">",
                       x + cell / 2, y + cell / 2, blocked || t > 0.55 ? "white" : "black") + text + "</text>\n";
       }
     }
   }
-  svg += "</svg>\n";
-  return svg;
+  image += "</svg>\n";
+  return image;
 }
 
 std::vector<std::filesystem::path> write_heatmaps(const std::filesystem::path& dir, const std::string& stem,
@@ -127,8 +107,8 @@ std::vector<std::filesystem::path> write_heatmaps(const std::filesystem::path& d
     Tensor plane({R, C}, std::vector<float>(begin, begin + R * C), t.dtype);
     HeatmapLabels l = labels;
     if (!where.empty()) l.title += " (" + where + ")";
-    std::string svg = heatmap_svg(plane, l);
-    files.emplace_back(dir / (stem + suffix + ".svg"), std::as_bytes(std::span(svg.data(), svg.size())));
+    std::string image = heatmap_svg(plane, l);
+    files.emplace_back(dir / (stem + suffix + ".svg"), std::as_bytes(std::span(image.data(), image.size())));
   }
   std::vector<std::filesystem::path> paths;
   for (auto& file : files) {
