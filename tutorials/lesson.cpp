@@ -5,15 +5,87 @@
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "vkattn/backends/make_backend.h"
 #include "vkattn/tracing/side_by_side.h"
+#include "vkattn/tracing/step_table.h"
 
 namespace vkattn::tutorial {
 
-Lesson::Lesson(std::unique_ptr<Backend> gpu, std::filesystem::path images)
-    : gpu_(std::move(gpu)), images_(std::move(images)) {}
+namespace {
+
+constexpr size_t kColumns = 100;  // a terminal's width: no line of a lesson is wider
+
+// `line` split at its spaces, but not those inside parentheses: "(B, H, T, d)" stays whole.
+std::vector<std::string> words(const std::string& line) {
+  std::vector<std::string> out(1);
+  int depth = 0;
+  for (char c : line) {
+    depth += c == '(' ? 1 : c == ')' && depth > 0 ? -1 : 0;
+    if (c == ' ' && depth == 0) {
+      if (!out.back().empty()) out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  if (out.back().empty()) out.pop_back();
+  return out;
+}
+
+// `text` with every line wider than kColumns broken at spaces; a broken line's continuation is
+// indented two more than the line's own indent, and every line `indent` more.
+std::string wrap(const std::string& text, size_t indent = 0) {
+  std::istringstream lines(text);
+  std::string line, out;
+  while (std::getline(lines, line)) {
+    if (indent + display_width(line) <= kColumns) {  // fits: kept as written, its spacing too
+      out += std::string(indent, ' ') + line + "\n";
+      continue;
+    }
+    const size_t own = line.find_first_not_of(' ') == std::string::npos ? 0 : line.find_first_not_of(' ');
+    std::string current(indent + own, ' ');
+    size_t width = indent + own;
+    bool first = true;
+    for (const std::string& word : words(line.substr(own))) {
+      if (!first && width + 1 + display_width(word) > kColumns) {
+        out += current + "\n";
+        current = std::string(indent + own + 2, ' ');
+        width = indent + own + 2;
+        first = true;
+      }
+      current += (first ? "" : " ") + word;
+      width += (first ? 0 : 1) + display_width(word);
+      first = false;
+    }
+    out += current + "\n";
+  }
+  return out;
+}
+
+std::string seconds(double s) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(s < 0.01 ? 1 : s < 1 ? 0 : 2) << (s < 1 ? s * 1e3 : s) << (s < 1 ? " ms" : " s");
+  return out.str();
+}
+
+std::string unscoped(const std::string& step) { return step.substr(step.rfind('.') + 1); }
+
+}  // namespace
+
+Lesson::Lesson(std::unique_ptr<Backend> gpu, std::filesystem::path images, bool values)
+    : gpu_(std::move(gpu)), images_(std::move(images)), values_(values) {}
+
+double Lesson::untimed(Backend& backend, const std::function<void(Backend&)>& run) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run(backend);
+  } catch (const std::exception&) {
+    // the traced pass fails the same way, and shows how far it got
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 void Lesson::traced(Backend& backend, StepRecorder& steps, const std::string& heading,
                     const std::function<void(Backend&)>& run) {
@@ -34,21 +106,47 @@ void Lesson::traced(Backend& backend, StepRecorder& steps, const std::string& he
   backend.remove_tracer(steps);
 }
 
-void Lesson::compare(const std::string& heading, const StepRecorder& gpu_steps, const StepRecorder& cpu_steps) {
+void Lesson::compare(const std::string& heading, const StepRecorder& gpu_steps, const StepRecorder& cpu_steps,
+                     double first_run_s, const Notes* notes) {
   ++parts_;
   // A GPU sums in its own order and contracts a·b + c into one rounding: on an NVIDIA H100,
   // lesson 02's unscaled d = 64 scores (up to ±22) came out 1.4e-5 from the reference after
   // attention_values, a relative 4e-5: float32 rounding, not a bug. 1e-4 leaves room for it;
   // lavapipe, which sums as the reference does, agrees within 1e-6.
   SideBySide table(gpu_steps, cpu_steps, 1e-4, 1e-4);
-  std::cout << "\n== part " << parts_ << ": " << heading << "\n";
-  table.print(std::cout, true);
-  if (table.agree()) ++parts_agreeing_;
+  double largest = 0;
   for (const auto& row : table.rows())
-    if (row.diff) worst_ = std::max(worst_, row.diff->max_abs_error);
+    if (row.diff) largest = std::max(largest, row.diff->max_abs_error);
+  worst_ = std::max(worst_, largest);
+  if (table.agree()) ++parts_agreeing_;
+  std::cout << "\n== part " << parts_ << ": " << heading << "\n";
+  if (!notes && table.agree()) {
+    std::ostringstream line;
+    line << table.rows().size() << " steps on the GPU and the CPU, every one within 1e-4 (largest |gpu - cpu| "
+         << std::scientific << std::setprecision(2) << largest << ")";
+    std::cout << wrap(line.str());
+    return;
+  }
+  std::cout << wrap("gpu µs: the steps' second run. The first, untimed, took " + seconds(first_run_s) +
+                    ": it made the pipelines (compiled once per process, or read from the driver's disk cache)");
+  table.print_header(std::cout);
+  std::set<const std::string*> said;  // a note is said once a part, above the first step it names
+  for (size_t i = 0; i < table.rows().size(); ++i) {
+    const std::string& step = table.rows()[i].event().name;
+    const std::string* note = nullptr;
+    if (notes) {
+      auto it = notes->find(step);
+      if (it == notes->end()) it = notes->find(unscoped(step));
+      if (it != notes->end() && said.insert(&it->second).second) note = &it->second;
+    }
+    if (note) std::cout << wrap(*note, table.step_column());
+    explained_[unscoped(step)] |= note != nullptr;
+    table.print_row(std::cout, i, values_);
+  }
+  table.print_summary(std::cout);
 }
 
-void Lesson::say(const std::string& text) const { std::cout << "\n" << text << "\n"; }
+void Lesson::say(const std::string& text) const { std::cout << "\n" << wrap(text); }
 
 void Lesson::grid(const std::string& caption, const Tensor& t, const Shape& plane, int precision) const {
   const int64_t R = t.rank() >= 2 ? t.shape[t.shape.size() - 2] : 1, C = t.shape.back();
@@ -88,7 +186,17 @@ void Lesson::images(const std::string& stem, const Tensor& t, const std::vector<
             << "*.svg)\n";
 }
 
+void Lesson::plot(const std::string& stem, const std::vector<io::PlotSeries>& series, const io::PlotLabels& labels) const {
+  if (images_.empty()) return;
+  std::filesystem::create_directories(images_);
+  io::write_line_plot(images_ / (stem + ".svg"), series, labels);
+  std::cout << "(plot: " << (images_ / (stem + ".svg")).string() << ")\n";
+}
+
 int Lesson::finish() const {
+  for (const auto& [step, explained] : explained_) {
+    if (!explained) throw std::logic_error("the lesson shows step '" + step + "' but never says what it is");
+  }
   const bool ok = parts_ > 0 && parts_agreeing_ == parts_;
   std::cout << "\n"
             << (ok ? "CPU and GPU agree" : "CPU and GPU DISAGREE") << " at every step of " << parts_agreeing_ << " of "
@@ -99,7 +207,9 @@ int Lesson::finish() const {
 int run(int argc, char** argv, const std::string& title, const std::function<void(Lesson&)>& lesson) {
   CLI::App app(title, std::filesystem::path(argv[0]).filename().string());
   std::string images, device;
+  bool values = false;
   app.add_option("--images", images, "DIR: write the lesson's attention weights and masks as SVG heatmaps");
+  app.add_flag("--values", values, "under every step, both sides' leading values");
   app.add_option("--device", device, "GPU index or name substring (see vkattn devices); default: the best");
   try {
     app.parse(argc, argv);
@@ -110,7 +220,7 @@ int run(int argc, char** argv, const std::string& title, const std::function<voi
     return 2;
   }
   try {
-    Lesson l(make_backend("gpu", device), images);
+    Lesson l(make_backend("gpu", device), images, values);
     std::cout << title << "\n";
     lesson(l);
     return l.finish();

@@ -22,16 +22,17 @@ int main(int argc, char** argv) {
     const Tensor q = random_tensor({B, T, H, d}, 1), k = random_tensor({B, T, H, d}, 2), v = random_tensor({B, T, H, d}, 3);
 
     lesson.say(
-        "Q, K and V are (B, T, H, d) = (32, 128, 8, 64), as the article makes them.\n"
-        "attention_scores multiplies the last two dims, Q · Kᵀ, per index of the first two (and by 1/√d).\n"
-        "Given (B, T, H, d) it treats T as the head axis and H as the sequence:");
+        "Q, K and V are (B, T, H, d) = (32, 128, 8, 64), as the article makes them. attention_scores "
+        "multiplies the last two dims, Q · Kᵀ, per index of the first two (and by 1/√d). Given (B, T, H, d) "
+        "it treats T as the head axis and H as the sequence:");
     auto [wrong, wrong_cpu] = lesson.part("Q·Kᵀ in the (B, T, H, d) layout", [&](Backend& b) {
       return b.download(b.attention_scores("scores_wrong_layout", b.upload("Q (B,T,H,d)", q), b.upload("K (B,T,H,d)", k)));
-    });
+    }, {{"scores_wrong_layout", "Q @ K.transpose(-2, -1) / math.sqrt(d) on (B, T, H, d): matmul pairs the last two "
+                                "axes, (H, d)·(d, H), so d is summed away and a second H appears: (B, T, H, H)"}});
     std::ostringstream shape;
     shape << "scores_wrong_layout is " << shape_string(wrong.shape)
-          << " = (B, T, H, H): for each of the 128 positions, 8 x 8 products of one head's query with\n"
-             "another head's key at the SAME position. No position looks at any other: this is not attention,\n"
+          << " = (B, T, H, H): for each of the 128 positions, 8 x 8 products of one head's query with "
+             "another head's key at the SAME position. No position looks at any other: this is not attention, "
              "and not the (B, T, H, T) = (32, 128, 8, 128) the article prints.";
     lesson.say(shape.str());
     Tensor first_position({H, H}, std::vector<float>(wrong.data.begin(), wrong.data.begin() + H * H));
@@ -40,8 +41,8 @@ int main(int argc, char** argv) {
                    .rows = "query head", .cols = "key head"});
 
     lesson.say(
-        "The right way: move the heads forward, (B, T, H, d) -> (B, H, T, d). (B, T, H, d) is the same memory\n"
-        "as (B, T, E) with E = H·d, so split_heads does it (torch: .view(B, T, H, d).transpose(1, 2)).");
+        "The right way: move the heads forward, (B, T, H, d) -> (B, H, T, d). (B, T, H, d) is the same "
+        "memory as (B, T, E) with E = H·d, so split_heads does it (torch: .view(B, T, H, d).transpose(1, 2)).");
     auto [right, right_cpu] = lesson.part("split_heads, then Q·Kᵀ, softmax, ·V, merge_heads", [&](Backend& b) {
       auto heads = [&](const char* step, const char* name, const Tensor& t) {
         return b.split_heads(step, view(b.upload(name, t), {B, T, H * d}), H);  // (B, H, T, d)
@@ -51,7 +52,16 @@ int main(int argc, char** argv) {
       Value weights = b.softmax("softmax", scores);                     // (B, H, T, T), rows sum to 1
       Value context = b.attention_values("attention_values", weights, vh);  // (B, H, T, d)
       return std::pair{b.download(b.merge_heads("merge_heads", context)), b.download(weights)};  // (B, T, H·d)
-    });
+    }, {{"split_heads_q", "Q.view(B, T, H, d).transpose(1, 2): the same numbers, the head axis moved before T: "
+                          "(B, T, H·d) -> (B, H, T, d)"},
+        {"split_heads_k", "K.view(B, T, H, d).transpose(1, 2)"},
+        {"split_heads_v", "V.view(B, T, H, d).transpose(1, 2)"},
+        {"attention_scores", "Q @ K.transpose(-2, -1) / math.sqrt(d): now the last two axes are (T, d)·(d, T): "
+                             "d summed away, every position against every position. (B, H, T, T)"},
+        {"softmax", "F.softmax(scores, dim=-1): each row of 128 keys becomes weights summing to 1"},
+        {"attention_values", "weights @ V: (T, T)·(T, d) per head, the key axis summed away: (B, H, T, d)"},
+        {"merge_heads", "out.transpose(1, 2).reshape(B, T, H * d): heads back behind T and concatenated: "
+                        "the article's example 3"}});
     std::ostringstream done;
     done << "attention_scores is (B, H, T, T) = (32, 8, 128, 128): every position against every position, per head.\n"
          << "merge_heads gives " << shape_string(right.first.shape)

@@ -38,7 +38,12 @@ int main(int argc, char** argv) {
       Value weights = b.softmax("softmax", masked);
       b.attention_values("attention_values", weights, X);
       return b.download(weights);
-    });
+    }, {{"attention_scores", "scores = q @ k.transpose(-2, -1) / math.sqrt(64): every query against every key, "
+                             "(1, 1, 5, 5)"},
+        {"attention_mask", "scores.masked_fill(mask == 0, float('-inf')): -inf above the diagonal, the "
+                           "scores elsewhere. Shape unchanged"},
+        {"softmax", "F.softmax(scores, dim=-1): exp(-inf) = 0, so each row spreads over keys 0..i only"},
+        {"attention_values", "weights @ v: query i mixes the values of tokens 0..i, never a later one"}});
     lesson.grid("masked attention weights (GPU): row i spreads over keys 0..i only", causal_weights, {0, 0}, 3);
     lesson.images("causal_weights", causal_weights, {"b", "h"}, {.title = "causal attention weights"});
 
@@ -56,7 +61,8 @@ int main(int argc, char** argv) {
       Value weights = b.softmax("softmax", masked);
       b.attention_values("attention_values", weights, Q);
       return b.download(weights);
-    });
+    }, {{"attention_mask", "scores + key_padding_mask.view(B, 1, 1, S): the (B, S) mask broadcast over heads and "
+                           "queries; -inf in sequence 1's keys 3 and 4"}});
     lesson.grid("weights of sequence b = 1: keys 3 and 4 (padding) get 0", padded, {1, 0}, 3);
     lesson.images("padding_weights", padded, {"b", "h"}, {.title = "attention weights with key padding"});
 
@@ -74,15 +80,18 @@ int main(int argc, char** argv) {
       Value with_1e9 = b.softmax("softmax_1e9", b.attention_mask("attention_mask_1e9", s, &big, nullptr, false));
       Value with_inf = b.softmax("softmax_inf", b.attention_mask("attention_mask_inf", s, &inf, nullptr, false));
       return std::pair{b.download(with_1e9), b.download(with_inf)};
-    });
+    }, {{"attention_mask_1e9", "scores.masked_fill(mask, -1e9): a blocked score becomes -1e9, whatever it was"},
+        {"softmax_1e9", "F.softmax(dim=-1): row 1's scores are all -1e9, so all equal: each gets 1/4"},
+        {"attention_mask_inf", "scores.masked_fill(mask, float('-inf'))"},
+        {"softmax_inf", "F.softmax(dim=-1): row 1 is all -inf; PyTorch gives NaN, vkattn zeros"}});
     lesson.grid("weights with -1e9:", rows.first, {0, 0}, 3);
     lesson.grid("weights with -inf:", rows.second, {0, 0}, 3);
     std::ostringstream why;
-    why << "Row 0 is the same either way. Row 1 is not: with -1e9 every score became -1e9 (the scores are lost in\n"
+    why << "Row 0 is the same either way. Row 1 is not: with -1e9 every score became -1e9 (the scores are lost in "
         << "float32 next to 1e9), and softmax gave each blocked key " << rows.first.at({0, 0, 1, 0})
         << ": the query attends to padding and nothing says so.\n"
         << "With -inf, PyTorch's softmax computes 0/0 = NaN for that row, and the NaN spreads through the output.\n"
-        << "vkattn's softmax returns zeros for a fully masked row: the query attends to nothing, its output is\n"
+        << "vkattn's softmax returns zeros for a fully masked row: the query attends to nothing, its output is "
         << "just out_proj's bias.";
     lesson.say(why.str());
   });

@@ -8,7 +8,7 @@
 // fused path needs memory that grows with L, the unfused with L²; which is faster depends on the
 // kernels and the device, and the numbers below are measured, not assumed.
 //
-// Run: build/bin/tutorial_07_fused_vs_unfused [--device D]
+// Run: build/bin/tutorial_07_fused_vs_unfused [--images DIR] [--device D]
 #include <chrono>
 #include <iomanip>
 #include <sstream>
@@ -38,11 +38,23 @@ int main(int argc, char** argv) {
     padding.dtype = DType::boolean;
     unfused.key_padding_mask = fused.key_padding_mask = padding;
     lesson.say(
-        "Causal self-attention with key padding on x (2, 17, 64), 4 heads: first the unfused steps (0-11),\n"
+        "Causal self-attention with key padding on x (2, 17, 64), 4 heads: first the unfused steps (0-11), "
         "then the fused path (12-20), where flash_attention takes Q, K, V and the masks and returns (B, H, L, d).");
     auto [both, both_cpu] = lesson.part("unfused, then fused", [&](Backend& b) {
       return std::pair{mha.forward(b, x, unfused).output, mha.forward(b, x, fused).output};
-    });
+    }, {{"q_proj", "q, k, v = self.W_q(x), self.W_k(x), self.W_v(x): (B, L, E), as in lesson 04"},
+        {"k_proj", "the same for k"}, {"v_proj", "and for v"},
+        {"split_heads_q", ".view(B, L, H, d).transpose(1, 2) for q, k and v: 4 heads of d = 16"},
+        {"split_heads_k", "the same for k"}, {"split_heads_v", "and for v"},
+        {"attention_scores", "q @ k.transpose(-2, -1) / math.sqrt(16): a (B, H, L, L) tensor, written out"},
+        {"attention_mask", "masked_fill with the causal mask and key_padding_mask: a second (B, H, L, L)"},
+        {"softmax", "F.softmax(dim=-1): a third (B, H, L, L)"},
+        {"attention_values", "attn @ v: the (L, L) weights read back, (B, H, L, d) out"},
+        {"merge_heads", ".transpose(1, 2).reshape(B, L, E)"},
+        {"out_proj", "self.W_o(...); the fused forward starts after it"},
+        {"flash_attention", "F.scaled_dot_product_attention(q, k, v, is_causal=True) with the padding: "
+                            "each query row walks the keys in blocks, keeping only its running max, sum and "
+                            "output (online softmax). No (L, L) tensor; (B, H, L, d) out"}});
     std::ostringstream agree;
     agree << "fused against unfused, on the GPU: max |difference| " << compare_values(both.second, both.first, 0, 0).max_abs_error
           << " over " << both.first.size() << " outputs (the sums run in another order: rounding, nothing more)";
@@ -68,18 +80,28 @@ int main(int argc, char** argv) {
     // not in the table
     measure(random_tensor({1, 128, E}, 3), unfused);
     measure(random_tensor({1, 128, E}, 3), fused);
+    io::PlotSeries unfused_ms{"unfused", {}, {}}, fused_ms{"fused", {}, {}}, unfused_mib = unfused_ms,
+                                                                   fused_mib = fused_ms;
     for (int64_t L : {128, 256, 512, 1024}) {
       Tensor input = random_tensor({1, L, E}, 4);
       auto [u_ms, u_mib] = measure(input, unfused);
       auto [f_ms, f_mib] = measure(input, fused);
+      for (auto [series, value] : {std::pair{&unfused_ms, u_ms}, {&fused_ms, f_ms}, {&unfused_mib, u_mib}, {&fused_mib, f_mib}}) {
+        series->x.push_back(static_cast<double>(L));
+        series->y.push_back(value);
+      }
       table << std::setw(7) << L << std::setw(11) << static_cast<double>(H * L * L * 4) / 1048576.0 << " MiB" << std::setw(14)
             << u_ms << std::setw(12) << f_ms << std::setw(15) << u_mib << std::setw(11) << f_mib << "\n";
     }
     lesson.say(table.str());
+    lesson.plot("time_against_L", {unfused_ms, fused_ms},
+                {.title = "one causal forward on " + gpu->device_name(), .x = "sequence length L", .y = "time (ms)"});
+    lesson.plot("memory_against_L", {unfused_mib, fused_mib},
+                {.title = "peak device memory of one causal forward", .x = "sequence length L", .y = "memory (MiB)"});
     lesson.say(
-        "The unfused path writes (B, H, L, L) three times over (scores, masked scores, weights), so its memory\n"
-        "grows with L²; the fused path holds Q, K, V and the output, so its memory grows with L. Both times\n"
-        "include making the buffers, which a second forward of the same shape reuses; bench/compare.py\n"
+        "The unfused path writes (B, H, L, L) three times over (scores, masked scores, weights), so its memory "
+        "grows with L²; the fused path holds Q, K, V and the output, so its memory grows with L. Both times "
+        "include making the buffers, which a second forward of the same shape reuses; bench/compare.py "
         "measures repeated forwards of both paths against PyTorch.");
   });
 }

@@ -12,7 +12,8 @@
 // Note what does NOT find it: the GPU and the CPU agree on the broken recipe. Side by side checks
 // the kernels; a diff against a known-good dump checks the recipe.
 //
-// Run: build/bin/tutorial_08_debugging_with_traces [--device D]
+// Run: build/bin/tutorial_08_debugging_with_traces [--images DIR] [--device D]
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -56,19 +57,33 @@ int main(int argc, char** argv) {
     const std::filesystem::path dumps = std::filesystem::temp_directory_path() / "vkattn_tutorial_08";
 
     // Each recipe on both backends; the CPU's pass is also dumped, values and all.
-    auto run = [&](const char* heading, const char* dump, bool broken) {
+    auto run = [&](const char* heading, const char* dump, bool broken, const tutorial::Notes* notes) {
       TraceDump trace(dumps / dump, /*values=*/true);
-      lesson.cpu().add_tracer(trace);
-      auto result = lesson.part(heading, [&](Backend& b) { return attention(b, w, x, broken); });
-      lesson.cpu().remove_tracer(trace);
-      return result;
+      AttachedTracer attached(lesson.cpu(), trace);
+      auto steps = [&](Backend& b) { return attention(b, w, x, broken); };
+      return notes ? lesson.part(heading, steps, *notes)
+                   : lesson.check(heading, steps,
+                                  "Its table would look like the one above: every step agrees, GPU with CPU, "
+                                  "because both run the same broken recipe.");
     };
     lesson.say("The recipe of lesson 04 on x (2, 4, 8), 2 heads, dumped to " + (dumps / "good").string() + ":");
-    auto [good, good_cpu] = run("the right recipe", "good", false);
+    const tutorial::Notes notes{
+        {"q_proj", "q = self.W_q(x), and k, v below: (B, T, E) = (2, 4, 8)"},
+        {"k_proj", "k = self.W_k(x)"},
+        {"v_proj", "v = self.W_v(x)"},
+        {"split_heads_q", ".view(B, T, H, d).transpose(1, 2): 2 heads of d = 4, (B, H, T, d)"},
+        {"split_heads_k", "the same for k"},
+        {"split_heads_v", "and for v"},
+        {"attention_scores", "q @ k.transpose(-2, -1) / math.sqrt(4): (B, H, T, T)"},
+        {"softmax", "F.softmax(dim=-1)"},
+        {"attention_values", "attn @ v: (B, H, T, d)"},
+        {"merge_heads", "attn_output.transpose(1, 2).contiguous().view(B, T, E): the step that will break"},
+        {"out_proj", "self.W_o(...)"}};
+    auto [good, good_cpu] = run("the right recipe", "good", false, &notes);
     lesson.say(
-        "The same recipe with merge_heads written as attn_output.view(B, T, E), forgetting .transpose(1, 2),\n"
+        "The same recipe with merge_heads written as attn_output.view(B, T, E), forgetting .transpose(1, 2), "
         "dumped to " + (dumps / "broken").string() + ":");
-    auto [broken, broken_cpu] = run("merge_heads without the transpose", "broken", true);
+    auto [broken, broken_cpu] = run("merge_heads without the transpose", "broken", true, nullptr);
 
     ValueDiff outputs = compare_values(broken, good, 1e-5, 1e-5);
     std::ostringstream symptom;
@@ -89,9 +104,22 @@ int main(int argc, char** argv) {
     lesson.say("first divergent step: " + std::to_string(first.step.index) + " " + first.step.name + ", " +
                mismatch_report(first, first.step.shape, first.step.dims, "broken", "good", 1e-5, 1e-5));
     lesson.say(
-        "Every step before merge_heads agrees exactly, so the bug is in merge_heads itself. Element (b, i, f) of\n"
-        "its output must be head f / d's feature f % d at position i; the view without the transpose reads the\n"
+        "Every step before merge_heads agrees exactly, so the bug is in merge_heads itself. Element (b, i, f) of "
+        "its output must be head f / d's feature f % d at position i; the view without the transpose reads the "
         "(B, H, T, d) memory as if it were (B, T, H, d), so position i gets another position's features.");
     if (first.step.name != "merge_heads") throw std::runtime_error("the diff pointed at " + first.step.name);
+    // The picture of it: |broken - good| at merge_heads, sequence 0, positions by features.
+    const auto merged = [&](const char* dump) {
+      const StepRecorder pass = load_trace(dumps / dump);
+      for (const auto& step : pass.steps())
+        if (step.event.name == "merge_heads" && step.values) return *step.values;
+      throw std::runtime_error(std::string("no merge_heads in the ") + dump + " dump");
+    };
+    const Tensor wrong = merged("broken"), right = merged("good");
+    Tensor difference({T, E});
+    for (size_t i = 0; i < difference.data.size(); ++i) difference.data[i] = std::abs(wrong.data[i] - right.data[i]);
+    lesson.images("merge_heads_difference_b0", difference, {},
+                  {.title = "|broken - good| at merge_heads, sequence 0: white = the same",
+                   .rows = "position i", .cols = "feature f (head f / 4)"});
   });
 }

@@ -76,7 +76,7 @@ def main():
 
     _, trace = ours.trace(x[:1], values=False)
     print(f"one forward is {len(trace.steps)} steps, each named by the torch module that computes it:")
-    print(f"{'#':3} {'step':34} {'op':16} {'output':14} {'time (us)':>10}")
+    print(f"{'#':3} {'step':34} {'op':16} {'output':14} {'time (µs)':>10}")
     for s in trace.steps:
         print(f"{s.index:<3} {s.name:34} {s.op:16} {str(s.shape):14} {s.time_us:10.1f}")
 
