@@ -12,6 +12,7 @@
 #include "examples/simple_transformer.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
+#include "tests/support/printers.h"
 #include "tests/support/tolerance.h"
 #include "vkattn/io/npy.h"
 #include "vkattn/io/state_dict.h"

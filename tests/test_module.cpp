@@ -3,6 +3,7 @@
 // head), and the properties PyTorch users rely on: causality, zeros for fully masked rows.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <tuple>
 
@@ -50,6 +51,12 @@ class Module : public testing::GpuTest {
 // ---- every mask kind and combination, on cross-attention with L ≠ S ------------------------------
 enum class AttnMask { none, bool2d, float2d, bool3d, float3d };
 enum class Padding { none, boolean, additive };
+void PrintTo(AttnMask m, std::ostream* out) {
+  *out << std::array{"no_attn_mask", "bool2d", "float2d", "bool3d", "float3d"}[static_cast<size_t>(m)];
+}
+void PrintTo(Padding p, std::ostream* out) {
+  *out << std::array{"no_padding", "bool_padding", "float_padding"}[static_cast<size_t>(p)];
+}
 
 Tensor float_mask(Shape shape, uint32_t seed) {
   Tensor m = random_tensor(std::move(shape), seed);
@@ -82,7 +89,13 @@ TEST_P(Masks, GpuMatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(All, Masks,
                          Combine(Values(AttnMask::none, AttnMask::bool2d, AttnMask::float2d, AttnMask::bool3d, AttnMask::float3d),
-                                 Values(Padding::none, Padding::boolean, Padding::additive), Bool(), Bool()));
+                                 Values(Padding::none, Padding::boolean, Padding::additive), Bool(), Bool()),
+                         [](const auto& case_info) {  // bool2d_float_padding_causal_per_head
+                           const auto& p = case_info.param;
+                           return ::testing::PrintToString(std::get<0>(p)) + "_" +
+                                  ::testing::PrintToString(std::get<1>(p)) + (std::get<2>(p) ? "_causal" : "") +
+                                  (std::get<3>(p) ? "_averaged" : "_per_head");
+                         });
 
 // ---- module options and shapes --------------------------------------------------------------------
 struct Case {

@@ -11,6 +11,7 @@
 
 #include "engine/vulkan/lanes.h"
 #include "tests/support/gpu.h"
+#include "tests/support/printers.h"
 #include "tests/support/tolerance.h"
 
 namespace vkattn {
