@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <iomanip>
 #include <iostream>
 #include <set>
@@ -140,7 +141,7 @@ void Lesson::compare(const std::string& heading, const StepRecorder& gpu_steps, 
       if (it != notes->end() && said.insert(&it->second).second) note = &it->second;
     }
     if (note) std::cout << wrap(*note, table.step_column());
-    explained_[unscoped(step)] |= note != nullptr;
+    if (notes) explained_[unscoped(step)] |= note != nullptr;  // a check() that disagreed shows its table bare
     table.print_row(std::cout, i, values_);
   }
   table.print_summary(std::cout);
@@ -208,7 +209,7 @@ int run(int argc, char** argv, const std::string& title, const std::function<voi
   CLI::App app(title, std::filesystem::path(argv[0]).filename().string());
   std::string images, device;
   bool values = false;
-  app.add_option("--images", images, "DIR: write the lesson's attention weights and masks as SVG heatmaps");
+  app.add_option("--images", images, "DIR: write the lesson's pictures as SVG (heatmaps of weights and masks, plots)");
   app.add_flag("--values", values, "under every step, both sides' leading values");
   app.add_option("--device", device, "GPU index or name substring (see vkattn devices); default: the best");
   try {

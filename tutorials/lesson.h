@@ -16,7 +16,6 @@
 // Times: before its traced GPU pass a part runs its steps once untimed, which builds the
 // pipelines they need (the driver compiles each shader the first time); the table shows the
 // second run, and the line above it says how long the first took.
-#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>

@@ -111,7 +111,10 @@ void SideBySide::print_summary(std::ostream& out) const {
     out << "first divergent step: " << r.event().index << ": "
         << (r.tested && r.reference ? "the passes ran different steps" : "only one pass reached it") << "\n";
   } else if (agree()) {
-    out << "every step agrees: " << a << " and " << b << " within atol " << atol_ << " + rtol " << rtol_ << " * |" << b << "|\n";
+    std::ostringstream line;  // apart: the caller's stream may be set to fixed or scientific
+    line << "every step agrees: " << a << " and " << b << " within atol " << atol_ << " + rtol " << rtol_ << " * |" << b
+         << "|\n";
+    out << line.str();
   }
 }
 
