@@ -1,12 +1,10 @@
 // vkattn demo: random multi-head attention on the GPU and on the CPU reference, every step's
 // shapes and the largest GPU-vs-reference difference.
-#include <chrono>
-#include <iomanip>
 #include <iostream>
-#include <sstream>
 
 #include "engine/vulkan/context.h"
 #include "tools/commands.h"
+#include "tools/first_forward.h"
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/modules/multi_head_attention.h"
@@ -14,16 +12,6 @@
 
 namespace vkattn::cli {
 
-namespace {
-
-// "42.2", formatted apart: std::cout keeps its own precision for the table.
-std::string milliseconds(double ms) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(1) << ms;
-  return s.str();
-}
-
-}  // namespace
 
 CLI::App* add_demo(CLI::App& app, DemoArgs& demo) {
   auto* cmd = app.add_subcommand("demo", "run attention on the GPU and the CPU reference and compare every step");
@@ -49,10 +37,7 @@ int run_demo(const DemoArgs& a) {
 
   ReferenceBackend cpu;
   VulkanBackend gpu;
-  // A first, untraced forward makes the pipelines, so that the table's GPU times are the steps'.
-  const auto start = std::chrono::steady_clock::now();
-  mha.forward(gpu, query, memory, memory, options);
-  const double first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const std::string first = untimed_first_forward([&] { mha.forward(gpu, query, memory, memory, options); });
   StepRecorder cpu_steps(true), gpu_steps(true);
   cpu.add_tracer(cpu_steps);
   gpu.add_tracer(gpu_steps);
@@ -63,8 +48,7 @@ int run_demo(const DemoArgs& a) {
             << " S=" << S << " E=" << a.embed << " H=" << a.heads << " d=" << a.embed / a.heads
             << (a.causal ? " causal" : "") << ": every step on the GPU and on the CPU reference\n"
             << "gpu device type: " << vulkan::device_type_name(gpu.context().device_report().type) << "\n"
-            << "gpu µs: a second forward; the first, untimed, took " << milliseconds(first_ms)
-            << " ms making the pipelines\n\n";
+            << first << "\n";
   SideBySide table(gpu_steps, cpu_steps);
   table.print(std::cout);
   return table.agree() ? 0 : 1;

@@ -2,19 +2,17 @@
 // batch-first .npy inputs, on the GPU (or the CPU reference with --backend cpu). Outputs are
 // written whole or not at all: every file is finished under a temporary name before any is
 // renamed into place.
-#include <chrono>
 #include <exception>
 #include <filesystem>
-#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/io/file.h"
 #include "tools/commands.h"
+#include "tools/first_forward.h"
 #include "tools/inputs.h"
 #include "tools/validators.h"
 #include "vkattn/errors.h"
@@ -95,16 +93,11 @@ int run_run(const RunArgs& a) {
   for (const std::string& name : a.side_by_side ? std::vector<std::string>{"gpu", "cpu"} : std::vector{a.backend}) {
     backends.push_back(make_backend(name, a.side_by_side && name == "cpu" ? "" : a.device));  // --device picks the GPU
   }
-  // Side by side, the GPU runs once untraced first: that makes its pipelines, so that the table's
-  // GPU times are the steps'. A failure there shows again in the traced pass.
-  double first_ms = 0;
+  // Side by side, the GPU's times are shown: its first forward, which makes the pipelines, is not.
+  std::string first;
   if (a.side_by_side) {
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      mha.forward(*backends.front(), in.query, in.key_or_query(), in.value_or_query(), options);
-    } catch (const std::exception&) {
-    }
-    first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    first = untimed_first_forward(
+        [&] { mha.forward(*backends.front(), in.query, in.key_or_query(), in.value_or_query(), options); });
   }
   std::vector<std::unique_ptr<StepRecorder>> recorders;
   std::vector<std::unique_ptr<Tracer>> sinks;
@@ -129,9 +122,7 @@ int run_run(const RunArgs& a) {
   }
   if (a.side_by_side) {
     SideBySide table(*recorders[0], *recorders[1], a.atol, a.rtol);
-    std::ostringstream first;
-    first << std::fixed << std::setprecision(1) << first_ms;
-    std::cout << "gpu µs: a second forward; the first, untimed, took " << first.str() << " ms making the pipelines\n";
+    std::cout << first;
     table.print(std::cout);
     if (failure) std::rethrow_exception(failure);
     if (!table.agree()) {

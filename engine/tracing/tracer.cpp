@@ -10,15 +10,6 @@
 
 namespace vkattn {
 
-std::string input_shapes(const StepEvent& event) {
-  std::string out;
-  for (const TensorInfo& input : event.inputs) {
-    if (!out.empty()) out += " ";
-    out += shape_string(input.shape);
-  }
-  return out;
-}
-
 std::string leading_values(const Tensor& values, size_t n) {
   std::ostringstream s;
   s << std::setprecision(4) << "[";

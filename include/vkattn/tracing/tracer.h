@@ -109,9 +109,6 @@ class StepRecorder : public Tracer {
 // recorder's pass printed by a ConsoleTracer or written by a TraceDump after the fact.
 void replay(const StepRecorder& recorded, Tracer& sink);
 
-// "(2, 5, 64) (64, 64) (64,)" — the shapes of a step's inputs, as the console shows them.
-std::string input_shapes(const StepEvent& event);
-
 // "[0.1235, -0.5, 0.25, …]" — a tensor's first `n` values, 4 significant digits.
 std::string leading_values(const Tensor& values, size_t n);
 
