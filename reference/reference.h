@@ -52,6 +52,31 @@ void flash_attention(const float* q, const float* k, const float* v, const float
                      const float* key_padding_mask, bool causal, float* out, int64_t B, int64_t H, int64_t L,
                      int64_t S, int64_t d, float scale);
 
+// ---- decoding with a key/value cache ------------------------------------------------------------
+
+// Writes T new rows into a cache at `position`:  cache[n, position + t, :] = rows[n, t, :]
+//   cache (N, C, d) with N = B·H and capacity C; rows (N, T, d); position + T <= C
+void kv_cache_append(float* cache, const float* rows, int64_t N, int64_t C, int64_t T, int64_t d, int64_t position);
+
+// Keys per part when S keys are split into `parts` (the last part may hold fewer, or none).
+int64_t decoding_part_keys(int64_t S, int64_t parts);
+
+// flash_attention over the first S rows of a cache, its keys split into `parts` ranges of
+// decoding_part_keys(S, parts), each range walked by flash_attention's online softmax on its own.
+// Each part leaves its unnormalised output Σ exp(s - m)·v, its max m and its sum l of exp(s - m)
+// for attention_combine; a part that sees no key leaves m = -1e30, l = 0 and zeros.
+//   Q (B·H, L, d): the L newest positions S - L … S - 1; K, V (B·H, C, d) caches, S <= C rows used
+//   key_padding_mask (B, S) additive, or null; causal: query i sees keys j <= S - L + i
+//   partials (B·H, L, parts, d + 2): [output (d), m, l] per part
+void flash_decoding(const float* q, const float* k, const float* v, const float* key_padding_mask, bool causal,
+                    float* partials, int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
+                    float scale);
+
+// Merges flash_decoding's parts: with M the largest m of a part that saw a key,
+//   out = Σ_p output_p · exp(m_p - M) / Σ_p l_p · exp(m_p - M); a row no part saw a key of gives 0.
+//   partials (R, parts, d + 2), out (R, d)
+void attention_combine(const float* partials, float* out, int64_t R, int64_t parts, int64_t d);
+
 // row-wise softmax, max-subtracted   x, y (R, S); a row of all -inf gives all 0
 void softmax(const float* x, float* y, int64_t R, int64_t S);
 

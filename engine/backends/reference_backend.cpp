@@ -86,6 +86,24 @@ void ReferenceBackend::run_average_heads(const std::string&, const Storage& p, S
   reference::average_heads(in(p), out(avg), B, H, plane);
 }
 
+void ReferenceBackend::run_kv_cache_append(const std::string&, Storage& cache, const Storage& rows, int64_t N,
+                                           int64_t C, int64_t T, int64_t d, int64_t position) {
+  reference::kv_cache_append(out(cache), in(rows), N, C, T, d, position);
+}
+
+void ReferenceBackend::run_flash_decoding(const std::string&, const Storage& q, const Storage& k, const Storage& v,
+                                          const Storage* key_padding_mask, bool causal, Storage& partials, int64_t B,
+                                          int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
+                                          float scale) {
+  reference::flash_decoding(in(q), in(k), in(v), in(key_padding_mask), causal, out(partials), B, H, L, C, S, d, parts,
+                            scale);
+}
+
+void ReferenceBackend::run_attention_combine(const std::string&, const Storage& partials, Storage& o, int64_t R,
+                                             int64_t parts, int64_t d) {
+  reference::attention_combine(in(partials), out(o), R, parts, d);
+}
+
 void ReferenceBackend::run_layer_norm(const std::string&, const Storage& x, const Storage& weight, const Storage& bias,
                                       Storage& y, int64_t N, int64_t E, float eps) {
   reference::layer_norm(in(x), in(weight), in(bias), out(y), N, E, eps);

@@ -58,6 +58,11 @@ class SizingBackend final : public Backend {
                             int64_t) override {}
   void run_merge_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t) override {}
   void run_average_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
+  void run_kv_cache_append(const std::string&, Storage&, const Storage&, int64_t, int64_t, int64_t, int64_t,
+                           int64_t) override {}
+  void run_flash_decoding(const std::string&, const Storage&, const Storage&, const Storage&, const Storage*, bool,
+                          Storage&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float) override {}
+  void run_attention_combine(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
   void run_layer_norm(const std::string&, const Storage&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
                       float) override {}
   void run_gelu(const std::string&, const Storage&, Storage&, int64_t) override {}

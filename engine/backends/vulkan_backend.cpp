@@ -250,6 +250,37 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
            params, s_->flash.groups(uint64_t(B) * H, uint64_t(L)), true);
 }
 
+void VulkanBackend::run_kv_cache_append(const std::string& step, Storage& cache, const Storage& rows, int64_t N,
+                                        int64_t C, int64_t T, int64_t d, int64_t position) {
+  const auto& k = kernel("kv_cache_append", 2, sizeof(vulkan::KvCacheAppendParams));
+  dispatch(step, k, {buffer_of(rows), buffer_of(cache)},
+           vulkan::KvCacheAppendParams{u32(N), u32(T), u32(C), u32(d), u32(position)}, uint64_t(N) * T * d);
+}
+
+int64_t VulkanBackend::decoding_lanes() const {
+  return s_->device.type == vk::PhysicalDeviceType::eCpu ? 256 : 32768;
+}
+
+void VulkanBackend::run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
+                                       const Storage* key_padding_mask, bool causal, Storage& partials, int64_t B,
+                                       int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
+                                       float scale) {
+  const auto& kern = kernel("flash_decoding", 5, sizeof(vulkan::FlashDecodingParams), {u32(d)});
+  vulkan::FlashDecodingParams params{u32(B), u32(H), u32(L), u32(C), u32(S), u32(parts), scale,
+                                     key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
+  dispatch(step, kern,
+           {buffer_of(q), key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(k),
+            buffer_of(v), buffer_of(partials)},
+           params, uint64_t(B) * H * L * parts);
+}
+
+void VulkanBackend::run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R,
+                                          int64_t parts, int64_t d) {
+  const auto& k = kernel("attention_combine", 2, sizeof(vulkan::AttentionCombineParams));
+  dispatch(step, k, {buffer_of(partials), buffer_of(out)}, vulkan::AttentionCombineParams{u32(R), u32(parts), u32(d)},
+           uint64_t(R) * d);
+}
+
 void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) {
   const auto& k = kernel(s_->rows.shader("softmax"), 2, sizeof(vulkan::SoftmaxParams), {}, 0, 0, s_->rows.lanes);
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::SoftmaxParams{u32(R), u32(S)},

@@ -49,15 +49,6 @@ Tensor swap01(const Tensor& x) {
   return y;
 }
 
-// PyTorch's _canonical_mask: a bool mask becomes additive float (True -> -inf, False -> 0).
-Tensor canonical_mask(const Tensor& mask) {
-  if (mask.dtype == DType::float32) return mask;
-  Tensor out(mask.shape);
-  for (size_t i = 0; i < mask.data.size(); ++i) {
-    out.data[i] = mask.data[i] != 0.0f ? -std::numeric_limits<float>::infinity() : 0.0f;
-  }
-  return out;
-}
 
 // Appends a zero column on the last axis (…, S) -> (…, S+1): the mask entry of an appended
 // key position (bias_k or the zero attention), which is never blocked.
@@ -72,6 +63,15 @@ Tensor pad_last(const Tensor& mask) {
 }
 
 }  // namespace
+
+Tensor canonical_mask(const Tensor& mask) {
+  if (mask.dtype == DType::float32) return mask;
+  Tensor out(mask.shape);
+  for (size_t i = 0; i < mask.data.size(); ++i) {
+    out.data[i] = mask.data[i] != 0.0f ? -std::numeric_limits<float>::infinity() : 0.0f;
+  }
+  return out;
+}
 
 AttentionPath resolve_attention(AttentionPath requested, bool need_weights) {
   if (requested != AttentionPath::automatic) return requested;
@@ -290,8 +290,6 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
   };
   auto ptr = [](const std::optional<Value>& v) { return v ? &*v : nullptr; };
 
-  Value wo = backend.upload("out_proj.weight", w.out_proj_weight);
-  auto bo = upload_optional("out_proj.bias", w.out_proj_bias);
   auto mask_a = upload_optional("attn_mask", attn_mask);
   auto mask_k = upload_optional("key_padding_mask", key_padding_mask);
 
@@ -307,15 +305,9 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
     k = backend.split_heads("split_heads_k", qkv, H, 3, 1);
     v = backend.split_heads("split_heads_v", qkv, H, 3, 2);
   } else {
-    Value wq = backend.upload("q_proj_weight", w.q_proj_weight);
-    Value wk = backend.upload("k_proj_weight", w.k_proj_weight);
-    Value wv = backend.upload("v_proj_weight", w.v_proj_weight);
-    auto bq = upload_optional("q_proj_bias", w.q_proj_bias);
-    auto bk = upload_optional("k_proj_bias", w.k_proj_bias);
-    auto bv = upload_optional("v_proj_bias", w.v_proj_bias);
-    q = backend.linear("q_proj", q_in, wq, ptr(bq));  // (B, L, E)
-    k = backend.linear("k_proj", k_in, wk, ptr(bk));  // (B, S, E)
-    v = backend.linear("v_proj", v_in, wv, ptr(bv));  // (B, S, E)
+    q = project(backend, Projection::q, q_in);  // (B, L, E)
+    k = project(backend, Projection::k, k_in);  // (B, S, E)
+    v = project(backend, Projection::v, v_in);  // (B, S, E)
     q_in = k_in = v_in = Value();  // as above
     if (c.add_bias_kv) {
       Value bias_k = backend.upload("bias_k", *w.bias_k);
@@ -345,12 +337,56 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
     if (!options.need_weights) p.reset();
   }
   q = k = v = Value();  // done with, as above: merge_heads and out_proj take their buffers
-  Value merged = backend.merge_heads("merge_heads", heads);  // (B, L, E)
-  AttentionValues result{backend.linear("out_proj", merged, wo, ptr(bo)), std::nullopt};  // (B, L, E)
+  AttentionValues result{merge_and_project(backend, heads), std::nullopt};  // (B, L, E)
   if (options.need_weights) {
     result.weights = options.average_attn_weights ? backend.average_heads("average_heads", *p) : *p;
   }
   return result;
+}
+
+Value MultiHeadAttention::project(Backend& backend, Projection which, const Value& x) const {
+  const MultiHeadAttentionWeights& w = weights_;
+  static const char* const names[][3] = {
+      {"q_proj", "q_proj_weight", "q_proj_bias"}, {"k_proj", "k_proj_weight", "k_proj_bias"},
+      {"v_proj", "v_proj_weight", "v_proj_bias"}};
+  const auto& [step, weight_name, bias_name] = names[static_cast<int>(which)];
+  const Tensor& weight = which == Projection::q ? w.q_proj_weight : which == Projection::k ? w.k_proj_weight : w.v_proj_weight;
+  const std::optional<Tensor>& bias = which == Projection::q   ? w.q_proj_bias
+                                      : which == Projection::k ? w.k_proj_bias
+                                                               : w.v_proj_bias;
+  Value wx = backend.upload(weight_name, weight);
+  if (!bias) return backend.linear(step, x, wx, nullptr);
+  Value bx = backend.upload(bias_name, *bias);
+  return backend.linear(step, x, wx, &bx);
+}
+
+Value MultiHeadAttention::merge_and_project(Backend& backend, const Value& heads) const {
+  Value merged = backend.merge_heads("merge_heads", heads);  // (B, L, E)
+  Value wo = backend.upload("out_proj.weight", weights_.out_proj_weight);
+  if (!weights_.out_proj_bias) return backend.linear("out_proj", merged, wo, nullptr);
+  Value bo = backend.upload("out_proj.bias", *weights_.out_proj_bias);
+  return backend.linear("out_proj", merged, wo, &bo);  // (B, L, E)
+}
+
+Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache::Layer& cache, int64_t position,
+                                        const Value* key_padding_mask, int64_t parts) const {
+  const auto& c = config_;
+  if (c.add_bias_kv || c.add_zero_attn || c.key_dim() != c.embed_dim || c.value_dim() != c.embed_dim) {
+    throw ConfigError("MultiHeadAttention: decoding with a KVCache needs self-attention (kdim = vdim = embed_dim) "
+                      "without add_bias_kv or add_zero_attn");
+  }
+  const int64_t H = c.num_heads, T = x.dim(1);
+  Value q = backend.split_heads("split_heads_q", project(backend, Projection::q, x), H);  // (B, H, T, d)
+  Value k = backend.split_heads("split_heads_k", project(backend, Projection::k, x), H);  // (B, H, T, d)
+  Value v = backend.split_heads("split_heads_v", project(backend, Projection::v, x), H);  // (B, H, T, d)
+  x = Value();
+  Value keys = backend.kv_cache_append("kv_cache_append_k", cache.keys, k, position);      // (B, H, C, d)
+  Value values = backend.kv_cache_append("kv_cache_append_v", cache.values, v, position);  // (B, H, C, d)
+  k = v = Value();
+  Value partials = backend.flash_decoding("flash_decoding", q, keys, values, position + T, key_padding_mask,
+                                          /*causal=*/true, parts);  // (B, H, T, P, d + 2)
+  q = Value();
+  return merge_and_project(backend, backend.attention_combine("attention_combine", partials));  // (B, T, E)
 }
 
 }  // namespace vkattn

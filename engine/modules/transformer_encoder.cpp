@@ -119,11 +119,23 @@ TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerConfig c
 }
 
 Value TransformerEncoderLayer::steps(Backend& backend, const Value& x, const ForwardOptions& attention) const {
+  return block(backend, x, [&](const Value& in) { return self_attn_.attend(backend, in, in, in, attention).output; });
+}
+
+Value TransformerEncoderLayer::steps_cached(Backend& backend, const Value& x, const KVCache::Layer& cache, int64_t position,
+                                            const Value* key_padding_mask, int64_t parts) const {
+  return block(backend, x, [&](const Value& in) {
+    return self_attn_.attend_cached(backend, in, cache, position, key_padding_mask, parts);
+  });
+}
+
+Value TransformerEncoderLayer::block(Backend& backend, const Value& x,
+                                     const std::function<Value(const Value&)>& attend) const {
   const auto& c = config_;
   const auto& w = weights_;
   auto self_attn = [&](const Value& in) {  // (B, L, E) -> (B, L, E)
     StepScope scope(backend, "self_attn");
-    return self_attn_.attend(backend, in, in, in, attention).output;
+    return attend(in);
   };
   auto ffn = [&](const Value& in) {  // (B, L, E) -> (B, L, F) -> (B, L, E)
     Value w1 = backend.upload("linear1.weight", w.linear1_weight);

@@ -39,6 +39,32 @@ struct FlashAttentionParams {        // shaders/flash_attention.comp
   glm::uint causal;                  // 0 or 1
 };
 
+struct KvCacheAppendParams {  // shaders/kv_cache_append.comp
+  glm::uint batch;            // N = B·H
+  glm::uint tokens;           // T
+  glm::uint capacity;         // C
+  glm::uint head_dim;         // d
+  glm::uint position;         // the first row written
+};
+
+struct FlashDecodingParams {       // shaders/flash_decoding.comp
+  glm::uint batch;                 // B
+  glm::uint heads;                 // H
+  glm::uint rows;                  // L
+  glm::uint capacity;              // C
+  glm::uint keys;                  // S: the cache rows attended to
+  glm::uint parts;                 // P
+  float scale;                     // 1/√d
+  glm::uint has_key_padding_mask;  // 0 or 1
+  glm::uint causal;                // 0 or 1
+};
+
+struct AttentionCombineParams {  // shaders/attention_combine.comp
+  glm::uint rows;                // R = B·H·L
+  glm::uint parts;               // P
+  glm::uint head_dim;            // d
+};
+
 struct AttentionMaskParams {         // shaders/attention_mask.comp
   glm::uint batch;                   // B
   glm::uint heads;                   // H

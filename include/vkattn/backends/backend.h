@@ -103,6 +103,27 @@ class Backend {
   // (B, H, L, S) -> (B, L, S), mean over H
   Value average_heads(const std::string& step, const Value& p);
 
+  // ---- decoding with a key/value cache (KVCache) -------------------------------------------------
+  // Writes rows (B, H, T, d) — the T newest positions' keys or values — into `cache`
+  // (B, H, C, d) at rows position … position + T - 1, in place, and returns the cache (the same
+  // storage: its later rows keep what they held). ShapeError naming the capacity C when
+  // position + T > C: a cache never wraps or overwrites silently.
+  Value kv_cache_append(const std::string& step, const Value& cache, const Value& rows, int64_t position);
+  // Attention of q (B, H, L, d) — the L newest positions, S - L … S - 1 — over the first
+  // S = `length` rows of the caches k and v (B, H, C, d), the keys split into `parts` ranges
+  // (0: decoding_parts()) that run in parallel, each with its own online softmax (flash-decoding).
+  // key_padding_mask (B, S) additive, or null; causal: query i sees keys j <= S - L + i.
+  // -> partials (B, H, L, parts, d + 2): each part's unnormalised output, its max m and sum l.
+  Value flash_decoding(const std::string& step, const Value& q, const Value& k, const Value& v, int64_t length,
+                       const Value* key_padding_mask, bool causal, int64_t parts = 0);
+  // flash_decoding's parts merged: (B, H, L, P, d + 2) -> (B, H, L, d); zeros for a row that saw no key
+  Value attention_combine(const std::string& step, const Value& partials);
+  // The parts flash_decoding splits `length` keys into for `rows` (B·H·L) query rows: enough
+  // (row, part) pairs to fill decoding_lanes() invocations, each part at least 32 keys.
+  int64_t decoding_parts(int64_t rows, int64_t length) const;
+  // The invocations a decode step should offer the device: 256 on a CPU, many more on a GPU.
+  virtual int64_t decoding_lanes() const { return 256; }
+
   // ---- the encoder block's steps (TransformerEncoderLayer) and the classifier's ----------------
   // Normalised over the last dim with its biased variance, eps inside the square root, then
   // scaled and shifted: torch's LayerNorm.   x (…, E), weight and bias (E) -> (…, E)
@@ -193,6 +214,14 @@ class Backend {
                                int64_t T, int64_t d) = 0;
   virtual void run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B,
                                  int64_t H, int64_t plane) = 0;
+  virtual void run_kv_cache_append(const std::string& step, Storage& cache, const Storage& rows, int64_t N,
+                                   int64_t C, int64_t T, int64_t d, int64_t position) = 0;
+  virtual void run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
+                                  const Storage* key_padding_mask, bool causal, Storage& partials, int64_t B,
+                                  int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
+                                  float scale) = 0;
+  virtual void run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R,
+                                     int64_t parts, int64_t d) = 0;
   virtual void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
                               Storage& y, int64_t N, int64_t E, float eps) = 0;
   virtual void run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;

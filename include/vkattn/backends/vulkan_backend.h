@@ -60,6 +60,9 @@ class VulkanBackend final : public Backend {
 
   std::string name() const override { return "gpu"; }
   std::string device_name() const override;
+  // flash_decoding's parallelism: 256 invocations on a CPU device, 32768 on a GPU (a few per
+  // lane of the largest GPUs' streaming multiprocessors)
+  int64_t decoding_lanes() const override;
   // The internals, for vkattn's own tools and tests (engine/vulkan/*.h define them).
   const vulkan::Context& context() const;
   const vulkan::Recorder& recorder() const;
@@ -107,6 +110,13 @@ class VulkanBackend final : public Backend {
                        int64_t d) override;
   void run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B, int64_t H,
                          int64_t plane) override;
+  void run_kv_cache_append(const std::string& step, Storage& cache, const Storage& rows, int64_t N, int64_t C,
+                           int64_t T, int64_t d, int64_t position) override;
+  void run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
+                          const Storage* key_padding_mask, bool causal, Storage& partials, int64_t B, int64_t H,
+                          int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts, float scale) override;
+  void run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R, int64_t parts,
+                             int64_t d) override;
   void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias, Storage& y,
                       int64_t N, int64_t E, float eps) override;
   void run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) override;

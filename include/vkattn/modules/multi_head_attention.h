@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/modules/kv_cache.h"
 #include "vkattn/tensor.h"
 
 namespace vkattn {
@@ -54,6 +55,10 @@ AttentionPath resolve_attention(AttentionPath requested, bool need_weights);
 // "auto", "unfused", "fused" (the CLI's --attention) <-> the path; ConfigError for another name.
 AttentionPath parse_attention_path(const std::string& name);
 const char* attention_path_name(AttentionPath path);
+
+// PyTorch's _canonical_mask: a bool mask becomes additive float (True -> -inf, False -> 0); a
+// float mask is returned as it is.
+Tensor canonical_mask(const Tensor& mask);
 
 struct ForwardOptions {
   std::optional<Tensor> key_padding_mask;  // (B, S) or (S,) unbatched; bool True = ignore key, float = added
@@ -107,7 +112,24 @@ class MultiHeadAttention {
   // value and let go of after the projections: moved in, their buffers take later steps' outputs.
   AttentionValues attend(Backend& backend, Value query, Value key, Value value, const ForwardOptions& options) const;
 
+  // Self-attention of x (B, T, E) — the T positions after the `position` ones `cache` holds —
+  // over all position + T of them, for decoding one token (or a prompt) at a time:
+  //   q_proj, k_proj, v_proj, split_heads_q/k/v     x's own queries, keys and values (B, H, T, d)
+  //   kv_cache_append_k, kv_cache_append_v          x's keys and values written into the cache
+  //   flash_decoding, attention_combine             over the cache's first position + T rows, causal
+  //   merge_heads, out_proj                         -> (B, T, E)
+  // key_padding_mask (B, position + T) additive, or null; `parts` as flash_decoding's. Equals
+  // attend() over the whole sequence with is_causal, at these T rows. Needs kdim = vdim = E and
+  // neither add_bias_kv nor add_zero_attn (ConfigError).
+  Value attend_cached(Backend& backend, Value x, const KVCache::Layer& cache, int64_t position,
+                      const Value* key_padding_mask, int64_t parts = 0) const;
+
  private:
+  enum class Projection { q, k, v };
+  // q_proj, k_proj or v_proj of x, its weight and bias uploaded: (B, T, ·) -> (B, T, E)
+  Value project(Backend& backend, Projection which, const Value& x) const;
+  // merge_heads then out_proj: (B, H, T, d) -> (B, T, E)
+  Value merge_and_project(Backend& backend, const Value& heads) const;
   // forward() without the pass around it.
   AttentionResult run_steps(Backend& backend, const Tensor& query, const Tensor& key, const Tensor& value,
                             const ForwardOptions& options) const;

@@ -15,6 +15,7 @@
 // padded positions are computed like any other (torch's nested-tensor fast path, taken in eval
 // mode with a src_key_padding_mask, returns zeros there instead).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -81,8 +82,16 @@ class TransformerEncoderLayer {
   // The layer's steps on a backend value x (B, L, E), in the backend's current step scope.
   // `attention` carries the masks in their batched shapes (MultiHeadAttention::attend's rules).
   Value steps(Backend& backend, const Value& x, const ForwardOptions& attention) const;
+  // The same steps for x (B, T, E), the T positions after the `position` ones `cache` holds, its
+  // self-attention over the cache (MultiHeadAttention::attend_cached): a decoder-only block's
+  // decoding step, equal to steps() with is_causal over the whole sequence at these T rows.
+  Value steps_cached(Backend& backend, const Value& x, const KVCache::Layer& cache, int64_t position,
+                     const Value* key_padding_mask, int64_t parts = 0) const;
 
  private:
+  // The block around a self-attention: norms, residual adds and the feed-forward.
+  Value block(Backend& backend, const Value& x, const std::function<Value(const Value&)>& attend) const;
+
   TransformerEncoderLayerConfig config_;
   TransformerEncoderLayerWeights weights_;
   MultiHeadAttention self_attn_;

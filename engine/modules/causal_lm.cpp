@@ -1,0 +1,269 @@
+#include "vkattn/modules/causal_lm.h"
+
+#include <cmath>
+#include <random>
+
+#include "vkattn/errors.h"
+#include "vkattn/io/state_dict.h"
+#include "vkattn/modules/multi_head_attention.h"
+
+namespace vkattn {
+namespace {
+
+Tensor uniform(Shape shape, float bound, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  Tensor t(std::move(shape));
+  for (float& v : t.data) v = dist(rng);
+  return t;
+}
+
+void check_weight(const std::string& name, const Tensor& t, const Shape& expected, const std::string& dims) {
+  if (t.shape != expected || t.dtype != DType::float32) {
+    throw ShapeError("CausalLM: weight " + name + " is " + dtype_name(t.dtype) + " " + shape_string(t.shape) +
+                     " but the config needs float32 " + dims + " = " + shape_string(expected));
+  }
+}
+
+// One traced pass: checked against the backend's limits, then run and read back.
+template <class Recipe>
+Tensor run_pass(Backend& backend, const std::string& pass, const Recipe& recipe) {
+  backend.begin_pass(pass);
+  try {
+    backend.preflight(pass, [&](Backend& b) { recipe(b); });
+    Tensor out = backend.download(recipe(backend));
+    backend.end_pass();
+    return out;
+  } catch (const std::exception& e) {
+    backend.end_pass(e.what());
+    throw;
+  }
+}
+
+}  // namespace
+
+CausalLMWeights CausalLMWeights::random(const CausalLMConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t E = c.layer.d_model, V = c.vocab_size;
+  CausalLMWeights w;
+  w.token_embedding = uniform({V, E}, 1.0f, rng);
+  w.position_embedding = uniform({c.max_positions, E}, 1.0f, rng);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    w.layers.push_back(TransformerEncoderLayerWeights::random(c.layer, seed + 100 * static_cast<uint32_t>(i + 1)));
+  }
+  w.norm = {uniform({E}, 0.25f, rng), uniform({E}, 0.25f, rng)};
+  for (float& x : w.norm.weight.data) x += 1.0f;
+  const float bound = 1.0f / std::sqrt(static_cast<float>(E));
+  w.lm_head_weight = uniform({V, E}, bound, rng);
+  if (c.lm_head_bias) w.lm_head_bias = uniform({V}, bound, rng);
+  return w;
+}
+
+CausalLM::CausalLM(CausalLMConfig config, CausalLMWeights weights) : config_(config), weights_(std::move(weights)) {
+  const auto& c = config_;
+  for (auto [name, size] : {std::pair{"vocab_size", c.vocab_size}, {"max_positions", c.max_positions},
+                            {"num_layers", c.num_layers}}) {
+    if (size < 1) throw ConfigError("CausalLM: " + std::string(name) + "=" + std::to_string(size) + " must be >= 1");
+  }
+  const int64_t E = c.layer.d_model, V = c.vocab_size;
+  const auto& w = weights_;
+  check_weight("token_embedding.weight", w.token_embedding, {V, E}, "(V, E)");
+  check_weight("position_embedding.weight", w.position_embedding, {c.max_positions, E}, "(P, E)");
+  check_weight("norm.weight", w.norm.weight, {E}, "(E,)");
+  check_weight("norm.bias", w.norm.bias, {E}, "(E,)");
+  check_weight("lm_head.weight", w.lm_head_weight, {V, E}, "(V, E)");
+  if (c.lm_head_bias != w.lm_head_bias.has_value()) {
+    throw ShapeError(std::string("CausalLM: lm_head.bias is ") + (c.lm_head_bias ? "missing" : "given") +
+                     " but lm_head_bias is " + (c.lm_head_bias ? "on" : "off"));
+  }
+  if (w.lm_head_bias) check_weight("lm_head.bias", *w.lm_head_bias, {V}, "(V,)");
+  if (static_cast<int64_t>(w.layers.size()) != c.num_layers) {
+    throw ShapeError("CausalLM: " + std::to_string(w.layers.size()) + " layers of weights for num_layers=" +
+                     std::to_string(c.num_layers));
+  }
+  for (const auto& layer : w.layers) layers_.emplace_back(c.layer, layer);
+}
+
+void CausalLM::check_ids(const std::string& who, const Tensor& ids, int64_t first_position) const {
+  auto require = [&](bool ok, const std::string& message) {
+    if (!ok) throw ShapeError(who + ": " + message);
+  };
+  require(ids.dtype == DType::int64, "token ids are " + std::string(dtype_name(ids.dtype)) + " but must be int64");
+  require(ids.rank() == 2 && ids.dim(1) >= 1, "token ids " + shape_string(ids.shape) + " must be (B, T), T >= 1");
+  for (size_t i = 0; i < ids.data.size(); ++i) {
+    const float id = ids.data[i];
+    require(id >= 0 && id < static_cast<float>(config_.vocab_size),
+            "token id " + std::to_string(static_cast<int64_t>(id)) + " at index " + std::to_string(i) +
+                " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
+  }
+  require(first_position + ids.dim(1) <= config_.max_positions,
+          "positions " + std::to_string(first_position) + " … " + std::to_string(first_position + ids.dim(1) - 1) +
+              " go past the " + std::to_string(config_.max_positions) + " rows of position_embedding");
+}
+
+Value CausalLM::embed(Backend& backend, const Value& ids, int64_t first_position) const {
+  const int64_t T = ids.dim(1), E = config_.layer.d_model;
+  Value table = backend.upload("token_embedding.weight", weights_.token_embedding);
+  Value x = backend.embedding("token_embedding", ids, table);  // (B, T, E)
+  // the rows of this step's positions: a cache's step starts past row 0
+  const auto& p = weights_.position_embedding.data;
+  Tensor rows({T, E}, std::vector<float>(p.begin() + first_position * E, p.begin() + (first_position + T) * E));
+  Value positions = backend.upload("position_embedding.weight", rows);
+  return backend.positional_encoding("position_embedding", x, positions);  // (B, T, E)
+}
+
+Value CausalLM::head(Backend& backend, const Value& x) const {
+  Value weight = backend.upload("norm.weight", weights_.norm.weight);
+  Value bias = backend.upload("norm.bias", weights_.norm.bias);
+  Value h = backend.layer_norm("norm", x, weight, bias, config_.layer.layer_norm_eps);  // (B, T, E)
+  Value w = backend.upload("lm_head.weight", weights_.lm_head_weight);
+  if (!weights_.lm_head_bias) return backend.linear("lm_head", h, w, nullptr);
+  Value b = backend.upload("lm_head.bias", *weights_.lm_head_bias);
+  return backend.linear("lm_head", h, w, &b);  // (B, T, V)
+}
+
+Tensor CausalLM::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask) const {
+  const std::string who = "CausalLM.forward";
+  check_ids(who, ids, 0);
+  ForwardOptions attention;
+  attention.need_weights = false;
+  attention.is_causal = true;
+  if (key_padding_mask) {
+    if (key_padding_mask->shape != ids.shape || key_padding_mask->dtype == DType::int64) {
+      throw ShapeError(who + ": key_padding_mask " + shape_string(key_padding_mask->shape) +
+                       " must be bool or float (B, T) = " + shape_string(ids.shape));
+    }
+    attention.key_padding_mask = canonical_mask(*key_padding_mask);
+  }
+  return run_pass(backend, "causal_lm", [&](Backend& b) {
+    Value x = embed(b, b.upload("ids", ids), 0);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      StepScope scope(b, "layers." + std::to_string(i));
+      x = layers_[i].steps(b, x, attention);  // (B, T, E)
+    }
+    return head(b, x);
+  });
+}
+
+KVCache CausalLM::make_cache(Backend& backend, int64_t batch, int64_t capacity) const {
+  if (capacity > config_.max_positions) {
+    throw ConfigError("CausalLM: a cache of capacity " + std::to_string(capacity) + " is longer than the " +
+                      std::to_string(config_.max_positions) + " positions the model has rows for");
+  }
+  const auto& l = config_.layer;
+  return KVCache(backend, config_.num_layers, batch, l.nhead, capacity, l.d_model / l.nhead);
+}
+
+Tensor CausalLM::decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options) const {
+  const std::string who = "CausalLM.decode";
+  const int64_t position = cache.length();
+  if (ids.rank() == 2) cache.check_room(ids.dim(1));  // before the positions: the cache is what is full
+  check_ids(who, ids, position);
+  const int64_t B = ids.dim(0), T = ids.dim(1);
+  if (cache.layers() != config_.num_layers || cache.batch() != B || cache.heads() != config_.layer.nhead) {
+    throw ShapeError(who + ": the cache is for " + std::to_string(cache.layers()) + " layers of " +
+                     std::to_string(cache.batch()) + " sequences and " + std::to_string(cache.heads()) +
+                     " heads; the model has " + std::to_string(config_.num_layers) + " layers of " +
+                     std::to_string(config_.layer.nhead) + " heads and the ids " + std::to_string(B) + " sequences");
+  }
+  std::optional<Tensor> mask;
+  if (options.key_padding_mask) {
+    const Shape expected{B, position + T};
+    if (options.key_padding_mask->shape != expected || options.key_padding_mask->dtype == DType::int64) {
+      throw ShapeError(who + ": key_padding_mask " + shape_string(options.key_padding_mask->shape) +
+                       " must be bool or float (B, S) = " + shape_string(expected) + ", S the cache's length after");
+    }
+    mask = canonical_mask(*options.key_padding_mask);
+  }
+  Tensor logits = run_pass(backend, "causal_lm_decode", [&](Backend& b) {
+    std::optional<Value> padding;
+    if (mask) padding = b.upload("key_padding_mask", *mask);
+    Value x = embed(b, b.upload("ids", ids), position);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      StepScope scope(b, "layers." + std::to_string(i));
+      const KVCache::Layer& layer = cache.layer(backend, static_cast<int64_t>(i));  // preflight's b sizes it only
+      x = layers_[i].steps_cached(b, x, layer, position, padding ? &*padding : nullptr, options.parts);
+    }
+    return head(b, x);
+  });
+  cache.advance(T);
+  return logits;
+}
+
+CausalLMState causal_lm_from_state_dict(const io::Safetensors& file, const std::string& source) {
+  auto error = [&](const std::string& what) { return FileError(source + ": " + what); };
+  io::Safetensors blocks;  // layers.N.… and norm.…: a TransformerEncoder's names
+  blocks.metadata = file.metadata;
+  for (const auto& [name, tensor] : file.tensors) {
+    if (name.starts_with("layers.") || name.starts_with("norm.")) {
+      blocks.tensors.emplace(name, tensor);
+    } else if (name != "token_embedding.weight" && name != "position_embedding.weight" && name != "lm_head.weight" &&
+               name != "lm_head.bias") {
+      throw error("unexpected tensor '" + name + "' " + shape_string(tensor.shape) +
+                  " in a CausalLM state_dict (token_embedding, position_embedding, layers.N, norm, lm_head)");
+    }
+  }
+  if (blocks.tensors.count("layers.0.self_attn.out_proj.weight") == 0) {
+    throw error("missing tensor 'layers.0.self_attn.out_proj.weight': a CausalLM has at least one layer");
+  }
+  io::EncoderState encoder = io::encoder_from_state_dict(blocks, io::num_heads(file, 0, source), source);
+  if (!encoder.weights.norm) throw error("missing tensor 'norm.weight', the final LayerNorm (E,)");
+
+  CausalLMState state;
+  state.metadata = file.metadata;
+  auto& c = state.config;
+  c.layer = encoder.config.layer;
+  c.num_layers = encoder.config.num_layers;
+  auto meta = [&](const char* key) -> const std::string* {
+    auto it = file.metadata.find(key);
+    return it == file.metadata.end() ? nullptr : &it->second;
+  };
+  if (const auto* a = meta("activation")) {
+    if (*a != "relu" && *a != "gelu") throw error("__metadata__ activation is '" + *a + "', not relu or gelu");
+    c.layer.activation = *a == "gelu" ? Activation::gelu : Activation::relu;
+  }
+  if (const auto* n = meta("norm_first")) {
+    if (*n != "true" && *n != "false") throw error("__metadata__ norm_first is '" + *n + "', not true or false");
+    c.layer.norm_first = *n == "true";
+  }
+  if (const auto* e = meta("layer_norm_eps")) {
+    try {
+      c.layer.layer_norm_eps = std::stof(*e);
+    } catch (const std::exception&) {
+      throw error("__metadata__ layer_norm_eps is '" + *e + "', not a number");
+    }
+  }
+  const int64_t E = c.layer.d_model;
+  auto take = [&](const std::string& name, int64_t rows) {
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) throw error("missing tensor '" + name + "', expected shape (·, " + std::to_string(E) + ")");
+    const Tensor& t = it->second;
+    if (t.dtype != DType::float32 || t.rank() != 2 || t.dim(1) != E || (rows > 0 && t.dim(0) != rows)) {
+      throw error("tensor '" + name + "' is " + dtype_name(t.dtype) + " " + shape_string(t.shape) + ", expected float32 (" +
+                  (rows > 0 ? std::to_string(rows) : std::string("·")) + ", " + std::to_string(E) + ")");
+    }
+    return t;
+  };
+  auto& w = state.weights;
+  w.token_embedding = take("token_embedding.weight", 0);
+  c.vocab_size = w.token_embedding.dim(0);
+  w.position_embedding = take("position_embedding.weight", 0);
+  c.max_positions = w.position_embedding.dim(0);
+  w.lm_head_weight = take("lm_head.weight", c.vocab_size);
+  if (auto it = file.tensors.find("lm_head.bias"); it != file.tensors.end()) {
+    if (it->second.shape != Shape{c.vocab_size} || it->second.dtype != DType::float32) {
+      throw error("tensor 'lm_head.bias' is " + shape_string(it->second.shape) + ", expected float32 (" +
+                  std::to_string(c.vocab_size) + ",)");
+    }
+    w.lm_head_bias = it->second;
+  }
+  c.lm_head_bias = w.lm_head_bias.has_value();
+  w.layers = std::move(encoder.weights.layers);
+  w.norm = *encoder.weights.norm;
+  return state;
+}
+
+CausalLMState load_causal_lm(const std::filesystem::path& path) {
+  return causal_lm_from_state_dict(io::read_safetensors(path), path.string());
+}
+
+}  // namespace vkattn

@@ -1,0 +1,47 @@
+#include "vkattn/modules/kv_cache.h"
+
+#include <string>
+
+#include "vkattn/errors.h"
+
+namespace vkattn {
+
+KVCache::KVCache(Backend& backend, int64_t layers, int64_t batch, int64_t heads, int64_t capacity, int64_t head_dim)
+    : backend_(&backend), batch_(batch), heads_(heads), capacity_(capacity), head_dim_(head_dim) {
+  for (auto [name, size] : {std::pair{"layers", layers}, {"batch", batch}, {"heads", heads}, {"capacity", capacity},
+                            {"head_dim", head_dim}}) {
+    if (size < 1) throw ConfigError("KVCache: " + std::string(name) + "=" + std::to_string(size) + " must be >= 1");
+  }
+  const Tensor zeros({batch, heads, capacity, head_dim});
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string prefix = "kv_cache.layers." + std::to_string(i);
+    layers_.push_back({backend.upload(prefix + ".keys", zeros), backend.upload(prefix + ".values", zeros)});
+  }
+}
+
+uint64_t KVCache::bytes() const {
+  return 2 * static_cast<uint64_t>(layers()) * static_cast<uint64_t>(batch_ * heads_ * capacity_ * head_dim_) *
+         sizeof(float);
+}
+
+const KVCache::Layer& KVCache::layer(const Backend& backend, int64_t i) const {
+  if (&backend != backend_) {
+    throw ConfigError("KVCache: the cache was made on another backend; make one on '" + backend.name() + "'");
+  }
+  return layers_.at(static_cast<size_t>(i));
+}
+
+void KVCache::check_room(int64_t tokens) const {
+  if (length_ + tokens > capacity_) {
+    throw ShapeError("KVCache: the cache holds at most " + std::to_string(capacity_) + " positions (its capacity); " +
+                     std::to_string(length_) + " are filled and " + std::to_string(tokens) +
+                     " more would make " + std::to_string(length_ + tokens));
+  }
+}
+
+void KVCache::advance(int64_t tokens) {
+  check_room(tokens);
+  length_ += tokens;
+}
+
+}  // namespace vkattn

@@ -1,0 +1,99 @@
+#pragma once
+// CausalLM: a small decoder-only language model — GPT's shape — as a recipe of steps:
+//   token_embedding (embedding)       ids (B, T) -> (B, T, E)
+//   position_embedding (positional_encoding)  + a learnt row per position
+//   layers.N.…                        decoder-only blocks: TransformerEncoderLayer with a causal mask
+//   norm (layer_norm), lm_head (linear)        -> logits (B, T, V)
+// In PyTorch it is nn.Embedding ×2, N nn.TransformerEncoderLayer(batch_first=True) called with a
+// causal src_mask, nn.LayerNorm and nn.Linear (models/tiny_char/train.py builds one).
+//
+// Two ways to run it. forward() computes every position of a sequence at once, as torch's
+// forward does. decode() takes the T positions after those a KVCache holds — a prompt, then one
+// token at a time — computes only them, and leaves their keys and values in the cache: per
+// token the work is the projections of one row and attention over the cache, instead of the
+// whole sequence again. At each position the two give the same logits (to fp32 rounding).
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vkattn/backends/backend.h"
+#include "vkattn/io/safetensors.h"
+#include "vkattn/modules/kv_cache.h"
+#include "vkattn/modules/transformer_encoder.h"
+#include "vkattn/tensor.h"
+
+namespace vkattn {
+
+struct CausalLMConfig {
+  int64_t vocab_size = 0;     // V
+  int64_t max_positions = 0;  // P: rows of the position table, the longest sequence
+  TransformerEncoderLayerConfig layer;  // E, H, F, activation, eps, norm_first (every block's)
+  int64_t num_layers = 1;
+  bool lm_head_bias = true;
+};
+
+struct CausalLMWeights {
+  Tensor token_embedding;     // (V, E)  token_embedding.weight
+  Tensor position_embedding;  // (P, E)  position_embedding.weight
+  std::vector<TransformerEncoderLayerWeights> layers;  // layers.N.…
+  LayerNormWeights norm;                               // norm.weight, norm.bias (E,)
+  Tensor lm_head_weight;                               // (V, E)  lm_head.weight
+  std::optional<Tensor> lm_head_bias;                  // (V,)    lm_head.bias, when lm_head_bias
+
+  static CausalLMWeights random(const CausalLMConfig& config, uint32_t seed);
+};
+
+struct DecodeOptions {
+  // (B, S) with S the cache's length after this step: True (or -inf) = a padding position no
+  // query attends to. For batches of prompts of different lengths.
+  std::optional<Tensor> key_padding_mask;
+  int64_t parts = 0;  // flash_decoding's key split; 0 = the backend's choice
+};
+
+class CausalLM {
+ public:
+  // Validates the config (ConfigError) and every weight's shape (ShapeError naming it).
+  CausalLM(CausalLMConfig config, CausalLMWeights weights);
+
+  const CausalLMConfig& config() const { return config_; }
+
+  // ids (B, T) int64 -> logits (B, T, V), every position computed. key_padding_mask (B, T) as
+  // DecodeOptions'. One traced pass "causal_lm".
+  Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {}) const;
+
+  // A cache for `batch` sequences of up to `capacity` positions (<= max_positions) on `backend`.
+  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const;
+  // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V); their keys
+  // and values stay in the cache (length() grows by T). One traced pass "causal_lm_decode".
+  // ShapeError naming the capacity when the cache has no room for T more.
+  Tensor decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options = {}) const;
+
+ private:
+  // ids' checks: int64 (B, T), every id in [0, V), positions within max_positions
+  void check_ids(const std::string& who, const Tensor& ids, int64_t first_position) const;
+  // token_embedding + position_embedding's rows first_position … first_position + T - 1
+  Value embed(Backend& backend, const Value& ids, int64_t first_position) const;
+  // norm, lm_head: (B, T, E) -> (B, T, V)
+  Value head(Backend& backend, const Value& x) const;
+
+  CausalLMConfig config_;
+  CausalLMWeights weights_;
+  std::vector<TransformerEncoderLayer> layers_;
+};
+
+// A CausalLM's state_dict under the names above (a safetensors file). E, F, V, P and the layer
+// count come from the shapes; num_heads, activation ("relu" | "gelu"), norm_first ("true" |
+// "false") and layer_norm_eps from __metadata__ (num_heads is required). A missing, extra or
+// mis-shaped tensor is a FileError naming it.
+struct CausalLMState {
+  CausalLMConfig config;
+  CausalLMWeights weights;
+  std::map<std::string, std::string> metadata;  // the file's, for a tokenizer's vocabulary
+};
+CausalLMState causal_lm_from_state_dict(const io::Safetensors& file, const std::string& source);
+CausalLMState load_causal_lm(const std::filesystem::path& path);
+
+}  // namespace vkattn

@@ -1,0 +1,54 @@
+#pragma once
+// KVCache: the keys and values a decoder has computed so far, kept on the backend so that each
+// new token projects only its own key and value and attends over all the earlier ones.
+//
+// Each layer holds a key cache and a value cache of (B, H, capacity, d) floats: position s of
+// sequence b, head h is row s of plane (b, h). length() positions are filled; a decoding step
+// appends T more (kv_cache_append, in place), attends over length() + T of them (flash_decoding
+// and attention_combine), then advance(T) makes them part of the cache. The device memory is
+// exactly bytes() = 2 · layers · B · H · capacity · d · 4, allocated once, when the cache is made.
+#include <cstdint>
+#include <vector>
+
+#include "vkattn/backends/backend.h"
+
+namespace vkattn {
+
+class KVCache {
+ public:
+  struct Layer {
+    Value keys;    // (B, H, capacity, d)
+    Value values;  // (B, H, capacity, d)
+  };
+
+  // Zeros on `backend`, which every step that uses the cache must run on. ConfigError when a
+  // size is below 1.
+  KVCache(Backend& backend, int64_t layers, int64_t batch, int64_t heads, int64_t capacity, int64_t head_dim);
+
+  int64_t layers() const { return static_cast<int64_t>(layers_.size()); }
+  int64_t batch() const { return batch_; }
+  int64_t heads() const { return heads_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t head_dim() const { return head_dim_; }
+  int64_t length() const { return length_; }  // positions filled
+  // 2 · layers · B · H · capacity · d · 4: the device memory the caches hold.
+  uint64_t bytes() const;
+
+  // Layer i's caches, checked to belong to `backend` (ConfigError otherwise). The values are
+  // the caches themselves: kv_cache_append writes into them.
+  const Layer& layer(const Backend& backend, int64_t i) const;
+  // ShapeError naming the capacity when `tokens` more positions would not fit.
+  void check_room(int64_t tokens) const;
+  // The `tokens` positions every layer has appended are now part of the cache.
+  void advance(int64_t tokens);
+  // Empty again (the rows stay allocated and are overwritten by the next appends).
+  void clear() { length_ = 0; }
+
+ private:
+  const Backend* backend_;
+  int64_t batch_, heads_, capacity_, head_dim_;
+  int64_t length_ = 0;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace vkattn

@@ -1,0 +1,107 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// flash_decoding — flash_attention for a few new query rows against a long key/value cache.
+// With L = 1, flash_attention has B·H rows of work: a handful of invocations walking thousands of
+// keys while the device idles. Here the keys are split into P parts and an invocation owns one
+// (query row, part): each runs the online softmax over its range alone and leaves its own max m,
+// sum l and unnormalised output; attention_combine merges the parts. fp32 throughout.
+//   Q        (B, H, L, d)         the L newest positions, S - L … S - 1
+//   K, V     (B, H, C, d)         caches of capacity C, of which the first S rows are used
+//   key_padding_mask (B, S)       additive, when has_key_padding_mask
+//   partials (B, H, L, P, d + 2)  [output (d), m, l] per part
+// Part p holds keys p·K … p·K + K - 1 (K = ceil(S / P)); causal: query i sees keys j <= S - L + i.
+#include "common.glsl"
+
+layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
+const uint CHUNKS = (HEAD_DIM + 3u) / 4u;          // rows as vec4s
+const bool VEC4 = HEAD_DIM % 4u == 0u;             // every row starts on a vec4
+
+layout(std430, binding = 0) readonly buffer Query { float q[]; };
+layout(std430, binding = 0) readonly buffer Query4 { vec4 q4[]; };
+layout(std430, binding = 1) readonly buffer KeyPaddingMask { float key_padding_mask[]; };
+layout(std430, binding = 2) readonly buffer Key { float k[]; };
+layout(std430, binding = 2) readonly buffer Key4 { vec4 k4[]; };
+layout(std430, binding = 3) readonly buffer Value { float v[]; };
+layout(std430, binding = 3) readonly buffer Value4 { vec4 v4[]; };
+layout(std430, binding = 4) writeonly buffer Partials { float partials[]; };
+
+layout(push_constant) uniform Params {
+  uint batch;     // B
+  uint heads;     // H
+  uint rows;      // L
+  uint capacity;  // C
+  uint keys;      // S: the cache rows attended to
+  uint parts;     // P
+  float scale;    // 1/√d
+  uint has_key_padding_mask;  // 0 or 1
+  uint causal;                // 0 or 1
+} p;
+
+// row `row` of Q (when `query`) or of the cache K, floats 4c … 4c+3, zeros past d
+vec4 q_chunk(uint row, uint c) {
+  if (VEC4) return q4[row * CHUNKS + c];
+  vec4 x = vec4(0.0);
+  for (uint t = 0u; t < 4u; ++t) {
+    if (4u * c + t < HEAD_DIM) x[t] = q[row * HEAD_DIM + 4u * c + t];
+  }
+  return x;
+}
+
+vec4 k_chunk(uint row, uint c) {
+  if (VEC4) return k4[row * CHUNKS + c];
+  vec4 x = vec4(0.0);
+  for (uint t = 0u; t < 4u; ++t) {
+    if (4u * c + t < HEAD_DIM) x[t] = k[row * HEAD_DIM + 4u * c + t];
+  }
+  return x;
+}
+
+vec4 v_chunk(uint row, uint c) {
+  if (VEC4) return v4[row * CHUNKS + c];
+  vec4 x = vec4(0.0);
+  for (uint t = 0u; t < 4u; ++t) {
+    if (4u * c + t < HEAD_DIM) x[t] = v[row * HEAD_DIM + 4u * c + t];
+  }
+  return x;
+}
+
+void main() {
+  uint index = flat_invocation_id();  // ((bh · L) + i) · P + part
+  if (index >= p.batch * p.heads * p.rows * p.parts) return;
+  uint part = index % p.parts;
+  uint i = (index / p.parts) % p.rows;
+  uint bh = index / (p.parts * p.rows);
+  uint b = bh / p.heads;
+  uint per_part = (p.keys + p.parts - 1u) / p.parts;
+  uint begin = part * per_part;
+  uint end = min(p.keys, begin + per_part);
+  if (p.causal != 0u) end = min(end, p.keys - p.rows + i + 1u);
+
+  vec4 q_row[CHUNKS], acc[CHUNKS];
+  for (uint c = 0u; c < CHUNKS; ++c) {
+    q_row[c] = q_chunk(bh * p.rows + i, c);
+    acc[c] = vec4(0.0);
+  }
+  float m = -1e30, l = 0.0;  // running max, running sum of exp(s - m)
+  for (uint j = begin; j < end; ++j) {
+    uint key = bh * p.capacity + j;
+    float s = 0.0;
+    for (uint c = 0u; c < CHUNKS; ++c) s += dot(q_row[c], k_chunk(key, c));
+    s *= p.scale;
+    if (p.has_key_padding_mask != 0u) s += key_padding_mask[b * p.keys + j];
+    if (s == NEG_INF) continue;  // blocked: weight 0
+    float m_new = max(m, s);
+    float rescale = exp(m - m_new), w = exp(s - m_new);
+    l = l * rescale + w;
+    for (uint c = 0u; c < CHUNKS; ++c) acc[c] = acc[c] * rescale + w * v_chunk(key, c);
+    m = m_new;
+  }
+  uint first = index * (HEAD_DIM + 2u);  // this part's d + 2 values
+  for (uint c = 0u; c < CHUNKS; ++c) {
+    for (uint t = 0u; t < 4u; ++t) {
+      if (4u * c + t < HEAD_DIM) partials[first + 4u * c + t] = acc[c][t];
+    }
+  }
+  partials[first + HEAD_DIM] = m;
+  partials[first + HEAD_DIM + 1u] = l;
+}

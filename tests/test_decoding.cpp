@@ -1,0 +1,249 @@
+// Decoding with a key/value cache: the three steps it adds — kv_cache_append, flash_decoding and
+// attention_combine — against the reference and against flash_attention, over shapes that break
+// kernels and split counts of 1, 2 and many; and CausalLM's token-by-token decode() against its
+// full forward() at every position, on both backends.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <ostream>
+#include <tuple>
+
+#include "reference/reference.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
+#include "vkattn/modules/causal_lm.h"
+
+namespace vkattn {
+namespace {
+
+using ::testing::Bool;
+using ::testing::Combine;
+using ::testing::Values;
+using testing::all_close;
+using testing::random_tensor;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ---- the reference, by hand --------------------------------------------------------------------
+TEST(DecodingReference, KvCacheAppendWritesRowsAtThePositionAndKeepsTheRest) {
+  float cache[] = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6};  // (N=2, C=3, d=2)
+  const float rows[] = {7, 8, 9, 10};                      // (N=2, T=1, d=2)
+  reference::kv_cache_append(cache, rows, 2, 3, 1, 2, 1);
+  EXPECT_EQ(std::vector<float>(cache, cache + 12), (std::vector<float>{1, 1, 7, 8, 3, 3, 4, 4, 9, 10, 6, 6}));
+}
+
+TEST(DecodingReference, AttentionCombineWeighsEachPartByItsMaxAndSum) {
+  // one row, d = 1, two parts: part 0 saw scores {0} (m 0, l 1, output 1·v = 2), part 1 scores
+  // {ln 3} (m ln 3, l 1, output 1·v = 5): softmax weights 1/4 and 3/4 -> 2/4 + 15/4 = 4.25
+  const float partials[] = {2, 0, 1, 5, std::log(3.0f), 1};
+  float out = 0;
+  reference::attention_combine(partials, &out, 1, 2, 1);
+  EXPECT_NEAR(out, 4.25f, 1e-6f);
+  // a part that saw no key (m -1e30, l 0) changes nothing; none at all gives zeros
+  const float with_empty[] = {2, 0, 1, 0, -1e30f, 0};
+  reference::attention_combine(with_empty, &out, 1, 2, 1);
+  EXPECT_NEAR(out, 2.0f, 1e-6f);
+  const float empty[] = {0, -1e30f, 0, 0, -1e30f, 0};
+  reference::attention_combine(empty, &out, 1, 2, 1);
+  EXPECT_EQ(out, 0.0f);
+}
+
+// ---- GPU against reference ---------------------------------------------------------------------
+class Decoding : public testing::GpuTest {};
+
+struct Append {
+  int64_t N, C, T, d, position;
+};
+void PrintTo(const Append& a, std::ostream* os) {
+  *os << "N=" << a.N << " C=" << a.C << " T=" << a.T << " d=" << a.d << " at " << a.position;
+}
+class KvCacheAppend : public Decoding, public ::testing::WithParamInterface<Append> {};
+TEST_P(KvCacheAppend, MatchesReferenceInPlace) {
+  auto [N, C, T, d, position] = GetParam();
+  Tensor cache = random_tensor({1, N, C, d}, 1), rows = random_tensor({1, N, T, d}, 2);
+  auto run = [&](Backend& b) {
+    Value c = b.upload("cache", cache);
+    Value out = b.kv_cache_append("kv_cache_append_k", c, b.upload("rows", rows), position);
+    EXPECT_EQ(out.storage, c.storage) << "written in place";
+    return b.download(c);
+  };
+  Tensor expected = run(cpu());
+  EXPECT_TRUE(all_close(run(gpu()), expected, {0, 0}));
+  // the rows before and after the written ones are kept
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < C; ++s)
+      for (int64_t c = 0; c < d; ++c) {
+        const size_t at = static_cast<size_t>((n * C + s) * d + c);
+        const bool written = s >= position && s < position + T;
+        ASSERT_EQ(expected.data[at], written ? rows.data[static_cast<size_t>((n * T + s - position) * d + c)]
+                                              : cache.data[at]);
+      }
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, KvCacheAppend,
+                         Values(Append{1, 1, 1, 1, 0}, Append{3, 17, 1, 3, 16}, Append{8, 113, 17, 64, 50},
+                                Append{2, 65, 65, 5, 0}, Append{17, 1000, 1, 17, 999}));
+
+TEST_F(Decoding, KvCacheAppendPastTheCapacityNamesIt) {
+  for (Backend* b : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    Value cache = b->upload("cache", Tensor({1, 2, 8, 4}));
+    Value rows = b->upload("rows", Tensor({1, 2, 3, 4}));
+    testing::expect_error<ShapeError>([&] { b->kv_cache_append("kv_cache_append_k", cache, rows, 6); }, {"kv_cache_append_k: the cache holds at most 8 positions (its capacity) but 3 new rows at position 6 "
+                 "would end at 9"});
+  }
+}
+
+// B, H, L new rows, S keys in a cache of capacity C, head dim d
+struct Decode {
+  int64_t B, H, L, S, C, d;
+};
+void PrintTo(const Decode& a, std::ostream* os) {
+  *os << "B=" << a.B << " H=" << a.H << " L=" << a.L << " S=" << a.S << " C=" << a.C << " d=" << a.d;
+}
+// parts: 1, 2, or every key its own part (0 = S)
+class FlashDecoding : public Decoding, public ::testing::WithParamInterface<std::tuple<Decode, int64_t, bool, bool>> {};
+TEST_P(FlashDecoding, MatchesReferenceAndFlashAttention) {
+  auto [shape, parts_wanted, causal, padding] = GetParam();
+  auto [B, H, L, S, C, d] = shape;
+  const int64_t parts = parts_wanted == 0 ? S : std::min(parts_wanted, S);
+  Tensor q = random_tensor({B, H, L, d}, 1), k = random_tensor({B, H, C, d}, 2), v = random_tensor({B, H, C, d}, 3);
+  // padding: the last sequence's first keys blocked, the rest open; with B > 1, its first row
+  // (causal, at position S - L) sees none of them when every key up to it is blocked
+  Tensor mask({B, S});
+  if (padding)
+    for (int64_t j = 0; j < std::min<int64_t>(S, S - L + 1); ++j) mask.data[static_cast<size_t>((B - 1) * S + j)] = -kInf;
+  auto run = [&](Backend& b, Tensor* partials) {
+    Value p = b.flash_decoding("flash_decoding", b.upload("q", q), b.upload("k", k), b.upload("v", v), S,
+                               padding ? &static_cast<const Value&>(b.upload("mask", mask)) : nullptr, causal, parts);
+    EXPECT_EQ(p.shape, (Shape{B, H, L, parts, d + 2}));
+    if (partials) *partials = b.download(p);
+    return b.download(b.attention_combine("attention_combine", p));
+  };
+  Tensor cpu_partials, gpu_partials;
+  Tensor expected = run(cpu(), &cpu_partials);
+  Tensor actual = run(gpu(), &gpu_partials);
+  EXPECT_TRUE(all_close(gpu_partials, cpu_partials, {}, {"b", "h", "i", "part", "c"}));
+  EXPECT_TRUE(all_close(actual, expected, {}, {"b", "h", "i", "c"}));
+
+  // flash_attention over the full sequence (the cache's first S rows as a (B, H, S, d) tensor,
+  // queries at the last L positions of an S-row query whose other rows are zeros) gives the same
+  Tensor k_used({B, H, S, d}), v_used({B, H, S, d}), q_full({B, H, S, d});
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    std::copy_n(k.data.begin() + bh * C * d, S * d, k_used.data.begin() + bh * S * d);
+    std::copy_n(v.data.begin() + bh * C * d, S * d, v_used.data.begin() + bh * S * d);
+    std::copy_n(q.data.begin() + bh * L * d, L * d, q_full.data.begin() + (bh * S + S - L) * d);
+  }
+  Value qf = cpu().upload("q", q_full), kf = cpu().upload("k", k_used), vf = cpu().upload("v", v_used);
+  Value m = cpu().upload("mask", mask);
+  Tensor full = cpu().download(cpu().flash_attention("flash_attention", qf, kf, vf, nullptr, padding ? &m : nullptr, causal));
+  Tensor last({B, H, L, d});
+  for (int64_t bh = 0; bh < B * H; ++bh)
+    std::copy_n(full.data.begin() + (bh * S + S - L) * d, L * d, last.data.begin() + bh * L * d);
+  EXPECT_TRUE(all_close(actual, last, {}, {"b", "h", "i", "c"}));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecoding,
+                         Combine(Values(Decode{1, 1, 1, 1, 1, 1}, Decode{2, 3, 1, 17, 20, 3}, Decode{1, 8, 1, 113, 113, 64},
+                                        Decode{3, 2, 5, 17, 30, 4}, Decode{2, 2, 17, 17, 17, 5}, Decode{1, 4, 1, 1000, 1024, 16}),
+                                 Values(int64_t{1}, int64_t{2}, int64_t{0}), Bool(), Bool()));
+
+TEST_F(Decoding, TheBackendSplitsLongCachesForFewRows) {
+  // one query row of 8 heads over 4096 keys: many parts; a prompt of 512 rows: one
+  EXPECT_GT(gpu().decoding_parts(8, 4096), 8);
+  EXPECT_EQ(gpu().decoding_parts(8 * 512, 4096), 1);
+  EXPECT_EQ(gpu().decoding_parts(8, 20), 1);  // a part holds at least 32 keys
+}
+
+// ---- CausalLM: decode() against forward() ------------------------------------------------------
+CausalLM small_model(int64_t E, int64_t H, int64_t positions, bool norm_first, Activation activation) {
+  CausalLMConfig c;
+  c.vocab_size = 11;
+  c.max_positions = positions;
+  c.layer.d_model = E;
+  c.layer.nhead = H;
+  c.layer.dim_feedforward = 2 * E;
+  c.layer.norm_first = norm_first;
+  c.layer.activation = activation;
+  c.num_layers = 2;
+  return CausalLM(c, CausalLMWeights::random(c, 7));
+}
+
+Tensor random_ids(int64_t B, int64_t T, int64_t V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Tensor ids({B, T}, std::vector<float>(static_cast<size_t>(B * T)), DType::int64);
+  for (float& id : ids.data) id = static_cast<float>(rng() % static_cast<uint32_t>(V));
+  return ids;
+}
+
+// Columns t0 … t0 + n - 1 of (B, T, ·) or (B, T)
+Tensor columns(const Tensor& x, int64_t t0, int64_t n) {
+  const int64_t B = x.dim(0), T = x.dim(1), inner = x.rank() == 3 ? x.dim(2) : 1;
+  Shape shape = x.shape;
+  shape[1] = n;
+  Tensor out(shape, std::vector<float>(static_cast<size_t>(B * n * inner)), x.dtype);
+  for (int64_t b = 0; b < B; ++b)
+    std::copy_n(x.data.begin() + (b * T + t0) * inner, n * inner, out.data.begin() + b * n * inner);
+  return out;
+}
+
+// prompt: the first call's length; then one token a call
+struct Incremental {
+  int64_t S, prompt, B, E, H;
+  bool norm_first, padding;
+};
+void PrintTo(const Incremental& a, std::ostream* os) {
+  *os << "S=" << a.S << " prompt=" << a.prompt << " B=" << a.B << " E=" << a.E << " H=" << a.H
+      << (a.norm_first ? " pre-norm" : " post-norm") << (a.padding ? " padded" : "");
+}
+class CausalLMDecode : public Decoding, public ::testing::WithParamInterface<Incremental> {};
+TEST_P(CausalLMDecode, EqualsTheFullForwardAtEveryPosition) {
+  auto [S, prompt, B, E, H, norm_first, padding] = GetParam();
+  CausalLM model = small_model(E, H, S, norm_first, norm_first ? Activation::gelu : Activation::relu);
+  Tensor ids = random_ids(B, S, 11, 3);
+  std::optional<Tensor> mask;  // the last sequence left-padded by 3
+  if (padding) {
+    mask = Tensor({B, S}, std::vector<float>(static_cast<size_t>(B * S)), DType::boolean);
+    for (int64_t t = 0; t < std::min<int64_t>(3, S); ++t) mask->data[static_cast<size_t>((B - 1) * S + t)] = 1;
+  }
+  for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    SCOPED_TRACE(backend->name());
+    if (backend == &cpu() && S > 200) continue;  // the GPU's run covers the long case; the CPU's takes minutes
+    Tensor full = model.forward(*backend, ids, mask);  // (B, S, V)
+    KVCache cache = model.make_cache(*backend, B, S);  // exactly full at the end
+    for (int64_t t = 0; t < S;) {
+      const int64_t n = t == 0 ? prompt : 1;
+      DecodeOptions options;
+      if (mask) options.key_padding_mask = columns(*mask, 0, t + n);
+      Tensor logits = model.decode(*backend, columns(ids, t, n), cache, options);
+      ASSERT_TRUE(all_close(logits, columns(full, t, n), {}, {"b", "t", "v"})) << "positions " << t << " … " << t + n - 1;
+      t += n;
+    }
+    EXPECT_EQ(cache.length(), S);
+    testing::expect_error<ShapeError>([&] { model.decode(*backend, random_ids(B, 1, 11, 4), cache); }, {"KVCache: the cache holds at most " + std::to_string(S) + " positions (its capacity); " +
+                     std::to_string(S) + " are filled and 1 more would make " + std::to_string(S + 1)});
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, CausalLMDecode,
+                         Values(Incremental{1, 1, 1, 8, 2, false, false}, Incremental{17, 5, 2, 12, 4, true, true},
+                                Incremental{17, 1, 3, 8, 1, false, true}, Incremental{113, 17, 1, 16, 4, true, false},
+                                Incremental{1000, 1, 1, 16, 2, true, false}));
+
+TEST_F(Decoding, TheCacheHoldsExactlyItsKeysAndValues) {
+  CausalLM model = small_model(16, 4, 64, true, Activation::gelu);
+  KVCache cache = model.make_cache(gpu(), 3, 64);
+  EXPECT_EQ(cache.bytes(), uint64_t{2 * 2 * 3 * 4 * 64 * 4 * 4});  // 2 · layers · B · H · capacity · d · 4
+  const uint64_t before = gpu().peak_allocated_bytes();
+  EXPECT_GE(before, cache.bytes());
+}
+
+TEST_F(Decoding, BadInputIsATypedOneLineError) {
+  CausalLM model = small_model(8, 2, 16, false, Activation::relu);
+  KVCache cache = model.make_cache(gpu(), 1, 16);
+  testing::expect_error<ShapeError>([&] { model.decode(gpu(), Tensor({1, 2}, {3, 11}, DType::int64), cache); }, {"CausalLM.decode: token id 11 at index 1 is outside the vocabulary [0, 11)"});
+  testing::expect_error<ConfigError>([&] { model.decode(cpu(), random_ids(1, 2, 11, 1), cache); }, {"KVCache: the cache was made on another backend; make one on 'cpu'"});
+  testing::expect_error<ConfigError>([&] { model.make_cache(gpu(), 1, 17); }, {"CausalLM: a cache of capacity 17 is longer than the 16 positions the model has rows for"});
+  EXPECT_EQ(cache.length(), 0) << "a refused step leaves the cache as it was";
+}
+
+}  // namespace
+}  // namespace vkattn
