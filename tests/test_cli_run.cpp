@@ -629,5 +629,71 @@ TEST_F(CliRun, BenchPrintsAReportAndRefusesBadShapes) {
   EXPECT_NE(e.err.find("--trace"), std::string::npos) << e.err;
 }
 
+// ---- vkattn generate: the shipped tiny model, against the tokens torch chose ---------------------
+const std::string kTinyModel = VKATTN_SOURCE_DIR "/models/tiny_char/model.safetensors";
+
+nlohmann::json generated(const Exit& e) {
+  EXPECT_EQ(e.code, 0) << e.err;
+  return nlohmann::json::parse(e.out);
+}
+
+TEST_F(CliRun, GenerateGreedyEqualsTorchTokenForToken) {
+  const auto expected = nlohmann::json::parse(slurp(VKATTN_SOURCE_DIR "/models/tiny_char/expected.json"));
+  const std::string prompt = expected["prompt"], n = std::to_string(expected["new_tokens"].get<int>());
+  for (const char* backend : {"gpu", "cpu"}) {
+    for (bool cache : {true, false}) {
+      if (!cache && std::string(backend) == "cpu") continue;  // the reference recomputing: slow and no news
+      std::vector<std::string> args{"generate", "--weights", kTinyModel, "--prompt", prompt, "--max-new-tokens", n,
+                                    "--backend", backend, "--json"};
+      if (!cache) args.push_back("--no-cache");
+      auto out = generated(vkattn(args));
+      EXPECT_EQ(out["tokens"], expected["tokens"]) << backend << (cache ? " with the cache" : " without");
+      EXPECT_EQ(out["text"], expected["text"]);
+      EXPECT_EQ(out["cache_bytes"], cache ? 2 * 2 * 4 * (prompt.size() + expected["new_tokens"].get<size_t>()) * 16 * 4 : 0);
+    }
+  }
+}
+
+TEST_F(CliRun, GenerateSamplesTheSameTextFromTheSameSeed) {
+  auto sample = [&](const char* seed) {
+    return generated(vkattn({"generate", "--weights", kTinyModel, "--prompt", "Down", "--max-new-tokens", "60",
+                             "--temperature", "1.5", "--top-k", "10", "--seed", seed, "--json"}))["tokens"];
+  };
+  const auto first = sample("1");
+  EXPECT_EQ(sample("1"), first);
+  EXPECT_NE(sample("2"), first);
+  // top-k 1 is greedy, whatever the temperature
+  auto greedy = generated(vkattn({"generate", "--weights", kTinyModel, "--prompt", "Down", "--max-new-tokens", "60", "--json"}));
+  auto top1 = generated(vkattn({"generate", "--weights", kTinyModel, "--prompt", "Down", "--max-new-tokens", "60",
+                                "--temperature", "5", "--top-k", "1", "--seed", "3", "--json"}));
+  EXPECT_EQ(top1["tokens"], greedy["tokens"]);
+}
+
+TEST_F(CliRun, GenerateRefusesBadInputInOneLine) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--prompt", "Alice~"}, "--prompt: character '~' at 5 is not in the model's vocabulary of 54 characters"},
+      {{"--prompt", "Alice", "--max-new-tokens", "124"},
+       "--max-new-tokens 124 after a prompt of 5 tokens needs 129 positions; the model has 128"},
+      {{"--prompt", ""}, "--prompt is empty"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args{"generate", "--weights", kTinyModel};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    Exit e = vkattn(args);
+    EXPECT_EQ(e.code, 2) << c.message;
+    EXPECT_NE(e.err.find(c.message), std::string::npos) << e.err;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+  }
+  // an encoder's state_dict is not a language model's (test_decoding: a missing key by name)
+  Exit e = vkattn({"generate", "--weights", VKATTN_SOURCE_DIR "/tests/golden_encoder/encoder1_post_relu_norm_awkward/weights.safetensors",
+                   "--prompt", "a"});
+  EXPECT_EQ(e.code, 2) << e.err;
+  EXPECT_NE(e.err.find("missing tensor 'token_embedding.weight'"), std::string::npos) << e.err;
+}
+
 }  // namespace
 }  // namespace vkattn

@@ -245,5 +245,24 @@ TEST_F(Decoding, BadInputIsATypedOneLineError) {
   EXPECT_EQ(cache.length(), 0) << "a refused step leaves the cache as it was";
 }
 
+TEST(CausalLMStateDict, TheShippedModelLoadsAndAMissingKeyIsNamed) {
+  const std::string path = VKATTN_SOURCE_DIR "/models/tiny_char/model.safetensors";
+  CausalLMState state = load_causal_lm(path);
+  EXPECT_EQ(state.config.num_layers, 2);
+  EXPECT_EQ(state.config.layer.d_model, 64);
+  EXPECT_EQ(state.config.layer.nhead, 4);
+  EXPECT_EQ(state.config.layer.activation, Activation::gelu);
+  EXPECT_TRUE(state.config.layer.norm_first);
+  EXPECT_EQ(state.config.max_positions, 128);
+  io::Safetensors file = io::read_safetensors(path);
+  file.tensors.erase("layers.1.linear2.weight");
+  testing::expect_error<FileError>([&] { causal_lm_from_state_dict(file, "model"); },
+                                   {"model: missing tensor 'layers.1.linear2.weight'"});
+  file = io::read_safetensors(path);
+  file.tensors.erase("lm_head.weight");
+  testing::expect_error<FileError>([&] { causal_lm_from_state_dict(file, "model"); },
+                                   {"model: missing tensor 'lm_head.weight'"});
+}
+
 }  // namespace
 }  // namespace vkattn

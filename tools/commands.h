@@ -64,6 +64,19 @@ struct EncodeArgs {
 CLI::App* add_encode(CLI::App& app, EncodeArgs& args);
 int run_encode(const EncodeArgs& args);
 
+struct GenerateArgs {
+  std::string weights, prompt;
+  int64_t max_new_tokens = 100;
+  double temperature = 0.0;  // 0: greedy
+  int64_t top_k = 0;         // 0: every token
+  uint64_t seed = 0;
+  bool no_cache = false;
+  std::string backend = "gpu", device;
+  bool json = false;
+};
+CLI::App* add_generate(CLI::App& app, GenerateArgs& args);
+int run_generate(const GenerateArgs& args);
+
 struct DiffArgs {
   std::string a, b;
   double atol = 1e-5, rtol = 1e-5;

@@ -1,0 +1,239 @@
+// vkattn generate: a small causal language model (CausalLM, include/vkattn/modules/causal_lm.h)
+// from a safetensors file continues a prompt, one character-token at a time, with the KV cache
+// (each new token computes only its own row) or, with --no-cache, recomputing every position
+// each time, as a model without a cache must. Greedy by default; --temperature and --top-k sample,
+// reproducibly from --seed.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "tools/commands.h"
+#include "tools/validators.h"
+#include "vkattn/errors.h"
+#include "vkattn/modules/causal_lm.h"
+
+namespace vkattn::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// UTF-8 text as code points; FileError / UsageError for bytes that are not UTF-8.
+std::vector<char32_t> code_points(const std::string& text, const std::string& what) {
+  std::vector<char32_t> out;
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const int length = byte < 0x80 ? 1 : (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xe ? 3 : (byte >> 3) == 0x1e ? 4 : 0;
+    if (length == 0 || i + static_cast<size_t>(length) > text.size()) {
+      throw UsageError(what + " is not UTF-8 (byte " + std::to_string(i) + ")");
+    }
+    char32_t c = length == 1 ? byte : byte & (0x7f >> length);
+    for (int k = 1; k < length; ++k) c = (c << 6) | (static_cast<unsigned char>(text[i + static_cast<size_t>(k)]) & 0x3f);
+    out.push_back(c);
+    i += static_cast<size_t>(length);
+  }
+  return out;
+}
+
+std::string utf8(char32_t c) {
+  std::string s;
+  if (c < 0x80) {
+    s += static_cast<char>(c);
+  } else if (c < 0x800) {
+    s += static_cast<char>(0xc0 | (c >> 6));
+    s += static_cast<char>(0x80 | (c & 0x3f));
+  } else if (c < 0x10000) {
+    s += static_cast<char>(0xe0 | (c >> 12));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+    s += static_cast<char>(0x80 | (c & 0x3f));
+  } else {
+    s += static_cast<char>(0xf0 | (c >> 18));
+    s += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+    s += static_cast<char>(0x80 | (c & 0x3f));
+  }
+  return s;
+}
+
+// The next token from the last position's logits: the largest (the first of equals, as
+// torch.argmax) when greedy, else drawn from softmax(logits / temperature) over the top k.
+int64_t next_token(std::vector<float> logits, double temperature, int64_t top_k, std::mt19937_64& rng) {
+  const auto best = std::max_element(logits.begin(), logits.end());
+  if (temperature == 0.0) return best - logits.begin();
+  std::vector<float> sorted = logits;
+  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  const float floor = top_k > 0 && top_k < static_cast<int64_t>(sorted.size()) ? sorted[static_cast<size_t>(top_k - 1)]
+                                                                               : -INFINITY;
+  std::vector<double> weights(logits.size());
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    weights[i] = logits[i] >= floor ? std::exp((logits[i] - *best) / temperature) : 0.0;
+    total += weights[i];
+  }
+  double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;  // uniform in [0, total)
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (u < weights[i]) return static_cast<int64_t>(i);
+    u -= weights[i];
+  }
+  return best - logits.begin();  // rounding left u past the end: the likeliest
+}
+
+std::string bytes_text(uint64_t bytes) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1);
+  if (bytes >= (uint64_t{1} << 20)) out << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  else out << static_cast<double>(bytes) / 1024 << " KiB";
+  return out.str();
+}
+
+}  // namespace
+
+CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
+  auto* cmd = app.add_subcommand("generate", "continue a prompt with a small causal language model, token by token");
+  cmd->add_option("--weights", a.weights,
+                  "M.safetensors: a CausalLM's state_dict (token_embedding, position_embedding, layers.N, norm, "
+                  "lm_head) with num_heads and its vocabulary in __metadata__, as models/tiny_char/train.py writes")
+      ->required();
+  cmd->add_option("--prompt", a.prompt, "the text to continue (characters of the model's vocabulary)")->required();
+  cmd->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--temperature", a.temperature, "0: greedy (the likeliest token); > 0: sample from softmax(logits / T)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--top-k", a.top_k, "sample among the k likeliest tokens only (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--seed", a.seed, "the sampler's seed: the same seed gives the same text")->capture_default_str();
+  cmd->add_flag("--no-cache", a.no_cache, "recompute every position for each new token (no KV cache), to compare");
+  cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
+      ->check(CLI::IsMember({"gpu", "cpu"}))
+      ->capture_default_str();
+  cmd->add_option("--device", a.device, "GPU index or name substring (see vkattn devices); default: the best");
+  cmd->add_flag("--json", a.json, "print one JSON object (the tokens, the text, the times) instead of the text");
+  return cmd;
+}
+
+int run_generate(const GenerateArgs& a) {
+  CausalLMState state = load_causal_lm(a.weights);
+  auto vocab_it = state.metadata.find("vocab");
+  if (vocab_it == state.metadata.end()) {
+    throw FileError(a.weights + ": __metadata__ has no vocab (the characters of token ids 0, 1, …)");
+  }
+  const std::vector<char32_t> vocab = code_points(vocab_it->second, a.weights + ": __metadata__ vocab");
+  if (static_cast<int64_t>(vocab.size()) != state.config.vocab_size) {
+    throw FileError(a.weights + ": __metadata__ vocab has " + std::to_string(vocab.size()) +
+                    " characters but token_embedding.weight has " + std::to_string(state.config.vocab_size) + " rows");
+  }
+  std::vector<int64_t> tokens;
+  const auto prompt = code_points(a.prompt, "--prompt");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    auto it = std::find(vocab.begin(), vocab.end(), prompt[i]);
+    if (it == vocab.end()) {
+      throw UsageError("--prompt: character '" + utf8(prompt[i]) + "' at " + std::to_string(i) +
+                       " is not in the model's vocabulary of " + std::to_string(vocab.size()) + " characters");
+    }
+    tokens.push_back(it - vocab.begin());
+  }
+  if (tokens.empty()) throw UsageError("--prompt is empty: give at least one character to continue");
+  const int64_t P = state.config.max_positions, length = static_cast<int64_t>(tokens.size()) + a.max_new_tokens;
+  if (length > P) {
+    throw UsageError("--max-new-tokens " + std::to_string(a.max_new_tokens) + " after a prompt of " +
+                     std::to_string(tokens.size()) + " tokens needs " + std::to_string(length) +
+                     " positions; the model has " + std::to_string(P) + " (position_embedding.weight's rows)");
+  }
+  const CausalLM model(state.config, std::move(state.weights));
+  auto backend = make_backend(a.backend, a.device);
+  std::optional<KVCache> cache;
+  if (!a.no_cache) cache.emplace(model.make_cache(*backend, 1, length));
+
+  // logits (1, T, V) -> the last position's V values
+  auto last_row = [&](const Tensor& logits) {
+    const int64_t T = logits.dim(1), V = logits.dim(2);
+    return std::vector<float>(logits.data.begin() + (T - 1) * V, logits.data.end());
+  };
+  auto ids = [](const std::vector<int64_t>& t, size_t from) {
+    std::vector<float> values(t.begin() + static_cast<std::ptrdiff_t>(from), t.end());
+    const auto n = static_cast<int64_t>(values.size());
+    return Tensor({1, n}, std::move(values), DType::int64);
+  };
+  std::mt19937_64 rng(a.seed);
+  const bool progress = !a.json && isatty(STDERR_FILENO);
+  if (!a.json) std::cout << a.prompt << std::flush;
+
+  // the prompt: one pass (with the cache, it fills it); its time includes making the pipelines
+  auto start = Clock::now();
+  std::vector<float> logits = last_row(cache ? model.decode(*backend, ids(tokens, 0), *cache)
+                                             : model.forward(*backend, ids(tokens, 0)));
+  const double prompt_ms = ms_since(start);
+  start = Clock::now();
+  std::string text;
+  std::vector<int64_t> generated;
+  std::vector<double> forward_ms;  // each forward after the first token
+  for (int64_t n = 0; n < a.max_new_tokens; ++n) {
+    const int64_t token = next_token(logits, a.temperature, a.top_k, rng);
+    tokens.push_back(token);
+    generated.push_back(token);
+    text += utf8(vocab[static_cast<size_t>(token)]);
+    if (!a.json) std::cout << utf8(vocab[static_cast<size_t>(token)]) << std::flush;
+    if (progress) {
+      std::cerr << "\r\x1b[K" << "[token " << n + 1 << "/" << a.max_new_tokens << ", "
+                << std::fixed << std::setprecision(1) << static_cast<double>(n + 1) / (ms_since(start) / 1000) << " tokens/s]"
+                << "\r" << std::flush;
+    }
+    if (n + 1 == a.max_new_tokens) break;  // the last token needs no logits after it
+    const auto forward_start = Clock::now();
+    logits = last_row(cache ? model.decode(*backend, ids(tokens, tokens.size() - 1), *cache)
+                            : model.forward(*backend, ids(tokens, 0)));
+    forward_ms.push_back(ms_since(forward_start));
+  }
+  if (progress) std::cerr << "\r\x1b[K" << std::flush;
+  // Every token but the first needed a forward. The first of them may make pipelines the
+  // prompt's pass did not (a one-row GEMM's): the median is the time a token takes.
+  const auto forwards = static_cast<int64_t>(forward_ms.size());
+  const double first_forward_ms = forwards > 0 ? forward_ms.front() : 0.0;
+  std::sort(forward_ms.begin(), forward_ms.end());
+  const double per_token_ms = forwards > 0 ? forward_ms[forward_ms.size() / 2] : 0.0;
+  const auto& l = model.config().layer;
+  const std::string mode = std::string(a.temperature == 0.0 ? "greedy" : "sampled") +
+                           (a.no_cache ? ", recomputing every position (--no-cache)" : ", with the KV cache");
+  if (a.json) {
+    nlohmann::json out = {{"prompt", a.prompt}, {"text", text}, {"tokens", generated},
+                          {"prompt_ms", prompt_ms}, {"ms_per_token", per_token_ms}, {"first_forward_ms", first_forward_ms},
+                          {"tokens_per_second", per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0},
+                          {"cache", !a.no_cache}, {"cache_bytes", cache ? cache->bytes() : 0},
+                          {"backend", backend->name()}, {"device", backend->device_name()}};
+    std::cout << out.dump() << "\n";
+    return 0;
+  }
+  std::cout << "\n\n"
+            << backend->name() << " backend: " << backend->device_name() << "\n"
+            << "CausalLM(vocab " << model.config().vocab_size << ", " << model.config().num_layers
+            << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead
+            << ", dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation)
+            << (l.norm_first ? ", pre-norm" : ", post-norm") << "), " << model.config().max_positions
+            << " positions)\n"
+            << std::fixed << std::setprecision(1) << "prompt: " << prompt.size() << " tokens in " << prompt_ms
+            << " ms (the first pass also makes the pipelines)\n"
+            << "generated: " << a.max_new_tokens << " tokens, " << mode << "\n"
+            << std::setprecision(2) << "  " << per_token_ms << " ms per token = " << std::setprecision(1)
+            << (per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0) << " tokens/s (the median of " << forwards
+            << " forwards; the first took " << std::setprecision(2) << first_forward_ms << " ms)\n";
+  if (cache) {
+    std::cout << "KV cache: 2 (keys, values) × " << model.config().num_layers << " layers × 1 × " << l.nhead
+              << " heads × " << cache->capacity() << " positions × " << l.d_model / l.nhead << " dims × 4 bytes = "
+              << cache->bytes() << " bytes (" << bytes_text(cache->bytes()) << ")\n";
+  }
+  return 0;
+}
+
+}  // namespace vkattn::cli
