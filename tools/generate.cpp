@@ -217,11 +217,10 @@ int run_generate(const GenerateArgs& a) {
   }
   std::cout << "\n\n"
             << backend->name() << " backend: " << backend->device_name() << "\n"
-            << "CausalLM(vocab " << model.config().vocab_size << ", " << model.config().num_layers
-            << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead
-            << ", dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation)
-            << (l.norm_first ? ", pre-norm" : ", post-norm") << "), " << model.config().max_positions
-            << " positions)\n"
+            << "CausalLM: vocab " << model.config().vocab_size << ", " << model.config().max_positions
+            << " positions, " << model.config().num_layers << " × TransformerEncoderLayer(d_model=" << l.d_model
+            << ", nhead=" << l.nhead << ",\n  dim_feedforward=" << l.dim_feedforward << ", "
+            << activation_name(l.activation) << (l.norm_first ? ", pre-norm" : ", post-norm") << ")\n"
             << std::fixed << std::setprecision(1) << "prompt: " << prompt.size() << " tokens in " << prompt_ms
             << " ms (the first pass also makes the pipelines)\n"
             << "generated: " << a.max_new_tokens << " tokens, " << mode << "\n"
@@ -230,8 +229,8 @@ int run_generate(const GenerateArgs& a) {
             << " forwards; the first took " << std::setprecision(2) << first_forward_ms << " ms)\n";
   if (cache) {
     std::cout << "KV cache: 2 (keys, values) × " << model.config().num_layers << " layers × 1 × " << l.nhead
-              << " heads × " << cache->capacity() << " positions × " << l.d_model / l.nhead << " dims × 4 bytes = "
-              << cache->bytes() << " bytes (" << bytes_text(cache->bytes()) << ")\n";
+              << " heads × " << cache->capacity() << " positions × " << l.d_model / l.nhead << " dims × 4 bytes\n"
+              << "  = " << cache->bytes() << " bytes (" << bytes_text(cache->bytes()) << ")\n";
   }
   return 0;
 }

@@ -290,6 +290,7 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
   };
   auto ptr = [](const std::optional<Value>& v) { return v ? &*v : nullptr; };
 
+  const OutProj out_proj = upload_out_proj(backend);  // first, as the pass's buffers are sized for
   auto mask_a = upload_optional("attn_mask", attn_mask);
   auto mask_k = upload_optional("key_padding_mask", key_padding_mask);
 
@@ -305,9 +306,10 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
     k = backend.split_heads("split_heads_k", qkv, H, 3, 1);
     v = backend.split_heads("split_heads_v", qkv, H, 3, 2);
   } else {
-    q = project(backend, Projection::q, q_in);  // (B, L, E)
-    k = project(backend, Projection::k, k_in);  // (B, S, E)
-    v = project(backend, Projection::v, v_in);  // (B, S, E)
+    const Projections p = upload_projections(backend);
+    q = p.q(backend, q_in);  // (B, L, E)
+    k = p.k(backend, k_in);  // (B, S, E)
+    v = p.v(backend, v_in);  // (B, S, E)
     q_in = k_in = v_in = Value();  // as above
     if (c.add_bias_kv) {
       Value bias_k = backend.upload("bias_k", *w.bias_k);
@@ -337,35 +339,35 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
     if (!options.need_weights) p.reset();
   }
   q = k = v = Value();  // done with, as above: merge_heads and out_proj take their buffers
-  AttentionValues result{merge_and_project(backend, heads), std::nullopt};  // (B, L, E)
+  AttentionValues result{merge_and_project(backend, heads, out_proj), std::nullopt};  // (B, L, E)
   if (options.need_weights) {
     result.weights = options.average_attn_weights ? backend.average_heads("average_heads", *p) : *p;
   }
   return result;
 }
 
-Value MultiHeadAttention::project(Backend& backend, Projection which, const Value& x) const {
+MultiHeadAttention::Projections MultiHeadAttention::upload_projections(Backend& backend) const {
   const MultiHeadAttentionWeights& w = weights_;
-  static const char* const names[][3] = {
-      {"q_proj", "q_proj_weight", "q_proj_bias"}, {"k_proj", "k_proj_weight", "k_proj_bias"},
-      {"v_proj", "v_proj_weight", "v_proj_bias"}};
-  const auto& [step, weight_name, bias_name] = names[static_cast<int>(which)];
-  const Tensor& weight = which == Projection::q ? w.q_proj_weight : which == Projection::k ? w.k_proj_weight : w.v_proj_weight;
-  const std::optional<Tensor>& bias = which == Projection::q   ? w.q_proj_bias
-                                      : which == Projection::k ? w.k_proj_bias
-                                                               : w.v_proj_bias;
-  Value wx = backend.upload(weight_name, weight);
-  if (!bias) return backend.linear(step, x, wx, nullptr);
-  Value bx = backend.upload(bias_name, *bias);
-  return backend.linear(step, x, wx, &bx);
+  auto upload_optional = [&](const char* name, const std::optional<Tensor>& t) {
+    return t ? std::optional<Value>(backend.upload(name, *t)) : std::nullopt;
+  };
+  Projections p{backend.upload("q_proj_weight", w.q_proj_weight), backend.upload("k_proj_weight", w.k_proj_weight),
+                backend.upload("v_proj_weight", w.v_proj_weight), std::nullopt, std::nullopt, std::nullopt};
+  p.q_bias = upload_optional("q_proj_bias", w.q_proj_bias);
+  p.k_bias = upload_optional("k_proj_bias", w.k_proj_bias);
+  p.v_bias = upload_optional("v_proj_bias", w.v_proj_bias);
+  return p;
 }
 
-Value MultiHeadAttention::merge_and_project(Backend& backend, const Value& heads) const {
+MultiHeadAttention::OutProj MultiHeadAttention::upload_out_proj(Backend& backend) const {
+  OutProj out{backend.upload("out_proj.weight", weights_.out_proj_weight), std::nullopt};
+  if (weights_.out_proj_bias) out.bias = backend.upload("out_proj.bias", *weights_.out_proj_bias);
+  return out;
+}
+
+Value MultiHeadAttention::merge_and_project(Backend& backend, const Value& heads, const OutProj& out_proj) const {
   Value merged = backend.merge_heads("merge_heads", heads);  // (B, L, E)
-  Value wo = backend.upload("out_proj.weight", weights_.out_proj_weight);
-  if (!weights_.out_proj_bias) return backend.linear("out_proj", merged, wo, nullptr);
-  Value bo = backend.upload("out_proj.bias", *weights_.out_proj_bias);
-  return backend.linear("out_proj", merged, wo, &bo);  // (B, L, E)
+  return backend.linear("out_proj", merged, out_proj.weight, out_proj.bias ? &*out_proj.bias : nullptr);  // (B, L, E)
 }
 
 Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache::Layer& cache, int64_t position,
@@ -376,9 +378,11 @@ Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache
                       "without add_bias_kv or add_zero_attn");
   }
   const int64_t H = c.num_heads, T = x.dim(1);
-  Value q = backend.split_heads("split_heads_q", project(backend, Projection::q, x), H);  // (B, H, T, d)
-  Value k = backend.split_heads("split_heads_k", project(backend, Projection::k, x), H);  // (B, H, T, d)
-  Value v = backend.split_heads("split_heads_v", project(backend, Projection::v, x), H);  // (B, H, T, d)
+  const OutProj out_proj = upload_out_proj(backend);
+  const Projections p = upload_projections(backend);
+  Value q = backend.split_heads("split_heads_q", p.q(backend, x), H);  // (B, H, T, d)
+  Value k = backend.split_heads("split_heads_k", p.k(backend, x), H);  // (B, H, T, d)
+  Value v = backend.split_heads("split_heads_v", p.v(backend, x), H);  // (B, H, T, d)
   x = Value();
   Value keys = backend.kv_cache_append("kv_cache_append_k", cache.keys, k, position);      // (B, H, C, d)
   Value values = backend.kv_cache_append("kv_cache_append_v", cache.values, v, position);  // (B, H, C, d)
@@ -386,7 +390,7 @@ Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache
   Value partials = backend.flash_decoding("flash_decoding", q, keys, values, position + T, key_padding_mask,
                                           /*causal=*/true, parts);  // (B, H, T, P, d + 2)
   q = Value();
-  return merge_and_project(backend, backend.attention_combine("attention_combine", partials));  // (B, T, E)
+  return merge_and_project(backend, backend.attention_combine("attention_combine", partials), out_proj);  // (B, T, E)
 }
 
 }  // namespace vkattn

@@ -125,11 +125,24 @@ class MultiHeadAttention {
                       const Value* key_padding_mask, int64_t parts = 0) const;
 
  private:
-  enum class Projection { q, k, v };
-  // q_proj, k_proj or v_proj of x, its weight and bias uploaded: (B, T, ·) -> (B, T, E)
-  Value project(Backend& backend, Projection which, const Value& x) const;
+  // q_proj's, k_proj's and v_proj's weights and biases, uploaded (the weights first: a pass's
+  // buffers are reused in the order its tensors come), and the three steps on them
+  struct Projections {
+    Value q_weight, k_weight, v_weight;
+    std::optional<Value> q_bias, k_bias, v_bias;
+    Value q(Backend& b, const Value& x) const { return b.linear("q_proj", x, q_weight, q_bias ? &*q_bias : nullptr); }
+    Value k(Backend& b, const Value& x) const { return b.linear("k_proj", x, k_weight, k_bias ? &*k_bias : nullptr); }
+    Value v(Backend& b, const Value& x) const { return b.linear("v_proj", x, v_weight, v_bias ? &*v_bias : nullptr); }
+  };
+  Projections upload_projections(Backend& backend) const;
+  // out_proj's weight and bias, uploaded
+  struct OutProj {
+    Value weight;
+    std::optional<Value> bias;
+  };
+  OutProj upload_out_proj(Backend& backend) const;
   // merge_heads then out_proj: (B, H, T, d) -> (B, T, E)
-  Value merge_and_project(Backend& backend, const Value& heads) const;
+  Value merge_and_project(Backend& backend, const Value& heads, const OutProj& out_proj) const;
   // forward() without the pass around it.
   AttentionResult run_steps(Backend& backend, const Tensor& query, const Tensor& key, const Tensor& value,
                             const ForwardOptions& options) const;
