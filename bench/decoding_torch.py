@@ -20,46 +20,33 @@ import subprocess
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))  # before torch is imported
+import pathlib  # noqa: E402
+import sys  # noqa: E402
+
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "models" / "tiny_char"))
+from train import CausalLM  # noqa: E402  the model vkattn generate ships, at another size
 
 E, H, FF, LAYERS, V = 512, 8, 2048, 4, 256
 
 
-class CausalLM(nn.Module):
-    def __init__(self, positions):
-        super().__init__()
-        self.token_embedding = nn.Embedding(V, E)
-        self.position_embedding = nn.Embedding(positions, E)
-        self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(E, H, FF, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
-            for _ in range(LAYERS))
-        self.norm = nn.LayerNorm(E)
-        self.lm_head = nn.Linear(E, V)
-
-    def forward(self, ids):  # (B, T) -> (B, T, V)
-        T = ids.shape[1]
-        x = self.token_embedding(ids) + self.position_embedding(torch.arange(T))
-        causal = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
-        for layer in self.layers:
-            x = layer(x, src_mask=causal)
-        return self.lm_head(self.norm(x))
-
-    def decode(self, token, position, caches):  # one token (1, 1) at `position`, caches filled before it
-        x = self.token_embedding(token) + self.position_embedding.weight[position]
-        d = E // H
-        for layer, (k_cache, v_cache) in zip(self.layers, caches):
-            h = layer.norm1(x)
-            q, k, v = F.linear(h, layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias).chunk(3, -1)
-            q, k, v = (t.view(1, 1, H, d).transpose(1, 2) for t in (q, k, v))  # (1, H, 1, d)
-            k_cache[:, :, position] = k[:, :, 0]
-            v_cache[:, :, position] = v[:, :, 0]
-            scores = q @ k_cache[:, :, :position + 1].transpose(-1, -2) / d ** 0.5  # (1, H, 1, S)
-            heads = scores.softmax(-1) @ v_cache[:, :, :position + 1]  # (1, H, 1, d)
-            x = x + layer.self_attn.out_proj(heads.transpose(1, 2).reshape(1, 1, E))
-            x = x + layer.linear2(F.gelu(layer.linear1(layer.norm2(x))))
-        return self.lm_head(self.norm(x))
+def decode(model, token, position, caches):
+    """One token (1, 1) at `position` through `model`, its caches filled before it -> logits (1, 1, V)."""
+    x = model.token_embedding(token) + model.position_embedding.weight[position]
+    d = E // H
+    for layer, (k_cache, v_cache) in zip(model.layers, caches):
+        h = layer.norm1(x)
+        q, k, v = F.linear(h, layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias).chunk(3, -1)
+        q, k, v = (t.view(1, 1, H, d).transpose(1, 2) for t in (q, k, v))  # (1, H, 1, d)
+        k_cache[:, :, position] = k[:, :, 0]
+        v_cache[:, :, position] = v[:, :, 0]
+        scores = q @ k_cache[:, :, :position + 1].transpose(-1, -2) / d ** 0.5  # (1, H, 1, S)
+        heads = scores.softmax(-1) @ v_cache[:, :, :position + 1]  # (1, H, 1, d)
+        x = x + layer.self_attn.out_proj(heads.transpose(1, 2).reshape(1, 1, E))
+        x = x + layer.linear2(F.gelu(layer.linear1(layer.norm2(x))))
+    return model.lm_head(model.norm(x))
 
 
 def main():
@@ -70,9 +57,14 @@ def main():
     args = parser.parse_args()
     contexts = [int(c) for c in args.contexts.split(",")]
     torch.manual_seed(0)
-    model = CausalLM(max(contexts) + args.tokens).eval()
+    model = CausalLM(V, E, H, FF, LAYERS, max(contexts) + args.tokens).eval()
     torch_ms = {}
     with torch.no_grad():
+        # the decode step written here equals the model's own forward, position by position
+        ids = torch.randint(0, V, (1, 8))
+        caches = [(torch.zeros(1, H, 8, E // H), torch.zeros(1, H, 8, E // H)) for _ in range(LAYERS)]
+        steps = torch.cat([decode(model, ids[:, t:t + 1], t, caches) for t in range(8)], dim=1)
+        assert torch.allclose(steps, model(ids), atol=1e-4), "decode() differs from the model's forward"
         for context in contexts:
             ids = torch.randint(0, V, (1, context))
             runs = []
@@ -85,7 +77,7 @@ def main():
             steps = []
             for t in range(args.tokens):
                 start = time.perf_counter()
-                model.decode(torch.randint(0, V, (1, 1)), context - 1 + t, caches)
+                decode(model, torch.randint(0, V, (1, 1)), context - 1 + t, caches)
                 steps.append((time.perf_counter() - start) * 1000)
             torch_ms[context] = (statistics.median(steps[1:]), min(runs))
     out = subprocess.run([args.bench, "--contexts", args.contexts, "--tokens", str(args.tokens)], check=True,

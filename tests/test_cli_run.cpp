@@ -208,7 +208,8 @@ TEST_P(CliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
   std::vector<std::string> args;
   for (std::string a : GetParam().args) {
     for (auto [key, value] : {std::pair{"{dir}", dir_.string()}, std::pair{"{g}", fixture.dir.string()},
-                              std::pair{"{e}", std::string(VKATTN_GOLDEN_ENCODER_DIR "/encoder2_post_gelu_norm_padding")}}) {
+                              std::pair{"{e}", std::string(VKATTN_GOLDEN_ENCODER_DIR "/encoder2_post_gelu_norm_padding")},
+                              std::pair{"{m}", std::string(VKATTN_SOURCE_DIR "/models/tiny_char")}}) {
       if (auto at = a.find(key); at != std::string::npos) a.replace(at, std::string(key).size(), value);
     }
     args.push_back(a);
@@ -348,7 +349,25 @@ const std::vector<BadRun> kEncodeBadInputs = {
 INSTANTIATE_TEST_SUITE_P(CliEncode, CliBadInput, ::testing::ValuesIn(kEncodeBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
-// docs/bad_input.md lists every case above as `run/NAME` or `encode/NAME` with a message holding
+// `vkattn generate` with one bad change to a good command line ({m}: models/tiny_char).
+std::vector<std::string> good_generate(const std::vector<std::string>& change) {
+  return changed({"generate", "--weights", "{m}/model.safetensors", "--prompt", "Alice", "--max-new-tokens", "5"}, change);
+}
+
+const std::vector<BadRun> kGenerateBadInputs = {
+    BadRun{"prompt_outside_vocabulary", good_generate({"--prompt", "Alice~"}),
+           "--prompt: character '~' at 5 is not in the model's vocabulary of 54 characters"},
+    BadRun{"prompt_empty", good_generate({"--prompt", ""}), "--prompt is empty: give at least one character to continue"},
+    BadRun{"past_the_positions", good_generate({"--max-new-tokens", "124"}),
+           "--max-new-tokens 124 after a prompt of 5 tokens needs 129 positions; the model has 128 "
+           "(position_embedding.weight's rows)"},
+    BadRun{"weights_of_encoder", good_generate({"--weights", "{e}/weights.safetensors"}),
+           "missing tensor 'token_embedding.weight'"},
+    BadRun{"negative_temperature", good_generate({"--temperature", "-1"}), "--temperature"}};
+INSTANTIATE_TEST_SUITE_P(CliGenerate, CliBadInput, ::testing::ValuesIn(kGenerateBadInputs),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+// docs/bad_input.md lists every case above as `run/NAME`, `encode/NAME` or `generate/NAME` with a message holding
 // the test's, and every other row names a check that exists: `cli/WHAT` in cli_test.sh, a gtest
 // case `Suite.Name` in test_errors.cpp.
 TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
@@ -366,7 +385,7 @@ TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
     rows[line.substr(3, end - 3)] = line;
   }
   std::set<std::string> cases;
-  for (const auto* list : {&kRunBadInputs, &kEncodeBadInputs}) {
+  for (const auto* list : {&kRunBadInputs, &kEncodeBadInputs, &kGenerateBadInputs}) {
     for (const BadRun& bad : *list) {
       const std::string name = bad.args[0] + "/" + bad.name;
       cases.insert(name);
@@ -667,32 +686,6 @@ TEST_F(CliRun, GenerateSamplesTheSameTextFromTheSameSeed) {
   auto top1 = generated(vkattn({"generate", "--weights", kTinyModel, "--prompt", "Down", "--max-new-tokens", "60",
                                 "--temperature", "5", "--top-k", "1", "--seed", "3", "--json"}));
   EXPECT_EQ(top1["tokens"], greedy["tokens"]);
-}
-
-TEST_F(CliRun, GenerateRefusesBadInputInOneLine) {
-  struct Case {
-    std::vector<std::string> args;
-    std::string message;
-  };
-  const std::vector<Case> cases = {
-      {{"--prompt", "Alice~"}, "--prompt: character '~' at 5 is not in the model's vocabulary of 54 characters"},
-      {{"--prompt", "Alice", "--max-new-tokens", "124"},
-       "--max-new-tokens 124 after a prompt of 5 tokens needs 129 positions; the model has 128"},
-      {{"--prompt", ""}, "--prompt is empty"},
-  };
-  for (const auto& c : cases) {
-    std::vector<std::string> args{"generate", "--weights", kTinyModel};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    Exit e = vkattn(args);
-    EXPECT_EQ(e.code, 2) << c.message;
-    EXPECT_NE(e.err.find(c.message), std::string::npos) << e.err;
-    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
-  }
-  // an encoder's state_dict is not a language model's (test_decoding: a missing key by name)
-  Exit e = vkattn({"generate", "--weights", VKATTN_SOURCE_DIR "/tests/golden_encoder/encoder1_post_relu_norm_awkward/weights.safetensors",
-                   "--prompt", "a"});
-  EXPECT_EQ(e.code, 2) << e.err;
-  EXPECT_NE(e.err.find("missing tensor 'token_embedding.weight'"), std::string::npos) << e.err;
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -27,7 +26,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// UTF-8 text as code points; FileError / UsageError for bytes that are not UTF-8.
+// UTF-8 text as code points; a UsageError naming `what` for bytes that are not UTF-8.
 std::vector<char32_t> code_points(const std::string& text, const std::string& what) {
   std::vector<char32_t> out;
   for (size_t i = 0; i < text.size();) {

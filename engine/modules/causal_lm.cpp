@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "engine/modules/pass.h"
+#include "engine/modules/random_weights.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/multi_head_attention.h"
@@ -10,32 +12,10 @@
 namespace vkattn {
 namespace {
 
-Tensor uniform(Shape shape, float bound, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(-bound, bound);
-  Tensor t(std::move(shape));
-  for (float& v : t.data) v = dist(rng);
-  return t;
-}
-
 void check_weight(const std::string& name, const Tensor& t, const Shape& expected, const std::string& dims) {
   if (t.shape != expected || t.dtype != DType::float32) {
     throw ShapeError("CausalLM: weight " + name + " is " + dtype_name(t.dtype) + " " + shape_string(t.shape) +
                      " but the config needs float32 " + dims + " = " + shape_string(expected));
-  }
-}
-
-// One traced pass: checked against the backend's limits, then run and read back.
-template <class Recipe>
-Tensor run_pass(Backend& backend, const std::string& pass, const Recipe& recipe) {
-  backend.begin_pass(pass);
-  try {
-    backend.preflight(pass, [&](Backend& b) { recipe(b); });
-    Tensor out = backend.download(recipe(backend));
-    backend.end_pass();
-    return out;
-  } catch (const std::exception& e) {
-    backend.end_pass(e.what());
-    throw;
   }
 }
 
@@ -45,16 +25,15 @@ CausalLMWeights CausalLMWeights::random(const CausalLMConfig& c, uint32_t seed) 
   std::mt19937 rng(seed);
   const int64_t E = c.layer.d_model, V = c.vocab_size;
   CausalLMWeights w;
-  w.token_embedding = uniform({V, E}, 1.0f, rng);
-  w.position_embedding = uniform({c.max_positions, E}, 1.0f, rng);
+  w.token_embedding = uniform({V, E}, -1.0f, 1.0f, rng);
+  w.position_embedding = uniform({c.max_positions, E}, -1.0f, 1.0f, rng);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     w.layers.push_back(TransformerEncoderLayerWeights::random(c.layer, seed + 100 * static_cast<uint32_t>(i + 1)));
   }
-  w.norm = {uniform({E}, 0.25f, rng), uniform({E}, 0.25f, rng)};
-  for (float& x : w.norm.weight.data) x += 1.0f;
+  w.norm = random_norm(E, rng);
   const float bound = 1.0f / std::sqrt(static_cast<float>(E));
-  w.lm_head_weight = uniform({V, E}, bound, rng);
-  if (c.lm_head_bias) w.lm_head_bias = uniform({V}, bound, rng);
+  w.lm_head_weight = uniform({V, E}, -bound, bound, rng);
+  if (c.lm_head_bias) w.lm_head_bias = uniform({V}, -bound, bound, rng);
   return w;
 }
 

@@ -4,26 +4,17 @@
 #include <random>
 #include <string>
 
+#include "engine/modules/pass.h"
+#include "engine/modules/random_weights.h"
 #include "vkattn/errors.h"
 
 namespace vkattn {
 namespace {
 
-Tensor uniform(Shape shape, float low, float high, std::mt19937& rng) {
-  std::uniform_real_distribution<float> dist(low, high);
-  Tensor t(std::move(shape));
-  for (float& v : t.data) v = dist(rng);
-  return t;
-}
-
 // torch.nn.Linear's weight (out, in) or bias (out,): U(-1/√in, 1/√in)
 Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng) {
   float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
   return uniform(std::move(shape), -bound, bound, rng);
-}
-
-LayerNormWeights random_norm(int64_t E, std::mt19937& rng) {
-  return {uniform({E}, 0.75f, 1.25f, rng), uniform({E}, -0.25f, 0.25f, rng)};
 }
 
 void check_weight(const std::string& who, const std::string& name, const Tensor& t, const Shape& expected,
@@ -54,22 +45,12 @@ MultiHeadAttentionConfig attention_config(const TransformerEncoderLayerConfig& c
   return a;
 }
 
-// One traced pass of `steps(backend, src)`: checked against the backend's memory limits, then
-// upload, run, download, back to the caller's layout.
+// One traced pass of `steps(backend, src)` on src (B, L, E), back to the caller's layout.
 template <class Steps>
-Tensor run_pass(Backend& backend, const std::string& pass, const EncoderInput& input, const Steps& steps) {
-  backend.begin_pass(pass);
-  try {
-    auto recipe = [&](Backend& b) { return steps(b, b.upload("src", input.src)); };  // src (B, L, E)
-    backend.preflight(pass, [&](Backend& b) { recipe(b); });
-    Tensor out = backend.download(recipe(backend));
-    if (!input.batched) out.shape.erase(out.shape.begin());
-    backend.end_pass();
-    return out;
-  } catch (const std::exception& e) {
-    backend.end_pass(e.what());
-    throw;
-  }
+Tensor encoder_pass(Backend& backend, const std::string& pass, const EncoderInput& input, const Steps& steps) {
+  Tensor out = run_pass(backend, pass, [&](Backend& b) { return steps(b, b.upload("src", input.src)); });
+  if (!input.batched) out.shape.erase(out.shape.begin());
+  return out;
 }
 
 }  // namespace
@@ -157,8 +138,8 @@ Value TransformerEncoderLayer::block(Backend& backend, const Value& x,
 
 Tensor TransformerEncoderLayer::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
   EncoderInput input = prepare_encoder_input("TransformerEncoderLayer.forward", config_, src, options);
-  return run_pass(backend, "transformer_encoder_layer", input,
-                  [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
+  return encoder_pass(backend, "transformer_encoder_layer", input,
+                      [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
 }
 
 TransformerEncoderWeights TransformerEncoderWeights::random(const TransformerEncoderConfig& config, uint32_t seed) {
@@ -204,8 +185,8 @@ Value TransformerEncoder::steps(Backend& backend, const Value& x, const ForwardO
 
 Tensor TransformerEncoder::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
   EncoderInput input = prepare_encoder_input("TransformerEncoder.forward", config_.layer, src, options);
-  return run_pass(backend, "transformer_encoder", input,
-                  [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
+  return encoder_pass(backend, "transformer_encoder", input,
+                      [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
 }
 
 EncoderInput prepare_encoder_input(const std::string& who, const TransformerEncoderLayerConfig& c, const Tensor& src,

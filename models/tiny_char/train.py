@@ -31,15 +31,17 @@ PROMPT, NEW_TOKENS = "Alice was", 110
 
 
 class CausalLM(nn.Module):
-    def __init__(self, vocab):
+    """vkattn's CausalLM in torch (bench/decoding_torch.py builds a larger one)."""
+
+    def __init__(self, vocab, embed=E, heads=HEADS, feedforward=FF, layers=LAYERS, positions=POSITIONS):
         super().__init__()
-        self.token_embedding = nn.Embedding(vocab, E)
-        self.position_embedding = nn.Embedding(POSITIONS, E)
+        self.token_embedding = nn.Embedding(vocab, embed)
+        self.position_embedding = nn.Embedding(positions, embed)
         self.layers = nn.ModuleList(
-            nn.TransformerEncoderLayer(E, HEADS, FF, dropout=0.0, activation="gelu", batch_first=True,
-                                       norm_first=True) for _ in range(LAYERS))
-        self.norm = nn.LayerNorm(E)
-        self.lm_head = nn.Linear(E, vocab)
+            nn.TransformerEncoderLayer(embed, heads, feedforward, dropout=0.0, activation="gelu", batch_first=True,
+                                       norm_first=True) for _ in range(layers))
+        self.norm = nn.LayerNorm(embed)
+        self.lm_head = nn.Linear(embed, vocab)
 
     def forward(self, ids):  # (B, T) -> logits (B, T, V)
         T = ids.shape[1]
