@@ -209,7 +209,8 @@ TEST_P(CliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
   for (std::string a : GetParam().args) {
     for (auto [key, value] : {std::pair{"{dir}", dir_.string()}, std::pair{"{g}", fixture.dir.string()},
                               std::pair{"{e}", std::string(VKATTN_GOLDEN_ENCODER_DIR "/encoder2_post_gelu_norm_padding")},
-                              std::pair{"{m}", std::string(VKATTN_SOURCE_DIR "/models/tiny_char")}}) {
+                              std::pair{"{m}", std::string(VKATTN_SOURCE_DIR "/models/tiny_char")},
+                              std::pair{"{d}", std::string(VKATTN_GOLDEN_DECODER_DIR "/decoder2_post_gelu_norm_padding")}}) {
       if (auto at = a.find(key); at != std::string::npos) a.replace(at, std::string(key).size(), value);
     }
     args.push_back(a);
@@ -349,6 +350,29 @@ const std::vector<BadRun> kEncodeBadInputs = {
 INSTANTIATE_TEST_SUITE_P(CliEncode, CliBadInput, ::testing::ValuesIn(kEncodeBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
+// `vkattn decode` with one bad change to a good command line ({d}: a decoder fixture, E 12, B 3,
+// T 6, S 5).
+std::vector<std::string> good_decode(const std::vector<std::string>& change) {
+  return changed({"decode", "--weights", "{d}/weights.safetensors", "--tgt", "{d}/tgt.npy", "--memory", "{d}/memory.npy",
+                  "--causal", "--out", "{dir}/out.npy"},
+                 change);
+}
+
+const std::vector<BadRun> kDecodeBadInputs = {
+    BadRun{"no_memory", {"decode", "--weights", "{d}/weights.safetensors", "--tgt", "{d}/tgt.npy"}, "--memory is required"},
+    BadRun{"weights_of_encoder", good_decode({"--weights", "{e}/weights.safetensors"}),
+           "missing tensor 'layers.0.multihead_attn.out_proj.weight', expected shape (E, E)"},
+    BadRun{"memory_wrong_features", good_decode({"--memory", "{e}/src.npy"}),
+           "memory (2, 6, 16) has 16 features but d_model=12"},
+    BadRun{"memory_nan", good_decode({"--memory", "{dir}/nan.npy"}), "nan.npy: the memory holds NaN at (0, 1, 2)"},
+    BadRun{"memory_padding_wrong_shape", good_decode({"--memory-key-padding-mask", "{d}/tgt_key_padding_mask.npy"}),
+           "memory_key_padding_mask (3, 6) must be (B, S) = (3, 5)"},
+    BadRun{"tgt_mask_wrong_shape", good_decode({"--tgt-mask", "{dir}/mask_wrong.npy"}),
+           "tgt_mask (2, 4) must be (T, T) = (6, 6)"},
+    BadRun{"unknown_flag", good_decode({"--bogus"}), "--bogus"}};
+INSTANTIATE_TEST_SUITE_P(CliDecode, CliBadInput, ::testing::ValuesIn(kDecodeBadInputs),
+                         [](const auto& p) { return std::string(p.param.name); });
+
 // `vkattn generate` with one bad change to a good command line ({m}: models/tiny_char).
 std::vector<std::string> good_generate(const std::vector<std::string>& change) {
   return changed({"generate", "--weights", "{m}/model.safetensors", "--prompt", "Alice", "--max-new-tokens", "5"}, change);
@@ -367,7 +391,8 @@ const std::vector<BadRun> kGenerateBadInputs = {
 INSTANTIATE_TEST_SUITE_P(CliGenerate, CliBadInput, ::testing::ValuesIn(kGenerateBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
-// docs/bad_input.md lists every case above as `run/NAME`, `encode/NAME` or `generate/NAME` with a message holding
+// docs/bad_input.md lists every case above as `run/NAME`, `encode/NAME`, `decode/NAME` or `generate/NAME` with a
+// message holding
 // the test's, and every other row names a check that exists: `cli/WHAT` in cli_test.sh, a gtest
 // case `Suite.Name` in test_errors.cpp.
 TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
@@ -385,7 +410,7 @@ TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
     rows[line.substr(3, end - 3)] = line;
   }
   std::set<std::string> cases;
-  for (const auto* list : {&kRunBadInputs, &kEncodeBadInputs, &kGenerateBadInputs}) {
+  for (const auto* list : {&kRunBadInputs, &kEncodeBadInputs, &kDecodeBadInputs, &kGenerateBadInputs}) {
     for (const BadRun& bad : *list) {
       const std::string name = bad.args[0] + "/" + bad.name;
       cases.insert(name);
@@ -440,6 +465,45 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CliEncodeGolden,
                                                               "encoder2_post_gelu_norm_padding", "encoder3_pre_relu_causal_eps",
                                                               "encoder1_post_relu_norm_awkward",
                                                               "encoder2_pre_gelu_norm_unbatched"),
+                                            ::testing::Values("gpu", "cpu")),
+                         [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
+
+// ---- vkattn decode: every decoder fixture (not nn.Transformer's), both backends ----
+
+class CliDecodeGolden : public CliRun, public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
+
+TEST_P(CliDecodeGolden, WritesWhatPyTorchComputes) {
+  const auto& [name, backend] = GetParam();
+  const fs::path fixture = fs::path(VKATTN_GOLDEN_DECODER_DIR) / name;
+  std::ifstream in(fixture / "config.json");
+  auto config = nlohmann::json::parse(in);
+  std::ostringstream eps;
+  eps << config.at("layer_norm_eps").get<double>();
+  std::vector<std::string> args = {"decode", "--weights", (fixture / "weights.safetensors").string(), "--tgt",
+                                   (fixture / "tgt.npy").string(), "--memory", (fixture / "memory.npy").string(),
+                                   "--activation", config.at("activation"), "--eps", eps.str(), "--backend", backend,
+                                   "--out", path("out.npy")};
+  if (config.at("norm_first").get<bool>()) args.push_back("--norm-first");
+  if (config.at("tgt_is_causal").get<bool>()) args.push_back("--causal");
+  for (const char* mask : {"tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask"}) {
+    if (!fs::exists(fixture / (std::string(mask) + ".npy"))) continue;
+    std::string flag = std::string("--") + mask;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    args.insert(args.end(), {flag, (fixture / (std::string(mask) + ".npy")).string()});
+  }
+  Exit e = vkattn(args);
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.err, "");
+  EXPECT_NE(e.out.find("nn." + config.at("module").get<std::string>() + "("), std::string::npos) << e.out;
+  EXPECT_TRUE(testing::all_close(io::read_npy(path("out.npy")), io::read_npy(fixture / "expected_output.npy"),
+                                 {.atol = 1e-4f, .rtol = 0.0f}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CliDecodeGolden,
+                         ::testing::Combine(::testing::Values("layer_post_relu_causal", "layer_pre_gelu_masks",
+                                                              "decoder2_post_gelu_norm_padding",
+                                                              "decoder3_pre_relu_awkward_eps",
+                                                              "decoder2_pre_gelu_norm_unbatched"),
                                             ::testing::Values("gpu", "cpu")),
                          [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 

@@ -64,6 +64,24 @@ struct EncodeArgs {
 CLI::App* add_encode(CLI::App& app, EncodeArgs& args);
 int run_encode(const EncodeArgs& args);
 
+struct DecodeArgs {
+  std::string weights, tgt, memory;
+  int64_t heads = 0;  // 0: from the weight file's __metadata__
+  std::string activation = "relu";
+  bool norm_first = false;
+  double eps = 1e-5;
+  bool causal = false;  // tgt_is_causal
+  std::string tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask;
+  std::string attention = "auto";  // or "unfused", "fused"
+  std::string backend = "gpu";
+  std::string device;
+  std::string out;
+  std::string trace;
+  bool trace_values = false;
+};
+CLI::App* add_decode(CLI::App& app, DecodeArgs& args);
+int run_decode(const DecodeArgs& args);
+
 struct GenerateArgs {
   std::string weights, prompt;
   int64_t max_new_tokens = 100;

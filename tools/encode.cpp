@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <vector>
 
 #include "engine/io/file.h"
@@ -20,24 +19,6 @@
 namespace vkattn::cli {
 
 namespace {
-
-// torch's repr of the module, e.g. "nn.TransformerEncoder(2 × TransformerEncoderLayer(d_model=16,
-// nhead=2, dim_feedforward=32, activation=gelu, norm_first=False, layer_norm_eps=1e-05), norm=LayerNorm(16))"
-std::string describe(const io::EncoderState& state) {
-  const auto& c = state.config;
-  const auto& l = c.layer;
-  std::ostringstream layer;
-  layer << "TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead
-        << ", dim_feedforward=" << l.dim_feedforward << ", activation=" << activation_name(l.activation)
-        << ", norm_first=" << (l.norm_first ? "True" : "False") << ", layer_norm_eps=" << l.layer_norm_eps
-        << ", batch_first=True)";
-  if (state.single_layer) return "nn." + layer.str();
-  std::ostringstream out;
-  out << "nn.TransformerEncoder(" << c.num_layers << " × " << layer.str();
-  if (c.final_norm) out << ", norm=LayerNorm(" << l.d_model << ")";
-  out << ")";
-  return out.str();
-}
 
 nlohmann::json trace_config(const EncodeArgs& a, const io::EncoderState& state) {
   const auto& c = state.config;
@@ -116,7 +97,9 @@ int run_encode(const EncodeArgs& a) {
   if (!a.out.empty()) io::write_npy(a.out, output);
 
   std::cout << backend->name() << " backend: " << backend->device_name() << "\n"
-            << describe(state) << " from " << a.weights << "\n";
+            << describe_stack("Encoder", state.config.layer, state.single_layer,
+                              state.config.num_layers, state.config.final_norm)
+            << " from " << a.weights << "\n";
   print_summary(output, "output", a.out);
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 
 #include "vkattn/errors.h"
@@ -103,6 +104,21 @@ void print_summary(const Tensor& t, const std::string& what, const std::string& 
   }
   std::cout << ": min " << lo << ", max " << hi << ", mean " << sum / static_cast<double>(t.data.size())
             << " (not saved)\n";
+}
+
+std::string describe_stack(const std::string& kind, const TransformerEncoderLayerConfig& l, bool single_layer,
+                           int64_t num_layers, bool final_norm) {
+  std::ostringstream layer;
+  layer << "Transformer" << kind << "Layer(d_model=" << l.d_model << ", nhead=" << l.nhead
+        << ", dim_feedforward=" << l.dim_feedforward << ", activation=" << activation_name(l.activation)
+        << ", norm_first=" << (l.norm_first ? "True" : "False") << ", layer_norm_eps=" << l.layer_norm_eps
+        << ", batch_first=True)";
+  if (single_layer) return "nn." + layer.str();
+  std::ostringstream out;
+  out << "nn.Transformer" << kind << "(" << num_layers << " × " << layer.str();
+  if (final_norm) out << ", norm=LayerNorm(" << l.d_model << ")";
+  out << ")";
+  return out.str();
 }
 
 }  // namespace vkattn::cli

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
 
 namespace CLI {
@@ -49,5 +50,11 @@ void require_finite(const Tensor& t, const char* what);
 
 // "output (2, 5, 16) -> O.npy", or its min, max and mean when it is not saved.
 void print_summary(const Tensor& t, const std::string& what, const std::string& path);
+
+// torch's repr of a layer stack, e.g. "nn.TransformerEncoder(2 × TransformerEncoderLayer(d_model=16,
+// nhead=2, …), norm=LayerNorm(16))", or "nn.TransformerDecoderLayer(…)" for one layer. `kind`:
+// "Encoder" or "Decoder".
+std::string describe_stack(const std::string& kind, const TransformerEncoderLayerConfig& layer, bool single_layer,
+                           int64_t num_layers, bool final_norm);
 
 }  // namespace vkattn::cli

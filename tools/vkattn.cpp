@@ -2,6 +2,7 @@
 //   vkattn devices   every Vulkan device, what it offers, and why one is unusable
 //   vkattn run       a PyTorch nn.MultiheadAttention state_dict on .npy inputs, on the GPU or the CPU
 //   vkattn encode    a PyTorch nn.TransformerEncoder state_dict on a .npy input, on the GPU or the CPU
+//   vkattn decode    a PyTorch nn.TransformerDecoder state_dict on .npy target and memory
 //   vkattn generate  a small causal language model continues a prompt, with a KV cache or without
 //   vkattn diff      two trace dumps compared step by step, down to the first divergent element
 //   vkattn check     your own attention's tensors against vkattn's recipe: where and why they differ
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
   auto* run = cli::add_run(app, run_args);
   cli::EncodeArgs encode_args;
   auto* encode = cli::add_encode(app, encode_args);
+  cli::DecodeArgs decode_args;
+  auto* decode = cli::add_decode(app, decode_args);
   cli::GenerateArgs generate_args;
   auto* generate = cli::add_generate(app, generate_args);
   cli::DiffArgs diff_args;
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
     if (devices->parsed()) return cli::run_devices();
     if (run->parsed()) return cli::run_run(run_args);
     if (encode->parsed()) return cli::run_encode(encode_args);
+    if (decode->parsed()) return cli::run_decode(decode_args);
     if (generate->parsed()) return cli::run_generate(generate_args);
     if (diff->parsed()) return cli::run_diff(diff_args);
     if (check->parsed()) return cli::run_check(check_args);

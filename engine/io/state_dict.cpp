@@ -216,14 +216,25 @@ std::map<std::string, Tensor> attention_state_dict(const MultiHeadAttentionConfi
 
 namespace {
 
-// The tensors of one TransformerEncoderLayer besides self_attn's, relative to its prefix.
-constexpr std::array kLayerNames = {"linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias",
-                                    "norm1.weight",   "norm1.bias",   "norm2.weight",   "norm2.bias"};
+// What a transformer layer holds besides its attentions' tensors, and what they are called.
+struct LayerKind {
+  const char* layer;                     // "nn.TransformerEncoderLayer"
+  const char* stack;                     // "nn.TransformerEncoder"
+  std::vector<std::string> attentions;   // "self_attn" (, "multihead_attn")
+  std::vector<std::string> norms;        // "norm1", "norm2" (, "norm3")
+};
+const LayerKind kEncoderLayer{"nn.TransformerEncoderLayer", "nn.TransformerEncoder", {"self_attn"}, {"norm1", "norm2"}};
+const LayerKind kDecoderLayer{"nn.TransformerDecoderLayer", "nn.TransformerDecoder", {"self_attn", "multihead_attn"},
+                              {"norm1", "norm2", "norm3"}};
 
-bool known_in_layer(const std::string& name) {
-  if (name.starts_with("self_attn.")) return known(name.substr(10));
-  for (const char* k : kLayerNames)
+// Whether `name`, relative to a layer's prefix, is one of a layer's tensors.
+bool known_in_layer(const LayerKind& kind, const std::string& name) {
+  for (const auto& a : kind.attentions)
+    if (name.starts_with(a + ".")) return known(name.substr(a.size() + 1));
+  for (const char* k : {"linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"})
     if (name == k) return true;
+  for (const auto& n : kind.norms)
+    if (name == n + ".weight" || name == n + ".bias") return true;
   return false;
 }
 
@@ -241,97 +252,198 @@ std::optional<int64_t> layer_index(const std::string& name, std::string* rest) {
   return index;
 }
 
-TransformerEncoderLayerWeights layer_from_state_dict(const Safetensors& file, int64_t num_heads,
-                                                     const std::string& source, const std::string& prefix,
-                                                     int64_t* feedforward, int64_t* heads) {
-  AttentionState attention = attention_from_state_dict(file, num_heads, source, prefix + "self_attn.");
-  const auto& a = attention.config;
+// One layer's tensors under `prefix`, in the kind's order.
+struct ParsedLayer {
+  std::vector<MultiHeadAttentionWeights> attentions;
+  Tensor linear1_weight, linear1_bias, linear2_weight, linear2_bias;
+  std::vector<LayerNormWeights> norms;
+  int64_t E = 0, F = 0, heads = 0;
+};
+
+ParsedLayer parse_layer(const Safetensors& file, int64_t num_heads, const std::string& source,
+                        const std::string& prefix, const LayerKind& kind) {
   StateDict sd(file, source, prefix);
-  if (!a.bias || a.add_bias_kv || a.kdim || a.vdim) {
-    throw sd.error("'" + prefix + "self_attn' must be a TransformerEncoderLayer's: in_proj_weight and in_proj_bias, no bias_k / bias_v");
+  ParsedLayer layer;
+  for (const auto& name : kind.attentions) {
+    AttentionState attention = attention_from_state_dict(file, num_heads, source, prefix + name + ".");
+    const auto& a = attention.config;
+    if (!a.bias || a.add_bias_kv || a.kdim || a.vdim) {
+      throw sd.error("'" + prefix + name + "' must be a " + kind.layer +
+                     "'s: in_proj_weight and in_proj_bias, no bias_k / bias_v");
+    }
+    if (layer.attentions.empty()) {
+      layer.E = a.embed_dim;
+      layer.heads = a.num_heads;
+    } else if (a.embed_dim != layer.E) {
+      throw sd.error("'" + prefix + name + "' has embed_dim " + std::to_string(a.embed_dim) + " but '" + prefix +
+                     kind.attentions[0] + "' has " + std::to_string(layer.E));
+    }
+    layer.attentions.push_back(std::move(attention.weights));
   }
-  const int64_t E = a.embed_dim;
-  TransformerEncoderLayerWeights w;
-  w.self_attn = std::move(attention.weights);
-  w.linear1_weight = sd.take_matrix("linear1.weight", 1, E, "(F, E) = (F, " + std::to_string(E) + ")");
-  const int64_t F = w.linear1_weight.dim(0);
-  w.linear1_bias = sd.take("linear1.bias", {F}, dims({"F"}, {F}));
-  w.linear2_weight = sd.take("linear2.weight", {E, F}, dims({"E", "F"}, {E, F}));
-  w.linear2_bias = sd.take("linear2.bias", {E}, dims({"E"}, {E}));
-  for (auto [name, norm] : {std::pair{"norm1", &w.norm1}, std::pair{"norm2", &w.norm2}}) {
-    norm->weight = sd.take(std::string(name) + ".weight", {E}, dims({"E"}, {E}));
-    norm->bias = sd.take(std::string(name) + ".bias", {E}, dims({"E"}, {E}));
+  const int64_t E = layer.E;
+  layer.linear1_weight = sd.take_matrix("linear1.weight", 1, E, "(F, E) = (F, " + std::to_string(E) + ")");
+  const int64_t F = layer.F = layer.linear1_weight.dim(0);
+  layer.linear1_bias = sd.take("linear1.bias", {F}, dims({"F"}, {F}));
+  layer.linear2_weight = sd.take("linear2.weight", {E, F}, dims({"E", "F"}, {E, F}));
+  layer.linear2_bias = sd.take("linear2.bias", {E}, dims({"E"}, {E}));
+  for (const auto& name : kind.norms) {
+    layer.norms.push_back({sd.take(name + ".weight", {E}, dims({"E"}, {E})), sd.take(name + ".bias", {E}, dims({"E"}, {E}))});
   }
-  *feedforward = F;
-  *heads = a.num_heads;
-  return w;
+  return layer;
 }
 
-}  // namespace
+// A stack of layers under `root` ("" or "encoder."): root.layers.N.… and root.norm.…, or — when
+// `root` is "" and no name starts with layers. — one layer's names.
+struct ParsedStack {
+  std::vector<ParsedLayer> layers;
+  std::optional<LayerNormWeights> norm;
+  TransformerEncoderLayerConfig layer;  // d_model, nhead, dim_feedforward; the rest at torch's defaults
+  bool single_layer = false;
+};
 
-EncoderState encoder_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source) {
-  StateDict sd(file, source);
-  EncoderState state;
-  // One nn.TransformerEncoderLayer's names, or an nn.TransformerEncoder's (layers.N. and norm.).
+ParsedStack parse_stack(const Safetensors& file, int64_t num_heads, const std::string& source, const LayerKind& kind,
+                        const std::string& root = "") {
+  StateDict sd(file, source, root);
+  ParsedStack stack;
   std::vector<std::string> prefixes;
-  state.single_layer = std::none_of(file.tensors.begin(), file.tensors.end(),
-                                    [](const auto& t) { return t.first.starts_with("layers."); });
-  if (state.single_layer) {
+  auto mine = [&](const std::string& name) { return name.starts_with(root); };
+  stack.single_layer = root.empty() && std::none_of(file.tensors.begin(), file.tensors.end(),
+                                                    [](const auto& t) { return t.first.starts_with("layers."); });
+  if (stack.single_layer) {
     for (const auto& [name, tensor] : file.tensors) {
-      if (!known_in_layer(name)) {
-        throw sd.error("unexpected tensor '" + name + "' " + shape_string(tensor.shape) +
-                       " in an nn.TransformerEncoderLayer state_dict");
+      if (!known_in_layer(kind, name)) {
+        throw sd.error("unexpected tensor '" + name + "' " + shape_string(tensor.shape) + " in an " + kind.layer +
+                       " state_dict");
       }
     }
     prefixes.push_back("");
   } else {
     std::set<int64_t> indices;
     for (const auto& [name, tensor] : file.tensors) {
+      if (!mine(name)) continue;  // the caller's to judge
       std::string rest;
-      auto index = layer_index(name, &rest);
-      if (index && known_in_layer(rest)) {
+      auto index = layer_index(name.substr(root.size()), &rest);
+      if (index && known_in_layer(kind, rest)) {
         indices.insert(*index);
-      } else if (name != "norm.weight" && name != "norm.bias") {
-        throw sd.error("unexpected tensor '" + name + "' " + shape_string(tensor.shape) +
-                       " in an nn.TransformerEncoder state_dict (layers.N.… and norm.… are expected)");
+      } else if (name != root + "norm.weight" && name != root + "norm.bias") {
+        throw sd.error("unexpected tensor '" + name + "' " + shape_string(tensor.shape) + " in an " + kind.stack +
+                       " state_dict (" + root + "layers.N.… and " + root + "norm.… are expected)");
       }
+    }
+    if (indices.empty()) {
+      throw sd.error("missing tensor '" + root + "layers.0." + kind.attentions[0] + ".in_proj_weight': an " +
+                     kind.stack + " has at least one layer");
     }
     int64_t expected = 0;
     for (int64_t index : indices) {
       if (index != expected) {
         std::string found;
         for (int64_t i : indices) found += (found.empty() ? "" : ", ") + std::to_string(i);
-        throw sd.error("layer " + std::to_string(expected) + " is missing: the file has layers.N for N in {" + found + "}");
+        throw sd.error("layer " + std::to_string(expected) + " is missing: the file has " + root +
+                       "layers.N for N in {" + found + "}");
       }
       ++expected;
     }
-    for (int64_t i = 0; i < expected; ++i) prefixes.push_back("layers." + std::to_string(i) + ".");
+    for (int64_t i = 0; i < expected; ++i) prefixes.push_back(root + "layers." + std::to_string(i) + ".");
   }
 
-  auto& c = state.config;
-  int64_t first_feedforward = 0;
+  auto& c = stack.layer;
   for (const std::string& prefix : prefixes) {
-    int64_t feedforward = 0, heads = 0;
-    state.weights.layers.push_back(layer_from_state_dict(file, num_heads, source, prefix, &feedforward, &heads));
-    const int64_t E = state.weights.layers.back().self_attn.out_proj_weight.dim(0);
+    stack.layers.push_back(parse_layer(file, num_heads, source, prefix, kind));
+    const ParsedLayer& l = stack.layers.back();
     if (prefix == prefixes.front()) {
-      c.layer.d_model = E;
-      c.layer.nhead = heads;
-      c.layer.dim_feedforward = first_feedforward = feedforward;
-    } else if (E != c.layer.d_model || feedforward != first_feedforward) {
-      throw sd.error("'" + prefix + "' has d_model " + std::to_string(E) + " and dim_feedforward " +
-                     std::to_string(feedforward) + " but layers.0 has " + std::to_string(c.layer.d_model) + " and " +
-                     std::to_string(first_feedforward) + "; every layer of an encoder has the same shape");
+      c.d_model = l.E;
+      c.nhead = l.heads;
+      c.dim_feedforward = l.F;
+    } else if (l.E != c.d_model || l.F != c.dim_feedforward) {
+      throw sd.error("'" + prefix + "' has d_model " + std::to_string(l.E) + " and dim_feedforward " +
+                     std::to_string(l.F) + " but " + prefixes.front().substr(0, prefixes.front().size() - 1) + " has " + std::to_string(c.d_model) + " and " +
+                     std::to_string(c.dim_feedforward) + "; every layer of a stack has the same shape");
     }
   }
-  c.num_layers = static_cast<int64_t>(prefixes.size());
-  c.final_norm = sd.has("norm.weight") || sd.has("norm.bias");
-  if (c.final_norm) {
-    const int64_t E = c.layer.d_model;
-    state.weights.norm = LayerNormWeights{sd.take("norm.weight", {E}, dims({"E"}, {E})),
-                                          sd.take("norm.bias", {E}, dims({"E"}, {E}))};
+  if (sd.has("norm.weight") || sd.has("norm.bias")) {
+    const int64_t E = c.d_model;
+    stack.norm = LayerNormWeights{sd.take("norm.weight", {E}, dims({"E"}, {E})), sd.take("norm.bias", {E}, dims({"E"}, {E}))};
+  }
+  return stack;
+}
+
+EncoderState to_encoder(ParsedStack stack) {
+  EncoderState state;
+  state.single_layer = stack.single_layer;
+  state.config.layer = stack.layer;
+  state.config.num_layers = static_cast<int64_t>(stack.layers.size());
+  state.config.final_norm = stack.norm.has_value();
+  state.weights.norm = std::move(stack.norm);
+  for (auto& l : stack.layers) {
+    state.weights.layers.push_back({std::move(l.attentions[0]), std::move(l.linear1_weight), std::move(l.linear1_bias),
+                                    std::move(l.linear2_weight), std::move(l.linear2_bias), std::move(l.norms[0]),
+                                    std::move(l.norms[1])});
   }
   return state;
+}
+
+DecoderState to_decoder(ParsedStack stack) {
+  DecoderState state;
+  state.single_layer = stack.single_layer;
+  state.config.layer = stack.layer;
+  state.config.num_layers = static_cast<int64_t>(stack.layers.size());
+  state.config.final_norm = stack.norm.has_value();
+  state.weights.norm = std::move(stack.norm);
+  for (auto& l : stack.layers) {
+    state.weights.layers.push_back({std::move(l.attentions[0]), std::move(l.attentions[1]),
+                                    std::move(l.linear1_weight), std::move(l.linear1_bias),
+                                    std::move(l.linear2_weight), std::move(l.linear2_bias), std::move(l.norms[0]),
+                                    std::move(l.norms[1]), std::move(l.norms[2])});
+  }
+  return state;
+}
+
+}  // namespace
+
+EncoderState encoder_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source) {
+  return to_encoder(parse_stack(file, num_heads, source, kEncoderLayer));
+}
+
+DecoderState decoder_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source) {
+  return to_decoder(parse_stack(file, num_heads, source, kDecoderLayer));
+}
+
+DecoderState load_decoder(const std::filesystem::path& path, int64_t num_heads) {
+  return decoder_from_state_dict(read_safetensors(path), num_heads, path.string());
+}
+
+TransformerState transformer_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source) {
+  StateDict sd(file, source);
+  for (const auto& [name, tensor] : file.tensors) {
+    if (!name.starts_with("encoder.") && !name.starts_with("decoder.")) {
+      throw sd.error("unexpected tensor '" + name + "' " + shape_string(tensor.shape) +
+                     " in an nn.Transformer state_dict (encoder.… and decoder.… are expected)");
+    }
+  }
+  EncoderState encoder = to_encoder(parse_stack(file, num_heads, source, kEncoderLayer, "encoder."));
+  DecoderState decoder = to_decoder(parse_stack(file, num_heads, source, kDecoderLayer, "decoder."));
+  for (auto [name, has] : {std::pair{"encoder", encoder.config.final_norm}, {"decoder", decoder.config.final_norm}}) {
+    if (!has) throw sd.error(std::string("missing tensor '") + name + ".norm.weight': nn.Transformer's " + name + " ends with a LayerNorm (E,)");
+  }
+  const auto& e = encoder.config.layer;
+  const auto& d = decoder.config.layer;
+  if (e.d_model != d.d_model || e.nhead != d.nhead || e.dim_feedforward != d.dim_feedforward) {
+    throw sd.error("the encoder has d_model " + std::to_string(e.d_model) + " and dim_feedforward " +
+                   std::to_string(e.dim_feedforward) + " but the decoder " + std::to_string(d.d_model) + " and " +
+                   std::to_string(d.dim_feedforward) + "; nn.Transformer's are the same");
+  }
+  TransformerState state;
+  state.config.layer = e;
+  state.config.num_encoder_layers = encoder.config.num_layers;
+  state.config.num_decoder_layers = decoder.config.num_layers;
+  state.weights.encoder = std::move(encoder.weights);
+  state.weights.decoder = std::move(decoder.weights);
+  return state;
+}
+
+TransformerState load_transformer(const std::filesystem::path& path, int64_t num_heads) {
+  return transformer_from_state_dict(read_safetensors(path), num_heads, path.string());
 }
 
 EncoderState load_encoder(const std::filesystem::path& path, int64_t num_heads) {

@@ -372,12 +372,8 @@ Value MultiHeadAttention::merge_and_project(Backend& backend, const Value& heads
 
 Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache::Layer& cache, int64_t position,
                                         const Value* key_padding_mask, int64_t parts) const {
-  const auto& c = config_;
-  if (c.add_bias_kv || c.add_zero_attn || c.key_dim() != c.embed_dim || c.value_dim() != c.embed_dim) {
-    throw ConfigError("MultiHeadAttention: decoding with a KVCache needs self-attention (kdim = vdim = embed_dim) "
-                      "without add_bias_kv or add_zero_attn");
-  }
-  const int64_t H = c.num_heads, T = x.dim(1);
+  check_decodable();
+  const int64_t H = config_.num_heads, T = x.dim(1);
   const OutProj out_proj = upload_out_proj(backend);
   const Projections p = upload_projections(backend);
   Value q = backend.split_heads("split_heads_q", p.q(backend, x), H);  // (B, H, T, d)
@@ -389,6 +385,39 @@ Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache
   k = v = Value();
   Value partials = backend.flash_decoding("flash_decoding", q, keys, values, position + T, key_padding_mask,
                                           /*causal=*/true, parts);  // (B, H, T, P, d + 2)
+  q = Value();
+  return merge_and_project(backend, backend.attention_combine("attention_combine", partials), out_proj);  // (B, T, E)
+}
+
+void MultiHeadAttention::check_decodable() const {
+  const auto& c = config_;
+  if (c.add_bias_kv || c.add_zero_attn || c.key_dim() != c.embed_dim || c.value_dim() != c.embed_dim) {
+    throw ConfigError("MultiHeadAttention: decoding with a KVCache needs kdim = vdim = embed_dim "
+                      "and neither add_bias_kv nor add_zero_attn");
+  }
+}
+
+KVCache::Layer MultiHeadAttention::project_memory(Backend& backend, const Value& memory) const {
+  check_decodable();
+  const int64_t H = config_.num_heads;
+  const Projections p = upload_projections(backend);
+  Value keys = backend.split_heads("split_heads_k", p.k(backend, memory), H);    // (B, H, S, d)
+  Value values = backend.split_heads("split_heads_v", p.v(backend, memory), H);  // (B, H, S, d)
+  return {keys, values};
+}
+
+Value MultiHeadAttention::attend_memory(Backend& backend, Value x, const KVCache::Layer& memory,
+                                        const Value* key_padding_mask, int64_t parts) const {
+  check_decodable();
+  const int64_t H = config_.num_heads, S = memory.keys.dim(2);
+  const OutProj out_proj = upload_out_proj(backend);
+  Value weight = backend.upload("q_proj_weight", weights_.q_proj_weight);
+  std::optional<Value> bias;
+  if (weights_.q_proj_bias) bias = backend.upload("q_proj_bias", *weights_.q_proj_bias);
+  Value q = backend.split_heads("split_heads_q", backend.linear("q_proj", x, weight, bias ? &*bias : nullptr), H);
+  x = Value();                                                                  // q: (B, H, T, d)
+  Value partials = backend.flash_decoding("flash_decoding", q, memory.keys, memory.values, S, key_padding_mask,
+                                          /*causal=*/false, parts);  // (B, H, T, P, d + 2)
   q = Value();
   return merge_and_project(backend, backend.attention_combine("attention_combine", partials), out_proj);  // (B, T, E)
 }

@@ -4,6 +4,7 @@
 #include <random>
 #include <string>
 
+#include "engine/modules/block.h"
 #include "engine/modules/pass.h"
 #include "engine/modules/random_weights.h"
 #include "vkattn/errors.h"
@@ -11,39 +12,10 @@
 namespace vkattn {
 namespace {
 
-// torch.nn.Linear's weight (out, in) or bias (out,): U(-1/√in, 1/√in)
-Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng) {
-  float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
-  return uniform(std::move(shape), -bound, bound, rng);
-}
-
-void check_weight(const std::string& who, const std::string& name, const Tensor& t, const Shape& expected,
-                  const std::string& dims) {
-  if (t.shape != expected || t.dtype != DType::float32 || element_count(t.shape) != t.size()) {
-    throw ShapeError(who + ": weight " + name + " is " + dtype_name(t.dtype) + " " + shape_string(t.shape) +
-                     " but the config needs float32 " + dims + " = " + shape_string(expected));
-  }
-}
-
-void check_norm(const std::string& who, const std::string& name, const LayerNormWeights& norm, int64_t E) {
-  check_weight(who, name + ".weight", norm.weight, {E}, "(E,)");
-  check_weight(who, name + ".bias", norm.bias, {E}, "(E,)");
-}
-
-// The step `name` (a layer_norm) with its weights uploaded as name.weight and name.bias.
-Value norm_step(Backend& backend, const std::string& name, const Value& x, const LayerNormWeights& norm, float eps) {
-  Value weight = backend.upload(name + ".weight", norm.weight);
-  Value bias = backend.upload(name + ".bias", norm.bias);
-  return backend.layer_norm(name, x, weight, bias, eps);
-}
-
-MultiHeadAttentionConfig attention_config(const TransformerEncoderLayerConfig& c) {
-  MultiHeadAttentionConfig a;
-  a.embed_dim = c.d_model;
-  a.num_heads = c.nhead;
-  a.batch_first = true;
-  return a;
-}
+using block::check_norm;
+using block::check_weight;
+using block::linear_parameter;
+using block::norm_step;
 
 // One traced pass of `steps(backend, src)` on src (B, L, E), back to the caller's layout.
 template <class Steps>
@@ -62,7 +34,7 @@ TransformerEncoderLayerWeights TransformerEncoderLayerWeights::random(const Tran
   std::mt19937 rng(seed);
   const int64_t E = c.d_model, F = c.dim_feedforward;
   TransformerEncoderLayerWeights w;
-  w.self_attn = MultiHeadAttentionWeights::random(attention_config(c), seed + 1);
+  w.self_attn = MultiHeadAttentionWeights::random(block::attention_config(c), seed + 1);
   w.linear1_weight = linear_parameter({F, E}, E, rng);
   w.linear1_bias = linear_parameter({F}, E, rng);
   w.linear2_weight = linear_parameter({E, F}, F, rng);
@@ -77,15 +49,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerConfig c
 
 TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerConfig config,
                                                  TransformerEncoderLayerWeights weights)
-    : config_(config), weights_(std::move(weights)), self_attn_(attention_config(config_), weights_.self_attn) {
+    : config_(config), weights_(std::move(weights)), self_attn_(block::attention_config(config_), weights_.self_attn) {
   const std::string who = "TransformerEncoderLayer";
   const auto& c = config_;
-  if (c.dim_feedforward <= 0) {
-    throw ConfigError(who + ": dim_feedforward=" + std::to_string(c.dim_feedforward) + " must be >= 1");
-  }
-  if (!(c.layer_norm_eps > 0.0f) || !std::isfinite(c.layer_norm_eps)) {
-    throw ConfigError(who + ": layer_norm_eps=" + std::to_string(c.layer_norm_eps) + " must be a positive number");
-  }
+  block::check_layer_config(who, c);
   const int64_t E = c.d_model, F = c.dim_feedforward;
   const auto& w = weights_;
   if (!w.self_attn.q_proj_bias || !w.self_attn.out_proj_bias || w.self_attn.bias_k) {
@@ -114,26 +81,13 @@ Value TransformerEncoderLayer::block(Backend& backend, const Value& x,
                                      const std::function<Value(const Value&)>& attend) const {
   const auto& c = config_;
   const auto& w = weights_;
-  auto self_attn = [&](const Value& in) {  // (B, L, E) -> (B, L, E)
+  Value h = block::residual(backend, 1, x, w.norm1, c, [&](const Value& in) {  // (B, L, E)
     StepScope scope(backend, "self_attn");
     return attend(in);
-  };
-  auto ffn = [&](const Value& in) {  // (B, L, E) -> (B, L, F) -> (B, L, E)
-    Value w1 = backend.upload("linear1.weight", w.linear1_weight);
-    Value b1 = backend.upload("linear1.bias", w.linear1_bias);
-    Value w2 = backend.upload("linear2.weight", w.linear2_weight);
-    Value b2 = backend.upload("linear2.bias", w.linear2_bias);
-    Value hidden = backend.linear("linear1", in, w1, &b1);  // (B, L, F)
-    hidden = c.activation == Activation::gelu ? backend.gelu("gelu", hidden) : backend.relu("relu", hidden);
-    return backend.linear("linear2", hidden, w2, &b2);  // (B, L, E)
-  };
-  const float eps = c.layer_norm_eps;
-  if (c.norm_first) {
-    Value h = backend.residual_add("residual_add1", x, self_attn(norm_step(backend, "norm1", x, w.norm1, eps)));
-    return backend.residual_add("residual_add2", h, ffn(norm_step(backend, "norm2", h, w.norm2, eps)));
-  }
-  Value h = norm_step(backend, "norm1", backend.residual_add("residual_add1", x, self_attn(x)), w.norm1, eps);
-  return norm_step(backend, "norm2", backend.residual_add("residual_add2", h, ffn(h)), w.norm2, eps);
+  });
+  return block::residual(backend, 2, h, w.norm2, c, [&](const Value& in) {
+    return block::feed_forward(backend, in, c, w.linear1_weight, w.linear1_bias, w.linear2_weight, w.linear2_bias);
+  });
 }
 
 Tensor TransformerEncoderLayer::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
@@ -143,32 +97,13 @@ Tensor TransformerEncoderLayer::forward(Backend& backend, const Tensor& src, con
 }
 
 TransformerEncoderWeights TransformerEncoderWeights::random(const TransformerEncoderConfig& config, uint32_t seed) {
-  TransformerEncoderWeights w;
-  for (int64_t i = 0; i < config.num_layers; ++i) {
-    w.layers.push_back(TransformerEncoderLayerWeights::random(config.layer, seed + 100 * static_cast<uint32_t>(i)));
-  }
-  if (config.final_norm) {
-    std::mt19937 rng(seed + 99);
-    w.norm = random_norm(config.layer.d_model, rng);
-  }
-  return w;
+  return block::random_stack<TransformerEncoderLayerWeights, TransformerEncoderWeights>(config, seed);
 }
 
 TransformerEncoder::TransformerEncoder(TransformerEncoderConfig config, TransformerEncoderWeights weights)
     : config_(config) {
-  const std::string who = "TransformerEncoder";
-  if (config_.num_layers < 1) {
-    throw ConfigError(who + ": num_layers=" + std::to_string(config_.num_layers) + " must be >= 1");
-  }
-  if (static_cast<int64_t>(weights.layers.size()) != config_.num_layers) {
-    throw ShapeError(who + ": " + std::to_string(weights.layers.size()) + " layers of weights for num_layers=" +
-                     std::to_string(config_.num_layers));
-  }
-  if (config_.final_norm != weights.norm.has_value()) {
-    throw ShapeError(who + (config_.final_norm ? ": final_norm is on but norm.weight / norm.bias are missing"
-                                               : ": norm.weight / norm.bias are given but final_norm is off"));
-  }
-  if (weights.norm) check_norm(who, "norm", *weights.norm, config_.layer.d_model);
+  block::check_stack("TransformerEncoder", config_.num_layers, weights.layers.size(), config_.final_norm, weights.norm,
+                     config_.layer.d_model);
   norm_ = std::move(weights.norm);
   for (auto& layer : weights.layers) layers_.emplace_back(config_.layer, std::move(layer));
 }

@@ -4,7 +4,8 @@
 //   vkattn/backends/  backend.h (the Backend every step runs on), reference_backend.h (the CPU
 //                     reference), vulkan_backend.h (one shader per step), make_backend.h (by name)
 //   vkattn/modules/   multi_head_attention.h (torch.nn.MultiheadAttention), transformer_encoder.h,
-//                     kv_cache.h (keys and values kept for decoding), causal_lm.h (a decoder-only LM)
+//                     transformer_decoder.h, transformer.h (torch.nn.Transformer), kv_cache.h
+//                     (keys and values kept for decoding), causal_lm.h (a decoder-only LM)
 //   vkattn/tracing/   tracer.h (every step's tensors), trace_dump.h (trace.json + .npy per step),
 //                     compare.h (tensor against tensor), side_by_side.h (GPU against CPU)
 //   vkattn/io/        npy.h, safetensors.h, state_dict.h (PyTorch's names), heatmap.h
@@ -22,6 +23,8 @@
 #include "vkattn/modules/causal_lm.h"
 #include "vkattn/modules/kv_cache.h"
 #include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer.h"
+#include "vkattn/modules/transformer_decoder.h"
 #include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
 #include "vkattn/tracing/check.h"

@@ -15,6 +15,8 @@
 
 #include "vkattn/io/safetensors.h"
 #include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer.h"
+#include "vkattn/modules/transformer_decoder.h"
 #include "vkattn/modules/transformer_encoder.h"
 
 namespace vkattn::io {
@@ -58,5 +60,27 @@ struct EncoderState {
 
 EncoderState encoder_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source);
 EncoderState load_encoder(const std::filesystem::path& path, int64_t num_heads = 0);
+
+// torch.nn.TransformerDecoder's state_dict — layers.N.self_attn.…, layers.N.multihead_attn.…
+// (in_proj_weight, in_proj_bias, out_proj.weight / .bias each), layers.N.linear1 / linear2,
+// layers.N.norm1 / norm2 / norm3, and norm.… when it has a final norm — or one
+// nn.TransformerDecoderLayer's. As for the encoder: shapes from the file, heads from the caller
+// or __metadata__, the rest at torch's defaults, and a FileError naming what is wrong.
+struct DecoderState {
+  TransformerDecoderConfig config;
+  TransformerDecoderWeights weights;
+  bool single_layer = false;
+};
+DecoderState decoder_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source);
+DecoderState load_decoder(const std::filesystem::path& path, int64_t num_heads = 0);
+
+// torch.nn.Transformer's state_dict: an encoder's names under encoder. and a decoder's under
+// decoder., both with their final norm.
+struct TransformerState {
+  TransformerConfig config;
+  TransformerWeights weights;
+};
+TransformerState transformer_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source);
+TransformerState load_transformer(const std::filesystem::path& path, int64_t num_heads = 0);
 
 }  // namespace vkattn::io

@@ -124,6 +124,16 @@ class MultiHeadAttention {
   Value attend_cached(Backend& backend, Value x, const KVCache::Layer& cache, int64_t position,
                       const Value* key_padding_mask, int64_t parts = 0) const;
 
+  // Cross-attention for decoding: the keys and values of memory (B, S, E), once per sequence —
+  //   k_proj, v_proj, split_heads_k/v          -> (B, H, S, d) each
+  // — then, per step, x's queries (B, T, E) over them (not causal):
+  //   q_proj, split_heads_q, flash_decoding, attention_combine, merge_heads, out_proj -> (B, T, E)
+  // Equals attend(x, memory, memory) at these rows. key_padding_mask (B, S) additive, or null.
+  // Needs kdim = vdim = E and neither add_bias_kv nor add_zero_attn (ConfigError).
+  KVCache::Layer project_memory(Backend& backend, const Value& memory) const;
+  Value attend_memory(Backend& backend, Value x, const KVCache::Layer& memory, const Value* key_padding_mask,
+                      int64_t parts = 0) const;
+
  private:
   // q_proj's, k_proj's and v_proj's weights and biases, uploaded (the weights first: a pass's
   // buffers are reused in the order its tensors come), and the three steps on them
@@ -141,6 +151,8 @@ class MultiHeadAttention {
     std::optional<Value> bias;
   };
   OutProj upload_out_proj(Backend& backend) const;
+  // ConfigError unless the attention can decode: kdim = vdim = E, no add_bias_kv, no add_zero_attn
+  void check_decodable() const;
   // merge_heads then out_proj: (B, H, T, d) -> (B, T, E)
   Value merge_and_project(Backend& backend, const Value& heads, const OutProj& out_proj) const;
   // forward() without the pass around it.

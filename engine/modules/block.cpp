@@ -1,0 +1,88 @@
+#include "engine/modules/block.h"
+
+#include <cmath>
+
+#include "engine/modules/random_weights.h"
+#include "vkattn/errors.h"
+
+namespace vkattn::block {
+
+Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng) {
+  float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+  return uniform(std::move(shape), -bound, bound, rng);
+}
+
+void check_weight(const std::string& who, const std::string& name, const Tensor& t, const Shape& expected,
+                  const std::string& dims) {
+  if (t.shape != expected || t.dtype != DType::float32 || element_count(t.shape) != t.size()) {
+    throw ShapeError(who + ": weight " + name + " is " + dtype_name(t.dtype) + " " + shape_string(t.shape) +
+                     " but the config needs float32 " + dims + " = " + shape_string(expected));
+  }
+}
+
+void check_norm(const std::string& who, const std::string& name, const LayerNormWeights& norm, int64_t E) {
+  check_weight(who, name + ".weight", norm.weight, {E}, "(E,)");
+  check_weight(who, name + ".bias", norm.bias, {E}, "(E,)");
+}
+
+void check_layer_config(const std::string& who, const TransformerEncoderLayerConfig& c) {
+  if (c.dim_feedforward <= 0) {
+    throw ConfigError(who + ": dim_feedforward=" + std::to_string(c.dim_feedforward) + " must be >= 1");
+  }
+  if (!(c.layer_norm_eps > 0.0f) || !std::isfinite(c.layer_norm_eps)) {
+    throw ConfigError(who + ": layer_norm_eps=" + std::to_string(c.layer_norm_eps) + " must be a positive number");
+  }
+}
+
+void check_stack(const std::string& who, int64_t num_layers, size_t weight_layers, bool final_norm,
+                 const std::optional<LayerNormWeights>& norm, int64_t E) {
+  if (num_layers < 1) throw ConfigError(who + ": num_layers=" + std::to_string(num_layers) + " must be >= 1");
+  if (static_cast<int64_t>(weight_layers) != num_layers) {
+    throw ShapeError(who + ": " + std::to_string(weight_layers) + " layers of weights for num_layers=" +
+                     std::to_string(num_layers));
+  }
+  if (final_norm != norm.has_value()) {
+    throw ShapeError(who + (final_norm ? ": final_norm is on but norm.weight / norm.bias are missing"
+                                       : ": norm.weight / norm.bias are given but final_norm is off"));
+  }
+  if (norm) check_norm(who, "norm", *norm, E);
+}
+
+MultiHeadAttentionConfig attention_config(const TransformerEncoderLayerConfig& c) {
+  MultiHeadAttentionConfig a;
+  a.embed_dim = c.d_model;
+  a.num_heads = c.nhead;
+  a.batch_first = true;
+  return a;
+}
+
+Value norm_step(Backend& backend, const std::string& name, const Value& x, const LayerNormWeights& norm, float eps) {
+  Value weight = backend.upload(name + ".weight", norm.weight);
+  Value bias = backend.upload(name + ".bias", norm.bias);
+  return backend.layer_norm(name, x, weight, bias, eps);
+}
+
+Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& norm,
+               const TransformerEncoderLayerConfig& c, const std::function<Value(const Value&)>& f) {
+  const std::string n = std::to_string(i);
+  if (c.norm_first) {
+    Value y = f(norm_step(backend, "norm" + n, x, norm, c.layer_norm_eps));
+    return backend.residual_add("residual_add" + n, x, y);
+  }
+  Value sum = backend.residual_add("residual_add" + n, x, f(x));
+  return norm_step(backend, "norm" + n, sum, norm, c.layer_norm_eps);
+}
+
+Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& c,
+                   const Tensor& linear1_weight, const Tensor& linear1_bias, const Tensor& linear2_weight,
+                   const Tensor& linear2_bias) {
+  Value w1 = backend.upload("linear1.weight", linear1_weight);
+  Value b1 = backend.upload("linear1.bias", linear1_bias);
+  Value w2 = backend.upload("linear2.weight", linear2_weight);
+  Value b2 = backend.upload("linear2.bias", linear2_bias);
+  Value hidden = backend.linear("linear1", x, w1, &b1);  // (B, L, F)
+  hidden = c.activation == Activation::gelu ? backend.gelu("gelu", hidden) : backend.relu("relu", hidden);
+  return backend.linear("linear2", hidden, w2, &b2);  // (B, L, E)
+}
+
+}  // namespace vkattn::block

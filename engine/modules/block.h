@@ -1,0 +1,64 @@
+#pragma once
+// The pieces the transformer layers share (TransformerEncoderLayer, TransformerDecoderLayer):
+// the residual sub-block around an attention or the feed-forward, with its norm before or after,
+// the feed-forward itself, a LayerNorm step, and the checks of their weights.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "engine/modules/random_weights.h"
+#include "vkattn/backends/backend.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer_encoder.h"
+#include "vkattn/tensor.h"
+
+namespace vkattn::block {
+
+// torch.nn.Linear's weight (out, in) or bias (out,): U(-1/√in, 1/√in)
+Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng);
+
+// ShapeError "<who>: weight <name> is … but the config needs float32 <dims> = (…)"
+void check_weight(const std::string& who, const std::string& name, const Tensor& t, const Shape& expected,
+                  const std::string& dims);
+void check_norm(const std::string& who, const std::string& name, const LayerNormWeights& norm, int64_t E);
+// The config checks every layer shares (dim_feedforward, layer_norm_eps): ConfigError
+void check_layer_config(const std::string& who, const TransformerEncoderLayerConfig& config);
+
+// A stack's checks (TransformerEncoder, TransformerDecoder): num_layers >= 1 (ConfigError), one
+// weight set per layer, and a final norm given exactly when final_norm (ShapeError).
+void check_stack(const std::string& who, int64_t num_layers, size_t weight_layers, bool final_norm,
+                 const std::optional<LayerNormWeights>& norm, int64_t E);
+// A stack's random weights: layer i's from seed + 100·i, the final norm's from seed + 99.
+template <class LayerWeights, class StackWeights, class StackConfig>
+StackWeights random_stack(const StackConfig& config, uint32_t seed) {
+  StackWeights w;
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    w.layers.push_back(LayerWeights::random(config.layer, seed + 100 * static_cast<uint32_t>(i)));
+  }
+  if (config.final_norm) {
+    std::mt19937 rng(seed + 99);
+    w.norm = random_norm(config.layer.d_model, rng);
+  }
+  return w;
+}
+
+// A layer's attention: d_model, nhead, batch-first, biases on
+MultiHeadAttentionConfig attention_config(const TransformerEncoderLayerConfig& config);
+
+// The step `name` (a layer_norm) with its weights uploaded as name.weight and name.bias.
+Value norm_step(Backend& backend, const std::string& name, const Value& x, const LayerNormWeights& norm, float eps);
+
+// Sub-block i (1, 2, 3) of a layer around f: (B, L, E) -> (B, L, E)
+//   pre-norm (norm_first)  x + f(norm_i(x))      post-norm  norm_i(x + f(x))
+// with the steps residual_add<i> and norm<i>.
+Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& norm,
+               const TransformerEncoderLayerConfig& config, const std::function<Value(const Value&)>& f);
+
+// linear2(activation(linear1(x))): (B, L, E) -> (B, L, F) -> (B, L, E)
+Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& config,
+                   const Tensor& linear1_weight, const Tensor& linear1_bias, const Tensor& linear2_weight,
+                   const Tensor& linear2_bias);
+
+}  // namespace vkattn::block
