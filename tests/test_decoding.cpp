@@ -236,6 +236,21 @@ TEST_F(Decoding, TheCacheHoldsExactlyItsKeysAndValues) {
   EXPECT_EQ(gpu().context().device_bytes_created() - before, cache.bytes()) << "the device buffers it made";
 }
 
+TEST_F(Decoding, ACroppedCacheDecodesAnotherContinuationAsIfFresh) {
+  CausalLM model = small_model(16, 4, 32, true, Activation::gelu);
+  Tensor prompt = random_ids(2, 5, 11, 1), first = random_ids(2, 3, 11, 2), second = random_ids(2, 1, 11, 3);
+  KVCache cache = model.make_cache(gpu(), 2, 16);
+  model.decode(gpu(), prompt, cache);
+  model.decode(gpu(), first, cache);
+  cache.crop(5);  // forget `first`: `second` follows the prompt
+  EXPECT_EQ(cache.length(), 5);
+  Tensor after_crop = model.decode(gpu(), second, cache);
+  KVCache fresh = model.make_cache(gpu(), 2, 16);
+  model.decode(gpu(), prompt, fresh);
+  EXPECT_TRUE(all_close(after_crop, model.decode(gpu(), second, fresh), {0, 0}));
+  testing::expect_error<ShapeError>([&] { cache.crop(7); }, {"KVCache: cannot crop to 7 positions; 6 are filled"});
+}
+
 TEST_F(Decoding, BadInputIsATypedOneLineError) {
   CausalLM model = small_model(8, 2, 16, false, Activation::relu);
   KVCache cache = model.make_cache(gpu(), 1, 16);

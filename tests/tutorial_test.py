@@ -79,6 +79,13 @@ LESSONS = {
          "first at flat index 4 = (b=0, i=0, f=4)",
          "\n  8 attention_values (2, 2, 4, 4): max |broken - good| 0\n"],
         {"merge_heads_difference_b0.svg": (4, 8)}, {}),
+    "tutorial_09_generating_with_a_kv_cache": (
+        ["row:9 layers.0.self_attn.kv_cache_append_k (1, 4, 1, 16) -> (1, 4, 64, 16)",
+         "row:11 layers.0.self_attn.flash_decoding (1, 4, 1, 16) (1, 4, 64, 16) (1, 4, 64, 16) -> (1, 4, 1, 1, 18)",
+         "row:12 layers.0.self_attn.attention_combine (1, 4, 1, 1, 18) -> (1, 4, 1, 16)",
+         "2 × 2 layers × 1 × 4 × 64 × 16 × 4 bytes = 65536 bytes",
+         "the same 40 tokens both ways; and the same as torch's"],
+        {}, {"time_per_token.svg": ["with the KV cache", "recomputing every position"]}),
 }
 
 COLUMNS = 100

@@ -39,6 +39,14 @@ void KVCache::check_room(int64_t tokens) const {
   }
 }
 
+void KVCache::crop(int64_t length) {
+  if (length < 0 || length > length_) {
+    throw ShapeError("KVCache: cannot crop to " + std::to_string(length) + " positions; " + std::to_string(length_) +
+                     " are filled");
+  }
+  length_ = length;
+}
+
 void KVCache::advance(int64_t tokens) {
   check_room(tokens);
   length_ += tokens;

@@ -43,6 +43,10 @@ class KVCache {
   void advance(int64_t tokens);
   // Empty again (the rows stay allocated and are overwritten by the next appends).
   void clear() { length_ = 0; }
+  // Keeps the first `length` positions and forgets the rest (Hugging Face's DynamicCache.crop):
+  // to decode again from there, e.g. another continuation of one prompt. ShapeError when
+  // `length` is negative or past length().
+  void crop(int64_t length);
 
  private:
   const Backend* backend_;
