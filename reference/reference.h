@@ -115,4 +115,12 @@ void positional_encoding(const float* x, const float* table, float* y, int64_t B
 // y[b, :] = mean over t of x[b, t, :]      x (B, T, E), y (B, E)
 void mean_pool(const float* x, float* y, int64_t B, int64_t T, int64_t E);
 
+// Rotary position embedding (RoPE) of x (N, T, d), N = B·H, row t at position offset + t: the
+// first rotary_dims (even) features rotated pair by pair, pair i by (offset + t) · inv_freq[i];
+// pairs false: pair i is features (i, i + r/2) (GPT-NeoX, rotate_half), true: (2i, 2i + 1) (GPT-J).
+void rotary_embedding(const float* x, const float* inv_freq, float* y, int64_t N, int64_t T, int64_t d,
+                      int64_t offset, int64_t rotary_dims, bool pairs);
+// 1 / θ^(2i / r) in float32, as torch computes RoPE's inv_freq
+float rotary_inverse_frequency(int64_t i, int64_t rotary_dims, float theta);
+
 }  // namespace vkattn::reference

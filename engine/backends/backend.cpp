@@ -6,6 +6,7 @@
 #include <initializer_list>
 
 #include "engine/backends/sizing_backend.h"
+#include "reference/reference.h"
 #include "vkattn/errors.h"
 
 namespace vkattn {
@@ -410,6 +411,40 @@ Value Backend::positional_encoding(const std::string& step_name, const Value& x,
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_positional_encoding(step, *x.storage, *table.storage, *y.storage, B, T, E); });
   report(step, "positional_encoding", infos({&x, &table}), y, {"b", "t", "f"});
+  return y;
+}
+
+RotaryConvention parse_rotary_convention(const std::string& name) {
+  if (name == "half") return RotaryConvention::half;
+  if (name == "pairs") return RotaryConvention::pairs;
+  throw ConfigError("rotary convention '" + name + "' is neither half (features i, i + d/2: GPT-NeoX) nor pairs " +
+                    "(2i, 2i + 1: GPT-J)");
+}
+
+const char* rotary_convention_name(RotaryConvention convention) {
+  return convention == RotaryConvention::pairs ? "pairs" : "half";
+}
+
+Value Backend::rotary_embedding(const std::string& step_name, const Value& x, int64_t offset, float theta,
+                                int64_t rotary_dims, RotaryConvention convention) {
+  const std::string step = scoped(step_name);
+  require_rank(step, x, 4, "(B, H, T, d)");
+  const int64_t B = x.dim(0), H = x.dim(1), T = x.dim(2), d = x.dim(3);
+  const int64_t r = rotary_dims == 0 ? d : rotary_dims;
+  require(r > 0 && r <= d && r % 2 == 0, step,
+          "rotary_dims " + std::to_string(r) + " must be even and within the head dim d = " + std::to_string(d) +
+              " of " + describe(x) + (r % 2 ? ": RoPE rotates features in pairs" : ""));
+  require(offset >= 0, step, "position offset " + std::to_string(offset) + " must be >= 0");
+  require(std::isfinite(theta) && theta > 1.0f, step, "theta " + std::to_string(theta) + " must be a number > 1");
+  Tensor frequencies({r / 2});
+  for (int64_t i = 0; i < r / 2; ++i) frequencies.data[static_cast<size_t>(i)] = reference::rotary_inverse_frequency(i, r, theta);
+  const Value inv_freq = upload(step_name + ".inv_freq", frequencies);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] {
+    run_rotary_embedding(step, *x.storage, *inv_freq.storage, *y.storage, B * H, T, d, offset, r,
+                         convention == RotaryConvention::pairs);
+  });
+  report(step, "rotary_embedding", infos({&x, &inv_freq}), y, {"b", "h", "t", "c"});
   return y;
 }
 

@@ -132,6 +132,12 @@ void ReferenceBackend::run_positional_encoding(const std::string&, const Storage
   reference::positional_encoding(in(x), in(table), out(y), B, T, E);
 }
 
+void ReferenceBackend::run_rotary_embedding(const std::string&, const Storage& x, const Storage& inv_freq, Storage& y,
+                                            int64_t N, int64_t T, int64_t d, int64_t offset, int64_t rotary_dims,
+                                            bool pairs) {
+  reference::rotary_embedding(in(x), in(inv_freq), out(y), N, T, d, offset, rotary_dims, pairs);
+}
+
 void ReferenceBackend::run_mean_pool(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,
                                      int64_t E) {
   reference::mean_pool(in(x), out(y), B, T, E);

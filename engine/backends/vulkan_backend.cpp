@@ -344,6 +344,16 @@ void VulkanBackend::run_positional_encoding(const std::string& step, const Stora
            vulkan::PositionalEncodingParams{u32(B * T * E), u32(T * E)}, uint64_t(B) * T * E);
 }
 
+void VulkanBackend::run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq,
+                                         Storage& y, int64_t N, int64_t T, int64_t d, int64_t offset,
+                                         int64_t rotary_dims, bool pairs) {
+  const auto& k = kernel("rotary_embedding", 3, sizeof(vulkan::RotaryEmbeddingParams));
+  dispatch(step, k, {buffer_of(x), buffer_of(inv_freq), buffer_of(y)},
+           vulkan::RotaryEmbeddingParams{u32(N * T * d), u32(T), u32(d), u32(offset), u32(rotary_dims),
+                                         pairs ? 1u : 0u},
+           uint64_t(N) * T * d);
+}
+
 void VulkanBackend::run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                                   int64_t E) {
   const auto& k = kernel("mean_pool", 2, sizeof(vulkan::MeanPoolParams));

@@ -107,6 +107,15 @@ struct PositionalEncodingParams {  // shaders/positional_encoding.comp
   glm::uint period;                // T·E
 };
 
+struct RotaryEmbeddingParams {  // shaders/rotary_embedding.comp
+  glm::uint count;              // N·T·d
+  glm::uint tokens;             // T
+  glm::uint dim;                // d
+  glm::uint offset;             // the position of row 0
+  glm::uint rotary_dims;        // r, even, <= d
+  glm::uint pairs;              // 1: pairs (2i, 2i + 1); 0: halves (i, i + r/2)
+};
+
 struct MeanPoolParams {  // shaders/mean_pool.comp
   glm::uint batch;       // B
   glm::uint tokens;      // T

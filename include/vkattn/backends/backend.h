@@ -28,6 +28,14 @@ class Storage {
   virtual ~Storage() = default;
 };
 
+// Which features RoPE rotates together (checkpoints do not say; the wrong one gives other outputs):
+// half — feature i with i + r/2 (GPT-NeoX, Hugging Face's rotate_half); pairs — 2i with 2i + 1
+// (GPT-J, Meta's original Llama code).
+enum class RotaryConvention { half, pairs };
+// "half" / "pairs" <-> the convention; ConfigError for another name.
+RotaryConvention parse_rotary_convention(const std::string& name);
+const char* rotary_convention_name(RotaryConvention convention);
+
 // A tensor that lives on a backend. Cheap to copy: copies share the storage.
 struct Value {
   std::string name;  // the input's name, or the step that produced it
@@ -124,6 +132,15 @@ class Backend {
   // The invocations a decode step should offer the device: 256 on a CPU, many more on a GPU.
   virtual int64_t decoding_lanes() const { return 256; }
 
+  // ---- rotary position embeddings (RoPE) --------------------------------------------------------
+  // x (B, H, T, d) — queries or keys after split_heads — with row t at position offset + t: its
+  // first rotary_dims features (r: even, <= d; 0 means d) rotated pair by pair, pair i by the
+  // angle position · inv_freq[i], inv_freq = 1 / θ^(2i/r) computed on the host in float32 as torch
+  // computes it and uploaded as the step's second input, "<step>.inv_freq" (r/2,); the other
+  // features pass unchanged. Which features pair up is the checkpoint's convention (RotaryConvention).
+  Value rotary_embedding(const std::string& step, const Value& x, int64_t offset, float theta, int64_t rotary_dims,
+                         RotaryConvention convention);
+
   // ---- the encoder block's steps (TransformerEncoderLayer) and the classifier's ----------------
   // Normalised over the last dim with its biased variance, eps inside the square root, then
   // scaled and shifted: torch's LayerNorm.   x (…, E), weight and bias (E) -> (…, E)
@@ -191,6 +208,9 @@ class Backend {
   virtual std::optional<std::vector<StepTime>> device_step_times() { return std::nullopt; }
 
   // The run_<op> hooks: shapes are checked, output allocated; arguments mirror reference.h.
+  virtual void run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq, Storage& y,
+                                    int64_t N, int64_t T, int64_t d, int64_t offset, int64_t rotary_dims,
+                                    bool pairs) = 0;
   virtual void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
                           Storage& y, int64_t N, int64_t K, int64_t M) = 0;
   virtual void run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,

@@ -127,6 +127,8 @@ class VulkanBackend final : public Backend {
   void run_positional_encoding(const std::string& step, const Storage& x, const Storage& table, Storage& y, int64_t B,
                                int64_t T, int64_t E) override;
   void run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
+  void run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq, Storage& y, int64_t N,
+                            int64_t T, int64_t d, int64_t offset, int64_t rotary_dims, bool pairs) override;
 
  private:
   // The pipeline for the shader build `name` with these extra specialization constants, made once;
