@@ -421,10 +421,6 @@ RotaryConvention parse_rotary_convention(const std::string& name) {
                     "(2i, 2i + 1: GPT-J)");
 }
 
-const char* rotary_convention_name(RotaryConvention convention) {
-  return convention == RotaryConvention::pairs ? "pairs" : "half";
-}
-
 Value Backend::rotary_embedding(const std::string& step_name, const Value& x, int64_t offset, float theta,
                                 int64_t rotary_dims, RotaryConvention convention) {
   const std::string step = scoped(step_name);

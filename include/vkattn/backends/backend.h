@@ -32,9 +32,8 @@ class Storage {
 // half — feature i with i + r/2 (GPT-NeoX, Hugging Face's rotate_half); pairs — 2i with 2i + 1
 // (GPT-J, Meta's original Llama code).
 enum class RotaryConvention { half, pairs };
-// "half" / "pairs" <-> the convention; ConfigError for another name.
+// "half" / "pairs" -> the convention; ConfigError for another name.
 RotaryConvention parse_rotary_convention(const std::string& name);
-const char* rotary_convention_name(RotaryConvention convention);
 
 // A tensor that lives on a backend. Cheap to copy: copies share the storage.
 struct Value {
