@@ -3,6 +3,10 @@
 // and its Backend method. Straight loops over raw row-major float arrays, fp32 accumulation in
 // the same order as the shaders, no cleverness: this is the ground truth and the thing to read.
 // Notation: B batch, L query length, S key length, T either, E embed dim, H heads, d = E/H.
+// Grouped-query attention: K and V may hold H_kv = H / group heads, each shared by `group`
+// consecutive query heads (torch's repeat_interleave on the head axis): query head n = b·H + h
+// reads key/value head n / group = b·H_kv + h / group. group = 1 is multi-head attention.
+// A sliding window (window W > 0, causal only) lets query i see keys i - W < j <= i: the last W.
 #include <cstdint>
 #include <limits>
 
@@ -19,26 +23,33 @@ void split_heads(const float* x, float* y, int64_t B, int64_t T, int64_t H, int6
 // (N, T, C) + row (C) -> (N, T+1, C); row null appends zeros (add_zero_attn)
 void append_row(const float* x, const float* row, float* y, int64_t N, int64_t T, int64_t C);
 
-// scores = Q · Kᵀ · scale     Q (B·H, L, d), K (B·H, S, d), scores (B·H, L, S)
+// scores = Q · Kᵀ · scale     Q (B·H, L, d), K (B·H/group, S, d), scores (B·H, L, S)
 void attention_scores(const float* q, const float* k, float* scores, int64_t BH, int64_t L, int64_t S,
-                      int64_t d, float scale);
+                      int64_t d, float scale, int64_t group);
 
-// out = scores + attn_mask + key_padding_mask; -inf where causal and j > i
+// out = scores + attn_mask + key_padding_mask; -inf where causal and j > i, and with a window
+// W > 0 where j <= i - W
 //   scores, out (B, H, L, S); attn_mask (L, S) if attn_mask_rank 2, (B·H, L, S) if 3, null if 0;
 //   key_padding_mask (B, S) or null; masks are additive (a bool mask arrives as 0 / -inf)
 void attention_mask(const float* scores, const float* attn_mask, int attn_mask_rank,
-                    const float* key_padding_mask, bool causal, float* out, int64_t B, int64_t H,
-                    int64_t L, int64_t S);
+                    const float* key_padding_mask, bool causal, int64_t window, float* out, int64_t B,
+                    int64_t H, int64_t L, int64_t S);
 
-// One score after the masks: score + attn_mask + key_padding_mask, -inf where causal and j > i
-// (top-left aligned, as torch's is_causal). Shared by attention_mask and flash_attention.
+// Whether query i may not see key j by position: past the diagonal when causal (top-left
+// aligned, as torch's is_causal), or, with a window W > 0, W or more keys behind it.
+inline bool causally_blocked(bool causal, int64_t window, int64_t i, int64_t j) {
+  return causal && (j > i || (window > 0 && j <= i - window));
+}
+
+// One score after the masks: score + attn_mask + key_padding_mask, -inf where causally_blocked.
+// Shared by attention_mask and flash_attention.
 //   `index` is the score's flat index in (B·H, L, S); b its batch item; i, j its query and key
 inline float masked_score(float score, const float* attn_mask, int attn_mask_rank, const float* key_padding_mask,
-                          bool causal, int64_t index, int64_t b, int64_t i, int64_t j, int64_t S) {
+                          bool causal, int64_t window, int64_t index, int64_t b, int64_t i, int64_t j, int64_t S) {
   if (attn_mask_rank == 2) score += attn_mask[i * S + j];
   if (attn_mask_rank == 3) score += attn_mask[index];
   if (key_padding_mask) score += key_padding_mask[b * S + j];
-  if (causal && j > i) score = -std::numeric_limits<float>::infinity();
+  if (causally_blocked(causal, window, i, j)) score = -std::numeric_limits<float>::infinity();
   return score;
 }
 
@@ -47,10 +58,10 @@ inline float masked_score(float score, const float* attn_mask, int attn_mask_ran
 // running sum l of exp(s - m) and the running output Σ exp(s - m)·v, rescaling both by
 // exp(m_old - m_new) when the max grows. Blocked keys (-inf) are skipped; a row with none left
 // keeps l = 0 and gives zeros, as softmax does.
-//   Q (B·H, L, d), K, V (B·H, S, d), out (B·H, L, d); masks as attention_mask's
+//   Q (B·H, L, d), K, V (B·H/group, S, d), out (B·H, L, d); masks as attention_mask's
 void flash_attention(const float* q, const float* k, const float* v, const float* attn_mask, int attn_mask_rank,
-                     const float* key_padding_mask, bool causal, float* out, int64_t B, int64_t H, int64_t L,
-                     int64_t S, int64_t d, float scale);
+                     const float* key_padding_mask, bool causal, int64_t window, float* out, int64_t B, int64_t H,
+                     int64_t L, int64_t S, int64_t d, float scale, int64_t group);
 
 // ---- decoding with a key/value cache ------------------------------------------------------------
 
@@ -65,12 +76,13 @@ int64_t decoding_part_keys(int64_t S, int64_t parts);
 // decoding_part_keys(S, parts), each range walked by flash_attention's online softmax on its own.
 // Each part leaves its unnormalised output Σ exp(s - m)·v, its max m and its sum l of exp(s - m)
 // for attention_combine; a part that sees no key leaves m = -1e30, l = 0 and zeros.
-//   Q (B·H, L, d): the L newest positions S - L … S - 1; K, V (B·H, C, d) caches, S <= C rows used
-//   key_padding_mask (B, S) additive, or null; causal: query i sees keys j <= S - L + i
+//   Q (B·H, L, d): the L newest positions S - L … S - 1; K, V (B·H/group, C, d) caches, S <= C
+//   rows used; key_padding_mask (B, S) additive, or null; causal: query i, at position
+//   S - L + i, sees keys j <= S - L + i, and with a window W > 0 only j > S - L + i - W
 //   partials (B·H, L, parts, d + 2): [output (d), m, l] per part
 void flash_decoding(const float* q, const float* k, const float* v, const float* key_padding_mask, bool causal,
-                    float* partials, int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
-                    float scale);
+                    int64_t window, float* partials, int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d,
+                    int64_t parts, float scale, int64_t group);
 
 // Merges flash_decoding's parts: with M the largest m of a part that saw a key,
 //   out = Σ_p output_p · exp(m_p - M) / Σ_p l_p · exp(m_p - M); a row no part saw a key of gives 0.
@@ -80,9 +92,9 @@ void attention_combine(const float* partials, float* out, int64_t R, int64_t par
 // row-wise softmax, max-subtracted   x, y (R, S); a row of all -inf gives all 0
 void softmax(const float* x, float* y, int64_t R, int64_t S);
 
-// out = P · V     P (B·H, L, S), V (B·H, S, d), out (B·H, L, d)
+// out = P · V     P (B·H, L, S), V (B·H/group, S, d), out (B·H, L, d)
 void attention_values(const float* p, const float* v, float* out, int64_t BH, int64_t L, int64_t S,
-                      int64_t d);
+                      int64_t d, int64_t group);
 
 // (B, H, T, d) -> (B, T, E)
 void merge_heads(const float* x, float* y, int64_t B, int64_t H, int64_t T, int64_t d);

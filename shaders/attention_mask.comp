@@ -5,7 +5,8 @@
 //   attn_mask        (L, S) or (B·H, L, S), additive: a bool mask arrives as 0 / -inf
 //   key_padding_mask (B, S), additive likewise
 //   out              (B, H, L, S) = scores + attn_mask + key_padding_mask, and -inf where
-//                    causal and j > i (top-left aligned, as torch's is_causal)
+//                    causal and j > i (top-left aligned, as torch's is_causal), and with a
+//                    window W > 0 where j <= i - W (each query sees the last W keys)
 #include "common.glsl"
 #include "mask.glsl"
 
@@ -20,6 +21,7 @@ layout(push_constant) uniform Params {
   uint attn_mask_rank;        // 0 = none, 2 = (L, S), 3 = (B·H, L, S)
   uint has_key_padding_mask;  // 0 or 1
   uint causal;                // 0 or 1
+  uint window;                // 0, or the causal window W
 } p;
 
 // A workgroup masks RUN · (workgroup size) consecutive scores of one row, lane l the columns
@@ -42,6 +44,6 @@ void main() {
     if (j >= p.cols) break;
     uint index = row * p.cols + j;
     masked[index] = masked_score(scores[index], p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u,
-                                 index, b, i, j, p.cols);
+                                 p.window, index, b, i, j, p.cols);
   }
 }

@@ -14,8 +14,10 @@
 // -1e30, a large finite negative), the running sum l of exp(s - m) and the running output
 // acc = Σ exp(s - m)·v, rescaling both by exp(m_old - m_new) when the max grows. A row with every
 // key blocked keeps l = 0 and gives zeros. fp32 throughout.
-//   Q   (B, H, L, d)      K, V (B, H, S, d)      masks as attention_mask's (mask.glsl)
-//   out (B, H, L, d)      scale = 1/√d
+//   Q   (B, H, L, d)      K, V (B, H_kv, S, d): query head h reads key/value head h / group
+//   out (B, H, L, d)      scale = 1/√d      masks and window as attention_mask's (mask.glsl)
+// Causal rows walk no key past their diagonal, and with a window W none W or more behind it: a
+// window is as fast as the keys it leaves (MHA's work over W keys, not S).
 //
 // Two builds (shaders/CMakeLists.txt):
 //
@@ -31,7 +33,8 @@
 //     row's block max and sum come from subgroup arithmetic. For P·V lane t owns output dims
 //     t·PER_LANE …, loads them from each key's row of V (as vec4s when they are whole vec4s), and
 //     adds them in for every row, the rows' weights shuffled from the lane that scored the key.
-//     Causal groups stop at their last row's diagonal. Which lane holds what follows from LANES:
+//     Causal groups stop at their last row's diagonal, and windowed ones start at their first
+//     row's window. Which lane holds what follows from LANES:
 //     the host runs it only with LANES required as the subgroup size, with full subgroups
 //     (engine/vulkan/lanes.h).
 #include "common.glsl"
@@ -77,7 +80,12 @@ layout(push_constant) uniform Params {
   uint attn_mask_rank;        // 0 = none, 2 = (L, S), 3 = (B·H, L, S)
   uint has_key_padding_mask;  // 0 or 1
   uint causal;                // 0 or 1
+  uint window;                // 0, or the causal window W
+  uint group;                 // query heads per key/value head: H / H_kv
 } p;
+
+// The first key a causal row i sees: i + 1 - W with a window W, else 0.
+uint first_key(uint i) { return p.causal != 0u && p.window != 0u && i + 1u > p.window ? i + 1u - p.window : 0u; }
 
 // Q[row, 4c … 4c+3], zeros past d
 vec4 q_chunk(uint row, uint c) {
@@ -117,6 +125,7 @@ void main() {
   if (unit >= p.batch * p.heads * row_groups) return;
   uint bh = unit / row_groups;
   uint b = bh / p.heads;
+  uint kv = bh / p.group;  // the key/value head, (B·H_kv) flat
   uint i = unit % row_groups * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
   if (i >= p.rows) return;  // no barrier follows: a finished invocation may leave
 
@@ -127,16 +136,16 @@ void main() {
   }
   float m = -1e30, l = 0.0;  // running max, running sum of exp(s - m)
   uint key_end = p.causal != 0u ? min(p.cols, i + 1u) : p.cols;  // causal: keys 0 … i
-  for (uint j = 0u; j < key_end; ++j) {
+  for (uint j = first_key(i); j < key_end; ++j) {
     float s = 0.0;
-    for (uint c = 0u; c < CHUNKS; ++c) s += dot(q_row[c], k_chunk(bh * p.cols + j, c));
-    s = masked_score(s * p.scale, p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u,
+    for (uint c = 0u; c < CHUNKS; ++c) s += dot(q_row[c], k_chunk(kv * p.cols + j, c));
+    s = masked_score(s * p.scale, p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u, p.window,
                      (bh * p.rows + i) * p.cols + j, b, i, j, p.cols);
     if (s == NEG_INF) continue;  // blocked: weight 0
     float m_new = max(m, s);
     float rescale = exp(m - m_new), w = exp(s - m_new);
     l = l * rescale + w;
-    for (uint c = 0u; c < CHUNKS; ++c) acc[c] = acc[c] * rescale + w * v_chunk(bh * p.cols + j, c);
+    for (uint c = 0u; c < CHUNKS; ++c) acc[c] = acc[c] * rescale + w * v_chunk(kv * p.cols + j, c);
     m = m_new;
   }
   for (uint c = 0u; c < CHUNKS; ++c) {
@@ -159,6 +168,7 @@ void main() {
   uint lane = gl_SubgroupInvocationID;
   uint bh = unit / row_groups;
   uint b = bh / p.heads;
+  uint kv = bh / p.group;  // the key/value head, (B·H_kv) flat
   uint i0 = unit % row_groups * ROWS;
   uint i_last = min(i0 + ROWS, p.rows) - 1u;
   uint first_dim = lane * PER_LANE;  // this lane's output dims: first_dim … + PER_LANE - 1
@@ -176,21 +186,21 @@ void main() {
   }
 
   uint key_end = p.causal != 0u ? min(p.cols, i_last + 1u) : p.cols;  // causal: no row sees past i_last
-  for (uint j0 = 0u; j0 < key_end; j0 += LANES) {
+  for (uint j0 = first_key(i0); j0 < key_end; j0 += LANES) {  // windowed: from the first row's window
     // scores: lane t scores key j0 + t against every row (lanes past the end score a real key, then drop it)
     uint j = j0 + lane;
     uint key = min(j, p.cols - 1u);
     float s[ROWS];
     for (uint r = 0u; r < ROWS; ++r) s[r] = 0.0;
     for (uint c = 0u; c < CHUNKS; ++c) {
-      vec4 kc = k_chunk(bh * p.cols + key, c);
+      vec4 kc = k_chunk(kv * p.cols + key, c);
       for (uint r = 0u; r < ROWS; ++r) s[r] += dot(subgroupShuffle(q_own[r / LANES][c], r % LANES), kc);
     }
     // online softmax, row by row: s[r] becomes key j's weight exp(s - m_new) in row r
     for (uint r = 0u; r < ROWS; ++r) {
       uint i = min(i0 + r, p.rows - 1u);
       float sr = masked_score(s[r] * p.scale, p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u,
-                              (bh * p.rows + i) * p.cols + key, b, i, key, p.cols);
+                              p.window, (bh * p.rows + i) * p.cols + key, b, i, key, p.cols);
       if (j >= key_end) sr = NEG_INF;
       float m_new = max(m[r], subgroupMax(sr));  // unchanged when every key of the block is blocked
       float rescale = exp(m[r] - m_new);
@@ -204,7 +214,7 @@ void main() {
       if (j0 + u >= key_end) break;  // uniform
       float w[ROWS];
       for (uint r = 0u; r < ROWS; ++r) w[r] = subgroupShuffle(s[r], u);
-      uint v_row = (bh * p.cols + j0 + u) * HEAD_DIM;
+      uint v_row = (kv * p.cols + j0 + u) * HEAD_DIM;
       float vs[PER_LANE];
       if (VEC4_V) {
         for (uint t = 0u; t < PER_LANE; t += 4u) {

@@ -6,10 +6,12 @@
 // (query row, part): each runs the online softmax over its range alone and leaves its own max m,
 // sum l and unnormalised output; attention_combine merges the parts. fp32 throughout.
 //   Q        (B, H, L, d)         the L newest positions, S - L … S - 1
-//   K, V     (B, H, C, d)         caches of capacity C, of which the first S rows are used
+//   K, V     (B, H_kv, C, d)      caches of capacity C, of which the first S rows are used; query
+//                                 head h reads key/value head h / group
 //   key_padding_mask (B, S)       additive, when has_key_padding_mask
 //   partials (B, H, L, P, d + 2)  [output (d), m, l] per part
-// Part p holds keys p·K … p·K + K - 1 (K = ceil(S / P)); causal: query i sees keys j <= S - L + i.
+// Part p holds keys p·K … p·K + K - 1 (K = ceil(S / P)); causal: query i sees keys j <= S - L + i,
+// and with a window W > 0 only keys j > S - L + i - W.
 #include "common.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
@@ -35,6 +37,8 @@ layout(push_constant) uniform Params {
   float scale;    // 1/√d
   uint has_key_padding_mask;  // 0 or 1
   uint causal;                // 0 or 1
+  uint window;                // 0, or the causal window W
+  uint group;                 // query heads per key/value head: H / H_kv
 } p;
 
 // row `row` of Q (when `query`) or of the cache K, floats 4c … 4c+3, zeros past d
@@ -72,10 +76,13 @@ void main() {
   uint i = (index / p.parts) % p.rows;
   uint bh = index / (p.parts * p.rows);
   uint b = bh / p.heads;
+  uint kv = bh / p.group;  // the key/value head, (B·H_kv) flat
   uint per_part = (p.keys + p.parts - 1u) / p.parts;
   uint begin = part * per_part;
   uint end = min(p.keys, begin + per_part);
-  if (p.causal != 0u) end = min(end, p.keys - p.rows + i + 1u);
+  uint position = p.keys - p.rows + i;  // query i's
+  if (p.causal != 0u) end = min(end, position + 1u);
+  if (p.causal != 0u && p.window != 0u && position + 1u > p.window) begin = max(begin, position + 1u - p.window);
 
   vec4 q_row[CHUNKS], acc[CHUNKS];
   for (uint c = 0u; c < CHUNKS; ++c) {
@@ -84,7 +91,7 @@ void main() {
   }
   float m = -1e30, l = 0.0;  // running max, running sum of exp(s - m)
   for (uint j = begin; j < end; ++j) {
-    uint key = bh * p.capacity + j;
+    uint key = kv * p.capacity + j;
     float s = 0.0;
     for (uint c = 0u; c < CHUNKS; ++c) s += dot(q_row[c], k_chunk(key, c));
     s *= p.scale;

@@ -1,7 +1,9 @@
 // The batched matrix product behind linear, attention_scores and attention_values:
 //   C[n, i, j] = scale · Σ_k A[n, i, k] · B(n, k, j)  (+ bias[j])
-//   A (batch, M, K) row-major;  B stored (batch, N, K) — x·Wᵀ, Q·Kᵀ — or, with B_IS_K_BY_N
-//   defined by the including shader, (batch, K, N) — P·V;  C (batch, M, N).
+//   A (batch, M, K) row-major;  B stored (batch / group, N, K) — x·Wᵀ, Q·Kᵀ — or, with
+//   B_IS_K_BY_N defined by the including shader, (batch / group, K, N) — P·V;  C (batch, M, N).
+//   B(n, …) is item n / group of B: grouped-query attention's `group` query heads share one key
+//   and value head (group = 1 otherwise).
 // fp32 throughout. Two tilings of the same sum, two builds of each step (shaders/CMakeLists.txt):
 //
 //   <step>_subgroup (SUBGROUPS defined): subgroup broadcast (CPU devices: lavapipe runs a
@@ -71,6 +73,7 @@ layout(push_constant) uniform Params {
   uint cols;    // N
   uint inner;   // K
   float scale;  // 1 for linear, 1/√d for attention_scores
+  uint group;   // items of A per item of B: H / H_kv for attention, 1 for linear
 } p;
 
 // A[n, i, k..k+3] (zeros past K)
@@ -87,7 +90,7 @@ vec4 load_a(uint n, uint i, uint k) {
 #ifdef B_IS_K_BY_N
 // B stored (K, N): B[n, k, j..j+3] (zeros past K or N)
 vec4 load_b_row(uint n, uint k, uint j) {
-  uint at = (n * p.inner + k) * p.cols + j;
+  uint at = (n / p.group * p.inner + k) * p.cols + j;
   if (VEC4) return k < p.inner ? b4_at(at / 4u) : vec4(0.0);
   vec4 v = vec4(0.0);
   for (uint t = 0u; t < 4u; ++t) {
@@ -98,7 +101,7 @@ vec4 load_b_row(uint n, uint k, uint j) {
 #else
 // B stored (N, K): B[n, j, k..k+3] (zeros past K)
 vec4 load_b_col(uint n, uint j, uint k) {
-  uint at = (n * p.cols + j) * p.inner + k;
+  uint at = (n / p.group * p.cols + j) * p.inner + k;
   if (VEC4) return b4_at(at / 4u);
   vec4 v = vec4(0.0);
   for (uint t = 0u; t < 4u; ++t) {
@@ -201,9 +204,9 @@ void gemm_shared() {
       tile_a[kk][ii] = (k < p.inner && i0 + ii < p.rows) ? a_at((n * p.rows + i0 + ii) * p.inner + k) : 0.0;
 #ifdef B_IS_K_BY_N
       uint jj = e % BLOCK, kb = e / BLOCK;  // consecutive lanes walk j: (K, N) B's rows
-      tile_b[kb][jj] = (k0 + kb < p.inner && j0 + jj < p.cols) ? b_at((n * p.inner + k0 + kb) * p.cols + j0 + jj) : 0.0;
+      tile_b[kb][jj] = (k0 + kb < p.inner && j0 + jj < p.cols) ? b_at((n / p.group * p.inner + k0 + kb) * p.cols + j0 + jj) : 0.0;
 #else
-      tile_b[kk][ii] = (k < p.inner && j0 + ii < p.cols) ? b_at((n * p.cols + j0 + ii) * p.inner + k) : 0.0;
+      tile_b[kk][ii] = (k < p.inner && j0 + ii < p.cols) ? b_at((n / p.group * p.cols + j0 + ii) * p.inner + k) : 0.0;
 #endif
     }
     barrier();

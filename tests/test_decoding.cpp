@@ -115,7 +115,7 @@ TEST_P(FlashDecoding, MatchesReferenceAndFlashAttention) {
     for (int64_t j = 0; j < std::min<int64_t>(S, S - L + 1); ++j) mask.data[static_cast<size_t>((B - 1) * S + j)] = -kInf;
   auto run = [&](Backend& b, Tensor* partials) {
     Value p = b.flash_decoding("flash_decoding", b.upload("q", q), b.upload("k", k), b.upload("v", v), S,
-                               padding ? &static_cast<const Value&>(b.upload("mask", mask)) : nullptr, causal, parts);
+                               padding ? &static_cast<const Value&>(b.upload("mask", mask)) : nullptr, causal, 0, parts);
     EXPECT_EQ(p.shape, (Shape{B, H, L, parts, d + 2}));
     if (partials) *partials = b.download(p);
     return b.download(b.attention_combine("attention_combine", p));

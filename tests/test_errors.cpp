@@ -97,7 +97,7 @@ TEST_F(ForwardErrors, StepsNameThemselvesInErrors) {
     Value q4 = b->upload("q", random_tensor({1, 2, 3, 4}, 11));
     Value k4 = b->upload("k", random_tensor({1, 2, 3, 5}, 12));
     expect_error<ShapeError>([&] { b->attention_scores("attention_scores", q4, k4); },
-                             {"attention_scores:", "q (1, 2, 3, 4)", "k (1, 2, 3, 5)", "B, H and d"});
+                             {"attention_scores:", "q (1, 2, 3, 4)", "k (1, 2, 3, 5)", "must agree on d"});
     Value mask = b->upload("attn_mask", random_tensor({3, 4}, 13));
     Value scores = b->upload("scores", random_tensor({1, 2, 3, 3}, 14));
     expect_error<ShapeError>([&] { b->attention_mask("attention_mask", scores, &mask, nullptr, false); },

@@ -65,9 +65,23 @@ TEST(Reference, AttentionScoresAreScaledDotProducts) {
   const float q[] = {1, 2};        // (BH=1, L=1, d=2)
   const float k[] = {3, 4, 1, 0};  // (BH=1, S=2, d=2)
   float s[2];
-  reference::attention_scores(q, k, s, 1, 1, 2, 2, 0.5f);
+  reference::attention_scores(q, k, s, 1, 1, 2, 2, 0.5f, 1);
   EXPECT_FLOAT_EQ(s[0], 5.5f);  // (1·3 + 2·4) / 2
   EXPECT_FLOAT_EQ(s[1], 0.5f);
+}
+
+TEST(Reference, GroupedQueryHeadsShareTheirKeyAndValueHead) {
+  // H = 4 query heads, H_kv = 2 key/value heads (group 2): query heads 0, 1 read key head 0 and
+  // heads 2, 3 key head 1 — repeat_interleave, not repeat (which would give 0, 1, 0, 1)
+  const float q[] = {1, 1, 1, 1};   // (BH=4, L=1, d=1)
+  const float k[] = {2, 3};         // (BH/2=2, S=1, d=1)
+  float s[4];
+  reference::attention_scores(q, k, s, 4, 1, 1, 1, 1.0f, 2);
+  EXPECT_EQ(std::vector<float>(s, s + 4), (std::vector<float>{2, 2, 3, 3}));
+  const float p[] = {1, 1, 1, 1};   // (BH=4, L=1, S=1)
+  float out[4];
+  reference::attention_values(p, k, out, 4, 1, 1, 1, 2);
+  EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{2, 2, 3, 3}));
 }
 
 TEST(Reference, AttentionMaskAddsMasksAndBlocksTheFuture) {
@@ -75,10 +89,18 @@ TEST(Reference, AttentionMaskAddsMasksAndBlocksTheFuture) {
   const float attn[] = {0, -kInf, 0.5f, 0};       // (L, S)
   const float pad[] = {0, -2};                    // (B, S)
   float out[4];
-  reference::attention_mask(scores, attn, 2, pad, false, out, 1, 1, 2, 2);
+  reference::attention_mask(scores, attn, 2, pad, false, 0, out, 1, 1, 2, 2);
   EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{1, -kInf, 1.5f, -1}));
-  reference::attention_mask(scores, nullptr, 0, nullptr, true, out, 1, 1, 2, 2);
+  reference::attention_mask(scores, nullptr, 0, nullptr, true, 0, out, 1, 1, 2, 2);
   EXPECT_EQ(std::vector<float>(out, out + 4), (std::vector<float>{1, -kInf, 1, 1}));
+}
+
+TEST(Reference, ASlidingWindowKeepsTheLastWKeys) {
+  const std::vector<float> scores(16, 1.0f);  // (B=1, H=1, L=4, S=4)
+  float out[16];
+  reference::attention_mask(scores.data(), nullptr, 0, nullptr, true, 2, out, 1, 1, 4, 4);
+  const float x = -kInf;  // window 2: row i sees keys i - 1 and i
+  EXPECT_EQ(std::vector<float>(out, out + 16), (std::vector<float>{1, x, x, x, 1, 1, x, x, x, 1, 1, x, x, x, 1, 1}));
 }
 
 TEST(Reference, SoftmaxNormalisesStablyAndZeroesFullyMaskedRows) {
@@ -97,7 +119,7 @@ TEST(Reference, AttentionValuesWeighValues) {
   const float p[] = {0.25f, 0.75f};   // (BH=1, L=1, S=2)
   const float v[] = {4, 8, 0, 4};     // (BH=1, S=2, d=2)
   float out[2];
-  reference::attention_values(p, v, out, 1, 1, 2, 2);
+  reference::attention_values(p, v, out, 1, 1, 2, 2, 1);
   EXPECT_FLOAT_EQ(out[0], 1.0f);
   EXPECT_FLOAT_EQ(out[1], 5.0f);
 }

@@ -37,6 +37,24 @@ std::vector<TensorInfo> infos(std::initializer_list<const Value*> inputs) {
   return out;
 }
 
+// Query heads per key/value head (grouped-query attention): `kv` (B, H_kv, …) must share q's
+// batch and have a head count dividing q's H. `what` names kv's role ("key", "value", "key cache").
+int64_t kv_group(const std::string& step, const Value& q, const Value& kv, const char* what) {
+  require(q.dim(0) == kv.dim(0), step, describe(q) + " and " + what + " " + describe(kv) + " must agree on B");
+  const int64_t H = q.dim(1), H_kv = kv.dim(1);
+  require(H_kv >= 1 && H % H_kv == 0, step,
+          describe(q) + " has " + std::to_string(H) + " heads, not a multiple of " + what + " " + describe(kv) + "'s " +
+              std::to_string(H_kv) + " (each key/value head serves H / H_kv query heads)");
+  return H / H_kv;
+}
+
+// A sliding window (keys i - W < j <= i) narrows the causal mask: W >= 0, and 0 (none) unless causal.
+void require_window(const std::string& step, bool causal, int64_t window) {
+  require(window >= 0, step, "window=" + std::to_string(window) + " must be >= 1 keys, or 0 for none");
+  require(window == 0 || causal, step,
+          "window=" + std::to_string(window) + " is a sliding window over past keys and needs causal attention");
+}
+
 // The axis names of append_row's output: the key/value sequence before or after split_heads.
 std::vector<std::string> row_dims(const Value& x) {
   return x.rank() == 4 ? std::vector<std::string>{"b", "h", "t", "c"} : std::vector<std::string>{"b", "t", "f"};
@@ -157,13 +175,15 @@ Value Backend::append_row(const std::string& step_name, const Value& x, const Va
 Value Backend::attention_scores(const std::string& step_name, const Value& q, const Value& k) {
   const std::string step = scoped(step_name);
   require_rank(step, q, 4, "(B, H, L, d)");
-  require_rank(step, k, 4, "(B, H, S, d)");
-  require(q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3), step,
-          "query " + describe(q) + " and key " + describe(k) + " must agree on B, H and d");
+  require_rank(step, k, 4, "(B, H_kv, S, d)");
+  require(q.dim(3) == k.dim(3), step, "query " + describe(q) + " and key " + describe(k) + " must agree on d");
+  const int64_t group = kv_group(step, q, k, "key");
   int64_t B = q.dim(0), H = q.dim(1), L = q.dim(2), S = k.dim(2), d = q.dim(3);
   Value scores = make_output(step, {B, H, L, S});
   float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  timed(step, [&] { run_attention_scores(step, *q.storage, *k.storage, *scores.storage, B * H, L, S, d, scale); });
+  timed(step, [&] {
+    run_attention_scores(step, *q.storage, *k.storage, *scores.storage, B * H, L, S, d, scale, group);
+  });
   report(step, "attention_scores", infos({&q, &k}), scores, {"b", "h", "i", "j"});
   return scores;
 }
@@ -192,29 +212,34 @@ static int check_masks(const std::string& step, const Value* attn_mask, const Va
 }
 
 Value Backend::attention_mask(const std::string& step_name, const Value& scores, const Value* attn_mask,
-                              const Value* key_padding_mask, bool causal) {
+                              const Value* key_padding_mask, bool causal, int64_t window) {
   const std::string step = scoped(step_name);
   require_rank(step, scores, 4, "(B, H, L, S)");
+  require_window(step, causal, window);
   int64_t B = scores.dim(0), H = scores.dim(1), L = scores.dim(2), S = scores.dim(3);
   int rank = check_masks(step, attn_mask, key_padding_mask, B, H, L, S, "scores " + shape_string(scores.shape));
   Value out = make_output(step, scores.shape);
   timed(step, [&] {
     run_attention_mask(step, *scores.storage, attn_mask ? attn_mask->storage.get() : nullptr, rank,
-                       key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, *out.storage, B, H, L, S);
+                       key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *out.storage, B, H,
+                       L, S);
   });
   report(step, "attention_mask", infos({&scores, attn_mask, key_padding_mask}), out, {"b", "h", "i", "j"});
   return out;
 }
 
 Value Backend::flash_attention(const std::string& step_name, const Value& q, const Value& k, const Value& v,
-                               const Value* attn_mask, const Value* key_padding_mask, bool causal) {
+                               const Value* attn_mask, const Value* key_padding_mask, bool causal,
+                               int64_t window) {
   const std::string step = scoped(step_name);
   require_rank(step, q, 4, "(B, H, L, d)");
-  require_rank(step, k, 4, "(B, H, S, d)");
-  require_rank(step, v, 4, "(B, H, S, d)");
-  require(q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3) && v.shape == k.shape, step,
+  require_rank(step, k, 4, "(B, H_kv, S, d)");
+  require_rank(step, v, 4, "(B, H_kv, S, d)");
+  require(q.dim(3) == k.dim(3) && v.shape == k.shape, step,
           "query " + describe(q) + ", key " + describe(k) + " and value " + describe(v) +
-              " must agree on B, H and d, and key and value on S");
+              " must agree on d, and key and value on every dim");
+  const int64_t group = kv_group(step, q, k, "key");
+  require_window(step, causal, window);
   int64_t B = q.dim(0), H = q.dim(1), L = q.dim(2), S = k.dim(2), d = q.dim(3);
   int rank = check_masks(step, attn_mask, key_padding_mask, B, H, L, S,
                          "the scores (B, H, L, S) = " + shape_string({B, H, L, S}));
@@ -222,8 +247,8 @@ Value Backend::flash_attention(const std::string& step_name, const Value& q, con
   float scale = 1.0f / std::sqrt(static_cast<float>(d));
   timed(step, [&] {
     run_flash_attention(step, *q.storage, *k.storage, *v.storage, attn_mask ? attn_mask->storage.get() : nullptr, rank,
-                        key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, *out.storage, B, H, L, S,
-                        d, scale);
+                        key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *out.storage, B, H,
+                        L, S, d, scale, group);
   });
   report(step, "flash_attention", infos({&q, &k, &v, attn_mask, key_padding_mask}), out, {"b", "h", "i", "c"});
   return out;
@@ -252,14 +277,17 @@ int64_t Backend::decoding_parts(int64_t rows, int64_t length) const {
 }
 
 Value Backend::flash_decoding(const std::string& step_name, const Value& q, const Value& k, const Value& v,
-                              int64_t length, const Value* key_padding_mask, bool causal, int64_t parts) {
+                              int64_t length, const Value* key_padding_mask, bool causal, int64_t window,
+                              int64_t parts) {
   const std::string step = scoped(step_name);
   require_rank(step, q, 4, "(B, H, L, d)");
-  require_rank(step, k, 4, "(B, H, capacity, d)");
-  require_rank(step, v, 4, "(B, H, capacity, d)");
-  require(q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3) && v.shape == k.shape, step,
+  require_rank(step, k, 4, "(B, H_kv, capacity, d)");
+  require_rank(step, v, 4, "(B, H_kv, capacity, d)");
+  require(q.dim(3) == k.dim(3) && v.shape == k.shape, step,
           "query " + describe(q) + ", key cache " + describe(k) + " and value cache " + describe(v) +
-              " must agree on B, H and d, and the caches on their capacity");
+              " must agree on d, and the caches on every dim");
+  const int64_t group = kv_group(step, q, k, "key cache");
+  require_window(step, causal, window);
   const int64_t B = q.dim(0), H = q.dim(1), L = q.dim(2), d = q.dim(3), C = k.dim(2), S = length;
   require(S >= 1 && S <= C, step,
           "length " + std::to_string(S) + " must be between 1 and the caches' capacity " + std::to_string(C));
@@ -278,8 +306,8 @@ Value Backend::flash_decoding(const std::string& step_name, const Value& q, cons
   float scale = 1.0f / std::sqrt(static_cast<float>(d));
   timed(step, [&] {
     run_flash_decoding(step, *q.storage, *k.storage, *v.storage,
-                       key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, *out.storage, B, H, L, C,
-                       S, d, parts, scale);
+                       key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *out.storage, B, H,
+                       L, C, S, d, parts, scale, group);
   });
   report(step, "flash_decoding", infos({&q, &k, &v, key_padding_mask}), out, {"b", "h", "i", "part", "c"});
   return out;
@@ -311,12 +339,12 @@ Value Backend::softmax(const std::string& step_name, const Value& x) {
 Value Backend::attention_values(const std::string& step_name, const Value& p, const Value& v) {
   const std::string step = scoped(step_name);
   require_rank(step, p, 4, "(B, H, L, S)");
-  require_rank(step, v, 4, "(B, H, S, d)");
-  require(p.dim(0) == v.dim(0) && p.dim(1) == v.dim(1) && p.dim(3) == v.dim(2), step,
-          "weights " + describe(p) + " and value " + describe(v) + " must agree on B, H and S");
+  require_rank(step, v, 4, "(B, H_kv, S, d)");
+  require(p.dim(3) == v.dim(2), step, "weights " + describe(p) + " and value " + describe(v) + " must agree on S");
+  const int64_t group = kv_group(step, p, v, "value");
   int64_t B = p.dim(0), H = p.dim(1), L = p.dim(2), S = p.dim(3), d = v.dim(3);
   Value out = make_output(step, {B, H, L, d});
-  timed(step, [&] { run_attention_values(step, *p.storage, *v.storage, *out.storage, B * H, L, S, d); });
+  timed(step, [&] { run_attention_values(step, *p.storage, *v.storage, *out.storage, B * H, L, S, d, group); });
   report(step, "attention_values", infos({&p, &v}), out, {"b", "h", "i", "c"});
   return out;
 }

@@ -48,15 +48,15 @@ void ReferenceBackend::run_append_row(const std::string&, const Storage& x, cons
 
 void ReferenceBackend::run_attention_scores(const std::string&, const Storage& q, const Storage& k,
                                             Storage& scores, int64_t BH, int64_t L, int64_t S, int64_t d,
-                                            float scale) {
-  reference::attention_scores(in(q), in(k), out(scores), BH, L, S, d, scale);
+                                            float scale, int64_t group) {
+  reference::attention_scores(in(q), in(k), out(scores), BH, L, S, d, scale, group);
 }
 
 void ReferenceBackend::run_attention_mask(const std::string&, const Storage& scores, const Storage* attn_mask,
                                           int attn_mask_rank, const Storage* key_padding_mask, bool causal,
-                                          Storage& o, int64_t B, int64_t H, int64_t L, int64_t S) {
-  reference::attention_mask(in(scores), in(attn_mask), attn_mask_rank, in(key_padding_mask), causal, out(o), B,
-                            H, L, S);
+                                          int64_t window, Storage& o, int64_t B, int64_t H, int64_t L, int64_t S) {
+  reference::attention_mask(in(scores), in(attn_mask), attn_mask_rank, in(key_padding_mask), causal, window, out(o),
+                            B, H, L, S);
 }
 
 void ReferenceBackend::run_softmax(const std::string&, const Storage& x, Storage& y, int64_t R, int64_t S) {
@@ -65,15 +65,16 @@ void ReferenceBackend::run_softmax(const std::string&, const Storage& x, Storage
 
 void ReferenceBackend::run_flash_attention(const std::string&, const Storage& q, const Storage& k, const Storage& v,
                                            const Storage* attn_mask, int attn_mask_rank,
-                                           const Storage* key_padding_mask, bool causal, Storage& o, int64_t B,
-                                           int64_t H, int64_t L, int64_t S, int64_t d, float scale) {
-  reference::flash_attention(in(q), in(k), in(v), in(attn_mask), attn_mask_rank, in(key_padding_mask), causal, out(o),
-                             B, H, L, S, d, scale);
+                                           const Storage* key_padding_mask, bool causal, int64_t window, Storage& o,
+                                           int64_t B, int64_t H, int64_t L, int64_t S, int64_t d, float scale,
+                                           int64_t group) {
+  reference::flash_attention(in(q), in(k), in(v), in(attn_mask), attn_mask_rank, in(key_padding_mask), causal, window,
+                             out(o), B, H, L, S, d, scale, group);
 }
 
 void ReferenceBackend::run_attention_values(const std::string&, const Storage& p, const Storage& v, Storage& o,
-                                            int64_t BH, int64_t L, int64_t S, int64_t d) {
-  reference::attention_values(in(p), in(v), out(o), BH, L, S, d);
+                                            int64_t BH, int64_t L, int64_t S, int64_t d, int64_t group) {
+  reference::attention_values(in(p), in(v), out(o), BH, L, S, d, group);
 }
 
 void ReferenceBackend::run_merge_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t H,
@@ -92,11 +93,11 @@ void ReferenceBackend::run_kv_cache_append(const std::string&, Storage& cache, c
 }
 
 void ReferenceBackend::run_flash_decoding(const std::string&, const Storage& q, const Storage& k, const Storage& v,
-                                          const Storage* key_padding_mask, bool causal, Storage& partials, int64_t B,
-                                          int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
-                                          float scale) {
-  reference::flash_decoding(in(q), in(k), in(v), in(key_padding_mask), causal, out(partials), B, H, L, C, S, d, parts,
-                            scale);
+                                          const Storage* key_padding_mask, bool causal, int64_t window,
+                                          Storage& partials, int64_t B, int64_t H, int64_t L, int64_t C, int64_t S,
+                                          int64_t d, int64_t parts, float scale, int64_t group) {
+  reference::flash_decoding(in(q), in(k), in(v), in(key_padding_mask), causal, window, out(partials), B, H, L, C, S, d,
+                            parts, scale, group);
 }
 
 void ReferenceBackend::run_attention_combine(const std::string&, const Storage& partials, Storage& o, int64_t R,

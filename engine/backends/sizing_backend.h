@@ -47,21 +47,22 @@ class SizingBackend final : public Backend {
   void run_append_row(const std::string&, const Storage&, const Storage*, Storage&, int64_t, int64_t,
                       int64_t) override {}
   void run_attention_scores(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t, int64_t,
-                            int64_t, float) override {}
-  void run_attention_mask(const std::string&, const Storage&, const Storage*, int, const Storage*, bool, Storage&,
-                          int64_t, int64_t, int64_t, int64_t) override {}
+                            int64_t, float, int64_t) override {}
+  void run_attention_mask(const std::string&, const Storage&, const Storage*, int, const Storage*, bool, int64_t,
+                          Storage&, int64_t, int64_t, int64_t, int64_t) override {}
   void run_softmax(const std::string&, const Storage&, Storage&, int64_t, int64_t) override {}
   void run_flash_attention(const std::string&, const Storage&, const Storage&, const Storage&, const Storage*, int,
-                           const Storage*, bool, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
-                           float) override {}
+                           const Storage*, bool, int64_t, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           float, int64_t) override {}
   void run_attention_values(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t, int64_t,
-                            int64_t) override {}
+                            int64_t, int64_t) override {}
   void run_merge_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t) override {}
   void run_average_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
   void run_kv_cache_append(const std::string&, Storage&, const Storage&, int64_t, int64_t, int64_t, int64_t,
                            int64_t) override {}
   void run_flash_decoding(const std::string&, const Storage&, const Storage&, const Storage&, const Storage*, bool,
-                          Storage&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float) override {}
+                          int64_t, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
+                          int64_t) override {}
   void run_attention_combine(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
   void run_layer_norm(const std::string&, const Storage&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
                       float) override {}

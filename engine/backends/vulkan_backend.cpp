@@ -176,25 +176,25 @@ void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kern
 
 void VulkanBackend::run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                              const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K,
-                             float scale, bool b_k_by_n) {
+                             float scale, bool b_k_by_n, int64_t group) {
   // vec4 loads need every row of A and B to start on a multiple of 4 floats
   const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0);
   // texel inputs: whole texels (vec4), each input within the device's texel count
   const uint64_t max_texels = s_->device.max_texel_buffer_elements;
   const bool texels = s_->gemm.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
-                      uint64_t(batch) * N * K / 4 <= max_texels;
+                      uint64_t(batch / group) * N * K / 4 <= max_texels;
   const vulkan::GemmPlan plan = s_->gemm.fitted(uint64_t(N));
   const auto& k = kernel(plan.shader(name, texels), 4, sizeof(vulkan::GemmParams),
                          plan.specialization(vec4, bias != nullptr), plan.workgroup_size, texels ? 0b11u : 0u,
                          plan.required_lanes());
-  vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale};
+  vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group)};
   dispatch(step, k, {buffer_of(a), buffer_of(b), bias ? buffer_of(*bias) : s_->recorder.placeholder(), buffer_of(c)},
            params, plan.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true);
 }
 
 void VulkanBackend::run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
                                Storage& y, int64_t N, int64_t K, int64_t M) {
-  run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false);
+  run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false, 1);
 }
 
 void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
@@ -214,16 +214,17 @@ void VulkanBackend::run_append_row(const std::string& step, const Storage& x, co
 }
 
 void VulkanBackend::run_attention_scores(const std::string& step, const Storage& q, const Storage& k_,
-                                         Storage& scores, int64_t BH, int64_t L, int64_t S, int64_t d, float scale) {
-  run_gemm(step, "attention_scores", q, k_, nullptr, scores, BH, L, S, d, scale, false);
+                                         Storage& scores, int64_t BH, int64_t L, int64_t S, int64_t d, float scale,
+                                         int64_t group) {
+  run_gemm(step, "attention_scores", q, k_, nullptr, scores, BH, L, S, d, scale, false, group);
 }
 
 void VulkanBackend::run_attention_mask(const std::string& step, const Storage& scores, const Storage* attn_mask,
-                                       int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out,
-                                       int64_t B, int64_t H, int64_t L, int64_t S) {
+                                       int attn_mask_rank, const Storage* key_padding_mask, bool causal,
+                                       int64_t window, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S) {
   const auto& k = kernel("attention_mask", 4, sizeof(vulkan::AttentionMaskParams), {kMaskRun});
   vulkan::AttentionMaskParams params{u32(B), u32(H), u32(L), u32(S), u32(attn_mask_rank),
-                                     key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
+                                     key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window)};
   dispatch(step, k,
            {buffer_of(scores), attn_mask ? buffer_of(*attn_mask) : s_->recorder.placeholder(),
             key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(out)},
@@ -232,17 +233,17 @@ void VulkanBackend::run_attention_mask(const std::string& step, const Storage& s
 
 void VulkanBackend::run_flash_attention(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
                                         const Storage* attn_mask, int attn_mask_rank, const Storage* key_padding_mask,
-                                        bool causal, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S,
-                                        int64_t d, float scale) {
+                                        bool causal, int64_t window, Storage& out, int64_t B, int64_t H, int64_t L,
+                                        int64_t S, int64_t d, float scale, int64_t group) {
   // flash_plan(): ROWS query rows per subgroup of guaranteed lanes, or a row per invocation
   // (flash_attention.comp). The head dim shapes each lane's share of the output: a pipeline per d.
   // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
   const bool texels = s_->gemm.texel_inputs && d % 4 == 0 &&
-                      uint64_t(B) * H * S * d / 4 <= s_->device.max_texel_buffer_elements;
+                      uint64_t(B) * (H / group) * S * d / 4 <= s_->device.max_texel_buffer_elements;
   const auto& kern = kernel(s_->flash.shader(texels), 6, sizeof(vulkan::FlashAttentionParams), s_->flash.specialization(u32(d)),
                             s_->flash.workgroup_size, texels ? 0b11000u : 0u, s_->flash.lanes);
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
-                                      key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
+                                      key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
   dispatch(step, kern,
            {buffer_of(q), attn_mask ? buffer_of(*attn_mask) : s_->recorder.placeholder(),
             key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(k), buffer_of(v),
@@ -262,12 +263,12 @@ int64_t VulkanBackend::decoding_lanes() const {
 }
 
 void VulkanBackend::run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
-                                       const Storage* key_padding_mask, bool causal, Storage& partials, int64_t B,
-                                       int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
-                                       float scale) {
+                                       const Storage* key_padding_mask, bool causal, int64_t window,
+                                       Storage& partials, int64_t B, int64_t H, int64_t L, int64_t C, int64_t S,
+                                       int64_t d, int64_t parts, float scale, int64_t group) {
   const auto& kern = kernel("flash_decoding", 5, sizeof(vulkan::FlashDecodingParams), {u32(d)});
   vulkan::FlashDecodingParams params{u32(B), u32(H), u32(L), u32(C), u32(S), u32(parts), scale,
-                                     key_padding_mask ? 1u : 0u, causal ? 1u : 0u};
+                                     key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
   dispatch(step, kern,
            {buffer_of(q), key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(k),
             buffer_of(v), buffer_of(partials)},
@@ -288,8 +289,8 @@ void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Stora
 }
 
 void VulkanBackend::run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
-                                         int64_t BH, int64_t L, int64_t S, int64_t d) {
-  run_gemm(step, "attention_values", p, v, nullptr, out, BH, L, d, S, 1.0f, true);
+                                         int64_t BH, int64_t L, int64_t S, int64_t d, int64_t group) {
+  run_gemm(step, "attention_values", p, v, nullptr, out, BH, L, d, S, 1.0f, true, group);
 }
 
 void VulkanBackend::run_merge_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t H,

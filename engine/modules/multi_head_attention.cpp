@@ -384,7 +384,7 @@ Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache
   Value values = backend.kv_cache_append("kv_cache_append_v", cache.values, v, position);  // (B, H, C, d)
   k = v = Value();
   Value partials = backend.flash_decoding("flash_decoding", q, keys, values, position + T, key_padding_mask,
-                                          /*causal=*/true, parts);  // (B, H, T, P, d + 2)
+                                          /*causal=*/true, /*window=*/0, parts);  // (B, H, T, P, d + 2)
   q = Value();
   return merge_and_project(backend, backend.attention_combine("attention_combine", partials), out_proj);  // (B, T, E)
 }
@@ -417,7 +417,7 @@ Value MultiHeadAttention::attend_memory(Backend& backend, Value x, const KVCache
   Value q = backend.split_heads("split_heads_q", backend.linear("q_proj", x, weight, bias ? &*bias : nullptr), H);
   x = Value();                                                                  // q: (B, H, T, d)
   Value partials = backend.flash_decoding("flash_decoding", q, memory.keys, memory.values, S, key_padding_mask,
-                                          /*causal=*/false, parts);  // (B, H, T, P, d + 2)
+                                          /*causal=*/false, /*window=*/0, parts);  // (B, H, T, P, d + 2)
   q = Value();
   return merge_and_project(backend, backend.attention_combine("attention_combine", partials), out_proj);  // (B, T, E)
 }

@@ -11,6 +11,7 @@ struct GemmParams {  // shaders/gemm.glsl: linear, attention_scores, attention_v
   glm::uint cols;     // N
   glm::uint inner;    // K
   float scale;        // 1, or 1/√d for attention_scores
+  glm::uint group;    // items of A per item of B: H / H_kv for attention, 1 for linear
 };
 
 struct HeadsParams {   // shaders/split_heads.comp, shaders/merge_heads.comp
@@ -37,6 +38,8 @@ struct FlashAttentionParams {        // shaders/flash_attention.comp
   glm::uint attn_mask_rank;          // 0, 2 or 3
   glm::uint has_key_padding_mask;    // 0 or 1
   glm::uint causal;                  // 0 or 1
+  glm::uint window;                  // 0, or the causal window W
+  glm::uint group;                   // query heads per key/value head: H / H_kv
 };
 
 struct KvCacheAppendParams {  // shaders/kv_cache_append.comp
@@ -57,6 +60,8 @@ struct FlashDecodingParams {       // shaders/flash_decoding.comp
   float scale;                     // 1/√d
   glm::uint has_key_padding_mask;  // 0 or 1
   glm::uint causal;                // 0 or 1
+  glm::uint window;                // 0, or the causal window W
+  glm::uint group;                 // query heads per key/value head: H / H_kv
 };
 
 struct AttentionCombineParams {  // shaders/attention_combine.comp
@@ -73,6 +78,7 @@ struct AttentionMaskParams {         // shaders/attention_mask.comp
   glm::uint attn_mask_rank;          // 0, 2 or 3
   glm::uint has_key_padding_mask;    // 0 or 1
   glm::uint causal;                  // 0 or 1
+  glm::uint window;                  // 0, or the causal window W
 };
 
 struct SoftmaxParams {  // shaders/softmax.comp
@@ -122,8 +128,10 @@ struct MeanPoolParams {  // shaders/mean_pool.comp
   glm::uint dim;         // E
 };
 
-static_assert(sizeof(GemmParams) == 20 && sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
-static_assert(sizeof(AttentionMaskParams) == 28 && sizeof(FlashAttentionParams) == 32);
+static_assert(sizeof(GemmParams) == 24 && sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
+static_assert(sizeof(AttentionMaskParams) == 32 && sizeof(FlashAttentionParams) == 40);
+static_assert(sizeof(KvCacheAppendParams) == 20 && sizeof(FlashDecodingParams) == 44);
+static_assert(sizeof(AttentionCombineParams) == 12 && sizeof(RotaryEmbeddingParams) == 24);
 static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AverageHeadsParams) == 12);
 static_assert(sizeof(LayerNormParams) == 12 && sizeof(ElementwiseParams) == 4 && sizeof(EmbeddingParams) == 12);
 static_assert(sizeof(PositionalEncodingParams) == 8 && sizeof(MeanPoolParams) == 12);

@@ -90,20 +90,28 @@ class Backend {
   Value split_heads(const std::string& step, const Value& x, int64_t heads, int64_t chunks = 1, int64_t chunk = 0);
   // (…, T, C) + row (C) -> (…, T+1, C); null row appends zeros
   Value append_row(const std::string& step, const Value& x, const Value* row);
-  // Q (B, H, L, d) · K (B, H, S, d)ᵀ / √d -> (B, H, L, S)
+  // Grouped-query attention: the steps that read keys or values (attention_scores,
+  // attention_values, flash_attention, flash_decoding) take them with H_kv heads, H_kv dividing
+  // the queries' H (H_kv = 1: multi-query attention); query head h reads key/value head
+  // h / (H / H_kv), as torch's repeat_interleave(H / H_kv, dim=1) would copy them, without the copy.
+
+  // Q (B, H, L, d) · K (B, H_kv, S, d)ᵀ / √d -> (B, H, L, S)
   Value attention_scores(const std::string& step, const Value& q, const Value& k);
   // scores (B, H, L, S) + attn_mask (L, S) | (B·H, L, S) + key_padding_mask (B, S), causal
   // -inf above the diagonal. Masks are additive float (a bool mask becomes 0 / -inf first).
+  // window W > 0 (causal only; Mistral's sliding window): query i sees keys i - W < j <= i, the
+  // last W, and the others are -inf too.
   Value attention_mask(const std::string& step, const Value& scores, const Value* attn_mask,
-                       const Value* key_padding_mask, bool causal);
+                       const Value* key_padding_mask, bool causal, int64_t window = 0);
   // The fused path: attention_scores, attention_mask, softmax and attention_values in one step
   // that never holds the (L, S) scores (an online softmax per query row). Q (B, H, L, d), K and
-  // V (B, H, S, d), masks as attention_mask's -> (B, H, L, d); a fully masked row gives zeros.
+  // V (B, H_kv, S, d), masks and window as attention_mask's -> (B, H, L, d); a fully masked row
+  // gives zeros. Keys outside every row's causal window are not visited at all.
   Value flash_attention(const std::string& step, const Value& q, const Value& k, const Value& v,
-                        const Value* attn_mask, const Value* key_padding_mask, bool causal);
+                        const Value* attn_mask, const Value* key_padding_mask, bool causal, int64_t window = 0);
   // row-wise over the last dim; a fully masked row gives zeros
   Value softmax(const std::string& step, const Value& x);
-  // P (B, H, L, S) · V (B, H, S, d) -> (B, H, L, d)
+  // P (B, H, L, S) · V (B, H_kv, S, d) -> (B, H, L, d)
   Value attention_values(const std::string& step, const Value& p, const Value& v);
   // (B, H, T, d) -> (B, T, H·d)
   Value merge_heads(const std::string& step, const Value& x);
@@ -117,12 +125,13 @@ class Backend {
   // position + T > C: a cache never wraps or overwrites silently.
   Value kv_cache_append(const std::string& step, const Value& cache, const Value& rows, int64_t position);
   // Attention of q (B, H, L, d) — the L newest positions, S - L … S - 1 — over the first
-  // S = `length` rows of the caches k and v (B, H, C, d), the keys split into `parts` ranges
+  // S = `length` rows of the caches k and v (B, H_kv, C, d), the keys split into `parts` ranges
   // (0: decoding_parts()) that run in parallel, each with its own online softmax (flash-decoding).
-  // key_padding_mask (B, S) additive, or null; causal: query i sees keys j <= S - L + i.
+  // key_padding_mask (B, S) additive, or null; causal: query i sees keys j <= S - L + i, and with
+  // a window W > 0 only keys j > S - L + i - W.
   // -> partials (B, H, L, parts, d + 2): each part's unnormalised output, its max m and sum l.
   Value flash_decoding(const std::string& step, const Value& q, const Value& k, const Value& v, int64_t length,
-                       const Value* key_padding_mask, bool causal, int64_t parts = 0);
+                       const Value* key_padding_mask, bool causal, int64_t window, int64_t parts = 0);
   // flash_decoding's parts merged: (B, H, L, P, d + 2) -> (B, H, L, d); zeros for a row that saw no key
   Value attention_combine(const std::string& step, const Value& partials);
   // The parts flash_decoding splits `length` keys into for `rows` (B·H·L) query rows: enough
@@ -206,7 +215,8 @@ class Backend {
   virtual void on_begin_pass(bool timed) { (void)timed; }
   virtual std::optional<std::vector<StepTime>> device_step_times() { return std::nullopt; }
 
-  // The run_<op> hooks: shapes are checked, output allocated; arguments mirror reference.h.
+  // The run_<op> hooks: shapes are checked, output allocated; arguments mirror reference.h
+  // (group: query heads per key/value head; window: 0 or the causal window W).
   virtual void run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq, Storage& y,
                                     int64_t N, int64_t T, int64_t d, int64_t offset, int64_t rotary_dims,
                                     bool pairs) = 0;
@@ -218,17 +228,17 @@ class Backend {
                               int64_t N, int64_t T, int64_t C) = 0;
   virtual void run_attention_scores(const std::string& step, const Storage& q, const Storage& k,
                                     Storage& scores, int64_t BH, int64_t L, int64_t S, int64_t d,
-                                    float scale) = 0;
+                                    float scale, int64_t group) = 0;
   virtual void run_attention_mask(const std::string& step, const Storage& scores, const Storage* attn_mask,
-                                  int attn_mask_rank, const Storage* key_padding_mask, bool causal,
+                                  int attn_mask_rank, const Storage* key_padding_mask, bool causal, int64_t window,
                                   Storage& out, int64_t B, int64_t H, int64_t L, int64_t S) = 0;
   virtual void run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) = 0;
   virtual void run_flash_attention(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
                                    const Storage* attn_mask, int attn_mask_rank, const Storage* key_padding_mask,
-                                   bool causal, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S, int64_t d,
-                                   float scale) = 0;
+                                   bool causal, int64_t window, Storage& out, int64_t B, int64_t H, int64_t L,
+                                   int64_t S, int64_t d, float scale, int64_t group) = 0;
   virtual void run_attention_values(const std::string& step, const Storage& p, const Storage& v,
-                                    Storage& out, int64_t BH, int64_t L, int64_t S, int64_t d) = 0;
+                                    Storage& out, int64_t BH, int64_t L, int64_t S, int64_t d, int64_t group) = 0;
   virtual void run_merge_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t H,
                                int64_t T, int64_t d) = 0;
   virtual void run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B,
@@ -236,9 +246,9 @@ class Backend {
   virtual void run_kv_cache_append(const std::string& step, Storage& cache, const Storage& rows, int64_t N,
                                    int64_t C, int64_t T, int64_t d, int64_t position) = 0;
   virtual void run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
-                                  const Storage* key_padding_mask, bool causal, Storage& partials, int64_t B,
-                                  int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
-                                  float scale) = 0;
+                                  const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials,
+                                  int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
+                                  float scale, int64_t group) = 0;
   virtual void run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R,
                                      int64_t parts, int64_t d) = 0;
   virtual void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,

@@ -21,16 +21,17 @@ class ReferenceBackend final : public Backend {
   void run_append_row(const std::string&, const Storage& x, const Storage* row, Storage& y, int64_t N,
                       int64_t T, int64_t C) override;
   void run_attention_scores(const std::string&, const Storage& q, const Storage& k, Storage& scores,
-                            int64_t BH, int64_t L, int64_t S, int64_t d, float scale) override;
+                            int64_t BH, int64_t L, int64_t S, int64_t d, float scale, int64_t group) override;
   void run_attention_mask(const std::string&, const Storage& scores, const Storage* attn_mask,
-                          int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out,
-                          int64_t B, int64_t H, int64_t L, int64_t S) override;
+                          int attn_mask_rank, const Storage* key_padding_mask, bool causal, int64_t window,
+                          Storage& out, int64_t B, int64_t H, int64_t L, int64_t S) override;
   void run_flash_attention(const std::string&, const Storage& q, const Storage& k, const Storage& v, const Storage* attn_mask,
-                           int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out, int64_t B,
-                           int64_t H, int64_t L, int64_t S, int64_t d, float scale) override;
+                           int attn_mask_rank, const Storage* key_padding_mask, bool causal, int64_t window,
+                           Storage& out, int64_t B, int64_t H, int64_t L, int64_t S, int64_t d, float scale,
+                           int64_t group) override;
   void run_softmax(const std::string&, const Storage& x, Storage& y, int64_t R, int64_t S) override;
   void run_attention_values(const std::string&, const Storage& p, const Storage& v, Storage& out,
-                            int64_t BH, int64_t L, int64_t S, int64_t d) override;
+                            int64_t BH, int64_t L, int64_t S, int64_t d, int64_t group) override;
   void run_merge_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t H, int64_t T,
                        int64_t d) override;
   void run_average_heads(const std::string&, const Storage& p, Storage& avg, int64_t B, int64_t H,
@@ -38,8 +39,9 @@ class ReferenceBackend final : public Backend {
   void run_kv_cache_append(const std::string&, Storage& cache, const Storage& rows, int64_t N, int64_t C, int64_t T,
                            int64_t d, int64_t position) override;
   void run_flash_decoding(const std::string&, const Storage& q, const Storage& k, const Storage& v,
-                          const Storage* key_padding_mask, bool causal, Storage& partials, int64_t B, int64_t H,
-                          int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts, float scale) override;
+                          const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials,
+                          int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
+                          float scale, int64_t group) override;
   void run_attention_combine(const std::string&, const Storage& partials, Storage& out, int64_t R, int64_t parts,
                              int64_t d) override;
   void run_layer_norm(const std::string&, const Storage& x, const Storage& weight, const Storage& bias, Storage& y,

@@ -96,16 +96,17 @@ class VulkanBackend final : public Backend {
   void run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y, int64_t N,
                       int64_t T, int64_t C) override;
   void run_attention_scores(const std::string& step, const Storage& q, const Storage& k, Storage& scores,
-                            int64_t BH, int64_t L, int64_t S, int64_t d, float scale) override;
+                            int64_t BH, int64_t L, int64_t S, int64_t d, float scale, int64_t group) override;
   void run_attention_mask(const std::string& step, const Storage& scores, const Storage* attn_mask,
-                          int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out,
-                          int64_t B, int64_t H, int64_t L, int64_t S) override;
+                          int attn_mask_rank, const Storage* key_padding_mask, bool causal, int64_t window,
+                          Storage& out, int64_t B, int64_t H, int64_t L, int64_t S) override;
   void run_flash_attention(const std::string& step, const Storage& q, const Storage& k, const Storage& v, const Storage* attn_mask,
-                           int attn_mask_rank, const Storage* key_padding_mask, bool causal, Storage& out, int64_t B,
-                           int64_t H, int64_t L, int64_t S, int64_t d, float scale) override;
+                           int attn_mask_rank, const Storage* key_padding_mask, bool causal, int64_t window,
+                           Storage& out, int64_t B, int64_t H, int64_t L, int64_t S, int64_t d, float scale,
+                           int64_t group) override;
   void run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) override;
   void run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
-                            int64_t BH, int64_t L, int64_t S, int64_t d) override;
+                            int64_t BH, int64_t L, int64_t S, int64_t d, int64_t group) override;
   void run_merge_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t H, int64_t T,
                        int64_t d) override;
   void run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B, int64_t H,
@@ -113,8 +114,9 @@ class VulkanBackend final : public Backend {
   void run_kv_cache_append(const std::string& step, Storage& cache, const Storage& rows, int64_t N, int64_t C,
                            int64_t T, int64_t d, int64_t position) override;
   void run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
-                          const Storage* key_padding_mask, bool causal, Storage& partials, int64_t B, int64_t H,
-                          int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts, float scale) override;
+                          const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials,
+                          int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
+                          float scale, int64_t group) override;
   void run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R, int64_t parts,
                              int64_t d) override;
   void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias, Storage& y,
@@ -137,10 +139,11 @@ class VulkanBackend final : public Backend {
                                std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
                                uint32_t texel_bindings = 0, uint32_t lanes = 0);
   // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
-  // B is stored (batch, K, N) when `b_k_by_n`, else (batch, N, K).
+  // B is stored (batch / group, K, N) when `b_k_by_n`, else (batch / group, N, K): `group`
+  // consecutive items of A share one of B (grouped-query attention; 1 elsewhere).
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
-                bool b_k_by_n);
+                bool b_k_by_n, int64_t group);
   // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,
