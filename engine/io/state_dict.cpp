@@ -450,4 +450,68 @@ EncoderState load_encoder(const std::filesystem::path& path, int64_t num_heads) 
   return encoder_from_state_dict(read_safetensors(path), num_heads, path.string());
 }
 
+GroupedQueryState grouped_query_from_state_dict(const Safetensors& file, GroupedQueryAttentionConfig config,
+                                                const std::string& source, const std::string& prefix) {
+  StateDict sd(file, source, prefix);
+  constexpr std::array kNames = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                                 "q_proj.bias",   "k_proj.bias",   "v_proj.bias",   "o_proj.bias"};
+  for (const auto& [full_name, tensor] : file.tensors) {
+    if (!full_name.starts_with(prefix)) continue;  // another module's, for the caller to judge
+    const std::string name = full_name.substr(prefix.size());
+    if (std::find(kNames.begin(), kNames.end(), name) == kNames.end()) {
+      std::string hint = name == "in_proj_weight" || name == "out_proj.weight"
+                             ? "; that is an nn.MultiheadAttention's: run it without --kv-heads, --rope and --window"
+                             : "";
+      throw sd.error("unexpected tensor '" + full_name + "' " + shape_string(tensor.shape) +
+                     " in a grouped-query attention state_dict (q_proj, k_proj, v_proj, o_proj)" + hint);
+    }
+  }
+  const Tensor* o = sd.find("o_proj.weight");
+  if (!o) throw sd.error("missing tensor '" + prefix + "o_proj.weight', expected shape (E, H·d)");
+  if (o->rank() != 2) throw sd.error("tensor '" + prefix + "o_proj.weight' has shape " + shape_string(o->shape) + ", expected (E, H·d)");
+  const int64_t E = o->dim(0), Hd = o->dim(1);
+  const int64_t H = num_heads(file, config.num_heads, source);
+  if (Hd % H != 0) {
+    throw sd.error("tensor '" + prefix + "o_proj.weight' " + shape_string(o->shape) + " has " + std::to_string(Hd) +
+                   " columns, not H·d for H = " + std::to_string(H) + " heads");
+  }
+  const int64_t d = Hd / H;
+  GroupedQueryState state;
+  auto& w = state.weights;
+  w.o_proj_weight = sd.take("o_proj.weight", {E, Hd}, dims({"E", "H·d"}, {E, Hd}));
+  w.q_proj_weight = sd.take("q_proj.weight", {Hd, E}, dims({"H·d", "E"}, {Hd, E}));
+  const Tensor* k = sd.find("k_proj.weight");
+  if (!k) throw sd.error("missing tensor '" + prefix + "k_proj.weight', expected shape (H_kv·d, E) with d = " + std::to_string(d));
+  if (k->rank() != 2 || k->dim(0) % d != 0 || k->dim(0) == 0) {
+    throw sd.error("tensor '" + prefix + "k_proj.weight' has shape " + shape_string(k->shape) + ", expected (H_kv·d, E) with d = " +
+                   std::to_string(d) + " (H = " + std::to_string(H) + " heads in o_proj.weight's " + std::to_string(Hd) + " columns)");
+  }
+  const int64_t H_kv = k->dim(0) / d;
+  if (config.num_kv_heads > 0 && config.num_kv_heads != H_kv) {
+    throw sd.error("--kv-heads " + std::to_string(config.num_kv_heads) + " disagrees with tensor '" + prefix +
+                   "k_proj.weight' " + shape_string(k->shape) + ": " + std::to_string(H_kv) + " heads of d = " + std::to_string(d));
+  }
+  w.k_proj_weight = sd.take("k_proj.weight", {H_kv * d, E}, dims({"H_kv·d", "E"}, {H_kv * d, E}));
+  w.v_proj_weight = sd.take("v_proj.weight", {H_kv * d, E}, dims({"H_kv·d", "E"}, {H_kv * d, E}));
+  const bool bias = sd.has("q_proj.bias") || sd.has("k_proj.bias") || sd.has("v_proj.bias");
+  if (bias) {
+    w.q_proj_bias = sd.take("q_proj.bias", {Hd}, dims({"H·d"}, {Hd}));
+    w.k_proj_bias = sd.take("k_proj.bias", {H_kv * d}, dims({"H_kv·d"}, {H_kv * d}));
+    w.v_proj_bias = sd.take("v_proj.bias", {H_kv * d}, dims({"H_kv·d"}, {H_kv * d}));
+  }
+  if (sd.has("o_proj.bias")) w.o_proj_bias = sd.take("o_proj.bias", {E}, dims({"E"}, {E}));
+  auto& c = state.config = config;
+  c.hidden_size = E;
+  c.num_heads = H;
+  c.num_kv_heads = H_kv;
+  c.head_dim = d;
+  c.attention_bias = bias;
+  c.o_proj_bias = w.o_proj_bias.has_value();
+  return state;
+}
+
+GroupedQueryState load_grouped_query(const std::filesystem::path& path, GroupedQueryAttentionConfig config) {
+  return grouped_query_from_state_dict(read_safetensors(path), config, path.string());
+}
+
 }  // namespace vkattn::io

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "vkattn/io/safetensors.h"
+#include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/modules/transformer.h"
 #include "vkattn/modules/transformer_decoder.h"
@@ -82,5 +83,21 @@ struct TransformerState {
 };
 TransformerState transformer_from_state_dict(const Safetensors& file, int64_t num_heads, const std::string& source);
 TransformerState load_transformer(const std::filesystem::path& path, int64_t num_heads = 0);
+
+// A Llama / Mistral / Qwen attention's state_dict under Hugging Face's names: q_proj.weight
+// (H·d, E), k_proj.weight and v_proj.weight (H_kv·d, E), o_proj.weight (E, H·d), and
+// q_proj.bias, k_proj.bias, v_proj.bias (all or none) and o_proj.bias when the model has them.
+// `prefix` reads one layer of a whole model's file ("model.layers.0.self_attn."). The heads H
+// come from config.num_heads or __metadata__ num_heads (as for nn.MultiheadAttention); E, d and
+// H_kv follow from the shapes, and config.num_kv_heads, when given, must agree. RoPE (θ,
+// convention, rotary dims), causal and the window leave no trace in a state_dict: they are
+// taken from `config`. A missing, extra or mis-shaped tensor is a FileError naming it.
+struct GroupedQueryState {
+  GroupedQueryAttentionConfig config;
+  GroupedQueryAttentionWeights weights;
+};
+GroupedQueryState grouped_query_from_state_dict(const Safetensors& file, GroupedQueryAttentionConfig config,
+                                                const std::string& source, const std::string& prefix = "");
+GroupedQueryState load_grouped_query(const std::filesystem::path& path, GroupedQueryAttentionConfig config);
 
 }  // namespace vkattn::io

@@ -46,13 +46,6 @@ struct CausalLMWeights {
   static CausalLMWeights random(const CausalLMConfig& config, uint32_t seed);
 };
 
-struct DecodeOptions {
-  // (B, S) with S the cache's length after this step: True (or -inf) = a padding position no
-  // query attends to. For batches of prompts of different lengths.
-  std::optional<Tensor> key_padding_mask;
-  int64_t parts = 0;  // flash_decoding's key split; 0 = the backend's choice
-};
-
 class CausalLM {
  public:
   // Validates the config (ConfigError) and every weight's shape (ShapeError naming it).

@@ -8,9 +8,11 @@
 // and attention_combine), then advance(T) makes them part of the cache. The device memory is
 // exactly bytes() = 2 · layers · B · H · capacity · d · 4, allocated once, when the cache is made.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/tensor.h"
 
 namespace vkattn {
 
@@ -53,6 +55,14 @@ class KVCache {
   int64_t batch_, heads_, capacity_, head_dim_;
   int64_t length_ = 0;
   std::vector<Layer> layers_;
+};
+
+// What a module's decode() takes beside its input and cache (CausalLM, GroupedQueryAttention).
+struct DecodeOptions {
+  // (B, S) with S the cache's length after this step: True (or -inf) = a padding position no
+  // query attends to. For batches of prompts of different lengths.
+  std::optional<Tensor> key_padding_mask;
+  int64_t parts = 0;  // flash_decoding's key split; 0 = the backend's choice
 };
 
 }  // namespace vkattn

@@ -1,0 +1,239 @@
+#include "vkattn/modules/grouped_query_attention.h"
+
+#include <cmath>
+#include <random>
+
+#include "engine/modules/block.h"
+#include "engine/modules/pass.h"
+#include "vkattn/errors.h"
+
+namespace vkattn {
+namespace {
+
+const std::string kWho = "GroupedQueryAttention";
+
+std::string number(const char* name, int64_t value) { return std::string(name) + "=" + std::to_string(value); }
+
+}  // namespace
+
+GroupedQueryAttentionWeights GroupedQueryAttentionWeights::random(const GroupedQueryAttentionConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t E = c.hidden_size, Hd = c.num_heads * c.dim(), KVd = c.kv_heads() * c.dim();
+  GroupedQueryAttentionWeights w;
+  w.q_proj_weight = block::linear_parameter({Hd, E}, E, rng);
+  w.k_proj_weight = block::linear_parameter({KVd, E}, E, rng);
+  w.v_proj_weight = block::linear_parameter({KVd, E}, E, rng);
+  w.o_proj_weight = block::linear_parameter({E, Hd}, Hd, rng);
+  if (c.attention_bias) {
+    w.q_proj_bias = block::linear_parameter({Hd}, E, rng);
+    w.k_proj_bias = block::linear_parameter({KVd}, E, rng);
+    w.v_proj_bias = block::linear_parameter({KVd}, E, rng);
+  }
+  if (c.o_proj_bias) w.o_proj_bias = block::linear_parameter({E}, Hd, rng);
+  return w;
+}
+
+GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config)
+    : GroupedQueryAttention(config, GroupedQueryAttentionWeights::random(config, 0)) {}
+
+GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config, GroupedQueryAttentionWeights weights)
+    : config_(config), weights_(std::move(weights)) {
+  const auto& c = config_;
+  auto fail = [](const std::string& message) { throw ConfigError(kWho + ": " + message); };
+  if (c.hidden_size < 1 || c.num_heads < 1 || c.num_kv_heads < 0 || c.head_dim < 0) {
+    fail(number("hidden_size", c.hidden_size) + ", " + number("num_heads", c.num_heads) + ", " +
+         number("num_kv_heads", c.num_kv_heads) + ", " + number("head_dim", c.head_dim) +
+         ": hidden_size and num_heads must be >= 1, num_kv_heads and head_dim >= 0 (0: the default)");
+  }
+  if (c.head_dim == 0 && c.hidden_size % c.num_heads != 0) {
+    fail(number("hidden_size", c.hidden_size) + " is not divisible by " + number("num_heads", c.num_heads) +
+         "; give head_dim to size the heads apart from hidden_size");
+  }
+  if (c.num_heads % c.kv_heads() != 0) {
+    fail(number("num_heads", c.num_heads) + " is not a multiple of " + number("num_kv_heads", c.kv_heads()) +
+         " (each key/value head serves num_heads / num_kv_heads query heads)");
+  }
+  const int64_t r = c.rotary_dims ? c.rotary_dims : c.dim();
+  if (r < 2 || r % 2 != 0 || r > c.dim()) {
+    fail(number("rotary_dims", r) + " must be even, >= 2 and at most " + number("head_dim", c.dim()) +
+         " (RoPE rotates features in pairs)");
+  }
+  if (!(c.rope_theta > 1.0f) || !std::isfinite(c.rope_theta)) {
+    fail("rope_theta=" + std::to_string(c.rope_theta) + " must be a finite number above 1");
+  }
+  if (c.sliding_window < 0 || (c.sliding_window > 0 && !c.causal)) {
+    fail(number("sliding_window", c.sliding_window) + " must be >= 0 (0: none), and a window needs causal attention");
+  }
+  const int64_t E = c.hidden_size, Hd = c.num_heads * c.dim(), KVd = c.kv_heads() * c.dim();
+  const auto& w = weights_;
+  block::check_weight(kWho, "q_proj.weight", w.q_proj_weight, {Hd, E}, "(H·d, E)");
+  block::check_weight(kWho, "k_proj.weight", w.k_proj_weight, {KVd, E}, "(H_kv·d, E)");
+  block::check_weight(kWho, "v_proj.weight", w.v_proj_weight, {KVd, E}, "(H_kv·d, E)");
+  block::check_weight(kWho, "o_proj.weight", w.o_proj_weight, {E, Hd}, "(E, H·d)");
+  for (auto [name, bias, wanted, size, dims] :
+       {std::tuple{"q_proj.bias", &w.q_proj_bias, c.attention_bias, Hd, "(H·d,)"},
+        std::tuple{"k_proj.bias", &w.k_proj_bias, c.attention_bias, KVd, "(H_kv·d,)"},
+        std::tuple{"v_proj.bias", &w.v_proj_bias, c.attention_bias, KVd, "(H_kv·d,)"},
+        std::tuple{"o_proj.bias", &w.o_proj_bias, c.o_proj_bias, E, "(E,)"}}) {
+    if (bias->has_value() != wanted) {
+      throw ShapeError(kWho + ": weight " + name + " is " + (wanted ? "missing" : "given") + " but " +
+                       (std::string(name) == "o_proj.bias" ? "o_proj_bias" : "attention_bias") + " is " +
+                       (wanted ? "on" : "off"));
+    }
+    if (*bias) block::check_weight(kWho, name, **bias, {size}, dims);
+  }
+}
+
+Tensor GroupedQueryAttention::batch_first(const std::string& who, const Tensor& x, bool& batched) const {
+  const int64_t E = config_.hidden_size;
+  auto require = [&](bool ok, const std::string& message) {
+    if (!ok) throw ShapeError(who + ": " + message);
+  };
+  require(x.dtype == DType::float32, "x is " + std::string(dtype_name(x.dtype)) + " but must be float32");
+  batched = x.rank() == 3;
+  require((x.rank() == 2 || batched) && x.dim(-1) == E,
+          "x " + shape_string(x.shape) + " must be (B, T, E) or (T, E) with E = hidden_size = " + std::to_string(E));
+  return batched ? x : Tensor({1, x.dim(0), E}, x.data);
+}
+
+GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x, int64_t position) const {
+  const auto& c = config_;
+  const auto& w = weights_;
+  auto upload = [&](const char* name, const std::optional<Tensor>& t) {
+    return t ? std::optional<Value>(b.upload(name, *t)) : std::nullopt;
+  };
+  auto ptr = [](const std::optional<Value>& v) { return v ? &*v : nullptr; };
+  Value wq = b.upload("q_proj.weight", w.q_proj_weight), wk = b.upload("k_proj.weight", w.k_proj_weight);
+  Value wv = b.upload("v_proj.weight", w.v_proj_weight);
+  auto bq = upload("q_proj.bias", w.q_proj_bias), bk = upload("k_proj.bias", w.k_proj_bias);
+  auto bv = upload("v_proj.bias", w.v_proj_bias);
+  Value q = b.split_heads("split_heads_q", b.linear("q_proj", x, wq, ptr(bq)), c.num_heads);   // (B, H, T, d)
+  Value k = b.split_heads("split_heads_k", b.linear("k_proj", x, wk, ptr(bk)), c.kv_heads());  // (B, H_kv, T, d)
+  Value v = b.split_heads("split_heads_v", b.linear("v_proj", x, wv, ptr(bv)), c.kv_heads());  // (B, H_kv, T, d)
+  x = Value();  // let go of: its buffer may take a later step's output
+  q = b.rotary_embedding("rotary_embedding_q", q, position, c.rope_theta, c.rotary_dims, c.rope);
+  k = b.rotary_embedding("rotary_embedding_k", k, position, c.rope_theta, c.rotary_dims, c.rope);
+  return {q, k, v};
+}
+
+Value GroupedQueryAttention::merge_and_project(Backend& b, const Value& heads) const {
+  Value wo = b.upload("o_proj.weight", weights_.o_proj_weight);
+  std::optional<Value> bo;
+  if (weights_.o_proj_bias) bo = b.upload("o_proj.bias", *weights_.o_proj_bias);
+  return b.linear("o_proj", b.merge_heads("merge_heads", heads), wo, bo ? &*bo : nullptr);  // (B, T, E)
+}
+
+AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* key_padding_mask, AttentionPath path,
+                                              bool need_weights, int64_t position) const {
+  const auto& c = config_;
+  path = resolve_attention(path, need_weights);
+  if (path == AttentionPath::fused && need_weights) {
+    throw ConfigError(kWho + ": the fused path (flash_attention) never holds the attention weights; "
+                             "pass need_weights=false");
+  }
+  Heads h = project(b, std::move(x), position);
+  Value heads;             // (B, H, T, d)
+  std::optional<Value> p;  // (B, H, T, T), unfused only
+  if (path == AttentionPath::fused) {
+    heads = b.flash_attention("flash_attention", h.q, h.k, h.v, nullptr, key_padding_mask, c.causal, c.sliding_window);
+  } else {
+    Value scores = b.attention_scores("attention_scores", h.q, h.k);  // (B, H, T, T)
+    if (key_padding_mask || c.causal) {
+      scores = b.attention_mask("attention_mask", scores, nullptr, key_padding_mask, c.causal, c.sliding_window);
+    }
+    p = b.softmax("softmax", scores);
+    heads = b.attention_values("attention_values", *p, h.v);
+  }
+  h = Heads{};
+  return {merge_and_project(b, heads), need_weights ? p : std::nullopt};
+}
+
+AttentionResult GroupedQueryAttention::forward(Backend& backend, const Tensor& x_in,
+                                               const GroupedQueryOptions& options) const {
+  const std::string who = kWho + ".forward";
+  bool batched = false;
+  const Tensor x = batch_first(who, x_in, batched);
+  const int64_t B = x.dim(0), T = x.dim(1);
+  std::optional<Tensor> mask;
+  if (options.key_padding_mask) {
+    const Tensor& m = *options.key_padding_mask;
+    const Shape expected = batched ? Shape{B, T} : Shape{T};
+    if (m.shape != expected || m.dtype == DType::int64) {
+      throw ShapeError(who + ": key_padding_mask " + shape_string(m.shape) + " must be bool or float " +
+                       (batched ? "(B, T) = " : "(T,) = ") + shape_string(expected));
+    }
+    mask = canonical_mask(m);
+    mask->shape = {B, T};
+  }
+  if (options.position < 0) throw ShapeError(who + ": position=" + std::to_string(options.position) + " must be >= 0");
+  AttentionResult result;
+  std::optional<Value> weights;
+  result.output = run_pass(backend, "grouped_query_attention", [&](Backend& b) {
+    std::optional<Value> padding;
+    if (mask) padding = b.upload("key_padding_mask", *mask);
+    AttentionValues out = attend(b, b.upload("x", x), padding ? &*padding : nullptr, options.attention,
+                                 options.need_weights, options.position);
+    if (&b == &backend) weights = out.weights;
+    return out.output;
+  });
+  if (!batched) result.output.shape = {T, config_.hidden_size};
+  if (weights) {
+    result.weights = backend.download(*weights);
+    if (!batched) result.weights->shape.erase(result.weights->shape.begin());
+  }
+  return result;
+}
+
+KVCache GroupedQueryAttention::make_cache(Backend& backend, int64_t batch, int64_t capacity) const {
+  return KVCache(backend, 1, batch, config_.kv_heads(), capacity, config_.dim());
+}
+
+Value GroupedQueryAttention::attend_cached(Backend& b, Value x, const KVCache::Layer& cache, int64_t position,
+                                           const Value* key_padding_mask, int64_t parts) const {
+  const int64_t T = x.dim(1);
+  Heads h = project(b, std::move(x), position);
+  Value keys = b.kv_cache_append("kv_cache_append_k", cache.keys, h.k, position);      // (B, H_kv, C, d)
+  Value values = b.kv_cache_append("kv_cache_append_v", cache.values, h.v, position);  // (B, H_kv, C, d)
+  Value partials = b.flash_decoding("flash_decoding", h.q, keys, values, position + T, key_padding_mask, true,
+                                    config_.sliding_window, parts);  // (B, H, T, P, d + 2)
+  h = Heads{};
+  return merge_and_project(b, b.attention_combine("attention_combine", partials));  // (B, T, E)
+}
+
+Tensor GroupedQueryAttention::decode(Backend& backend, const Tensor& x_in, KVCache& cache,
+                                     const DecodeOptions& options) const {
+  const std::string who = kWho + ".decode";
+  if (!config_.causal) throw ConfigError(who + ": decoding with a cache needs causal attention (causal=false)");
+  bool batched = false;
+  const Tensor x = batch_first(who, x_in, batched);
+  const int64_t B = x.dim(0), T = x.dim(1), position = cache.length();
+  if (cache.layers() != 1 || cache.batch() != B || cache.heads() != config_.kv_heads() ||
+      cache.head_dim() != config_.dim()) {
+    throw ShapeError(who + ": the cache holds " + std::to_string(cache.layers()) + " layers of " +
+                     std::to_string(cache.batch()) + " sequences, " + std::to_string(cache.heads()) + " heads of " +
+                     std::to_string(cache.head_dim()) + "; this attention needs 1 layer of " + std::to_string(B) +
+                     " sequences, " + std::to_string(config_.kv_heads()) + " heads of " + std::to_string(config_.dim()) +
+                     " (make_cache)");
+  }
+  cache.check_room(T);
+  std::optional<Tensor> mask;
+  if (options.key_padding_mask) {
+    const Shape expected{B, position + T};
+    if (options.key_padding_mask->shape != expected || options.key_padding_mask->dtype == DType::int64) {
+      throw ShapeError(who + ": key_padding_mask " + shape_string(options.key_padding_mask->shape) +
+                       " must be bool or float (B, S) = " + shape_string(expected) + ", S the cache's length after");
+    }
+    mask = canonical_mask(*options.key_padding_mask);
+  }
+  Tensor out = run_pass(backend, "grouped_query_attention_decode", [&](Backend& b) {
+    std::optional<Value> padding;
+    if (mask) padding = b.upload("key_padding_mask", *mask);
+    const KVCache::Layer& layer = cache.layer(backend, 0);  // preflight's b sizes it only
+    return attend_cached(b, b.upload("x", x), layer, position, padding ? &*padding : nullptr, options.parts);
+  });
+  cache.advance(T);
+  if (!batched) out.shape = {T, config_.hidden_size};
+  return out;
+}
+
+}  // namespace vkattn
