@@ -210,7 +210,8 @@ TEST_P(CliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
     for (auto [key, value] : {std::pair{"{dir}", dir_.string()}, std::pair{"{g}", fixture.dir.string()},
                               std::pair{"{e}", std::string(VKATTN_GOLDEN_ENCODER_DIR "/encoder2_post_gelu_norm_padding")},
                               std::pair{"{m}", std::string(VKATTN_SOURCE_DIR "/models/tiny_char")},
-                              std::pair{"{d}", std::string(VKATTN_GOLDEN_DECODER_DIR "/decoder2_post_gelu_norm_padding")}}) {
+                              std::pair{"{d}", std::string(VKATTN_GOLDEN_DECODER_DIR "/decoder2_post_gelu_norm_padding")},
+                              std::pair{"{q}", std::string(VKATTN_GOLDEN_GROUPED_QUERY_DIR "/gqa_half")}}) {
       if (auto at = a.find(key); at != std::string::npos) a.replace(at, std::string(key).size(), value);
     }
     args.push_back(a);
@@ -238,6 +239,12 @@ std::vector<std::string> changed(std::vector<std::string> args, const std::vecto
 std::vector<std::string> good(const std::vector<std::string>& change) {
   return changed({"run", "--weights", "{g}/weights.safetensors", "--query", "{g}/query.npy", "--out", "{dir}/out.npy",
                   "--attn-weights", "{dir}/w.npy"},
+                 change);
+}
+
+std::vector<std::string> good_grouped(const std::vector<std::string>& change) {
+  return changed({"run", "--weights", "{q}/weights.safetensors", "--query", "{q}/x.npy", "--causal", "--out",
+                  "{dir}/out.npy"},
                  change);
 }
 
@@ -314,7 +321,24 @@ const std::vector<BadRun> kRunBadInputs = {
     BadRun{"side_by_side_with_backend", good({"--side-by-side", "--backend", "cpu"}), "--backend excludes --side-by-side"},
     BadRun{"atol_without_side_by_side", good({"--atol", "1e-3"}), "--atol requires --side-by-side"},
     BadRun{"negative_rtol", good({"--side-by-side", "--rtol", "-1"}), "--rtol: -1 is not a number >= 0"},
-    BadRun{"unknown_flag", good({"--bogus"}), "--bogus"}};
+    BadRun{"unknown_flag", good({"--bogus"}), "--bogus"},
+    // a grouped-query attention ({q}: Hugging Face's names, E 32, H 4, H_kv 2, d 8)
+    BadRun{"rope_on_multihead", good({"--rope", "pairs"}),
+           "--kv-heads, --rope, --rope-theta, --rotary-dims and --window configure a grouped-query attention"},
+    BadRun{"kv_heads_disagree", good_grouped({"--kv-heads", "4"}),
+           "--kv-heads 4 disagrees with tensor 'k_proj.weight' (16, 32): 2 heads of d = 8"},
+    BadRun{"grouped_heads_disagree", good_grouped({"--heads", "3"}), "--heads 3 disagrees with num_heads 4 in __metadata__"},
+    BadRun{"window_without_causal", {"run", "--weights", "{q}/weights.safetensors", "--query", "{q}/x.npy", "--window", "4"},
+           "--window 4 needs --causal"},
+    BadRun{"grouped_with_key", good_grouped({"--key", "{q}/x.npy", "--value", "{q}/x.npy"}),
+           "which attends a sequence to itself: drop --key and --value"},
+    BadRun{"grouped_with_attn_mask", good_grouped({"--attn-mask", "{dir}/mask_wrong.npy"}),
+           "it takes --causal, --window and --key-padding-mask, not --attn-mask"},
+    BadRun{"unknown_rope", good_grouped({"--rope", "neox"}), "--rope: neox not in {half,pairs}"},
+    BadRun{"rotary_dims_odd", good_grouped({"--rotary-dims", "3"}), "rotary_dims=3 must be even"},
+    BadRun{"rope_theta_one", good_grouped({"--rope-theta", "1"}), "--rope-theta"},
+    BadRun{"grouped_padding_wrong_shape", good_grouped({"--key-padding-mask", "{dir}/mask_wrong.npy"}),
+           "key_padding_mask (2, 4) must be bool or float (B, T) = (2, 17)"}};
 INSTANTIATE_TEST_SUITE_P(Cli, CliBadInput, ::testing::ValuesIn(kRunBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -504,6 +528,41 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CliDecodeGolden,
                                                               "decoder2_post_gelu_norm_padding",
                                                               "decoder3_pre_relu_awkward_eps",
                                                               "decoder2_pre_gelu_norm_unbatched"),
+                                            ::testing::Values("gpu", "cpu")),
+                         [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
+
+// ---- vkattn run on a grouped-query attention: every fixture, both backends ----
+
+class CliGroupedQueryGolden : public CliRun, public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};
+
+TEST_P(CliGroupedQueryGolden, WritesWhatPyTorchComputes) {
+  const auto& [name, backend] = GetParam();
+  const fs::path fixture = fs::path(VKATTN_GOLDEN_GROUPED_QUERY_DIR) / name;
+  std::ifstream in(fixture / "config.json");
+  auto config = nlohmann::json::parse(in);
+  std::ostringstream theta;
+  theta << config.at("rope_theta").get<double>();
+  std::vector<std::string> args = {"run", "--weights", (fixture / "weights.safetensors").string(), "--query",
+                                   (fixture / "x.npy").string(), "--causal", "--kv-heads",
+                                   std::to_string(config.at("num_kv_heads").get<int64_t>()), "--rope",
+                                   config.at("rope"), "--rope-theta", theta.str(), "--backend", backend, "--out",
+                                   path("out.npy")};
+  if (int64_t r = config.at("rotary_dims").get<int64_t>()) args.insert(args.end(), {"--rotary-dims", std::to_string(r)});
+  if (int64_t w = config.at("window").get<int64_t>()) args.insert(args.end(), {"--window", std::to_string(w)});
+  if (fs::exists(fixture / "key_padding_mask.npy")) {
+    args.insert(args.end(), {"--key-padding-mask", (fixture / "key_padding_mask.npy").string()});
+  }
+  Exit e = vkattn(args);
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.err, "");
+  EXPECT_NE(e.out.find("grouped-query attention (E="), std::string::npos) << e.out;
+  EXPECT_TRUE(testing::all_close(io::read_npy(path("out.npy")), io::read_npy(fixture / "expected_output.npy"),
+                                 {.atol = 1e-4f, .rtol = 0.0f}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CliGroupedQueryGolden,
+                         ::testing::Combine(::testing::Values("gqa_half", "gqa_pairs", "mqa_theta500k", "mha_llama",
+                                                              "window_padding", "qwen_bias_partial"),
                                             ::testing::Values("gpu", "cpu")),
                          [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 

@@ -220,6 +220,11 @@ TEST(GroupedQueryErrors, StateDictsThatDisagreeAreFileErrors) {
   file.tensors.erase("v_proj.weight");
   expect_error<FileError>([&] { io::grouped_query_from_state_dict(file, {}, "w.safetensors"); },
                           {"w.safetensors: missing tensor 'v_proj.weight', expected shape (H_kv·d, E) = (16, 32)"});
+  expect_error<FileError>([&] { io::grouped_query_from_state_dict(file, {.num_heads = 3}, "w.safetensors"); },
+                          {"--heads 3 disagrees with num_heads 4"});
+  file.metadata.clear();
+  expect_error<FileError>([&] { io::grouped_query_from_state_dict(file, {.num_heads = 3}, "w.safetensors"); },
+                          {"tensor 'o_proj.weight' (32, 32) has 32 columns, not H·d for H = 3 heads"});
   file.tensors["in_proj_weight"] = random_tensor({96, 32}, 1);
   expect_error<FileError>([&] { io::grouped_query_from_state_dict(file, {}, "w.safetensors"); },
                           {"unexpected tensor 'in_proj_weight' (96, 32)", "nn.MultiheadAttention's"});

@@ -30,6 +30,7 @@ int run_demo(const DemoArgs& args);
 
 struct RunArgs {
   AttentionArgs inputs;
+  GroupedQueryArgs grouped;  // a grouped-query attention's RoPE, key/value heads and window
   std::string backend = "gpu";
   std::string device;
   std::string out, attn_weights;

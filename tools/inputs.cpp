@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tools/commands.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
 #include "vkattn/io/state_dict.h"
@@ -87,6 +88,48 @@ AttentionInputs read_attention_inputs(const AttentionArgs& a) {
   in.options.attn_mask = read_mask(a.attn_mask, "attention mask");
   in.options.is_causal = a.causal;
   return in;
+}
+
+void add_grouped_query_args(CLI::App& cmd, GroupedQueryArgs& g) {
+  const std::string only = " (a grouped-query attention: q_proj … o_proj in --weights)";
+  cmd.add_option("--kv-heads", g.kv_heads, "H_kv key/value heads, each shared by H / H_kv query heads; "
+                                           "default: from k_proj.weight" + only)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd.add_option("--rope", g.rope, "RoPE's convention: half (GPT-NeoX, Hugging Face) or pairs (GPT-J, Meta's "
+                                   "Llama code); default: half" + only)
+      ->check(CLI::IsMember({"half", "pairs"}));
+  cmd.add_option("--rope-theta", g.rope_theta, "RoPE's base θ; default: 10000" + only)
+      ->check(CLI::Range(1.0 + 1e-6, 1e30));
+  cmd.add_option("--rotary-dims", g.rotary_dims, "features of each head that RoPE rotates, even; default: all" + only)
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
+  cmd.add_option("--window", g.window, "sliding window W: each query sees the last W keys; needs --causal" + only)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+}
+
+bool is_grouped_query_file(const std::string& weights) {
+  return io::read_safetensors(weights).tensors.count("o_proj.weight") != 0;
+}
+
+GroupedQueryAttention read_grouped_query(const AttentionArgs& a, const GroupedQueryArgs& g) {
+  if (!a.key.empty() || !a.value.empty()) {
+    throw UsageError(a.weights + " is a grouped-query attention (q_proj … o_proj), which attends a sequence to "
+                     "itself: drop --key and --value");
+  }
+  if (!a.attn_mask.empty()) {
+    throw UsageError(a.weights + " is a grouped-query attention: it takes --causal, --window and "
+                     "--key-padding-mask, not --attn-mask");
+  }
+  if (g.window && !a.causal) throw UsageError("--window " + std::to_string(g.window) + " needs --causal");
+  GroupedQueryAttentionConfig config;
+  config.num_heads = a.heads;
+  config.num_kv_heads = g.kv_heads;
+  config.rope = parse_rotary_convention(g.rope.empty() ? "half" : g.rope);
+  if (g.rope_theta != 0) config.rope_theta = static_cast<float>(g.rope_theta);
+  config.rotary_dims = g.rotary_dims;
+  config.causal = a.causal;
+  config.sliding_window = g.window;
+  io::GroupedQueryState state = io::load_grouped_query(a.weights, config);
+  return GroupedQueryAttention(state.config, std::move(state.weights));
 }
 
 void print_summary(const Tensor& t, const std::string& what, const std::string& path) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
@@ -36,6 +37,25 @@ struct AttentionInputs {
   const Tensor& value_or_query() const { return value ? *value : query; }
 };
 AttentionInputs read_attention_inputs(const AttentionArgs& args);
+
+// `vkattn run`'s flags for a grouped-query attention (a state_dict under Hugging Face's names,
+// q_proj … o_proj): what the file cannot say. Zero or empty: not given.
+struct GroupedQueryArgs {
+  int64_t kv_heads = 0;     // H_kv, checked against k_proj.weight; 0: from its shape
+  std::string rope;         // "half" | "pairs"; empty: half (Hugging Face's rotate_half)
+  double rope_theta = 0;    // θ; 0: 10000
+  int64_t rotary_dims = 0;  // features of each head rotated; 0: all
+  int64_t window = 0;       // the sliding window W; 0: none
+  bool given() const { return kv_heads || !rope.empty() || rope_theta != 0 || rotary_dims || window; }
+};
+// --kv-heads, --rope, --rope-theta, --rotary-dims, --window.
+void add_grouped_query_args(CLI::App& cmd, GroupedQueryArgs& args);
+// The module they and AttentionArgs name (--heads, --causal; the file's shapes give the rest).
+// UsageError for what a grouped-query attention does not take: --key/--value (it is
+// self-attention), --attn-mask, and --window without --causal.
+GroupedQueryAttention read_grouped_query(const AttentionArgs& args, const GroupedQueryArgs& grouped);
+// Hugging Face's names or PyTorch's: whether `weights` holds o_proj.weight.
+bool is_grouped_query_file(const std::string& weights);
 
 // An input sequence: float, (B, T, features) batch-first or unbatched (T, features), every value
 // finite. `what` names it in errors ("query", "input").

@@ -1,12 +1,15 @@
-// vkattn run: a PyTorch nn.MultiheadAttention, from its state_dict in a safetensors file, on
-// batch-first .npy inputs, on the GPU (or the CPU reference with --backend cpu). Outputs are
+// vkattn run: a PyTorch nn.MultiheadAttention, from its state_dict in a safetensors file — or a
+// Llama-style grouped-query attention, from Hugging Face's q_proj … o_proj names — on batch-first
+// .npy inputs, on the GPU (or the CPU reference with --backend cpu). Outputs are
 // written whole or not at all: every file is finished under a temporary name before any is
 // renamed into place.
 #include <exception>
+#include <functional>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,27 +30,87 @@ namespace vkattn::cli {
 
 namespace {
 
-// What the trace records of the run: the module's config and the files it read.
-nlohmann::json trace_config(const RunArgs& a, const MultiHeadAttentionConfig& c) {
-  const AttentionArgs& in = a.inputs;
+const char* python_bool(bool b) { return b ? "True" : "False"; }
+
+// The files the run read, for its trace.
+nlohmann::json trace_files(const AttentionArgs& in) {
   nlohmann::json files = {{"weights", in.weights}, {"query", in.query}};
   for (auto [name, path] : {std::pair{"key", &in.key}, {"value", &in.value}, {"key_padding_mask", &in.key_padding_mask},
                             {"attn_mask", &in.attn_mask}}) {
     if (!path->empty()) files[name] = *path;
   }
-  return {{"module", "nn.MultiheadAttention"}, {"embed_dim", c.embed_dim}, {"num_heads", c.num_heads},
-          {"bias", c.bias}, {"add_bias_kv", c.add_bias_kv}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()},
-          {"batch_first", true}, {"is_causal", in.causal}, {"need_weights", !a.attn_weights.empty()},
-          {"average_attn_weights", !a.per_head_weights}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), !a.attn_weights.empty()))},
-          {"pack_in_proj", a.pack_in_proj},
-          {"files", files}};
+  return files;
+}
+
+// The module `run` runs, whichever it is: its forward on a backend, its repr and its trace config.
+struct Runnable {
+  std::function<AttentionResult(Backend&)> forward;
+  std::string repr;      // "nn.MultiheadAttention(embed_dim=16, …)"
+  nlohmann::json trace;  // the module's config and the files read
+};
+
+// An nn.MultiheadAttention state_dict (PyTorch's names) on its inputs.
+Runnable multi_head_run(const RunArgs& a) {
+  auto in = std::make_shared<AttentionInputs>(read_attention_inputs(a.inputs));
+  ForwardOptions& options = in->options;
+  options.need_weights = !a.attn_weights.empty();
+  options.average_attn_weights = !a.per_head_weights;
+  options.attention = parse_attention_path(a.attention);
+  options.pack_in_proj = a.pack_in_proj;
+  const auto& c = in->module.config();
+  std::ostringstream repr;
+  repr << "nn.MultiheadAttention(embed_dim=" << c.embed_dim << ", num_heads=" << c.num_heads
+       << ", bias=" << python_bool(c.bias) << ", add_bias_kv=" << python_bool(c.add_bias_kv) << ", kdim=" << c.key_dim()
+       << ", vdim=" << c.value_dim() << ", batch_first=True)";
+  nlohmann::json trace = {
+      {"module", "nn.MultiheadAttention"}, {"embed_dim", c.embed_dim}, {"num_heads", c.num_heads}, {"bias", c.bias},
+      {"add_bias_kv", c.add_bias_kv}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()}, {"batch_first", true},
+      {"is_causal", a.inputs.causal}, {"need_weights", options.need_weights},
+      {"average_attn_weights", options.average_attn_weights},
+      {"attention", attention_path_name(resolve_attention(options.attention, options.need_weights))},
+      {"pack_in_proj", a.pack_in_proj}, {"files", trace_files(a.inputs)}};
+  return {[in](Backend& b) { return in->module.forward(b, in->query, in->key_or_query(), in->value_or_query(), in->options); },
+          repr.str(), trace};
+}
+
+// A grouped-query attention (Hugging Face's q_proj … o_proj) on the query alone.
+Runnable grouped_query_run(const RunArgs& a) {
+  if (a.pack_in_proj) throw UsageError("--pack-in-proj packs nn.MultiheadAttention's in_proj; " + a.inputs.weights +
+                                       " has separate q_proj, k_proj and v_proj");
+  auto module = std::make_shared<GroupedQueryAttention>(read_grouped_query(a.inputs, a.grouped));
+  auto x = std::make_shared<Tensor>(read_input(a.inputs.query, "query"));
+  GroupedQueryOptions options;
+  options.key_padding_mask = read_mask(a.inputs.key_padding_mask, "key padding mask");
+  options.need_weights = !a.attn_weights.empty();
+  options.average_attn_weights = !a.per_head_weights;
+  options.attention = parse_attention_path(a.attention);
+  const auto& c = module->config();
+  std::ostringstream repr;
+  repr << "grouped-query attention (E=" << c.hidden_size << ", H=" << c.num_heads << ", H_kv=" << c.kv_heads()
+       << ", d=" << c.dim() << "; RoPE " << (c.rope == RotaryConvention::half ? "half" : "pairs") << ", θ="
+       << c.rope_theta << ", " << (c.rotary_dims ? c.rotary_dims : c.dim()) << " dims rotated; "
+       << (c.causal ? "causal" : "not causal");
+  if (c.sliding_window) repr << ", window " << c.sliding_window;
+  repr << ")";
+  nlohmann::json trace = {
+      {"module", "grouped-query attention"}, {"hidden_size", c.hidden_size}, {"num_heads", c.num_heads},
+      {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.dim()}, {"attention_bias", c.attention_bias},
+      {"o_proj_bias", c.o_proj_bias}, {"rope", c.rope == RotaryConvention::half ? "half" : "pairs"},
+      {"rope_theta", c.rope_theta}, {"rotary_dims", c.rotary_dims ? c.rotary_dims : c.dim()},
+      {"is_causal", c.causal}, {"sliding_window", c.sliding_window}, {"need_weights", options.need_weights},
+      {"average_attn_weights", options.average_attn_weights},
+      {"attention", attention_path_name(resolve_attention(options.attention, options.need_weights))},
+      {"files", trace_files(a.inputs)}};
+  return {[module, x, options](Backend& b) { return module->forward(b, *x, options); }, repr.str(), trace};
 }
 
 }  // namespace
 
 CLI::App* add_run(CLI::App& app, RunArgs& a) {
-  auto* cmd = app.add_subcommand("run", "run a PyTorch nn.MultiheadAttention state_dict on .npy inputs");
+  auto* cmd = app.add_subcommand("run", "run a PyTorch nn.MultiheadAttention state_dict (or a grouped-query "
+                                        "attention's: q_proj … o_proj) on .npy inputs");
   add_attention_args(*cmd, a.inputs);
+  add_grouped_query_args(*cmd, a.grouped);
   cmd->add_option("--attention", a.attention,
                   "auto (fused when no weights are written, else unfused), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")
       ->check(CLI::IsMember({"auto", "unfused", "fused"}))
@@ -80,13 +143,12 @@ int run_run(const RunArgs& a) {
   for (const auto& path : {a.out, a.attn_weights})
     if (!path.empty()) io::check_output_path(path);
 
-  AttentionInputs in = read_attention_inputs(a.inputs);
-  const MultiHeadAttention& mha = in.module;
-  ForwardOptions& options = in.options;
-  options.need_weights = !a.attn_weights.empty();
-  options.average_attn_weights = !a.per_head_weights;
-  options.attention = parse_attention_path(a.attention);
-  options.pack_in_proj = a.pack_in_proj;
+  const bool grouped = is_grouped_query_file(a.inputs.weights);
+  if (!grouped && a.grouped.given()) {
+    throw UsageError("--kv-heads, --rope, --rope-theta, --rotary-dims and --window configure a grouped-query "
+                     "attention (q_proj … o_proj); " + a.inputs.weights + " holds an nn.MultiheadAttention");
+  }
+  const Runnable module = grouped ? grouped_query_run(a) : multi_head_run(a);
 
   // One pass, or two side by side (the GPU's is the result; the reference checks it).
   std::vector<std::unique_ptr<Backend>> backends;
@@ -96,8 +158,7 @@ int run_run(const RunArgs& a) {
   // Side by side, the GPU's times are shown: its first forward, which makes the pipelines, is not.
   std::string first;
   if (a.side_by_side) {
-    first = untimed_first_forward(
-        [&] { mha.forward(*backends.front(), in.query, in.key_or_query(), in.value_or_query(), options); });
+    first = untimed_first_forward([&] { module.forward(*backends.front()); });
   }
   std::vector<std::unique_ptr<StepRecorder>> recorders;
   std::vector<std::unique_ptr<Tracer>> sinks;
@@ -105,7 +166,7 @@ int run_run(const RunArgs& a) {
     if (a.side_by_side) backend->add_tracer(*recorders.emplace_back(std::make_unique<StepRecorder>(true)));
     if (a.trace.empty()) continue;
     auto dir = a.side_by_side ? std::filesystem::path(a.trace) / backend->name() : std::filesystem::path(a.trace);
-    backend->add_tracer(*sinks.emplace_back(std::make_unique<TraceDump>(dir, a.trace_values, trace_config(a, mha.config()))));
+    backend->add_tracer(*sinks.emplace_back(std::make_unique<TraceDump>(dir, a.trace_values, module.trace)));
     if (!a.side_by_side) backend->add_tracer(*sinks.emplace_back(std::make_unique<ConsoleTracer>(std::cout, a.trace_values)));
   }
   // Side by side, a failing pass does not stop the other: the table shows how far each got.
@@ -113,7 +174,7 @@ int run_run(const RunArgs& a) {
   std::exception_ptr failure;
   for (auto& backend : backends) {
     try {
-      AttentionResult r = mha.forward(*backend, in.query, in.key_or_query(), in.value_or_query(), options);
+      AttentionResult r = module.forward(*backend);
       if (!result_of_first) result_of_first = std::move(r);
     } catch (...) {
       if (!a.side_by_side) throw;
@@ -150,11 +211,8 @@ int run_run(const RunArgs& a) {
                                 {.title = a.per_head_weights ? "attention weights" : "attention weights, averaged over heads"});
   }
 
-  const auto& c = mha.config();
   std::cout << backend.name() << " backend: " << backend.device_name() << (a.side_by_side ? ", checked by the cpu reference" : "") << "\n"
-            << "nn.MultiheadAttention(embed_dim=" << c.embed_dim << ", num_heads=" << c.num_heads
-            << ", bias=" << (c.bias ? "True" : "False") << ", add_bias_kv=" << (c.add_bias_kv ? "True" : "False")
-            << ", kdim=" << c.key_dim() << ", vdim=" << c.value_dim() << ", batch_first=True) from " << a.inputs.weights << "\n";
+            << module.repr << "\n  from " << a.inputs.weights << "\n";
   print_summary(result.output, "output", a.out);
   if (result.weights) {
     print_summary(*result.weights, a.per_head_weights ? "attention weights per head" : "attention weights averaged over heads",

@@ -123,15 +123,16 @@ Value GroupedQueryAttention::merge_and_project(Backend& b, const Value& heads) c
   return b.linear("o_proj", b.merge_heads("merge_heads", heads), wo, bo ? &*bo : nullptr);  // (B, T, E)
 }
 
-AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* key_padding_mask, AttentionPath path,
-                                              bool need_weights, int64_t position) const {
+AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* key_padding_mask,
+                                              const GroupedQueryOptions& options) const {
   const auto& c = config_;
-  path = resolve_attention(path, need_weights);
+  const bool need_weights = options.need_weights;
+  const AttentionPath path = resolve_attention(options.attention, need_weights);
   if (path == AttentionPath::fused && need_weights) {
     throw ConfigError(kWho + ": the fused path (flash_attention) never holds the attention weights; "
                              "pass need_weights=false");
   }
-  Heads h = project(b, std::move(x), position);
+  Heads h = project(b, std::move(x), options.position);
   Value heads;             // (B, H, T, d)
   std::optional<Value> p;  // (B, H, T, T), unfused only
   if (path == AttentionPath::fused) {
@@ -145,7 +146,9 @@ AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* 
     heads = b.attention_values("attention_values", *p, h.v);
   }
   h = Heads{};
-  return {merge_and_project(b, heads), need_weights ? p : std::nullopt};
+  AttentionValues result{merge_and_project(b, heads), std::nullopt};  // (B, T, E)
+  if (need_weights) result.weights = options.average_attn_weights ? b.average_heads("average_heads", *p) : *p;
+  return result;
 }
 
 AttentionResult GroupedQueryAttention::forward(Backend& backend, const Tensor& x_in,
@@ -171,8 +174,7 @@ AttentionResult GroupedQueryAttention::forward(Backend& backend, const Tensor& x
   result.output = run_pass(backend, "grouped_query_attention", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);
-    AttentionValues out = attend(b, b.upload("x", x), padding ? &*padding : nullptr, options.attention,
-                                 options.need_weights, options.position);
+    AttentionValues out = attend(b, b.upload("x", x), padding ? &*padding : nullptr, options);
     if (&b == &backend) weights = out.weights;
     return out.output;
   });

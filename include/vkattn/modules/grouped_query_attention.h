@@ -59,7 +59,8 @@ struct GroupedQueryAttentionWeights {
 struct GroupedQueryOptions {
   std::optional<Tensor> key_padding_mask;  // (B, T) or (T,) unbatched: bool True = ignore key, float = added
   AttentionPath attention = AttentionPath::automatic;  // automatic: fused unless the weights are wanted
-  bool need_weights = false;                           // the weights per head (B, H, L, S) (unfused)
+  bool need_weights = false;  // the attention weights (unfused): per head (B, H, T, T), as Hugging Face's
+  bool average_attn_weights = false;  // or averaged over the heads (B, T, T), as nn.MultiheadAttention's
   int64_t position = 0;  // the position of x's first row: RoPE's offset
 };
 
@@ -74,11 +75,12 @@ class GroupedQueryAttention {
   const GroupedQueryAttentionWeights& weights() const { return weights_; }
 
   // x (B, T, E) batch-first, or (T, E) unbatched -> like x. One traced pass
-  // "grouped_query_attention"; weights (B, H, T, T), or (H, T, T) unbatched, when need_weights.
+  // "grouped_query_attention"; with need_weights the weights too, without B when unbatched.
   AttentionResult forward(Backend& backend, const Tensor& x, const GroupedQueryOptions& options = {}) const;
-  // The steps alone on x (B, T, E) already on the backend; key_padding_mask (B, T) additive or null.
-  AttentionValues attend(Backend& backend, Value x, const Value* key_padding_mask, AttentionPath path,
-                         bool need_weights, int64_t position) const;
+  // The steps alone on x (B, T, E) already on the backend; key_padding_mask (B, T) additive or
+  // null (options' own mask is forward()'s to check and upload).
+  AttentionValues attend(Backend& backend, Value x, const Value* key_padding_mask,
+                         const GroupedQueryOptions& options) const;
 
   // A one-layer cache of H_kv heads for `batch` sequences of up to `capacity` positions.
   KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const;
