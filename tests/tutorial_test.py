@@ -86,6 +86,15 @@ LESSONS = {
          "2 × 2 layers × 1 × 4 × 64 × 16 × 4 bytes = 65536 bytes",
          "the same 40 tokens both ways; and the same as torch's"],
         {}, {"time_per_token.svg": ["with the KV cache", "recomputing every position"]}),
+    "tutorial_10_attention_since_2017": (
+        ["row:3 split_heads_k (1, 6, 16) -> (1, 2, 6, 8)",
+         "row:8 attention_scores (1, 4, 6, 8) (1, 2, 6, 8) -> (1, 4, 6, 6)",
+         "GQA 2 (1, 2, 6, 8) 2 × 2 × 4096 × 8 × 4 bytes = 0.5 MiB",
+         "MQA 1 (1, 1, 6, 8) 2 × 1 × 4096 × 8 × 4 bytes = 0.2 MiB",
+         "q at 1002, k at 1000 (i - j = 2): score",
+         "the wrong convention gives a model that runs and is wrong",
+         "\n   3  x . . . x x x x\n"],
+        {"rope_angles.svg": (16, 4), "window_mask.svg": (8, 8), "window_weights_b0_h0.svg": (8, 8)}, {}),
 }
 
 COLUMNS = 100
