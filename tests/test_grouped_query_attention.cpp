@@ -17,6 +17,8 @@
 #include "vkattn/io/npy.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/grouped_query_attention.h"
+#include "reference/reference.h"
+#include "vkattn/tracing/check.h"
 #include "vkattn/tracing/tracer.h"
 
 namespace vkattn {
@@ -180,6 +182,97 @@ TEST_F(GroupedQueryDecode, TheTraceShowsEveryStepWithItsShapes) {
       {"attention_scores", {2, 8, 5, 5}},   {"attention_mask", {2, 8, 5, 5}}, {"softmax", {2, 8, 5, 5}},
       {"attention_values", {2, 8, 5, 4}},   {"merge_heads", {2, 5, 32}},      {"o_proj", {2, 5, 32}}};
   EXPECT_EQ(steps, expected);
+}
+
+// ---- the check: RoPE's convention, θ and the head order, named -------------------------------------
+// "Your" tensors are a recipe's own with one mistake: another convention or θ (a module so
+// configured), or K's heads copied with .repeat (made here from the recipe's values).
+std::vector<std::pair<std::string, Tensor>> recorded_steps(const GroupedQueryAttention& module, const Tensor& x) {
+  ReferenceBackend cpu;
+  StepRecorder recorder(true);
+  cpu.add_tracer(recorder);
+  module.forward(cpu, x, {.attention = AttentionPath::unfused});
+  cpu.remove_tracer(recorder);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& step : recorder.steps()) out.emplace_back(step.event.name, *step.values);
+  return out;
+}
+
+Tensor& step_of(std::vector<std::pair<std::string, Tensor>>& steps, const std::string& name) {
+  for (auto& [n, t] : steps)
+    if (n == name) return t;
+  throw std::runtime_error("no step " + name);
+}
+
+// (B, H_kv, T, d) -> (B, H, T, d), head h a copy of head h mod H_kv: torch's .repeat(1, G, 1, 1)
+Tensor repeat_heads(const Tensor& t, int64_t group) {
+  const int64_t B = t.dim(0), H_kv = t.dim(1), plane = t.dim(2) * t.dim(3);
+  Tensor out({B, H_kv * group, t.dim(2), t.dim(3)});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H_kv * group; ++h)
+      std::copy_n(t.data.begin() + (b * H_kv + h % H_kv) * plane, plane, out.data.begin() + (b * H_kv * group + h) * plane);
+  return out;
+}
+
+class CheckSince2017 : public ::testing::Test {
+ protected:
+  GroupedQueryAttentionConfig config{.hidden_size = 32, .num_heads = 8, .num_kv_heads = 2};
+  GroupedQueryAttention module{config};
+  Tensor x = random_tensor({2, 5, 32}, 9);
+  ReferenceBackend cpu;
+
+  CheckReport check(const std::vector<std::pair<std::string, Tensor>>& yours) {
+    return check_grouped_query(yours, module, cpu, x, {});
+  }
+};
+
+TEST_F(CheckSince2017, TheRecipesOwnStepsAgree) {
+  CheckReport report = check(recorded_steps(module, x));
+  EXPECT_TRUE(report.ok()) << report.text();
+}
+
+TEST_F(CheckSince2017, NamesTheOtherRopeConvention) {
+  GroupedQueryAttentionConfig pairs = config;
+  pairs.rope = RotaryConvention::pairs;
+  CheckReport report = check(recorded_steps(GroupedQueryAttention(pairs, module.weights()), x));
+  ASSERT_TRUE(report.first_divergent) << report.text();
+  const StepCheck& step = report.steps[*report.first_divergent];
+  EXPECT_EQ(step.name, "rotary_embedding_q");
+  EXPECT_NE(step.diagnosis.find("yours rotates neighbouring pairs (2i, 2i + 1"), std::string::npos) << step.diagnosis;
+  EXPECT_NE(step.diagnosis.find("the recipe rotates halves"), std::string::npos) << step.diagnosis;
+}
+
+TEST_F(CheckSince2017, ReadsAnotherThetaOffTheRotation) {
+  GroupedQueryAttentionConfig other = config;
+  other.rope_theta = 500000.0f;
+  CheckReport report = check(recorded_steps(GroupedQueryAttention(other, module.weights()), x));
+  ASSERT_TRUE(report.first_divergent) << report.text();
+  const StepCheck& step = report.steps[*report.first_divergent];
+  EXPECT_EQ(step.name, "rotary_embedding_q");
+  EXPECT_NE(step.diagnosis.find("θ = 500000; the recipe's θ = 10000"), std::string::npos) << step.diagnosis;
+}
+
+TEST_F(CheckSince2017, NamesRepeatForRepeatInterleave) {
+  auto yours = recorded_steps(module, x);
+  // K's heads copied with .repeat, recorded as split_heads_k (B, H, T, d), and the scores made from them
+  Tensor& k = step_of(yours, "rotary_embedding_k");
+  const Tensor q = step_of(yours, "rotary_embedding_q"), k_repeated = repeat_heads(k, 4);
+  Tensor& scores = step_of(yours, "attention_scores");
+  reference::attention_scores(q.data.data(), k_repeated.data.data(), scores.data.data(), 16, 5, 5, 4, 0.5f, 1);
+  CheckReport report = check(yours);
+  ASSERT_TRUE(report.first_divergent) << report.text();
+  const StepCheck& step = report.steps[*report.first_divergent];
+  EXPECT_EQ(step.name, "attention_scores");
+  EXPECT_NE(step.diagnosis.find("key/value head h mod 2: K and V copied with .repeat(1, 4, 1, 1)"), std::string::npos)
+      << step.diagnosis;
+  EXPECT_NE(step.diagnosis.find(".repeat_interleave(4, dim=1)"), std::string::npos) << step.diagnosis;
+  // the copied K itself, recorded in place of rotary_embedding_k: in repeat's order a mistake, in
+  // repeat_interleave's the right copy (a note, still not vkattn's shape)
+  k = k_repeated;
+  report = check(yours);
+  EXPECT_NE(report.steps[*report.first_divergent].diagnosis.find("copies the 2 key/value heads with .repeat"),
+            std::string::npos)
+      << report.text();
 }
 
 // ---- bad configurations and state_dicts: one line each --------------------------------------------

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "engine/tracing/grouped_query_diagnosis.h"
 #include "vkattn/errors.h"
 
 namespace vkattn {
@@ -276,14 +277,33 @@ int64_t head_dim_of(const StepEvent& event) {
 // Whether yours has vkattn's shape, or that shape with axes merged: the values compare in place.
 bool shaped_alike(const Shape& yours, const Shape& theirs) { return yours == theirs || merged_from(yours, theirs); }
 
+// The recipe's values of the step's inputs that other steps produced (null for uploaded ones).
+using InputValues = std::vector<const Tensor*>;
+
+// The diagnoses of a grouped-query attention's steps (grouped_query_diagnosis.h).
+std::string since_2017_diagnosis(const StepEvent& event, const Tensor& yours, const InputValues& inputs,
+                                 const CheckOptions& o) {
+  auto input = [&](size_t k) { return k < inputs.size() ? inputs[k] : nullptr; };
+  if (event.op == "rotary_embedding" && o.rotary && input(0)) {
+    return diagnosis::rotary(yours, *input(0), *o.rotary, o.atol, o.rtol);
+  }
+  if ((event.op == "attention_scores" || event.op == "attention_values") && input(0) && input(1)) {
+    return diagnosis::repeat_order(event.op, yours, *input(0), *input(1), o.kv_group, o.atol, o.rtol);
+  }
+  return "";
+}
+
 void check_one(StepCheck& step, const StepEvent& event, const Tensor& theirs, const Tensor& recorded,
-               const CheckOptions& o) {
+               const InputValues& inputs, const CheckOptions& o) {
   const int64_t n = element_count(step.shape);
   if (element_count(recorded.shape) != n) {
     step.verdict = StepVerdict::differs;
-    step.diagnosis = "yours " + shape_string(recorded.shape) + " holds " + std::to_string(recorded.data.size()) +
-                     " numbers; vkattn's " + step.name + " " + named_shape(step.shape, step.dims) + " holds " +
-                     std::to_string(n);
+    step.diagnosis = diagnosis::repeated_heads(recorded, theirs, o.kv_group, o.atol, o.rtol);
+    if (step.diagnosis.empty()) {
+      step.diagnosis = "yours " + shape_string(recorded.shape) + " holds " + std::to_string(recorded.data.size()) +
+                       " numbers; vkattn's " + step.name + " " + named_shape(step.shape, step.dims) + " holds " +
+                       std::to_string(n);
+    }
     return;
   }
   const bool alike = shaped_alike(recorded.shape, step.shape);
@@ -314,7 +334,8 @@ void check_one(StepCheck& step, const StepEvent& event, const Tensor& theirs, co
                      "another shape than " + named_shape(step.shape, step.dims);
     return;
   }
-  std::string why = order_diagnosis(recorded, theirs, step, fine_axes(step.shape, step.dims, o.heads), o.atol, o.rtol);
+  std::string why = since_2017_diagnosis(event, yours, inputs, o);
+  if (why.empty()) why = order_diagnosis(recorded, theirs, step, fine_axes(step.shape, step.dims, o.heads), o.atol, o.rtol);
   if (why.empty() && !alike) {
     why = "yours " + shape_string(recorded.shape) + " holds as many numbers as vkattn's " +
           named_shape(step.shape, step.dims) + ", but no order of vkattn's axes gives yours";
@@ -387,10 +408,16 @@ CheckReport check_steps(const std::vector<std::pair<std::string, Tensor>>& recor
   report.device = recipe.device();
   report.atol = options.atol;
   report.rtol = options.rtol;
-  std::map<std::string, const Tensor*> yours;
+  std::map<std::string, const Tensor*> yours, produced;  // produced: the recipe's outputs by name
   for (const auto& [name, tensor] : recorded) yours[name] = &tensor;
   for (const auto& s : recipe.steps()) {
     if (!s.values) throw ShapeError("check: vkattn's pass was recorded without values");
+    produced[s.event.output.name] = &*s.values;
+    InputValues inputs;
+    for (const auto& input : s.event.inputs) {
+      auto it = produced.find(input.name);
+      inputs.push_back(it == produced.end() ? nullptr : it->second);
+    }
     StepCheck step;
     step.index = s.event.index;
     step.name = s.event.name;
@@ -399,7 +426,7 @@ CheckReport check_steps(const std::vector<std::pair<std::string, Tensor>>& recor
     step.dims = s.event.output.dims;
     if (auto it = yours.find(step.name); it != yours.end()) {
       step.yours = it->second->shape;
-      check_one(step, s.event, *s.values, *it->second, options);
+      check_one(step, s.event, *s.values, *it->second, inputs, options);
       yours.erase(it);
       if (step.verdict == StepVerdict::differs && !report.first_divergent) {
         report.first_divergent = report.steps.size();
@@ -425,6 +452,25 @@ CheckReport check_attention(const std::vector<std::pair<std::string, Tensor>>& r
     module.forward(backend, query, key, value, forward);
   }
   options.heads = module.config().num_heads;
+  return check_steps(recorded, recipe, options);
+}
+
+CheckReport check_grouped_query(const std::vector<std::pair<std::string, Tensor>>& recorded,
+                                const GroupedQueryAttention& module, Backend& backend, const Tensor& x,
+                                GroupedQueryOptions forward, CheckOptions options) {
+  const bool fused = std::any_of(recorded.begin(), recorded.end(), [](const auto& r) { return r.first == "flash_attention"; });
+  forward.attention = fused ? AttentionPath::fused : AttentionPath::unfused;
+  forward.need_weights = !fused;
+  forward.average_attn_weights = false;
+  StepRecorder recipe(true);
+  {
+    AttachedTracer attached(backend, recipe);
+    module.forward(backend, x, forward);
+  }
+  const auto& c = module.config();
+  options.heads = c.num_heads;
+  options.kv_group = c.num_heads / c.kv_heads();
+  options.rotary = RotaryCheck{c.rope_theta, c.rope, c.rotary_dims, forward.position};
   return check_steps(recorded, recipe, options);
 }
 

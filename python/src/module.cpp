@@ -290,6 +290,74 @@ class Attention {
   std::shared_ptr<Device> device_;
 };
 
+// A grouped-query attention (Llama's), from a state_dict under Hugging Face's names.
+class GroupedQuery {
+ public:
+  GroupedQuery(const std::map<std::string, FloatArray>& state, int64_t num_heads, int64_t num_kv_heads,
+               const std::string& rope, double rope_theta, int64_t rotary_dims, bool causal, int64_t sliding_window,
+               const std::string& kind, const std::string& selector)
+      : module_(loaded(state, num_heads, num_kv_heads, rope, rope_theta, rotary_dims, causal, sliding_window)),
+        device_(open_device(kind, selector)) {}
+
+  std::string device() const { return device_label(*device_); }
+
+  nlohmann::json config() const {
+    const auto& c = module_.config();
+    return {{"module", "grouped-query attention"}, {"hidden_size", c.hidden_size}, {"num_heads", c.num_heads},
+            {"num_kv_heads", c.kv_heads()}, {"head_dim", c.dim()}, {"attention_bias", c.attention_bias},
+            {"o_proj_bias", c.o_proj_bias}, {"rope", c.rope == RotaryConvention::half ? "half" : "pairs"},
+            {"rope_theta", c.rope_theta}, {"rotary_dims", c.rotary_dims ? c.rotary_dims : c.dim()},
+            {"causal", c.causal}, {"sliding_window", c.sliding_window}};
+  }
+
+  py::tuple forward(const FloatArray& x, const std::optional<py::array>& key_padding_mask, bool need_weights,
+                    bool average_attn_weights, const std::string& attention, int64_t position, bool trace) {
+    const Tensor input = to_tensor(x);
+    GroupedQueryOptions o{to_mask(key_padding_mask), parse_attention_path(attention), need_weights,
+                          average_attn_weights, position};
+    auto run = [&](Backend& backend) { return module_.forward(backend, input, o); };
+    auto pack = [](AttentionResult r) {
+      return py::make_tuple(to_array(std::move(r.output)), r.weights ? py::object(to_array(std::move(*r.weights))) : py::none());
+    };
+    if (!trace) return pack(on_device(*device_, run));
+    auto [result, recorded] = traced(*device_, config(), run);
+    py::tuple out = pack(std::move(result));
+    return py::make_tuple(out[0], out[1], recorded);
+  }
+
+  CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const FloatArray& x,
+                    const std::optional<py::array>& key_padding_mask, int64_t position, double atol, double rtol) {
+    std::vector<std::pair<std::string, Tensor>> yours;
+    for (const auto& [name, array] : recorded) yours.emplace_back(name, to_tensor(array));
+    const Tensor input = to_tensor(x);
+    GroupedQueryOptions o;
+    o.key_padding_mask = to_mask(key_padding_mask);
+    o.position = position;
+    return on_device(*device_, [&](Backend& backend) {
+      return check_grouped_query(yours, module_, backend, input, o, {atol, rtol});
+    });
+  }
+
+ private:
+  static GroupedQueryAttention loaded(const std::map<std::string, FloatArray>& state, int64_t num_heads,
+                                      int64_t num_kv_heads, const std::string& rope, double rope_theta,
+                                      int64_t rotary_dims, bool causal, int64_t sliding_window) {
+    GroupedQueryAttentionConfig config;
+    config.num_heads = num_heads;
+    config.num_kv_heads = num_kv_heads;
+    config.rope = parse_rotary_convention(rope);
+    config.rope_theta = static_cast<float>(rope_theta);
+    config.rotary_dims = rotary_dims;
+    config.causal = causal;
+    config.sliding_window = sliding_window;
+    auto l = io::grouped_query_from_state_dict(to_state(state, std::nullopt), config, "state_dict");
+    return GroupedQueryAttention(l.config, std::move(l.weights));
+  }
+
+  GroupedQueryAttention module_;
+  std::shared_ptr<Device> device_;
+};
+
 // nn.TransformerEncoderLayer or nn.TransformerEncoder, from a state_dict under PyTorch's names.
 class Encoder {
  public:
@@ -476,6 +544,15 @@ PYBIND11_MODULE(_vkattn, m) {
       .def("check", &Attention::check, py::arg("recorded"), py::arg("query"), py::arg("key"), py::arg("value"),
            py::arg("key_padding_mask"), py::arg("attn_mask"), py::arg("is_causal"), py::arg("atol"), py::arg("rtol"));
 
+  py::class_<GroupedQuery>(m, "_GroupedQuery")
+      .def(py::init<const std::map<std::string, FloatArray>&, int64_t, int64_t, const std::string&, double, int64_t,
+                    bool, int64_t, const std::string&, const std::string&>())
+      .def_property_readonly("device", &GroupedQuery::device)
+      .def_property_readonly("config", [](const GroupedQuery& g) { return py::module_::import("json").attr("loads")(g.config().dump()); })
+      .def("forward", &GroupedQuery::forward, py::arg("x"), py::arg("key_padding_mask"), py::arg("need_weights"),
+           py::arg("average_attn_weights"), py::arg("attention"), py::arg("position"), py::arg("trace"))
+      .def("check", &GroupedQuery::check, py::arg("recorded"), py::arg("x"), py::arg("key_padding_mask"),
+           py::arg("position"), py::arg("atol"), py::arg("rtol"));
   py::class_<Encoder>(m, "_Encoder")
       .def(py::init<const std::map<std::string, FloatArray>&, int64_t, const std::string&, bool, double,
                     const std::string&, const std::string&>(),

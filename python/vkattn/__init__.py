@@ -17,12 +17,12 @@ from ._vkattn import (ConfigError, DeviceError, Error, FileError, ShapeError, __
                       _release_devices, heatmap_svg)
 from .check import STEPS, CheckReport, Recorder, attention_weights, check
 from .devices import devices
-from .modules import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from .modules import GroupedQueryAttention, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 from .trace import Step, Trace, load_trace
 
 # Vulkan devices go before the interpreter unloads the extension.
 atexit.register(_release_devices)
 
-__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "Trace", "Step",
+__all__ = ["MultiheadAttention", "GroupedQueryAttention", "TransformerEncoderLayer", "TransformerEncoder", "Trace", "Step",
            "load_trace", "Recorder", "check", "attention_weights", "CheckReport", "STEPS", "devices", "heatmap_svg",
            "Error", "ShapeError", "ConfigError", "FileError", "DeviceError", "__version__"]

@@ -16,8 +16,8 @@ import os
 import numpy as np
 
 from . import _vkattn
-from ._convert import _numpy, as_mask
-from .modules import MultiheadAttention, _inputs
+from ._convert import _numpy, as_array, as_mask
+from .modules import GroupedQueryAttention, MultiheadAttention, _inputs
 
 # vkattn's steps of one nn.MultiheadAttention forward, in order: (the shape, its axes, the
 # PyTorch line it is). B batch, L query positions, S key positions, E embed_dim, H heads,
@@ -37,6 +37,10 @@ STEPS = {
     "out_proj": ("(B, L, E)", "b, t, f", "self.W_o(O)"),
     "average_heads": ("(B, L, S)", "b, i, j", "P.mean(dim=1)"),
     "flash_attention": ("(B, H, L, d)", "b, h, i, c", "F.scaled_dot_product_attention(Q, K, V)"),
+    # a grouped-query attention's (GroupedQueryAttention): H_kv key/value heads, RoPE, o_proj
+    "rotary_embedding_q": ("(B, H, T, d)", "b, h, t, c", "q * cos + rotate_half(q) * sin"),
+    "rotary_embedding_k": ("(B, H_kv, T, d)", "b, h, t, c", "k * cos + rotate_half(k) * sin, before repeat_kv"),
+    "o_proj": ("(B, T, E)", "b, t, f", "self.o_proj(attn_output)"),
 }
 
 
@@ -122,12 +126,23 @@ class CheckReport:
 
 
 def check(recorder, weights, query, key=None, value=None, key_padding_mask=None, attn_mask=None,
-          is_causal=False, num_heads=None, batch_first=True, device=None, atol=1e-4, rtol=1e-4):
+          is_causal=False, num_heads=None, batch_first=True, device=None, atol=1e-4, rtol=1e-4, position=0):
     """Runs `weights` through vkattn's recipe on query/key/value (key and value default to the
     query) and compares every step in `recorder` (a Recorder or a dict name -> tensor) in the
     recipe's order. weights: a torch.nn.MultiheadAttention, a vkattn.MultiheadAttention, or a
     state_dict under PyTorch's names (attention_weights() makes one from four nn.Linear) with
-    num_heads. Masks as PyTorch takes them (bool True blocks). Returns a CheckReport."""
+    num_heads — or a vkattn.GroupedQueryAttention (Llama's), run on the query alone with its own
+    causal mask and window, from `position`, whose check also names RoPE's other convention,
+    another θ, and K/V heads copied with .repeat instead of .repeat_interleave. Masks as PyTorch
+    takes them (bool True blocks). Returns a CheckReport."""
+    tensors = recorder.tensors if isinstance(recorder, Recorder) else recorder
+    recorded = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in tensors.items()]
+    if isinstance(weights, GroupedQueryAttention):
+        if key is not None or value is not None or attn_mask is not None or is_causal:
+            raise _vkattn.ConfigError("check: a GroupedQueryAttention attends the query to itself with its own "
+                                      "causal mask and window; drop key, value, attn_mask and is_causal")
+        return CheckReport(weights._impl.check(recorded, as_array(query, "query"),
+                                               as_mask(key_padding_mask, "key_padding_mask"), position, atol, rtol))
     if isinstance(weights, MultiheadAttention):
         mha = weights
     elif isinstance(weights, dict):
@@ -137,8 +152,6 @@ def check(recorder, weights, query, key=None, value=None, key_padding_mask=None,
     else:
         raise _vkattn.ConfigError(f"weights: a {type(weights).__name__}; give a torch.nn.MultiheadAttention, "
                                   "a vkattn.MultiheadAttention or a state_dict (with num_heads=)")
-    tensors = recorder.tensors if isinstance(recorder, Recorder) else recorder
-    recorded = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in tensors.items()]
     q, k, v = _inputs(query, key, value)
     report = mha._impl.check(recorded, q, k, v, as_mask(key_padding_mask, "key_padding_mask"),
                              as_mask(attn_mask, "attn_mask"), is_causal, atol, rtol)

@@ -97,6 +97,52 @@ class MultiheadAttention:
         return output, Trace(recorded, reference=reference, values=values, weights=weights)
 
 
+class GroupedQueryAttention:
+    """The self-attention of Llama, Mistral, Qwen and Gemma (Hugging Face's LlamaAttention), in
+    eval mode, on a vkattn device: q_proj, k_proj, v_proj, o_proj; H query heads sharing H_kv
+    key/value heads (repeat_interleave's order, without the copy); RoPE on q and k; causal,
+    optionally with a sliding window. Made from a state_dict under Hugging Face's names, with what
+    a state_dict cannot say: rope ("half": rotate_half, Hugging Face's; "pairs": GPT-J's and
+    Meta's Llama code's), rope_theta, rotary_dims (None: all of each head), sliding_window."""
+
+    def __init__(self, state_dict, num_heads, num_kv_heads=None, rope="half", rope_theta=10000.0, rotary_dims=None,
+                 causal=True, sliding_window=None, device=None):
+        self._impl = _vkattn._GroupedQuery(state_arrays(state_dict), num_heads, num_kv_heads or 0, rope,
+                                           float(rope_theta), rotary_dims or 0, causal, sliding_window or 0,
+                                           *resolve(device))
+        for name, value in self._impl.config.items():
+            if name != "module":
+                setattr(self, name, value)
+
+    @property
+    def device(self):
+        """Where it runs: "gpu: <the device's name>" or "cpu: reference (C++ loops)"."""
+        return self._impl.device
+
+    def __repr__(self):
+        window = f", sliding_window={self.sliding_window}" if self.sliding_window else ""
+        return (f"vkattn.GroupedQueryAttention(hidden_size={self.hidden_size}, num_heads={self.num_heads}, "
+                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, rope={self.rope!r}, "
+                f"rope_theta={self.rope_theta:g}{window}) on {self.device}")
+
+    def __call__(self, x, key_padding_mask=None, need_weights=False, average_attn_weights=False, attention="auto",
+                 position=0):
+        """(output, weights): x (B, T, E) or (T, E) -> output like x; weights per head (B, H, T, T)
+        when need_weights (averaged over heads with average_attn_weights), else None. `position`
+        is x's first position (RoPE's offset)."""
+        return self._impl.forward(as_array(x, "x"), as_mask(key_padding_mask, "key_padding_mask"), need_weights,
+                                  average_attn_weights, attention, position, False)
+
+    forward = __call__
+
+    def trace(self, x, key_padding_mask=None, need_weights=False, average_attn_weights=False, attention="auto",
+              position=0, values=True):
+        """(output, Trace): the forward with every step recorded."""
+        output, weights, recorded = self._impl.forward(as_array(x, "x"), as_mask(key_padding_mask, "key_padding_mask"),
+                                                       need_weights, average_attn_weights, attention, position, True)
+        return output, Trace(recorded, values=values, weights=weights)
+
+
 def _activation(layer):
     """relu or gelu: torch keeps it as activation_relu_or_gelu (1.12+) or as the function."""
     kind = getattr(layer, "activation_relu_or_gelu", 0)

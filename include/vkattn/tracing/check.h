@@ -10,6 +10,11 @@
 //   a constant factor          scores scaled by 1/d instead of 1/√d, or not scaled at all
 //   softmax over another axis  yours sums to 1 along i (dim=2), vkattn's along j (dim=-1)
 //   a mask of the wrong polarity  yours blocks the positions vkattn keeps, and keeps the blocked
+// and, in a grouped-query attention (check_grouped_query):
+//   RoPE's other convention    yours rotates neighbouring pairs where the recipe rotates halves, or
+//                              the other way round
+//   another θ                  yours turns pair 1 by another angle a position: θ ≈ 500000, not 10000
+//   K/V heads repeated with .repeat   query head h met key/value head h mod H_kv, not h / (H/H_kv)
 // Yours may be shaped with vkattn's axes merged ((B·H, L, d) for (B, H, L, d)) or without a batch
 // axis of 1. A blocked score filled with -1e9 (or less) counts as vkattn's -inf.
 #include <cstdint>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tensor.h"
 #include "vkattn/tracing/compare.h"
@@ -26,11 +32,21 @@
 
 namespace vkattn {
 
+// The recipe's RoPE, for telling another convention or θ from other differences.
+struct RotaryCheck {
+  float theta = 10000.0f;
+  RotaryConvention convention = RotaryConvention::half;
+  int64_t rotary_dims = 0;  // 0: d
+  int64_t offset = 0;       // the first row's position
+};
+
 struct CheckOptions {
   double atol = 1e-4, rtol = 1e-4;  // |yours - vkattn's| <= atol + rtol·|vkattn's|
   // The recipe's head count: a feature axis f of E = H·c is seen as (h, c) when looking for axes
   // in another order (merge_heads without its transpose). 0 leaves f whole.
   int64_t heads = 0;
+  int64_t kv_group = 1;               // query heads per key/value head (grouped-query attention)
+  std::optional<RotaryCheck> rotary;  // the recipe's rotary_embedding steps' parameters
 };
 
 enum class StepVerdict { not_recorded, agrees, differs };
@@ -74,5 +90,10 @@ CheckReport check_attention(const std::vector<std::pair<std::string, Tensor>>& r
                             const MultiHeadAttention& module, Backend& backend, const Tensor& query,
                             const Tensor& key, const Tensor& value, ForwardOptions forward,
                             CheckOptions options = {});
+// The same for a grouped-query attention (Llama's) on x: its recipe with weights (unfused) unless
+// flash_attention was recorded, checked with its heads, key/value group and RoPE.
+CheckReport check_grouped_query(const std::vector<std::pair<std::string, Tensor>>& recorded,
+                                const GroupedQueryAttention& module, Backend& backend, const Tensor& x,
+                                GroupedQueryOptions forward, CheckOptions options = {});
 
 }  // namespace vkattn
