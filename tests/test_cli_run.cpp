@@ -555,7 +555,7 @@ TEST_P(CliGroupedQueryGolden, WritesWhatPyTorchComputes) {
   Exit e = vkattn(args);
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_EQ(e.err, "");
-  EXPECT_NE(e.out.find("grouped-query attention (E="), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("grouped-query attention: E="), std::string::npos) << e.out;
   EXPECT_TRUE(testing::all_close(io::read_npy(path("out.npy")), io::read_npy(fixture / "expected_output.npy"),
                                  {.atol = 1e-4f, .rtol = 0.0f}));
 }

@@ -86,12 +86,11 @@ Runnable grouped_query_run(const RunArgs& a) {
   options.attention = parse_attention_path(a.attention);
   const auto& c = module->config();
   std::ostringstream repr;
-  repr << "grouped-query attention (E=" << c.hidden_size << ", H=" << c.num_heads << ", H_kv=" << c.kv_heads()
+  repr << "grouped-query attention: E=" << c.hidden_size << ", H=" << c.num_heads << ", H_kv=" << c.kv_heads()
        << ", d=" << c.dim() << "; RoPE " << (c.rope == RotaryConvention::half ? "half" : "pairs") << ", θ="
-       << c.rope_theta << ", " << (c.rotary_dims ? c.rotary_dims : c.dim()) << " dims rotated; "
+       << c.rope_theta << " on " << (c.rotary_dims ? c.rotary_dims : c.dim()) << " dims; "
        << (c.causal ? "causal" : "not causal");
   if (c.sliding_window) repr << ", window " << c.sliding_window;
-  repr << ")";
   nlohmann::json trace = {
       {"module", "grouped-query attention"}, {"hidden_size", c.hidden_size}, {"num_heads", c.num_heads},
       {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.dim()}, {"attention_bias", c.attention_bias},
