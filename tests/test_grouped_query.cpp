@@ -127,6 +127,11 @@ TEST_P(FlashWindow, MatchesReferenceAndTheUnfusedSteps) {
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, FlashWindow,
                          Combine(kShapes, kCausal, Bool()));
+// What the runs at other subgroup widths take (tests/CMakeLists.txt): the flash kernels' row groups
+// and key blocks both follow the lane count, and a window starts mid-block
+INSTANTIATE_TEST_SUITE_P(Lanes, FlashWindow,
+                         Combine(Values(Gqa{2, 6, 3, 17, 113, 5}, Gqa{1, 8, 2, 113, 17, 16}),
+                                 Values(Causal{true, 0}, Causal{true, 3}, Causal{true, 17}), Values(true)));
 
 // A window changes what a row sees: query 10 with window 3 attends to keys 8, 9, 10 alone (its
 // output is the average of their values when the scores tie), where plain causal sees 0 … 10.

@@ -279,6 +279,8 @@ TEST_F(CheckSince2017, NamesRepeatForRepeatInterleave) {
 TEST(GroupedQueryErrors, BadConfigurationsNameWhatIsWrong) {
   expect_error<ConfigError>([] { GroupedQueryAttention({.hidden_size = 32, .num_heads = 8, .num_kv_heads = 3}); },
                             {"num_heads=8 is not a multiple of num_kv_heads=3"});
+  expect_error<ConfigError>([] { GroupedQueryAttention({.hidden_size = -32, .num_heads = 4}); },
+                            {"hidden_size=-32, num_heads=4", "must be >= 1"});
   expect_error<ConfigError>([] { GroupedQueryAttention({.hidden_size = 30, .num_heads = 4}); },
                             {"hidden_size=30 is not divisible by num_heads=4"});
   expect_error<ConfigError>([] { GroupedQueryAttention({.hidden_size = 32, .num_heads = 4, .rotary_dims = 3}); },

@@ -14,31 +14,8 @@ const std::string kWho = "GroupedQueryAttention";
 
 std::string number(const char* name, int64_t value) { return std::string(name) + "=" + std::to_string(value); }
 
-}  // namespace
-
-GroupedQueryAttentionWeights GroupedQueryAttentionWeights::random(const GroupedQueryAttentionConfig& c, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t E = c.hidden_size, Hd = c.num_heads * c.dim(), KVd = c.kv_heads() * c.dim();
-  GroupedQueryAttentionWeights w;
-  w.q_proj_weight = block::linear_parameter({Hd, E}, E, rng);
-  w.k_proj_weight = block::linear_parameter({KVd, E}, E, rng);
-  w.v_proj_weight = block::linear_parameter({KVd, E}, E, rng);
-  w.o_proj_weight = block::linear_parameter({E, Hd}, Hd, rng);
-  if (c.attention_bias) {
-    w.q_proj_bias = block::linear_parameter({Hd}, E, rng);
-    w.k_proj_bias = block::linear_parameter({KVd}, E, rng);
-    w.v_proj_bias = block::linear_parameter({KVd}, E, rng);
-  }
-  if (c.o_proj_bias) w.o_proj_bias = block::linear_parameter({E}, Hd, rng);
-  return w;
-}
-
-GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config)
-    : GroupedQueryAttention(config, GroupedQueryAttentionWeights::random(config, 0)) {}
-
-GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config, GroupedQueryAttentionWeights weights)
-    : config_(config), weights_(std::move(weights)) {
-  const auto& c = config_;
+// The config itself, or a ConfigError naming what is wrong with it (before any weight is made).
+const GroupedQueryAttentionConfig& checked(const GroupedQueryAttentionConfig& c) {
   auto fail = [](const std::string& message) { throw ConfigError(kWho + ": " + message); };
   if (c.hidden_size < 1 || c.num_heads < 1 || c.num_kv_heads < 0 || c.head_dim < 0) {
     fail(number("hidden_size", c.hidden_size) + ", " + number("num_heads", c.num_heads) + ", " +
@@ -64,6 +41,36 @@ GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config,
   if (c.sliding_window < 0 || (c.sliding_window > 0 && !c.causal)) {
     fail(number("sliding_window", c.sliding_window) + " must be >= 0 (0: none), and a window needs causal attention");
   }
+  return c;
+}
+
+}  // namespace
+
+GroupedQueryAttentionWeights GroupedQueryAttentionWeights::random(const GroupedQueryAttentionConfig& config,
+                                                                   uint32_t seed) {
+  const GroupedQueryAttentionConfig& c = checked(config);
+  std::mt19937 rng(seed);
+  const int64_t E = c.hidden_size, Hd = c.num_heads * c.dim(), KVd = c.kv_heads() * c.dim();
+  GroupedQueryAttentionWeights w;
+  w.q_proj_weight = block::linear_parameter({Hd, E}, E, rng);
+  w.k_proj_weight = block::linear_parameter({KVd, E}, E, rng);
+  w.v_proj_weight = block::linear_parameter({KVd, E}, E, rng);
+  w.o_proj_weight = block::linear_parameter({E, Hd}, Hd, rng);
+  if (c.attention_bias) {
+    w.q_proj_bias = block::linear_parameter({Hd}, E, rng);
+    w.k_proj_bias = block::linear_parameter({KVd}, E, rng);
+    w.v_proj_bias = block::linear_parameter({KVd}, E, rng);
+  }
+  if (c.o_proj_bias) w.o_proj_bias = block::linear_parameter({E}, Hd, rng);
+  return w;
+}
+
+GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config)
+    : GroupedQueryAttention(config, GroupedQueryAttentionWeights::random(config, 0)) {}
+
+GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config, GroupedQueryAttentionWeights weights)
+    : config_(checked(config)), weights_(std::move(weights)) {
+  const auto& c = config_;
   const int64_t E = c.hidden_size, Hd = c.num_heads * c.dim(), KVd = c.kv_heads() * c.dim();
   const auto& w = weights_;
   block::check_weight(kWho, "q_proj.weight", w.q_proj_weight, {Hd, E}, "(H·d, E)");

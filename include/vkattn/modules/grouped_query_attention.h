@@ -52,7 +52,8 @@ struct GroupedQueryAttentionWeights {
   std::optional<Tensor> q_proj_bias, k_proj_bias, v_proj_bias;  // (H·d,), (H_kv·d,) ×2: attention_bias
   std::optional<Tensor> o_proj_bias;                            // (E,): o_proj_bias
 
-  // nn.Linear's initialisation, U(-1/√in, 1/√in), biases included, reproducibly from `seed`.
+  // nn.Linear's initialisation, U(-1/√in, 1/√in), biases included, reproducibly from `seed`;
+  // ConfigError for a config GroupedQueryAttention would refuse.
   static GroupedQueryAttentionWeights random(const GroupedQueryAttentionConfig& config, uint32_t seed);
 };
 
