@@ -17,7 +17,6 @@
 
 #include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
-#include "vkattn/modules/kv_cache.h"
 #include "vkattn/tensor.h"
 #include "vkattn/tracing/tracer.h"
 

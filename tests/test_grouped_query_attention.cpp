@@ -301,6 +301,11 @@ TEST(GroupedQueryErrors, BadConfigurationsNameWhatIsWrong) {
   GroupedQueryAttention module(config);
   expect_error<ShapeError>([&] { module.forward(cpu, random_tensor({2, 5, 16}, 3)); },
                            {"GroupedQueryAttention.forward: x (2, 5, 16) must be (B, T, E) or (T, E) with E"});
+  KVCache cache = module.make_cache(cpu, 2, 8);
+  expect_error<ShapeError>(
+      [&] { module.decode(cpu, random_tensor({2, 1, 32}, 4), cache, {.key_padding_mask = Tensor({2, 3})}); },
+      {"GroupedQueryAttention.decode: key_padding_mask (2, 3) must be bool or float (B, S) = (2, 1)"});
+  EXPECT_EQ(cache.length(), 0);
   KVCache wrong = KVCache(cpu, 1, 2, 4, 8, 8);
   expect_error<ShapeError>([&] { module.decode(cpu, random_tensor({2, 1, 32}, 4), wrong); },
                            {"GroupedQueryAttention.decode: the cache holds 1 layers of 2 sequences, 4 heads",

@@ -144,15 +144,7 @@ Tensor CausalLM::decode(Backend& backend, const Tensor& ids, KVCache& cache, con
                      " heads; the model has " + std::to_string(config_.num_layers) + " layers of " +
                      std::to_string(config_.layer.nhead) + " heads and the ids " + std::to_string(B) + " sequences");
   }
-  std::optional<Tensor> mask;
-  if (options.key_padding_mask) {
-    const Shape expected{B, position + T};
-    if (options.key_padding_mask->shape != expected || options.key_padding_mask->dtype == DType::int64) {
-      throw ShapeError(who + ": key_padding_mask " + shape_string(options.key_padding_mask->shape) +
-                       " must be bool or float (B, S) = " + shape_string(expected) + ", S the cache's length after");
-    }
-    mask = canonical_mask(*options.key_padding_mask);
-  }
+  const std::optional<Tensor> mask = options.padding_mask(who, B, position + T);
   Tensor logits = run_pass(backend, "causal_lm_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);

@@ -225,15 +225,7 @@ Tensor GroupedQueryAttention::decode(Backend& backend, const Tensor& x_in, KVCac
                      " (make_cache)");
   }
   cache.check_room(T);
-  std::optional<Tensor> mask;
-  if (options.key_padding_mask) {
-    const Shape expected{B, position + T};
-    if (options.key_padding_mask->shape != expected || options.key_padding_mask->dtype == DType::int64) {
-      throw ShapeError(who + ": key_padding_mask " + shape_string(options.key_padding_mask->shape) +
-                       " must be bool or float (B, S) = " + shape_string(expected) + ", S the cache's length after");
-    }
-    mask = canonical_mask(*options.key_padding_mask);
-  }
+  const std::optional<Tensor> mask = options.padding_mask(who, B, position + T);
   Tensor out = run_pass(backend, "grouped_query_attention_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);

@@ -9,6 +9,7 @@
 // exactly bytes() = 2 · layers · B · H · capacity · d · 4, allocated once, when the cache is made.
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "vkattn/backends/backend.h"
@@ -63,6 +64,10 @@ struct DecodeOptions {
   // query attends to. For batches of prompts of different lengths.
   std::optional<Tensor> key_padding_mask;
   int64_t parts = 0;  // flash_decoding's key split; 0 = the backend's choice
+
+  // key_padding_mask checked to be bool or float (batch, keys) and made additive (True -> -inf);
+  // nothing when there is none. ShapeError "<who>: key_padding_mask … must be …" otherwise.
+  std::optional<Tensor> padding_mask(const std::string& who, int64_t batch, int64_t keys) const;
 };
 
 }  // namespace vkattn
