@@ -42,6 +42,7 @@ struct RunArgs {
   bool pack_in_proj = false;  // self-attention's q, k, v projections as one in_proj GEMM
   bool side_by_side = false;  // run the GPU and the CPU reference, compare every step
   double atol = 1e-5, rtol = 1e-5;
+  std::string report;  // an HTML page of the pass (or both passes, side by side), values and all
 };
 CLI::App* add_run(CLI::App& app, RunArgs& args);
 int run_run(const RunArgs& args);
@@ -61,6 +62,7 @@ struct EncodeArgs {
   std::string out;
   std::string trace;
   bool trace_values = false;
+  std::string report;  // an HTML page of the pass, values and all
 };
 CLI::App* add_encode(CLI::App& app, EncodeArgs& args);
 int run_encode(const EncodeArgs& args);
@@ -102,6 +104,15 @@ struct DiffArgs {
 };
 CLI::App* add_diff(CLI::App& app, DiffArgs& args);
 int run_diff(const DiffArgs& args);
+
+struct ReportArgs {
+  std::string dir, against, out, title;
+  double atol = 1e-5, rtol = 1e-5;
+};
+CLI::App* add_report(CLI::App& app, ReportArgs& args);
+int run_report(const ReportArgs& args);
+// "report.html: 1.2 MB, 14 steps; first divergent step 9 merge_heads" after writing it.
+void say_report_written(const std::string& file, const std::string& what);
 
 struct CheckArgs {
   std::string dir;  // the user's tensors, <step>.npy

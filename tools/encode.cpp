@@ -14,6 +14,7 @@
 #include "vkattn/io/npy.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/transformer_encoder.h"
+#include "vkattn/tracing/report.h"
 #include "vkattn/tracing/trace_dump.h"
 
 namespace vkattn::cli {
@@ -65,11 +66,13 @@ CLI::App* add_encode(CLI::App& app, EncodeArgs& a) {
   cmd->add_option("--out", a.out, "Y.npy: write the output, shaped like the input");
   auto* trace = cmd->add_option("--trace", a.trace, "DIR: print every step and write DIR/trace.json and DIR/timeline.json");
   cmd->add_flag("--trace-values", a.trace_values, "also read back every step's output: DIR/NNN_<step>.npy")->needs(trace);
+  cmd->add_option("--report", a.report, "FILE.html: every step of the pass as one page to explore in a browser");
   return cmd;
 }
 
 int run_encode(const EncodeArgs& a) {
-  if (!a.out.empty()) io::check_output_path(a.out);
+  for (const auto& path : {a.out, a.report})
+    if (!path.empty()) io::check_output_path(path);
   auto state = io::load_encoder(a.weights, a.heads);
   auto& layer = state.config.layer;
   layer.activation = a.activation == "gelu" ? Activation::gelu : Activation::relu;
@@ -90,17 +93,24 @@ int run_encode(const EncodeArgs& a) {
     backend->add_tracer(*sinks.emplace_back(std::make_unique<TraceDump>(a.trace, a.trace_values, trace_config(a, state))));
     backend->add_tracer(*sinks.emplace_back(std::make_unique<ConsoleTracer>(std::cout, a.trace_values)));
   }
+  StepRecorder recorded(true);
+  if (!a.report.empty()) backend->add_tracer(recorded);
   Tensor output = state.single_layer
                       ? TransformerEncoderLayer(layer, std::move(state.weights.layers[0])).forward(*backend, input, options)
                       : TransformerEncoder(state.config, std::move(state.weights)).forward(*backend, input, options);
   require_finite(output, "output");
   if (!a.out.empty()) io::write_npy(a.out, output);
+  if (!a.report.empty()) {
+    write_report(a.report, {{.title = "encoder", .pass = &recorded, .pass_label = backend->name()}},
+                 {.title = "vkattn encode " + a.weights});
+  }
 
   std::cout << backend->name() << " backend: " << backend->device_name() << "\n"
             << describe_stack("Encoder", state.config.layer, state.single_layer,
                               state.config.num_layers, state.config.final_norm)
             << " from " << a.weights << "\n";
   print_summary(output, "output", a.out);
+  if (!a.report.empty()) say_report_written(a.report, "every step of the pass");
   return 0;
 }
 

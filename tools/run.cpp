@@ -23,6 +23,7 @@
 #include "vkattn/io/npy.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/report.h"
 #include "vkattn/tracing/side_by_side.h"
 #include "vkattn/tracing/trace_dump.h"
 
@@ -132,6 +133,8 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
                              "run on the GPU and the CPU reference; print each step's max |gpu - cpu| "
                              "(with --trace: DIR/gpu and DIR/cpu); write outputs only when every step agrees")
                    ->excludes(backend);
+  cmd->add_option("--report", a.report,
+                  "FILE.html: the pass (side by side: both, and their difference) as one page to explore in a browser");
   cmd->add_option("--atol", a.atol, "--side-by-side's absolute tolerance")->capture_default_str()->check(kNonNegativeNumber)->needs(side);
   cmd->add_option("--rtol", a.rtol, "--side-by-side's relative tolerance (times |cpu|)")->capture_default_str()->check(kNonNegativeNumber)->needs(side);
   return cmd;
@@ -139,7 +142,7 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
 
 int run_run(const RunArgs& a) {
   if (!a.out.empty() && a.out == a.attn_weights) throw UsageError("--out and --attn-weights both name " + a.out);
-  for (const auto& path : {a.out, a.attn_weights})
+  for (const auto& path : {a.out, a.attn_weights, a.report})
     if (!path.empty()) io::check_output_path(path);
 
   const bool grouped = is_grouped_query_file(a.inputs.weights);
@@ -162,7 +165,7 @@ int run_run(const RunArgs& a) {
   std::vector<std::unique_ptr<StepRecorder>> recorders;
   std::vector<std::unique_ptr<Tracer>> sinks;
   for (auto& backend : backends) {
-    if (a.side_by_side) backend->add_tracer(*recorders.emplace_back(std::make_unique<StepRecorder>(true)));
+    if (a.side_by_side || !a.report.empty()) backend->add_tracer(*recorders.emplace_back(std::make_unique<StepRecorder>(true)));
     if (a.trace.empty()) continue;
     auto dir = a.side_by_side ? std::filesystem::path(a.trace) / backend->name() : std::filesystem::path(a.trace);
     backend->add_tracer(*sinks.emplace_back(std::make_unique<TraceDump>(dir, a.trace_values, module.trace)));
@@ -180,10 +183,16 @@ int run_run(const RunArgs& a) {
       if (!failure) failure = std::current_exception();
     }
   }
+  if (!a.report.empty()) {  // also when the passes disagree: that is when the page helps most
+    ReportSection section{.title = module.repr, .pass = recorders[0].get(), .pass_label = backends[0]->name()};
+    if (a.side_by_side) section.against = recorders[1].get(), section.against_label = backends[1]->name();
+    write_report(a.report, {section}, {.title = "vkattn run " + a.inputs.weights, .atol = a.atol, .rtol = a.rtol});
+  }
   if (a.side_by_side) {
     SideBySide table(*recorders[0], *recorders[1], a.atol, a.rtol);
     std::cout << first;
     table.print(std::cout);
+    if (!a.report.empty()) say_report_written(a.report, "every step of both passes and their difference");
     if (failure) std::rethrow_exception(failure);
     if (!table.agree()) {
       const auto& step = table.rows()[*table.first_divergent()].event();
@@ -217,6 +226,7 @@ int run_run(const RunArgs& a) {
     print_summary(*result.weights, a.per_head_weights ? "attention weights per head" : "attention weights averaged over heads",
                   a.attn_weights);
   }
+  if (!a.report.empty() && !a.side_by_side) say_report_written(a.report, "every step of the pass");
   if (!images.empty()) std::cout << images.size() << " heatmap" << (images.size() > 1 ? "s" : "") << " -> " << a.images << "/attn_weights*.svg\n";
   return 0;
 }

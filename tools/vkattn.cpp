@@ -5,6 +5,7 @@
 //   vkattn decode    a PyTorch nn.TransformerDecoder state_dict on .npy target and memory
 //   vkattn generate  a small causal language model continues a prompt, with a KV cache or without
 //   vkattn diff      two trace dumps compared step by step, down to the first divergent element
+//   vkattn report    a trace dump (or two, against each other) as one offline HTML page to explore
 //   vkattn check     your own attention's tensors against vkattn's recipe: where and why they differ
 //   vkattn bench     one shape timed (validated first): per-step times, GFLOP/s, memory, tracing cost
 //   vkattn demo      random attention on the GPU and the CPU reference, compared step by step
@@ -31,6 +32,8 @@ int main(int argc, char** argv) {
   auto* generate = cli::add_generate(app, generate_args);
   cli::DiffArgs diff_args;
   auto* diff = cli::add_diff(app, diff_args);
+  cli::ReportArgs report_args;
+  auto* report = cli::add_report(app, report_args);
   cli::CheckArgs check_args;
   auto* check = cli::add_check(app, check_args);
   cli::BenchArgs bench_args;
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
     if (decode->parsed()) return cli::run_decode(decode_args);
     if (generate->parsed()) return cli::run_generate(generate_args);
     if (diff->parsed()) return cli::run_diff(diff_args);
+    if (report->parsed()) return cli::run_report(report_args);
     if (check->parsed()) return cli::run_check(check_args);
     if (bench->parsed()) return cli::run_bench(bench_args);
     if (demo->parsed()) return cli::run_demo(demo_args);

@@ -9,7 +9,9 @@
 #include <set>
 #include <sstream>
 
+#include "engine/io/file.h"
 #include "vkattn/backends/make_backend.h"
+#include "vkattn/tracing/report.h"
 #include "vkattn/tracing/side_by_side.h"
 #include "vkattn/tracing/step_table.h"
 
@@ -18,6 +20,13 @@ namespace vkattn::tutorial {
 namespace {
 
 constexpr size_t kColumns = 100;  // a terminal's width: no line of a lesson is wider
+
+// GPU and CPU agree when |gpu - cpu| <= kTolerance + kTolerance·|cpu|. A GPU sums in its own
+// order and contracts a·b + c into one rounding: on an NVIDIA H100, lesson 02's unscaled d = 64
+// scores (up to ±22) came out 1.4e-5 from the reference after attention_values, a relative 4e-5:
+// float32 rounding, not a bug. 1e-4 leaves room for it; lavapipe, which sums as the reference
+// does, agrees within 1e-6.
+constexpr double kTolerance = 1e-4;
 
 // `line` split at its spaces, but not those inside parentheses: "(B, H, T, d)" stays whole.
 std::vector<std::string> words(const std::string& line) {
@@ -75,8 +84,26 @@ std::string unscoped(const std::string& step) { return step.substr(step.rfind('.
 
 }  // namespace
 
-Lesson::Lesson(std::unique_ptr<Backend> gpu, std::filesystem::path images, bool values)
-    : gpu_(std::move(gpu)), images_(std::move(images)), values_(values) {}
+Lesson::Lesson(std::unique_ptr<Backend> gpu, std::filesystem::path images, bool values, std::filesystem::path report,
+               std::string title)
+    : gpu_(std::move(gpu)), images_(std::move(images)), values_(values), report_(std::move(report)), title_(std::move(title)) {
+  if (!report_.empty()) io::check_output_path(report_);  // before the lesson's work, not after it
+}
+
+void Lesson::report(const std::string& title, StepRecorder pass, StepRecorder against, const std::string& pass_label,
+                    const std::string& against_label) {
+  if (!report_.empty()) extra_report_.push_back({title, std::move(pass), std::move(against), pass_label, against_label});
+}
+
+void Lesson::write_report() const {
+  std::vector<ReportSection> sections;
+  for (const auto* parts : {&extra_report_, &parts_report_}) {
+    for (const auto& p : *parts) sections.push_back({p.title, &p.pass, &p.against, p.pass_label, p.against_label});
+  }
+  vkattn::write_report(report_, sections, {.title = title_, .atol = kTolerance, .rtol = kTolerance});
+  std::cout << "(report: " << report_.string() << ", " << sections.size() << " part" << (sections.size() > 1 ? "s" : "")
+            << "; open it in a browser)\n";
+}
 
 double Lesson::untimed(Backend& backend, const std::function<void(Backend&)>& run) {
   const auto start = std::chrono::steady_clock::now();
@@ -110,11 +137,7 @@ void Lesson::traced(Backend& backend, StepRecorder& steps, const std::string& he
 void Lesson::compare(const std::string& heading, const StepRecorder& gpu_steps, const StepRecorder& cpu_steps,
                      double first_run_s, const Notes* notes) {
   ++parts_;
-  // A GPU sums in its own order and contracts a·b + c into one rounding: on an NVIDIA H100,
-  // lesson 02's unscaled d = 64 scores (up to ±22) came out 1.4e-5 from the reference after
-  // attention_values, a relative 4e-5: float32 rounding, not a bug. 1e-4 leaves room for it;
-  // lavapipe, which sums as the reference does, agrees within 1e-6.
-  SideBySide table(gpu_steps, cpu_steps, 1e-4, 1e-4);
+  SideBySide table(gpu_steps, cpu_steps, kTolerance, kTolerance);
   double largest = 0;
   for (const auto& row : table.rows())
     if (row.diff) largest = std::max(largest, row.diff->max_abs_error);
@@ -195,6 +218,7 @@ void Lesson::plot(const std::string& stem, const std::vector<io::PlotSeries>& se
 }
 
 int Lesson::finish() const {
+  if (!report_.empty()) write_report();
   for (const auto& [step, explained] : explained_) {
     if (!explained) throw std::logic_error("the lesson shows step '" + step + "' but never says what it is");
   }
@@ -207,10 +231,11 @@ int Lesson::finish() const {
 
 int run(int argc, char** argv, const std::string& title, const std::function<void(Lesson&)>& lesson) {
   CLI::App app(title, std::filesystem::path(argv[0]).filename().string());
-  std::string images, device;
+  std::string images, device, report;
   bool values = false;
   app.add_option("--images", images, "DIR: write the lesson's pictures as SVG (heatmaps of weights and masks, plots)");
   app.add_flag("--values", values, "under every step, both sides' leading values");
+  app.add_option("--report", report, "FILE.html: every part's GPU and CPU passes as one page to explore in a browser");
   app.add_option("--device", device, "GPU index or name substring (see vkattn devices); default: the best");
   try {
     app.parse(argc, argv);
@@ -221,7 +246,7 @@ int run(int argc, char** argv, const std::string& title, const std::function<voi
     return 2;
   }
   try {
-    Lesson l(make_backend("gpu", device), images, values);
+    Lesson l(make_backend("gpu", device), images, values, report, title);
     std::cout << title << "\n";
     lesson(l);
     return l.finish();

@@ -1,5 +1,5 @@
 #pragma once
-// What every lesson shares: its command line (--images DIR, --values, --device D), the CPU
+// What every lesson shares: its command line (--images DIR, --values, --report FILE, --device D), the CPU
 // reference and a GPU, and parts. A part runs the same steps on the GPU and on the CPU, each as
 // one pass traced with values, and prints every step's shapes, both times and their largest
 // difference: the side-by-side view, made by the tracer (SideBySide), never by hand. Above each
@@ -40,7 +40,9 @@ using Notes = std::map<std::string, std::string>;
 
 class Lesson {
  public:
-  Lesson(std::unique_ptr<Backend> gpu, std::filesystem::path images, bool values);
+  // `report`: a page (FILE.html) written by finish() with every part's two passes, or empty.
+  Lesson(std::unique_ptr<Backend> gpu, std::filesystem::path images, bool values, std::filesystem::path report = {},
+         std::string title = {});
 
   // Runs `steps(Backend&)` on the GPU (once untimed, then traced), then on the CPU reference, each
   // traced pass named `heading`; prints the heading and the side-by-side table, each step's row
@@ -69,6 +71,10 @@ class Lesson {
   // With --images DIR: a line plot, DIR/<stem>.svg.
   void plot(const std::string& stem, const std::vector<io::PlotSeries>& series, const io::PlotLabels& labels) const;
 
+  // With --report FILE: one more section of the page, `pass` against `against` (e.g. a broken
+  // recipe's dump against a good one's), before the parts' sections.
+  void report(const std::string& title, StepRecorder pass, StepRecorder against, const std::string& pass_label,
+              const std::string& against_label);
   Backend& gpu() { return *gpu_; }
   ReferenceBackend& cpu() { return cpu_; }
   // 0 when the GPU agreed with the reference at every step of every part, else 1; says so.
@@ -85,6 +91,7 @@ class Lesson {
     traced(*gpu_, gpu_steps, heading, [&](Backend& b) { on_gpu.emplace(steps(b)); });
     traced(cpu_, cpu_steps, heading, [&](Backend& b) { on_cpu.emplace(steps(b)); });
     compare(heading, gpu_steps, cpu_steps, first_run_s, notes);
+    if (!report_.empty()) parts_report_.push_back({heading, std::move(gpu_steps), std::move(cpu_steps), "gpu", "cpu"});
     return std::pair<Result, Result>{std::move(*on_gpu), std::move(*on_cpu)};
   }
   // Seconds that `run` took on `backend`, untraced; a failure is left for the traced pass to show.
@@ -99,12 +106,21 @@ class Lesson {
   ReferenceBackend cpu_;
   std::filesystem::path images_;
   bool values_;
+  std::filesystem::path report_;
+  std::string title_;
+  struct ReportPart {
+    std::string title;
+    StepRecorder pass, against;
+    std::string pass_label, against_label;
+  };
+  std::vector<ReportPart> extra_report_, parts_report_;  // report()'s sections, then the parts'
+  void write_report() const;
   int parts_ = 0, parts_agreeing_ = 0;
   double worst_ = 0;
   std::map<std::string, bool> explained_;  // each step name shown (unscoped): whether words said what it is
 };
 
-// Parses the lesson's command line (--images DIR, --values, --device D; --help), prints `title`, runs
+// Parses the lesson's command line (--images DIR, --values, --report FILE, --device D; --help), prints `title`, runs
 // `lesson`, and returns the exit code: 0 when CPU and GPU agreed throughout, 1 when they did not
 // or a step failed, 2 for a bad argument. Errors are one line on stderr.
 int run(int argc, char** argv, const std::string& title, const std::function<void(Lesson&)>& lesson);

@@ -7,12 +7,13 @@
 // merge_heads is replaced by that wrong version (a host step under the same name), both recipes
 // are dumped with their values (as `vkattn run --trace DIR --trace-values` would), and the dumps
 // are compared step by step (as `vkattn diff` does): the first step that differs is the broken
-// one, with the first wrong element's index in its own dims and both values.
+// one, with the first wrong element's index in its own dims and both values. Then the same diff
+// as a page to look at (what `vkattn report broken --against good` writes).
 //
 // Note what does NOT find it: the GPU and the CPU agree on the broken recipe. Side by side checks
 // the kernels; a diff against a known-good dump checks the recipe.
 //
-// Run: build/bin/tutorial_08_debugging_with_traces [--images DIR] [--device D]
+// Run: build/bin/tutorial_08_debugging_with_traces [--images DIR] [--report FILE] [--device D]
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "tutorials/lesson.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tracing/compare.h"
+#include "vkattn/tracing/report.h"
 #include "vkattn/tracing/trace_dump.h"
 
 using namespace vkattn;
@@ -108,6 +110,19 @@ int main(int argc, char** argv) {
         "its output must be head f / d's feature f % d at position i; the view without the transpose reads the "
         "(B, H, T, d) memory as if it were (B, T, H, d), so position i gets another position's features.");
     if (first.step.name != "merge_heads") throw std::runtime_error("the diff pointed at " + first.step.name);
+
+    // The same diff, to look at: a page with every step's tensor, both dumps and |broken - good|.
+    const std::filesystem::path page = dumps / "broken_against_good.html";
+    StepRecorder broken_pass = load_trace(dumps / "broken"), good_pass = load_trace(dumps / "good");
+    const std::string look = "merge_heads without the transpose, against the right recipe";
+    write_report(page, {{look, &broken_pass, &good_pass, "broken", "good"}}, {.title = "Lesson 08: " + look});
+    lesson.say("Or look at it: vkattn report " + (dumps / "broken").string() + " --against " + (dumps / "good").string() +
+               " -o " + page.string() + " wrote a page (open it in a browser) with each step's tensor from both "
+               "dumps and their difference. It opens at merge_heads with the element above outlined, and the "
+               "|broken - good| heatmap shows the pattern rather than one cell: of each sequence's 4 × 8 outputs, "
+               "only (i=0, f<4) and (i=3, f≥4) are right, where .view happens to read the right head and position; "
+               "a few others differ only slightly, because attention averages similar values.");
+    lesson.report(look, std::move(broken_pass), std::move(good_pass), "broken", "good");
     // The picture of it: |broken - good| at merge_heads, sequence 0, positions by features.
     const auto merged = [&](const char* dump) {
       const StepRecorder pass = load_trace(dumps / dump);
