@@ -192,6 +192,19 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     uint64_t n = not_json.size();
     write("not_json.safetensors", std::string(reinterpret_cast<const char*>(&n), 8) + not_json);
     write("header_past_end.safetensors", std::string("\xe8\x03\0\0\0\0\0\0{}", 10));  // 1000 header bytes claimed
+
+    // trace dumps of one step, without values: two recipes, and a trace.json of something else
+    auto dump = [&](const std::string& name, const std::string& trace) {
+      fs::create_directories(dir_ / name);
+      std::ofstream(dir_ / name / "trace.json") << trace;
+    };
+    auto one_step = [](const std::string& step) {
+      return R"({"format": "vkattn-trace", "version": 1, "backend": "cpu", "device": "reference", "steps": [{"index": 0, )"
+             R"("name": ")" + step + R"(", "op": "linear", "inputs": [], "output": {"name": "x", "shape": [2, 2]}}]})";
+    };
+    dump("dump_q", one_step("q_proj"));
+    dump("dump_k", one_step("k_proj"));
+    dump("not_a_dump", R"({"format": "something else"})");
   }
   std::set<std::string> inputs_ = {"bool.npy", "rank4.npy", "e7.npy", "nan.npy", "mask_wrong.npy", "mask_nan.npy",
                                    "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "big_endian.npy",
@@ -199,7 +212,7 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
                                    "offsets_past_end.safetensors", "overlap.safetensors", "dtype.safetensors",
                                    "size_mismatch.safetensors", "missing_tensor.safetensors", "misshaped.safetensors",
                                    "unexpected_tensor.safetensors", "bool_weight.safetensors", "not_json.safetensors",
-                                   "header_past_end.safetensors"};
+                                   "header_past_end.safetensors", "dump_q", "dump_k", "not_a_dump"};
 };
 
 TEST_P(CliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
@@ -415,6 +428,19 @@ const std::vector<BadRun> kGenerateBadInputs = {
 INSTANTIATE_TEST_SUITE_P(CliGenerate, CliBadInput, ::testing::ValuesIn(kGenerateBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
+// `vkattn report` ({dir}/dump_q and dump_k: one step each, q_proj and k_proj).
+const std::vector<BadRun> kReportBadInputs = {
+    BadRun{"no_out", {"report", "{dir}/dump_q"}, "--out is required"},
+    BadRun{"dump_missing", {"report", "{dir}/nope", "-o", "{dir}/r.html"}, "nope/trace.json: no such file"},
+    BadRun{"not_a_dump", {"report", "{dir}/not_a_dump", "-o", "{dir}/r.html"},
+           "not_a_dump/trace.json: not a vkattn trace (no \"format\": \"vkattn-trace\")"},
+    BadRun{"different_recipes", {"report", "{dir}/dump_q", "--against", "{dir}/dump_k", "-o", "{dir}/r.html"},
+           "the passes describe different recipes: step 0 is q_proj (linear) (2, 2) in one and k_proj (linear) (2, 2) "
+           "in the other"},
+    BadRun{"out_directory_missing", {"report", "{dir}/dump_q", "-o", "{dir}/nope/r.html"}, "r.html: its directory does not exist"}};
+INSTANTIATE_TEST_SUITE_P(CliReport, CliBadInput, ::testing::ValuesIn(kReportBadInputs),
+                         [](const auto& p) { return std::string(p.param.name); });
+
 // docs/bad_input.md lists every case above as `run/NAME`, `encode/NAME`, `decode/NAME` or `generate/NAME` with a
 // message holding
 // the test's, and every other row names a check that exists: `cli/WHAT` in cli_test.sh, a gtest
@@ -434,7 +460,7 @@ TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
     rows[line.substr(3, end - 3)] = line;
   }
   std::set<std::string> cases;
-  for (const auto* list : {&kRunBadInputs, &kEncodeBadInputs, &kDecodeBadInputs, &kGenerateBadInputs}) {
+  for (const auto* list : {&kRunBadInputs, &kEncodeBadInputs, &kDecodeBadInputs, &kGenerateBadInputs, &kReportBadInputs}) {
     for (const BadRun& bad : *list) {
       const std::string name = bad.args[0] + "/" + bad.name;
       cases.insert(name);
@@ -666,6 +692,32 @@ TEST_F(CliRun, TraceDumpsOfBothBackendsAgreeAndDiffFindsACorruptedStep) {
   e = vkattn({"diff", path("cpu"), path("gpu")});
   EXPECT_EQ(e.code, 2);
   EXPECT_NE(e.err.find("no step values to compare"), std::string::npos) << e.err;
+}
+
+// ---- vkattn report and --report: the pages themselves are tested in a browser (tests/browser) ----
+
+TEST_F(CliRun, ReportWritesOnePageOfTheDumpsAndRunWritesOneOfBothPasses) {
+  const auto g = golden_fixture("self_attention");
+  const std::vector<std::string> run = {"run", "--weights", g.weights().string(), "--query", g.npy("query").string(),
+                                        "--attention", "unfused", "--side-by-side", "--trace", path("dump"),
+                                        "--trace-values", "--report", path("run.html")};
+  Exit e = vkattn(run);
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("report: " + path("run.html") + " ("), std::string::npos) << e.out;
+  const auto page = [&](const std::string& name) {
+    std::ifstream in(dir_ / name);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_NE(page("run.html").find(R"("label":"gpu")"), std::string::npos);
+  EXPECT_NE(page("run.html").find(R"("label":"cpu")"), std::string::npos);
+
+  Tensor p = io::read_npy(dir_ / "dump" / "gpu" / "007_softmax.npy");
+  p.at({1, 0, 3, 2}) = 0.5f;
+  io::write_npy(dir_ / "dump" / "gpu" / "007_softmax.npy", p);
+  e = vkattn({"report", path("dump/gpu"), "--against", path("dump/cpu"), "-o", path("diff.html")});
+  ASSERT_EQ(e.code, 0) << e.err;  // a page of dumps that disagree is still a page
+  EXPECT_NE(e.out.find("11 steps; it opens at the first divergent step, 7 softmax"), std::string::npos) << e.out;
+  EXPECT_NE(page("diff.html").find("first at flat index 67 = (b=1, h=0, i=3, j=2)"), std::string::npos);
 }
 
 // ---- --side-by-side ----

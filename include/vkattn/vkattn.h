@@ -31,6 +31,7 @@
 #include "vkattn/tensor.h"
 #include "vkattn/tracing/check.h"
 #include "vkattn/tracing/compare.h"
+#include "vkattn/tracing/report.h"
 #include "vkattn/tracing/side_by_side.h"
 #include "vkattn/tracing/trace_dump.h"
 #include "vkattn/tracing/tracer.h"

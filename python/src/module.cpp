@@ -504,6 +504,13 @@ PYBIND11_MODULE(_vkattn, m) {
     table.print(out, values);
     return out.str();
   });
+  m.def("_report", [](const Trace& pass, const Trace* against, const std::string& pass_label,
+                      const std::string& against_label, const std::string& title, double atol, double rtol) {
+    ReportSection section{.title = pass.steps.pass(), .pass = &pass.steps, .pass_label = pass_label};
+    if (against) section.against = &against->steps, section.against_label = against_label;
+    py::gil_scoped_release release;
+    return report_html({section}, {.title = title, .atol = atol, .rtol = rtol});
+  });
   m.def("load_trace", [](const std::filesystem::path& dir) {
     auto t = std::make_shared<Trace>();
     t->steps = load_trace(dir);

@@ -1,5 +1,7 @@
 """Traces in Python: every step with its values, the command line's table, the dump format that
 `vkattn diff` reads, load_trace, the notebook view, and the GPU beside the CPU reference."""
+import html
+import json
 import os
 import re
 import subprocess
@@ -73,8 +75,15 @@ def test_side_by_side_and_html(traced):
     _, trace = v.trace(x, side_by_side=True)
     table = trace.table()
     assert "cpu: reference (C++ loops)" in table and "every step agrees: gpu and cpu" in table
-    page = trace._repr_html_()
-    assert page.count("<svg") == 2 and "softmax (b=0, h=0)" in page and "average_heads (b=0)" in page
+    frame = trace._repr_html_()
+    assert frame.startswith('<iframe srcdoc="&lt;!DOCTYPE html&gt;')
+    page = html.unescape(frame.split('srcdoc="')[1].split('" style=')[0])
+    assert page == trace.report()  # the page `vkattn report` writes, here the gpu against the cpu
+    data = json.loads(page.split('id="vkattn-data">')[1].split("</script>")[0])
+    section = data["sections"][0]
+    assert [p["backend"] for p in section["passes"]] == ["gpu", "cpu"]
+    assert [s["name"] for s in section["steps"]] == [s.name for s in trace.steps]
+    assert all(s["status"] == "agrees" for s in section["steps"]) and section["first_divergent"] is None
 
 
 def test_encoder_trace_names_steps_by_module_path():

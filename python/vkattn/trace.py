@@ -1,7 +1,7 @@
 """Traces: every step of a forward — its name, op, input shapes, output shape and axes, time, and
 its tensor — as the engine's tracer recorded it. A Trace prints as the command line's table,
-dumps the trace format `vkattn diff` reads, and shows itself in a notebook with the attention
-weights drawn as heatmaps."""
+dumps the trace format `vkattn diff` reads, and shows itself in a notebook as the trace explorer's
+page (Trace.report)."""
 import html
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -9,10 +9,6 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import _vkattn
-
-# Attention weights are drawn up to this many rows and columns per plane.
-_MAX_HEATMAP = 64
-
 
 @dataclass(frozen=True)
 class Step:
@@ -76,28 +72,27 @@ class Trace:
     def __repr__(self):
         return self.table()
 
+    def report(self, path=None, against=None, title=None, atol=1e-5, rtol=1e-5):
+        """The trace explorer's page (what `vkattn report` writes): every step, its tensor as
+        heatmaps, the times as a timeline; against another Trace of the same recipe (by default
+        the CPU reference of a side-by-side trace), both and their difference, opened at the
+        first divergent element. Written to `path` when given; returns the HTML."""
+        other = against if against is not None else self.reference
+        labels = (self.backend, other.backend) if other is not None else (self.backend, "")
+        if other is not None and labels[0] == labels[1]:
+            labels = ("A", "B")
+        page = _vkattn._report(self._impl, other._impl if other is not None else None, labels[0], labels[1],
+                               title or f"vkattn trace: {self.backend} ({self.device})", atol, rtol)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(page)
+        return page
+
     def _repr_html_(self):
-        rows = []
-        for s in self.steps:
-            shapes = " ".join(str(tuple(i["shape"])) for i in s.inputs)
-            time = "" if s.time_us is None else f"{s.time_us:.1f}"
-            rows.append(f"<tr><td>{s.index}</td><td><b>{html.escape(s.name)}</b></td><td>{html.escape(s.op)}</td>"
-                        f"<td>{shapes} &rarr; {s.shape} ({', '.join(s.dims)})</td>"
-                        f"<td style='text-align:right'>{time}</td></tr>")
-        title = html.escape(f"{self.backend} ({self.device})" + (f", stopped: {self.error}" if self.error else ""))
-        pictures = []
-        for s in self.steps:
-            if s.op in ("softmax", "average_heads") and s.values is not None:
-                plane = s.values.reshape(-1, *s.values.shape[-2:])[0]
-                if max(plane.shape) <= _MAX_HEATMAP:
-                    where = ", ".join(f"{d}=0" for d in s.dims[:-2])
-                    pictures.append(_vkattn.heatmap_svg(plane, f"{s.name} ({where})"))
-                else:
-                    pictures.append(f"<p>{html.escape(s.name)}: {plane.shape[0]} &times; {plane.shape[1]} per "
-                                    f"plane, too large to draw here (trace['{html.escape(s.name)}'] holds it)</p>")
-        return (f"<div><p>{title}</p><table><tr><th>#</th><th>step</th><th>op</th><th>inputs &rarr; output "
-                f"(axes)</th><th>time (&micro;s, {html.escape(self.clock or 'no clock')})</th></tr>{''.join(rows)}"
-                f"</table>{''.join(pictures)}</div>")
+        """The explorer's page inline in a notebook, in a frame of its own (its script and style
+        stay out of the notebook's)."""
+        page = html.escape(self.report(), quote=True)
+        return f'<iframe srcdoc="{page}" style="width: 100%; height: 900px; border: 0"></iframe>'
 
 
 def load_trace(directory):

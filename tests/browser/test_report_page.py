@@ -189,7 +189,7 @@ def test_a_large_tensor_is_sampled_and_says_so(tmp_path, page):
     assert os.path.getsize(path) < 2 * 1024 * 1024  # 2^18 cells of float32 as base64, and the page
     driver = page(path)
     note = driver.find_element(By.ID, "sample-note").text
-    assert "of 1500 × 900" in note and "every" in note
+    assert note.startswith("showing 375 × 300 of 1500 × 900, every 4th row and every 3rd column."), note
     choose(driver, "h", 1)
     canvas = heatmap(driver)
     rows, cols = int(canvas.get_attribute("height")), int(canvas.get_attribute("width"))
@@ -212,6 +212,15 @@ def test_lesson_08_opens_at_merge_heads_and_looks_like_its_screenshot(tmp_path, 
     assert "broken = -0.005689442" in driver.find_element(By.ID, "readout").text
     assert len(Select(driver.find_element(By.ID, "section-select")).options) == 3
 
+    # the same from the lesson's dumps, with vkattn report, and the page the lesson wrote beside them
+    dumps = tmp_path / "vkattn_tutorial_08"
+    for path in (report(dumps / "broken", "--against", dumps / "good", "-o", tmp_path / "dumps.html"),
+                 dumps / "broken_against_good.html"):
+        driver = page(path)
+        assert driver.find_element(By.CSS_SELECTOR, "#steps li.selected").get_attribute("data-name") == "merge_heads"
+        assert "merge_heads(b=0, i=0, f=4)" in driver.find_element(By.ID, "readout").text
+
+    driver = page(tmp_path / "lesson_08.html")
     driver.set_window_size(*WINDOW)
     shot = driver.get_screenshot_as_png()
     if os.environ.get("VKATTN_UPDATE_SCREENSHOT"):
@@ -228,3 +237,20 @@ def test_lesson_08_opens_at_merge_heads_and_looks_like_its_screenshot(tmp_path, 
     if differing > 0.02:
         failed.write_bytes(shot)
     assert differing <= 0.02, f"{differing:.1%} of the pixels differ from {SCREENSHOT}; this one: {failed}"
+
+
+def test_a_trace_in_a_notebook_shows_the_same_page(tmp_path, page):
+    """Trace._repr_html_ (the Python package): the page in a frame, as Jupyter would show it."""
+    import torch
+    import vkattn
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    module = vkattn.MultiheadAttention.from_state_dict(mha.state_dict(), 2, batch_first=True, device="cpu")
+    _, trace = module.trace(torch.randn(1, 3, 8))
+    notebook = tmp_path / "notebook.html"
+    notebook.write_text(f"<!DOCTYPE html><html><body><h1>a notebook</h1>{trace._repr_html_()}</body></html>")
+    driver = page(notebook)
+    driver.switch_to.frame(driver.find_element(By.TAG_NAME, "iframe"))
+    names = [li.get_attribute("data-name") for li in driver.find_elements(By.CSS_SELECTOR, "#steps li")]
+    assert names == [s.name for s in trace.steps]
+    assert heatmap(driver).get_attribute("width") == "8"  # q_proj (1, 3, 8): the first step with values
+    driver.switch_to.default_content()

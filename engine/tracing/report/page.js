@@ -314,12 +314,14 @@ function openStep(k) {
   note.hidden = !s || (s.row_step === 1 && s.col_step === 1 && s.shown_planes === s.planes);
   if (!note.hidden) {
     let text = `showing ${s.shown_rows} × ${s.shown_cols} of ${s.rows} × ${s.cols}`;
-    const every = (n) => n === 2 ? "every 2nd" : n === 3 ? "every 3rd" : `every ${n}th`;
-    if (s.row_step === s.col_step && s.row_step > 1) text += `, ${every(s.row_step)} row and column`;
+    const ordinal = (n) => n + (n % 100 >= 11 && n % 100 <= 13 ? "th" : ["th", "st", "nd", "rd"][n % 10] || "th");
+    const every = [];
+    if (s.row_step === s.col_step && s.row_step > 1) every.push(`every ${ordinal(s.row_step)} row and column`);
     else {
-      if (s.row_step > 1) text += `, ${every(s.row_step)} row`;
-      if (s.col_step > 1) text += `, ${every(s.col_step)} column`;
+      if (s.row_step > 1) every.push(`every ${ordinal(s.row_step)} row`);
+      if (s.col_step > 1) every.push(`every ${ordinal(s.col_step)} column`);
     }
+    if (every.length) text += ", " + every.join(" and ");
     if (s.row0 || s.col0) text += ` from (${s.row0}, ${s.col0}), through the first divergent element`;
     if (s.shown_planes < s.planes) text += `; the first ${s.shown_planes} of ${s.planes} planes`;
     note.textContent = text + ". The range and the max |difference| are those of all the values.";
