@@ -35,28 +35,33 @@ def browser():
 def page(browser):
     """page(path) opens a file in the browser and returns the driver; after the test, the page
     must have made no request but for itself and written nothing to the console."""
-    opened = []
+    opened, messages, performance = [], [], []
+
+    def collect():
+        messages.extend(browser.get_log("browser"))
+        performance.extend(browser.get_log("performance"))
 
     def open_page(path):
-        browser.get_log("browser"), browser.get_log("performance")  # forget the previous page's
+        collect()
         url = "file://" + os.path.abspath(path)
         browser.get(url)
         opened.append(url)
         return browser
 
+    browser.get_log("browser"), browser.get_log("performance")  # the previous test's are checked
     yield open_page
     if not opened:
         return
-    messages = browser.get_log("browser")
+    collect()
     assert messages == [], f"console messages: {messages}"
     requests = []
-    for entry in browser.get_log("performance"):
+    for entry in performance:
         message = json.loads(entry["message"])["message"]
         if message["method"] == "Network.requestWillBeSent":
             url = message["params"]["request"]["url"]
             if not url.startswith("data:"):  # a test's own decoding of a PNG, not a request
                 requests.append(url)
-    assert requests and set(requests) <= set(opened), f"requests beyond the page: {requests}"
+    assert requests and set(requests) <= set(opened), f"requests beyond the pages: {requests}"
 
 
 def run(*command, env=None):
