@@ -55,8 +55,8 @@ DeviceError device_error(const std::string& where, const std::exception& failure
     meaning = "; the device ran out of memory: try a smaller batch or sequence, or --attention fused, which never "
               "holds the (L, S) scores";
   } else if (result == "VK_ERROR_DEVICE_LOST") {
-    meaning = "; the driver lost the device (a hang, a reset or a driver fault): nothing it computed can be trusted, "
-              "run again";
+    meaning = "; the driver lost the device (a hang, a reset or a driver fault): nothing it computed can be trusted; "
+              "make a new device (a new backend, or in Python a new module) and run again";
   } else if (result == "VK_ERROR_INCOMPATIBLE_DRIVER") {
     meaning = "; no Vulkan driver was found that can start: install one (Mesa's lavapipe is Debian's "
               "mesa-vulkan-drivers)";

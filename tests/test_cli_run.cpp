@@ -720,6 +720,35 @@ TEST_F(CliRun, ReportWritesOnePageOfTheDumpsAndRunWritesOneOfBothPasses) {
   EXPECT_NE(page("diff.html").find("first at flat index 67 = (b=1, h=0, i=3, j=2)"), std::string::npos);
 }
 
+// ---- faults of the device (VKATTN_FAULT, engine/vulkan/faults.h): exit 1, one line, no file ----
+
+TEST_F(CliRun, ADeviceFaultExitsOneWithOneLineAndWritesNothing) {
+  const auto g = golden_fixture("self_attention");
+  const std::pair<const char*, const char*> cases[] = {
+      {"allocation:1:out_of_device_memory:softmax",
+       "vkattn: softmax: allocating 400 bytes of device memory: vk::Device::allocateMemory failed with "
+       "VK_ERROR_OUT_OF_DEVICE_MEMORY; the device ran out of memory"},
+      {"fence_wait:1:device_lost:reading back out_proj",
+       "vkattn: reading back out_proj: vkWaitForFences failed with VK_ERROR_DEVICE_LOST; the driver lost the device"},
+      {"fence_wait:1:timeout", "did not finish within 600 s (VKATTN_FENCE_TIMEOUT): the device is treated as lost"}};
+  for (const auto& [fault, says] : cases) {
+    ::setenv("VKATTN_FAULT", fault, 1);
+    Exit e = vkattn({"run", "--weights", g.weights().string(), "--query", g.npy("query").string(), "--attention",
+                     "unfused", "--out", path("out.npy")});
+    ::unsetenv("VKATTN_FAULT");
+    EXPECT_EQ(e.code, 1) << fault << ": " << e.err;
+    EXPECT_EQ(e.err.find('\n'), e.err.size() - 1) << "not one line: " << e.err;
+    EXPECT_NE(e.err.find(says), std::string::npos) << fault << ": " << e.err;
+    EXPECT_EQ(outputs(), std::vector<std::string>{}) << fault;
+  }
+  ::setenv("VKATTN_FAULT", "allocation:0:out_of_device_memory", 1);
+  Exit e = vkattn({"run", "--weights", g.weights().string(), "--query", g.npy("query").string()});
+  ::unsetenv("VKATTN_FAULT");
+  EXPECT_EQ(e.code, 2) << e.err;
+  EXPECT_NE(e.err.find("VKATTN_FAULT=allocation:0:out_of_device_memory: expected SITE:N:RESULT[:STEP]"), std::string::npos)
+      << e.err;
+}
+
 // ---- --side-by-side ----
 
 TEST_F(CliRun, SideBySideComparesEveryStepWritesBothDumpsAndTheGpuResult) {

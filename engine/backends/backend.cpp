@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
+#include <string_view>
 
 #include "engine/backends/sizing_backend.h"
+#include "engine/vulkan/faults.h"
 #include "reference/reference.h"
 #include "vkattn/errors.h"
 
@@ -67,11 +69,30 @@ Value Backend::upload(const std::string& name, const Tensor& tensor) {
           "tensor data holds " + std::to_string(tensor.size()) + " values but its shape " +
               shape_string(tensor.shape) + " needs " + std::to_string(element_count(tensor.shape)));
   require(tensor.size() > 0, name, "tensor " + shape_string(tensor.shape) + " is empty; every dim must be >= 1");
-  return Value{scoped(name), tensor.shape, tensor.dtype, store(scoped(name), tensor)};
+  const std::string scoped_name = scoped(name);
+  std::shared_ptr<Storage> storage;
+  at_step(scoped_name, [&] { storage = store(scoped_name, tensor); });
+  return Value{scoped_name, tensor.shape, tensor.dtype, std::move(storage)};
 }
 
 Tensor Backend::download(const Value& value) {
-  return Tensor(value.shape, load(*value.storage, element_count(value.shape)), value.dtype);
+  std::vector<float> data;
+  at_step("reading back " + value.name, [&] { data = load(*value.storage, element_count(value.shape)); });
+  return Tensor(value.shape, std::move(data), value.dtype);
+}
+
+void Backend::at_step(const std::string& where, const std::function<void()>& work) {
+  try {
+    vulkan::faults::Where marker(where);
+    work();
+  } catch (const DeviceError& e) {
+    if (std::string_view(e.what()).starts_with(where + ": ")) throw;
+    throw DeviceError(where + ": " + e.what());
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw device_error(where, e);
+  }
 }
 
 Value view(const Value& value, Shape shape) {
@@ -84,7 +105,9 @@ Value view(const Value& value, Shape shape) {
 
 Value Backend::make_output(const std::string& step, Shape shape) {
   int64_t count = element_count(shape);
-  return Value{step, std::move(shape), DType::float32, allocate(step, count)};
+  std::shared_ptr<Storage> storage;
+  at_step(step, [&] { storage = allocate(step, count); });
+  return Value{step, std::move(shape), DType::float32, std::move(storage)};
 }
 
 void Backend::report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
@@ -564,7 +587,11 @@ void Backend::begin_pass(const std::string& pass) {
 
 void Backend::end_pass(const std::optional<std::string>& error) noexcept {
   if (pass_depth_ == 0 || --pass_depth_ > 0) return;  // unbalanced, or a nested pass: the outer one reports
-  if (tracers_.empty()) return;
+  if (!tracers_.empty()) report_pass_end(error);
+  if (error) on_failed_pass();  // after the tracers: the GPU's step times need what was recorded
+}
+
+void Backend::report_pass_end(const std::optional<std::string>& error) noexcept {
   PassEnd end{host_times_, "host", error};
   try {
     auto device = device_step_times();

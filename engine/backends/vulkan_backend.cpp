@@ -85,7 +85,9 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
   s_->flash = vulkan::plan_flash(s_->device, s_->options.workgroup_size, s_->options.flash_rows);
 }
 
-VulkanBackend::~VulkanBackend() = default;
+VulkanBackend::~VulkanBackend() {
+  s_->recorder.settle();  // before the kernels and buffers that unfinished work may still use go
+}
 
 std::string VulkanBackend::device_name() const { return s_->device.name; }
 const vulkan::Context& VulkanBackend::context() const { return *s_->context; }
@@ -100,6 +102,12 @@ void VulkanBackend::reset_peak() const { s_->context->reset_peak(); }
 void VulkanBackend::on_begin_pass(bool timed) {
   s_->recorder.time_dispatches(timed);
   s_->buffers->trim();
+  s_->recorder.trim();
+}
+
+void VulkanBackend::on_failed_pass() noexcept {
+  s_->recorder.abandon();
+  s_->buffers->drop_taken();  // the buffers the failed pass took, back to the device
   s_->recorder.trim();
 }
 

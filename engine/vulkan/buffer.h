@@ -14,6 +14,8 @@ class Buffer {
  public:
   enum class Kind { device, staging };
 
+  // DeviceError "allocating 1.50 MiB of device memory: … failed with VK_ERROR_OUT_OF_DEVICE_MEMORY;
+  // …" when the device cannot, or is lost.
   Buffer(std::shared_ptr<const Context> context, vk::DeviceSize bytes, Kind kind);
   ~Buffer();
   Buffer(const Buffer&) = delete;
@@ -29,6 +31,8 @@ class Buffer {
   vk::BufferView texel_view() const;
 
  private:
+  void make();  // the VkBuffer and its memory; vk::SystemError when the driver refuses
+
   std::shared_ptr<const Context> context_;  // the device outlives every buffer made on it
   vk::DeviceSize bytes_;
   Kind kind_;

@@ -30,6 +30,17 @@ void BufferPool::clear() {
   taken_since_trim_.clear();
 }
 
+void BufferPool::drop_taken() {
+  for (auto it = free_.begin(); it != free_.end();) {
+    if (taken_since_trim_.count(it->second.get())) {
+      free_bytes_ -= it->second->bytes();
+      it = free_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void BufferPool::trim() {
   for (auto it = free_.begin(); it != free_.end();) {
     if (taken_since_trim_.count(it->second.get())) {

@@ -34,6 +34,9 @@ class BufferPool {
   // Frees the free buffers that no acquire has taken since the last trim: the pool holds what
   // the work in between needed, not every size it ever saw.
   void trim();
+  // Frees the free buffers that an acquire has taken since the last trim (those of a pass that
+  // failed, begun with a trim): what the pool held before it is kept.
+  void drop_taken();
   uint64_t free_bytes() const { return free_bytes_; }
 
  private:

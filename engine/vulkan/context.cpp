@@ -293,10 +293,17 @@ ContextOptions ContextOptions::from_environment() {
   options.validation = env_flag("VKATTN_VALIDATION");
   if (std::getenv("VKATTN_SYNC_VALIDATION")) options.sync_validation = env_flag("VKATTN_SYNC_VALIDATION");
   if (const char* device = std::getenv("VKATTN_DEVICE")) options.device = device;
+  if (const char* timeout = std::getenv("VKATTN_FENCE_TIMEOUT"); timeout && *timeout) {
+    char* end = nullptr;
+    const double seconds = std::strtod(timeout, &end);
+    if (*end || !(seconds > 0)) throw ConfigError(std::string("VKATTN_FENCE_TIMEOUT=") + timeout + ": expected seconds > 0");
+    options.fence_timeout_s = seconds;
+  }
   return options;
 }
 
 Context::Context(const ContextOptions& options) : loader_((init_logging(), make_loader())) {
+  fence_timeout_ns_ = options.fence_timeout_s >= 1.8e10 ? UINT64_MAX : static_cast<uint64_t>(options.fence_timeout_s * 1e9);
   if (options.validation) validation_ = std::make_unique<ValidationState>();
   InstanceSetup setup = instance_setup(loader_, options.validation);
   debug_utils_ = setup.debug_utils;
@@ -379,6 +386,20 @@ void Context::on_allocate(uint64_t bytes, bool staging) const {
 }
 
 void Context::on_free(uint64_t bytes) const { allocated_ -= bytes; }
+
+void Context::mark_lost(const std::string& why) const {
+  std::lock_guard lock(lost_mutex_);
+  if (lost_) return;  // the first reason is the one to tell
+  lost_why_ = why;
+  lost_ = true;
+}
+
+void Context::check_usable() const {
+  if (!lost_) return;
+  std::lock_guard lock(lost_mutex_);
+  throw DeviceError("the device was lost earlier (" + lost_why_ + "): it can do no more work; make a new one (a new "
+                    "VulkanBackend on a new Context; in Python, a new module or device)");
+}
 
 std::vector<DeviceReport> list_devices() {
   vk::raii::Context loader = make_loader();

@@ -90,8 +90,11 @@ struct ContextOptions {
   bool validation = false;       // VK_LAYER_KHRONOS_validation; an error if it is not installed
   bool sync_validation = true;  // with validation: its synchronization validation too
   std::string device;           // index or name substring; empty picks the best device
-  // VKATTN_VALIDATION (1/true/on), VKATTN_SYNC_VALIDATION (0/false/off turns it off) and
-  // VKATTN_DEVICE.
+  // How long the host waits for a submission before it treats the device as lost: generous,
+  // since lavapipe runs a long fused pass as one dispatch for minutes (L = 70,000: over 2).
+  double fence_timeout_s = 600;
+  // VKATTN_VALIDATION (1/true/on), VKATTN_SYNC_VALIDATION (0/false/off turns it off),
+  // VKATTN_DEVICE and VKATTN_FENCE_TIMEOUT (seconds).
   static ContextOptions from_environment();
 };
 
@@ -116,6 +119,13 @@ class Context {
   // A memory type index with all `required` flags, preferring one that also has `preferred`.
   uint32_t memory_type(uint32_t type_bits, vk::MemoryPropertyFlags required, vk::MemoryPropertyFlags preferred) const;
 
+  // A lost device (VK_ERROR_DEVICE_LOST, or a fence that did not signal within
+  // fence_timeout_s) does no more work: every later use throws check_usable()'s DeviceError.
+  void mark_lost(const std::string& why) const;
+  bool lost() const { return lost_.load(); }
+  // DeviceError "the device was lost earlier (WHY): …make a new one" when lost.
+  void check_usable() const;
+  uint64_t fence_timeout_ns() const { return fence_timeout_ns_; }
   // Device memory accounting (bytes in live Buffers, Buffers ever made), for benchmarks and tests.
   void on_allocate(uint64_t bytes, bool staging) const;
   void on_free(uint64_t bytes) const;
@@ -146,6 +156,10 @@ class Context {
   mutable std::atomic<uint64_t> device_bytes_created_{0};
   mutable std::atomic<uint64_t> allocated_{0};
   mutable std::atomic<uint64_t> peak_{0};
+  uint64_t fence_timeout_ns_ = 0;
+  mutable std::atomic<bool> lost_{false};
+  mutable std::mutex lost_mutex_;
+  mutable std::string lost_why_;
 };
 
 // Every physical device on the machine, with a fresh instance (for `vkattn devices`).

@@ -2,15 +2,25 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 
 #include <glm/common.hpp>
 
+#include "engine/vulkan/faults.h"
 #include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 namespace {
+
+// "600 s", "0.25 s"
+std::string seconds(uint64_t ns) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(ns) / 1e9);
+  return text;
+}
 
 constexpr uint32_t kSetsPerPool = 256;
 constexpr uint32_t kMaxBindings = 6;  // flash_attention: q, attn_mask, key_padding_mask, k, v, out
@@ -39,13 +49,22 @@ Recorder::Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_p
   }
 }
 
-Recorder::~Recorder() {
-  // Nothing submitted is ever left running (every submission is waited for); what is merely
-  // recorded is dropped with the command buffer.
+Recorder::~Recorder() { settle(); }
+
+void Recorder::settle() noexcept {
+  if (!unfinished_) return;
+  // At least a minute: a timeout of a microsecond (a test's) must not free what still runs.
+  const uint64_t bound = std::max<uint64_t>(context_->fence_timeout_ns(), 60'000'000'000ull);
+  try {
+    (void)context_->device().waitForFences(*fence_, VK_TRUE, bound);
+  } catch (const vk::SystemError&) {
+    // lost: nothing will run any more
+  }
 }
 
 void Recorder::begin_if_idle() {
   if (recording_) return;
+  context_->check_usable();
   commands_.begin(vk::CommandBufferBeginInfo(vk::CommandBufferUsageFlagBits::eOneTimeSubmit));
   recording_ = true;
 }
@@ -227,16 +246,68 @@ std::optional<std::vector<std::pair<double, double>>> Recorder::dispatch_times()
 
 void Recorder::flush() {
   chained_ = false;  // the host waits between this submission and the next
+  context_->check_usable();
   if (!recording_) return;
   commands_.end();
   recording_ = false;
   vk::CommandBuffer command_buffer = *commands_;
-  context_->queue().submit(vk::SubmitInfo({}, {}, command_buffer), *fence_);
+  const auto fail = [&](vk::Result result, const char* call) {
+    if (result == vk::Result::eErrorDeviceLost) context_->mark_lost(std::string(call) + " failed with VK_ERROR_DEVICE_LOST");
+    return device_error("", vk::SystemError(vk::make_error_code(result), call));
+  };
+  vk::Result submitted = vk::Result::eSuccess;
+  if (auto injected = faults::due(faults::Site::submission)) {
+    submitted = *injected;
+  } else {
+    try {
+      context_->queue().submit(vk::SubmitInfo({}, {}, command_buffer), *fence_);
+    } catch (const vk::SystemError& e) {
+      submitted = static_cast<vk::Result>(e.code().value());
+    }
+  }
+  if (submitted != vk::Result::eSuccess) {
+    abandon();  // nothing of it ran
+    throw fail(submitted, "vkQueueSubmit");
+  }
   submissions_++;
-  vk::Result waited = context_->device().waitForFences(*fence_, VK_TRUE, UINT64_MAX);
-  if (waited != vk::Result::eSuccess) throw DeviceError("waiting for the device failed with " + vk_result_name(vk::to_string(waited)));
+  vk::Result waited = vk::Result::eSuccess;
+  if (auto injected = faults::due(faults::Site::fence_wait)) {
+    waited = *injected;
+  } else {
+    try {
+      waited = context_->device().waitForFences(*fence_, VK_TRUE, context_->fence_timeout_ns());
+    } catch (const vk::SystemError& e) {
+      waited = static_cast<vk::Result>(e.code().value());
+    }
+  }
+  if (waited != vk::Result::eSuccess) {
+    // The device may still be running the submission: everything it uses stays alive (until
+    // the destructor's bounded wait), and the device takes no more work.
+    unfinished_ = true;
+    if (waited == vk::Result::eTimeout) {
+      const std::string why = "a submission did not finish within " + seconds(context_->fence_timeout_ns()) +
+                              " (VKATTN_FENCE_TIMEOUT)";
+      context_->mark_lost(why);
+      throw DeviceError(why + ": the device is treated as lost; a GPU can stop answering when a dispatch runs "
+                        "too long for its watchdog");
+    }
+    throw fail(waited, "vkWaitForFences");
+  }
   context_->device().resetFences(*fence_);
   commands_.reset();
+  release_recorded();
+}
+
+void Recorder::abandon() {
+  if (unfinished_) return;  // what the device may still run stays alive
+  commands_.reset();  // recorded (or refused by the queue), never run: dropped
+  recording_ = false;
+  release_recorded();
+  staging_.drop_taken();
+}
+
+void Recorder::release_recorded() {
+  chained_ = false;
   for (auto& pool : descriptor_pools_) pool.reset();
   current_pool_ = 0;
   sets_in_current_pool_ = 0;

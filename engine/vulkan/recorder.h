@@ -43,8 +43,17 @@ class Recorder {
   void upload(const std::shared_ptr<Buffer>& target, const void* data, size_t bytes);
   // Submits everything recorded so far, waits, and returns the first `bytes` of `source`.
   void download(const std::shared_ptr<Buffer>& source, void* data, size_t bytes);
-  // Submits everything recorded so far and waits for it.
+  // Submits everything recorded so far and waits for it, at most the context's fence timeout.
+  // DeviceError when the queue refuses it or the wait fails; a lost device (or a wait that timed
+  // out) marks the context lost, and every later call throws its check_usable() error.
   void flush();
+  // When a wait failed (a timeout, a lost device), waits once more, at least a minute, for what
+  // the device may still run: the owner calls it before freeing the pipelines and buffers that
+  // work uses (the destructor calls it too). Never throws.
+  void settle() noexcept;
+  // Drops what is recorded and not yet submitted (a pass that failed half-way), with the
+  // buffers it kept alive.
+  void abandon();
   // Frees the staging buffers no upload or download used since the last trim; clear() frees them all.
   void trim() { staging_.trim(); }
   void clear() { staging_.clear(); }
@@ -73,6 +82,9 @@ class Recorder {
   // Adds a barrier if any of `uses` conflicts with an access since the last barrier.
   void order(std::span<const std::pair<vk::Buffer, Access>> uses, const std::string& label);
   vk::DescriptorSet allocate_set(const Kernel& kernel);
+  // After a submission completed (or was dropped): descriptor pools reset, staging buffers back,
+  // hazards and in-flight buffers forgotten.
+  void release_recorded();
 
   std::shared_ptr<const Context> context_;
   glm::uvec3 group_limits_;
@@ -85,6 +97,7 @@ class Recorder {
   BufferPool staging_;
   std::vector<std::shared_ptr<Buffer>> staging_in_flight_;  // back to staging_ once their copies ran
   bool recording_ = false;
+  bool unfinished_ = false;  // a submission whose wait failed: the device may still run it
   // accesses since the last barrier, by buffer
   std::unordered_map<VkBuffer, Access> pending_;
   std::unordered_map<VkBuffer, std::string> writer_;  // which step wrote each pending buffer

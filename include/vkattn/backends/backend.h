@@ -214,6 +214,9 @@ class Backend {
   // ones on a GPU).
   virtual void on_begin_pass(bool timed) { (void)timed; }
   virtual std::optional<std::vector<StepTime>> device_step_times() { return std::nullopt; }
+  // The pass failed (end_pass with an error): drop what it recorded and did not run, and give
+  // back the memory it took, so that the next pass starts as this one did. Never throws.
+  virtual void on_failed_pass() noexcept {}
 
   // The run_<op> hooks: shapes are checked, output allocated; arguments mirror reference.h
   // (group: query heads per key/value head; window: 0 or the causal window W).
@@ -267,21 +270,20 @@ class Backend {
  private:
   Value make_output(const std::string& step, Shape shape);
   using Clock = std::chrono::steady_clock;
-  // Runs step `step` and remembers its host time. A failure that does not name the step yet
-  // (a Vulkan error, say) is rethrown as a DeviceError that does.
+  // Runs step `step` and remembers its host time (at_step names its failures).
   template <class F>
   void timed(const std::string& step, F&& run_step) {
     auto start = Clock::now();
-    try {
-      run_step();
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw device_error(step, e);
-    }
+    at_step(step, run_step);
     auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - pass_start_).count(); };
     host_times_.push_back({us(start), us(Clock::now()) - us(start)});
   }
+  // Runs `work` on behalf of `where` (a step, "reading back softmax", an uploaded tensor): a
+  // failure that does not name it yet (a Vulkan error, a device error from below) is rethrown as
+  // a DeviceError that does; shape, config and file errors pass unchanged.
+  void at_step(const std::string& where, const std::function<void()>& work);
+  // Tells the tracers how the pass ended (end_pass's part that may meet a failing device).
+  void report_pass_end(const std::optional<std::string>& error) noexcept;
   // Tells the tracers about the step just run; `dims` names the output's axes.
   void report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
               std::vector<std::string> dims);

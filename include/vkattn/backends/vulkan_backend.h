@@ -86,6 +86,7 @@ class VulkanBackend final : public Backend {
   std::vector<float> load(const Storage& storage, int64_t count) override;
   // A pass keeps the buffers the one before it used, and frees the rest (on_begin_pass runs
   // at the start of each outermost pass).
+  void on_failed_pass() noexcept override;
   void on_begin_pass(bool timed) override;
   std::optional<std::vector<StepTime>> device_step_times() override;
 
