@@ -82,6 +82,7 @@ layout(push_constant) uniform Params {
   uint causal;                // 0 or 1
   uint window;                // 0, or the causal window W
   uint group;                 // query heads per key/value head: H / H_kv
+  uint first_group;           // where this submission's part of the grid starts (a long step is split)
 } p;
 
 // The first key a causal row i sees: i + 1 - W with a window W, else 0.
@@ -121,7 +122,7 @@ vec4 v_chunk(uint row, uint c) {
 // ---- one query row per invocation -------------------------------------------------------------
 void main() {
   uint row_groups = (p.rows + gl_WorkGroupSize.x - 1u) / gl_WorkGroupSize.x;
-  uint unit = flat_workgroup_id();  // bh · row_groups + row group
+  uint unit = flat_workgroup_id() + p.first_group;  // bh · row_groups + row group
   if (unit >= p.batch * p.heads * row_groups) return;
   uint bh = unit / row_groups;
   uint b = bh / p.heads;
@@ -163,7 +164,8 @@ const bool VEC4_V = HEAD_DIM % 4u + PER_LANE % 4u == 0u;
 
 void main() {
   uint row_groups = (p.rows + ROWS - 1u) / ROWS;
-  uint unit = flat_workgroup_id() * gl_NumSubgroups + gl_SubgroupID;  // bh · row_groups + row group
+  // bh · row_groups + row group
+  uint unit = (flat_workgroup_id() + p.first_group) * gl_NumSubgroups + gl_SubgroupID;
   if (unit >= p.batch * p.heads * row_groups) return;                 // uniform per subgroup
   uint lane = gl_SubgroupInvocationID;
   uint bh = unit / row_groups;

@@ -9,6 +9,7 @@
 
 #include "engine/io/file.h"
 #include "tools/commands.h"
+#include "tools/interrupt.h"
 #include "tools/inputs.h"
 #include "tools/validators.h"
 #include "vkattn/errors.h"
@@ -105,6 +106,7 @@ int run_decode(const DecodeArgs& a) {
           ? TransformerDecoderLayer(layer, std::move(state.weights.layers[0])).forward(*backend, tgt, memory, options)
           : TransformerDecoder(state.config, std::move(state.weights)).forward(*backend, tgt, memory, options);
   require_finite(output, "output");
+  stop_if_interrupted();
   if (!a.out.empty()) io::write_npy(a.out, output);
 
   std::cout << backend->name() << " backend: " << backend->device_name() << "\n"

@@ -7,6 +7,7 @@
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/step_plans.h"
 #include "tools/commands.h"
+#include "tools/interrupt.h"
 #include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
 
@@ -95,7 +96,9 @@ int run_devices() {
 
 std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device) {
   try {
-    return vkattn::make_backend(backend, device);
+    auto made = vkattn::make_backend(backend, device);
+    watch(*made);  // progress of long steps, Ctrl-C between submissions
+    return made;
   } catch (const ConfigError& e) {
     throw UsageError(std::string("--device: ") + e.what());  // --backend is checked by CLI11
   }

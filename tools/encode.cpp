@@ -9,6 +9,7 @@
 #include "engine/io/file.h"
 #include "tools/commands.h"
 #include "tools/inputs.h"
+#include "tools/interrupt.h"
 #include "tools/validators.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
@@ -99,6 +100,7 @@ int run_encode(const EncodeArgs& a) {
                       ? TransformerEncoderLayer(layer, std::move(state.weights.layers[0])).forward(*backend, input, options)
                       : TransformerEncoder(state.config, std::move(state.weights)).forward(*backend, input, options);
   require_finite(output, "output");
+  stop_if_interrupted();
   if (!a.out.empty()) io::write_npy(a.out, output);
   if (!a.report.empty()) {
     write_report(a.report, {{.title = "encoder", .pass = &recorded, .pass_label = backend->name()}},

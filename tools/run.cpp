@@ -17,6 +17,7 @@
 #include "tools/commands.h"
 #include "tools/first_forward.h"
 #include "tools/inputs.h"
+#include "tools/interrupt.h"
 #include "tools/validators.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/heatmap.h"
@@ -205,6 +206,7 @@ int run_run(const RunArgs& a) {
   require_finite(result.output, "output");
   if (result.weights) require_finite(*result.weights, "attention weights");
 
+  stop_if_interrupted();
   std::vector<io::PendingFile> files;
   if (!a.out.empty()) files.emplace_back(a.out, io::encode_npy(result.output));
   if (result.weights) files.emplace_back(a.attn_weights, io::encode_npy(*result.weights));

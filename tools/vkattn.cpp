@@ -9,7 +9,8 @@
 //   vkattn check     your own attention's tensors against vkattn's recipe: where and why they differ
 //   vkattn bench     one shape timed (validated first): per-step times, GFLOP/s, memory, tracing cost
 //   vkattn demo      random attention on the GPU and the CPU reference, compared step by step
-// Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input; errors are one line on stderr.
+// Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted (Ctrl-C);
+// errors are one line on stderr.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
     if (bench->parsed()) return cli::run_bench(bench_args);
     if (demo->parsed()) return cli::run_demo(demo_args);
     return 2;
+  } catch (const vkattn::Interrupted& e) {
+    std::cerr << "vkattn: " << vkattn::one_line(e.what()) << "\n";
+    return 130;  // as a shell reports a process ended by SIGINT
   } catch (const std::exception& e) {
     const bool ours = cli::is_bad_input(e) || dynamic_cast<const vkattn::Error*>(&e);
     // anything else — a Vulkan call's error outside any step, by its VkResult name — as a DeviceError

@@ -81,6 +81,11 @@ Tensor Backend::download(const Value& value) {
   return Tensor(value.shape, std::move(data), value.dtype);
 }
 
+void Backend::report_progress(const std::string& step, double done) {
+  if (!progress_) return;
+  progress_({step, done, std::chrono::duration<double>(Clock::now() - pass_start_).count()});
+}
+
 void Backend::at_step(const std::string& where, const std::function<void()>& work) {
   try {
     vulkan::faults::Where marker(where);

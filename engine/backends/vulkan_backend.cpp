@@ -1,6 +1,7 @@
 #include "vkattn/backends/vulkan_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "engine/vulkan/buffer.h"
@@ -70,6 +71,8 @@ struct VulkanBackend::State {
   vulkan::Recorder recorder;
   std::shared_ptr<vulkan::BufferPool> buffers;  // tensors' buffers; Storage holds it weakly
   std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels;
+  // flash_attention's measured speed, multiply-adds a second (0: not measured yet)
+  double flash_rate = 0;
 };
 
 VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options options)
@@ -174,12 +177,12 @@ const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bi
 template <class Params>
 void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kernel,
                              std::vector<std::shared_ptr<Buffer>> buffers, const Params& params, uint64_t invocations,
-                             bool per_group) {
+                             bool per_group, bool continuation) {
   uint64_t groups = per_group ? invocations : ceil_div(invocations, kernel.workgroup_size());
   if (invocations >= (uint64_t(1) << 32)) {
     throw DeviceError(step + ": " + std::to_string(invocations) + " elements exceed the 32-bit indexing of the shaders");
   }
-  s_->recorder.dispatch(kernel, buffers, std::as_bytes(std::span(&params, 1)), groups, step);
+  s_->recorder.dispatch(kernel, buffers, std::as_bytes(std::span(&params, 1)), groups, step, continuation);
 }
 
 void VulkanBackend::run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
@@ -252,11 +255,54 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
                             s_->flash.workgroup_size, texels ? 0b11000u : 0u, s_->flash.lanes);
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
                                       key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
-  dispatch(step, kern,
-           {buffer_of(q), attn_mask ? buffer_of(*attn_mask) : s_->recorder.placeholder(),
-            key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(k), buffer_of(v),
-            buffer_of(out)},
-           params, s_->flash.groups(uint64_t(B) * H, uint64_t(L)), true);
+  const std::vector<std::shared_ptr<Buffer>> buffers{
+      buffer_of(q), attn_mask ? buffer_of(*attn_mask) : s_->recorder.placeholder(),
+      key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(k), buffer_of(v),
+      buffer_of(out)};
+  // The grid in submissions of bounded work (a group's rows are independent of every other's:
+  // any split gives the same bits). Group g holds query rows from (g·rows_per_group) mod L on.
+  const uint64_t groups = s_->flash.groups(uint64_t(B) * H, uint64_t(L));
+  const uint64_t row_groups = s_->flash.lanes ? ceil_div(L, s_->flash.rows) : ceil_div(L, s_->flash.workgroup_size);
+  const uint64_t units_per_group = s_->flash.lanes ? s_->flash.workgroup_size / s_->flash.lanes : 1;
+  const uint64_t rows_per_unit = s_->flash.lanes ? s_->flash.rows : s_->flash.workgroup_size;
+  const auto work = [&](uint64_t a, uint64_t b) {  // multiply-adds of groups a..b: QKᵀ and PV over the keys each row sees
+    double total = 0;
+    for (uint64_t g = a; g < b; ++g) {
+      const double i = double(g * units_per_group % row_groups * rows_per_unit);  // the group's first row
+      double keys = causal ? std::min<double>(double(S), i + 1) : double(S);
+      if (causal && window > 0) keys = std::min<double>(keys, double(window));
+      total += keys * double(units_per_group * rows_per_unit) * 2.0 * double(d);
+    }
+    return total;
+  };
+  for (uint64_t first = 0; first < groups;) {
+    const uint64_t count = submission_groups(first, groups, work);
+    params.first_group = u32(first);
+    dispatch(step, kern, buffers, params, count, true, /*continuation=*/first > 0);
+    first += count;
+    if (first == groups) break;
+    const auto start = std::chrono::steady_clock::now();
+    s_->recorder.flush();  // (the first also runs what the pass recorded before: a slower, safe estimate)
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (seconds > 0) s_->flash_rate = work(first - count, first) / seconds;
+    report_progress(step, double(first) / double(groups));
+  }
+}
+
+uint64_t VulkanBackend::submission_groups(uint64_t first, uint64_t groups,
+                                          const std::function<double(uint64_t, uint64_t)>& work) const {
+  uint64_t count = groups - first;
+  if (s_->options.max_groups_per_submission > 0) count = std::min(count, s_->options.max_groups_per_submission);
+  const double budget = s_->options.max_submission_seconds;
+  if (budget <= 0) return count;
+  // Unmeasured, assume a slow device (1 GFLOP/s: lavapipe on one core does several): a step
+  // cheaper than the budget at that speed is never split; a dearer one starts with a probe.
+  const double rate = s_->flash_rate > 0 ? s_->flash_rate : 1e9;
+  if (work(first, first + count) <= budget * rate) return count;
+  // The most groups that fit the budget at that rate, by halving (work grows with the groups).
+  uint64_t fits = count;
+  while (fits > 1 && work(first, first + fits) > budget * rate) fits = (fits + 1) / 2;
+  return fits;
 }
 
 void VulkanBackend::run_kv_cache_append(const std::string& step, Storage& cache, const Storage& rows, int64_t N,

@@ -40,6 +40,7 @@ struct FlashAttentionParams {        // shaders/flash_attention.comp
   glm::uint causal;                  // 0 or 1
   glm::uint window;                  // 0, or the causal window W
   glm::uint group;                   // query heads per key/value head: H / H_kv
+  glm::uint first_group = 0;         // the first workgroup of this submission's part of the grid
 };
 
 struct KvCacheAppendParams {  // shaders/kv_cache_append.comp
@@ -129,7 +130,7 @@ struct MeanPoolParams {  // shaders/mean_pool.comp
 };
 
 static_assert(sizeof(GemmParams) == 24 && sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
-static_assert(sizeof(AttentionMaskParams) == 32 && sizeof(FlashAttentionParams) == 40);
+static_assert(sizeof(AttentionMaskParams) == 32 && sizeof(FlashAttentionParams) == 44);
 static_assert(sizeof(KvCacheAppendParams) == 20 && sizeof(FlashDecodingParams) == 44);
 static_assert(sizeof(AttentionCombineParams) == 12 && sizeof(RotaryEmbeddingParams) == 24);
 static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AverageHeadsParams) == 12);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -124,7 +125,8 @@ vk::DescriptorSet Recorder::allocate_set(const Kernel& kernel) {
 }
 
 void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Buffer>> buffers,
-                        std::span<const std::byte> push_constants, uint64_t groups, const std::string& label) {
+                        std::span<const std::byte> push_constants, uint64_t groups, const std::string& label,
+                        bool continuation) {
   if (buffers.size() != kernel.bindings() || buffers.size() > kMaxBindings) {
     throw std::logic_error(label + ": kernel " + kernel.name() + " has " + std::to_string(kernel.bindings()) +
                            " bindings but " + std::to_string(buffers.size()) + " buffers were given (at most " +
@@ -166,7 +168,9 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
   commands_.bindPipeline(vk::PipelineBindPoint::eCompute, *kernel.pipeline());
   commands_.bindDescriptorSets(vk::PipelineBindPoint::eCompute, *kernel.layout(), 0, set, {});
   commands_.pushConstants<std::byte>(*kernel.layout(), vk::ShaderStageFlagBits::eCompute, 0, push_constants);
-  const bool time_this = timing_ && queries_used_ + (chained_ ? 1 : 2) <= kTimestampQueries;
+  // A continuation ends the timed dispatch before it later: one step, one (start, end).
+  const bool extend = continuation && timing_ && !timed_queries_.empty() && !out_of_queries_;
+  const bool time_this = timing_ && queries_used_ + (chained_ || extend ? 1 : 2) <= kTimestampQueries;
   out_of_queries_ |= timing_ && !time_this;
   if (time_this && reset_pending_) {
     commands_.resetQueryPool(*timestamps_, 0, kTimestampQueries);
@@ -176,7 +180,8 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
   // one's. A dispatch right after a timed one starts at that one's end timestamp, which marks
   // the same moment: one timestamp per dispatch, not two (each costs lavapipe a flush).
   std::pair<uint32_t, uint32_t> queries{queries_used_ - 1, 0};
-  if (time_this && !chained_) {
+  if (time_this && extend) queries.first = timed_queries_.back().first;
+  if (time_this && !chained_ && !extend) {
     commands_.writeTimestamp(vk::PipelineStageFlagBits::eComputeShader, *timestamps_, queries_used_);
     queries.first = queries_used_++;
   }
@@ -184,7 +189,8 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
   if (time_this) {
     commands_.writeTimestamp(vk::PipelineStageFlagBits::eComputeShader, *timestamps_, queries_used_);
     queries.second = queries_used_++;
-    timed_queries_.push_back(queries);
+    if (extend) timed_queries_.back() = queries;
+    else timed_queries_.push_back(queries);
     chained_ = true;
   }
   if (context_->debug_labels()) commands_.endDebugUtilsLabelEXT();
@@ -255,6 +261,7 @@ void Recorder::flush() {
     if (result == vk::Result::eErrorDeviceLost) context_->mark_lost(std::string(call) + " failed with VK_ERROR_DEVICE_LOST");
     return device_error("", vk::SystemError(vk::make_error_code(result), call));
   };
+  const auto submitted_at = std::chrono::steady_clock::now();
   vk::Result submitted = vk::Result::eSuccess;
   if (auto injected = faults::due(faults::Site::submission)) {
     submitted = *injected;
@@ -293,6 +300,8 @@ void Recorder::flush() {
     }
     throw fail(waited, "vkWaitForFences");
   }
+  longest_submission_s_ = std::max(
+      longest_submission_s_, std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted_at).count());
   context_->device().resetFences(*fence_);
   commands_.reset();
   release_recorded();

@@ -37,8 +37,11 @@ class Recorder {
   // Records `kernel` over `groups` workgroups (folded into y and z past the device's limit).
   // `buffers` are bound in order to bindings 0…; the last one is the output, the others are
   // read. `label` names the step in barriers' logs and in debug-utils labels.
+  // `continuation`: the next part of the dispatch before it (a step split into submissions):
+  // timed as one with it.
   void dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Buffer>> buffers,
-                std::span<const std::byte> push_constants, uint64_t groups, const std::string& label);
+                std::span<const std::byte> push_constants, uint64_t groups, const std::string& label,
+                bool continuation = false);
   // Records a copy of `bytes` host bytes into `target` (through a staging buffer).
   void upload(const std::shared_ptr<Buffer>& target, const void* data, size_t bytes);
   // Submits everything recorded so far, waits, and returns the first `bytes` of `source`.
@@ -70,6 +73,9 @@ class Recorder {
   // A tiny buffer bound where a step's optional input (bias, mask) is absent; never written.
   const std::shared_ptr<Buffer>& placeholder() const { return placeholder_; }
   uint64_t submissions() const { return submissions_; }
+  // The longest a submission took (vkQueueSubmit to its fence), in seconds, since the last reset.
+  double longest_submission_s() const { return longest_submission_s_; }
+  void reset_longest_submission() { longest_submission_s_ = 0; }
   uint64_t barriers() const { return barriers_; }
   size_t descriptor_pools() const { return descriptor_pools_.size(); }
   // The debug-utils labels recorded since time_dispatches() began the pass, in order (empty
@@ -104,6 +110,7 @@ class Recorder {
   std::vector<std::shared_ptr<Buffer>> in_flight_;   // alive until the fence signals
   std::shared_ptr<Buffer> placeholder_;
   uint64_t submissions_ = 0;
+  double longest_submission_s_ = 0;
   uint64_t barriers_ = 0;
   std::vector<std::string> pass_labels_;
   // timestamps: one query per timed dispatch, and one before each run of them

@@ -45,6 +45,13 @@ class DeviceError : public Error {
   using Error::Error;
 };
 
+// The pass was stopped on purpose between two of its submissions (Ctrl-C on the command line,
+// a progress callback that threw it): nothing it computed is returned.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 // "VK_ERROR_OUT_OF_DEVICE_MEMORY": a VkResult's C name from Vulkan-Hpp's "ErrorOutOfDeviceMemory".
 std::string vk_result_name(const std::string& vulkan_hpp_name);
 

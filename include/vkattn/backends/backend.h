@@ -191,6 +191,16 @@ class Backend {
   void pop_scope() noexcept;
   std::string scoped(const std::string& name) const { return scope_ + name; }
 
+  // Progress of a long step that runs as several submissions (VulkanBackendOptions::
+  // max_submission_seconds): after each, how much of the step is done and how long the pass has
+  // taken. The callback may throw (Interrupted) to stop the pass there; it then fails cleanly.
+  struct Progress {
+    std::string step;
+    double done = 0;     // of the step, 0..1
+    double seconds = 0;  // since the pass began
+  };
+  void on_progress(std::function<void(const Progress&)> callback) { progress_ = std::move(callback); }
+
   // Tracing. Tracers are not owned and must outlive their attachment.
   void add_tracer(Tracer& tracer);
   void remove_tracer(Tracer& tracer);
@@ -217,6 +227,8 @@ class Backend {
   // The pass failed (end_pass with an error): drop what it recorded and did not run, and give
   // back the memory it took, so that the next pass starts as this one did. Never throws.
   virtual void on_failed_pass() noexcept {}
+  // Tells the on_progress callback (if any) that `done` of `step` is done (it may throw).
+  void report_progress(const std::string& step, double done);
 
   // The run_<op> hooks: shapes are checked, output allocated; arguments mirror reference.h
   // (group: query heads per key/value head; window: 0 or the causal window W).
@@ -295,6 +307,7 @@ class Backend {
   int next_index_ = 0;
   Clock::time_point pass_start_ = Clock::now();
   std::vector<StepTime> host_times_;
+  std::function<void(const Progress&)> progress_;
 };
 
 // Attaches a tracer to a backend for as long as it lives (the tracer must outlive it).

@@ -5,6 +5,7 @@
 // The Vulkan objects behind it (context, buffers, kernels, plans) are internals, declared here
 // only by name: a program that includes this header needs no Vulkan headers.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,13 @@ struct VulkanBackendOptions {
   // small steps (split_heads_q/k/v) can overlap. 4 MiB = 1 Mi floats, more invocations than any
   // GPU runs at once.
   uint64_t reuse_in_flight_bytes = 4u << 20;
+  // Bounded work per submission: a flash_attention step the device would run for longer than
+  // this is split into submissions of query rows, each about this long (sized from the device's
+  // measured speed), with identical results: a desktop driver's watchdog kills a dispatch that
+  // runs for seconds, and the host can report progress and stop between submissions. 0: never.
+  double max_submission_seconds = 1.0;
+  // > 0: split every flash_attention into submissions of at most this many workgroups (tests).
+  uint64_t max_groups_per_submission = 0;
 };
 
 class VulkanBackend final : public Backend {
@@ -149,7 +157,12 @@ class VulkanBackend final : public Backend {
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,
                 std::vector<std::shared_ptr<vulkan::Buffer>> buffers, const Params& params, uint64_t invocations,
-                bool per_group = false);
+                bool per_group = false, bool continuation = false);
+  // How many of flash_attention's `groups` workgroups the next submission takes, from `first`,
+  // to last about max_submission_seconds at the device's measured speed (all of them when the
+  // whole step would; at most max_groups_per_submission when set). `work(a, b)` estimates the
+  // multiply-adds of groups a..b.
+  uint64_t submission_groups(uint64_t first, uint64_t groups, const std::function<double(uint64_t, uint64_t)>& work) const;
 
   struct State;  // the context, the plans, the recorder, the buffer pool, the kernels
   std::unique_ptr<State> s_;
