@@ -52,8 +52,8 @@ DeviceError device_error(const std::string& where, const std::exception& failure
   call = call.substr(0, call.rfind(": "));
   std::string meaning;
   if (result == "VK_ERROR_OUT_OF_DEVICE_MEMORY" || result == "VK_ERROR_OUT_OF_HOST_MEMORY") {
-    meaning = "; the device ran out of memory: try a smaller batch or sequence, or --attention fused, which never "
-              "holds the (L, S) scores";
+    meaning = std::string("; the ") + (result == "VK_ERROR_OUT_OF_HOST_MEMORY" ? "driver ran out of host" : "device ran out of") +
+              " memory: try a smaller batch or sequence, or --attention fused, which never holds the (L, S) scores";
   } else if (result == "VK_ERROR_DEVICE_LOST") {
     meaning = "; the driver lost the device (a hang, a reset or a driver fault): nothing it computed can be trusted; "
               "make a new device (a new backend, or in Python a new module) and run again";

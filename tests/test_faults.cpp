@@ -46,7 +46,7 @@ constexpr auto kAlloc = faults::Site::allocation;
 constexpr auto kSubmit = faults::Site::submission;
 constexpr auto kWait = faults::Site::fence_wait;
 constexpr const char* kOomText = "failed with VK_ERROR_OUT_OF_DEVICE_MEMORY; the device ran out of memory";
-constexpr const char* kHostOomText = "failed with VK_ERROR_OUT_OF_HOST_MEMORY; the device ran out of memory";
+constexpr const char* kHostOomText = "failed with VK_ERROR_OUT_OF_HOST_MEMORY; the driver ran out of host memory";
 constexpr const char* kLostText = "failed with VK_ERROR_DEVICE_LOST; the driver lost the device";
 constexpr const char* kTimeoutText = "did not finish within 600 s (VKATTN_FENCE_TIMEOUT): the device is treated as lost";
 

@@ -582,6 +582,12 @@ void Backend::add_tracer(Tracer& tracer) { tracers_.push_back(&tracer); }
 void Backend::remove_tracer(Tracer& tracer) { std::erase(tracers_, &tracer); }
 
 void Backend::begin_pass(const std::string& pass) {
+  std::thread::id none{};
+  const std::thread::id me = std::this_thread::get_id();
+  if (!pass_thread_.compare_exchange_strong(none, me) && none != me) {
+    throw DeviceError("pass " + pass + ": this " + name() + " backend is running a pass on another thread; a backend "
+                      "serves one thread at a time: give each thread its own (they may share a device and a module)");
+  }
   if (pass_depth_++ > 0) return;  // nested: part of the pass already open
   next_index_ = 0;
   host_times_.clear();
@@ -592,6 +598,7 @@ void Backend::begin_pass(const std::string& pass) {
 
 void Backend::end_pass(const std::optional<std::string>& error) noexcept {
   if (pass_depth_ == 0 || --pass_depth_ > 0) return;  // unbalanced, or a nested pass: the outer one reports
+  pass_thread_ = std::thread::id{};
   if (!tracers_.empty()) report_pass_end(error);
   if (error) on_failed_pass();  // after the tracers: the GPU's step times need what was recorded
 }

@@ -387,6 +387,11 @@ void Context::on_allocate(uint64_t bytes, bool staging) const {
 
 void Context::on_free(uint64_t bytes) const { allocated_ -= bytes; }
 
+void Context::submit(const vk::SubmitInfo& info, vk::Fence fence) const {
+  std::lock_guard lock(queue_mutex_);
+  queue_.submit(info, fence);
+}
+
 void Context::mark_lost(const std::string& why) const {
   std::lock_guard lock(lost_mutex_);
   if (lost_) return;  // the first reason is the one to tell

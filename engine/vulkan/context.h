@@ -115,6 +115,9 @@ class Context {
 
   const vk::raii::Device& device() const { return device_; }
   const vk::raii::Queue& queue() const { return queue_; }
+  // Submits to the queue: Vulkan wants vkQueueSubmit on one queue from one thread at a time, and
+  // backends on several threads share this context's queue. vk::SystemError when it fails.
+  void submit(const vk::SubmitInfo& info, vk::Fence fence) const;
   uint32_t queue_family() const { return device_report().compute_queue_family; }
   // A memory type index with all `required` flags, preferring one that also has `preferred`.
   uint32_t memory_type(uint32_t type_bits, vk::MemoryPropertyFlags required, vk::MemoryPropertyFlags preferred) const;
@@ -157,6 +160,7 @@ class Context {
   mutable std::atomic<uint64_t> allocated_{0};
   mutable std::atomic<uint64_t> peak_{0};
   uint64_t fence_timeout_ns_ = 0;
+  mutable std::mutex queue_mutex_;
   mutable std::atomic<bool> lost_{false};
   mutable std::mutex lost_mutex_;
   mutable std::string lost_why_;

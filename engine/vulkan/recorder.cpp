@@ -267,7 +267,7 @@ void Recorder::flush() {
     submitted = *injected;
   } else {
     try {
-      context_->queue().submit(vk::SubmitInfo({}, {}, command_buffer), *fence_);
+      context_->submit(vk::SubmitInfo({}, {}, command_buffer), *fence_);
     } catch (const vk::SystemError& e) {
       submitted = static_cast<vk::Result>(e.code().value());
     }

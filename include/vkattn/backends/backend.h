@@ -7,9 +7,11 @@
 // the backend), makes the output, runs the backend's run_<op>, and reports the step to every
 // attached Tracer. `step` is the step's name (q_proj, split_heads_k, …) and the method is its
 // op (linear, split_heads, …): errors, traces and debug labels carry both.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <thread>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -204,6 +206,9 @@ class Backend {
   // Tracing. Tracers are not owned and must outlive their attachment.
   void add_tracer(Tracer& tracer);
   void remove_tracer(Tracer& tracer);
+  // A Backend serves one thread at a time (its recorder, its buffers and its pass are its own);
+  // threads each take their own, and may share one Context and one module. A pass begun while
+  // another thread's pass is open on this backend is a DeviceError saying so, not a race.
   // Starts a new pass: step indices restart at 0 and tracers hear `pass`'s name. Passes nest: a
   // pass begun inside another (a module's forward inside a tutorial's part) is part of it.
   void begin_pass(const std::string& pass);
@@ -308,6 +313,7 @@ class Backend {
   Clock::time_point pass_start_ = Clock::now();
   std::vector<StepTime> host_times_;
   std::function<void(const Progress&)> progress_;
+  std::atomic<std::thread::id> pass_thread_{};  // the thread whose pass is open, or none
 };
 
 // Attaches a tracer to a backend for as long as it lives (the tracer must outlive it).
