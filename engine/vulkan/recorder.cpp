@@ -298,6 +298,8 @@ void Recorder::flush() {
       throw DeviceError(why + ": the device is treated as lost; a GPU can stop answering when a dispatch runs "
                         "too long for its watchdog");
     }
+    // Whatever the error, the submission's state is unknown: the device takes no more work.
+    context_->mark_lost("vkWaitForFences failed with " + vk_result_name(vk::to_string(waited)));
     throw fail(waited, "vkWaitForFences");
   }
   longest_submission_s_ = std::max(

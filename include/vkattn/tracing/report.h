@@ -34,7 +34,7 @@ struct ReportOptions {
   // Values embedded at most, per step's tensor and per page. A larger tensor is shown sampled:
   // every k-th row and column (the page says which), through the first divergent element; its
   // range and max |difference| are still computed from all of its values. 2^22 cells are 16 MiB
-  // of float32, 22.4 MB as base64: with the page's ~60 kB of code, the bound on a report's size.
+  // of float32, 22.4 MB as base64: with the page's 23 kB of code, the bound on a report's size.
   size_t cells_per_tensor = size_t{1} << 18;
   size_t cells_per_report = size_t{1} << 22;
 };
