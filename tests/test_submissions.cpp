@@ -54,7 +54,7 @@ TEST_P(SplitFlash, EqualsOneDispatchBitForBit) {
   const uint64_t before = split.recorder().submissions();
   const Tensor expected = flash(whole, shape), got = flash(split, shape);
   EXPECT_EQ(got.data, expected.data);  // bit for bit
-  if (shape.L >= 100) {  // (smaller grids may fit in 3 workgroups)
+  if (split.flash_plan().groups(uint64_t(shape.B * shape.H), uint64_t(shape.L)) > 3) {  // (at 16 lanes, few do)
     EXPECT_GT(split.recorder().submissions() - before, 1u) << "not split";
   }
 }
@@ -80,7 +80,7 @@ TEST(SplitByTime, ProgressRisesAndAnInterruptStopsThePassCleanly) {
   VulkanBackend gpu(shared_context(), {.max_submission_seconds = 1e-9});
   MultiHeadAttentionConfig config{.embed_dim = 32, .num_heads = 2, .batch_first = true};
   MultiHeadAttention module{config, MultiHeadAttentionWeights::random(config, 1)};
-  const Tensor x = random_tensor({1, 200, 32}, 2);
+  const Tensor x = random_tensor({1, 1000, 32}, 2);  // 16 or more workgroups at any lane count
   const ForwardOptions fused{.need_weights = false, .attention = AttentionPath::fused};
   std::vector<double> done;
   gpu.on_progress([&](const Backend::Progress& p) {
