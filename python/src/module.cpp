@@ -86,6 +86,16 @@ std::shared_ptr<Device> open_device(const std::string& kind, const std::string& 
   if (!device) {
     auto made = std::make_shared<Device>();
     made->backend = make_backend(kind, selector);
+    // Ctrl-C stops a long forward between its submissions: while C++ runs, Python's handler only
+    // notes the signal, so the progress callback (run with the GIL released) asks for it.
+    made->backend->on_progress([](const Backend::Progress& p) {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) {
+        PyErr_Clear();
+        throw Interrupted("the forward stopped after " + std::to_string(static_cast<int>(100 * p.done)) + "% of " +
+                          p.step + ", between two of its submissions");
+      }
+    });
     device = made;
   }
   return device;
@@ -478,6 +488,8 @@ PYBIND11_MODULE(_vkattn, m) {
       PyErr_SetString(file_error.ptr(), e.what());
     } catch (const DeviceError& e) {
       PyErr_SetString(device_error.ptr(), e.what());
+    } catch (const Interrupted& e) {
+      PyErr_SetString(PyExc_KeyboardInterrupt, e.what());
     } catch (const Error& e) {
       PyErr_SetString(error.ptr(), e.what());
     }
