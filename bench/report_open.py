@@ -17,7 +17,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import torch
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options

@@ -63,15 +63,6 @@ std::optional<Fault> from_environment() {
 
 }  // namespace
 
-const char* site_name(Site site) {
-  switch (site) {
-    case Site::allocation: return "allocation";
-    case Site::submission: return "submission";
-    case Site::fence_wait: return "fence_wait";
-  }
-  return "?";
-}
-
 Where::Where(const std::string& step) : previous_(current_step) { current_step = &step; }
 Where::~Where() { current_step = previous_; }
 

@@ -20,7 +20,6 @@
 namespace vkattn::vulkan::faults {
 
 enum class Site { allocation, submission, fence_wait };
-const char* site_name(Site site);
 
 struct Fault {
   Site site = Site::allocation;

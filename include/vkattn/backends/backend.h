@@ -11,11 +11,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <thread>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "vkattn/errors.h"
