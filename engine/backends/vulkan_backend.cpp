@@ -4,11 +4,15 @@
 #include <chrono>
 #include <map>
 
+#include <spdlog/spdlog.h>
+
+#include "engine/backends/tuner.h"
 #include "engine/vulkan/buffer.h"
 #include "engine/vulkan/buffer_pool.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/kernel.h"
+#include "engine/vulkan/plan_cache.h"
 #include "engine/vulkan/push_constants.h"
 #include "engine/vulkan/recorder.h"
 #include "engine/vulkan/step_plans.h"
@@ -68,6 +72,12 @@ struct VulkanBackend::State {
   vulkan::GemmPlan gemm;
   vulkan::RowPlan rows;
   vulkan::FlashPlan flash;
+  // Tuning (tuner.h): the device's remembered plans, null when tuning is off; the plans this
+  // backend uses, by shape class (with the switches that shaped its candidates)
+  std::shared_ptr<vulkan::PlanCache> cache;
+  std::string class_suffix;
+  std::map<std::string, vulkan::GemmPlan> gemm_plans;
+  std::map<std::string, vulkan::FlashPlan> flash_plans;
   vulkan::Recorder recorder;
   std::shared_ptr<vulkan::BufferPool> buffers;  // tensors' buffers; Storage holds it weakly
   std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels;
@@ -85,7 +95,82 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
   s_->gemm = options.gemm ? *options.gemm : vulkan::plan_gemm(s_->device);
   vulkan::check_gemm_plan(s_->gemm, s_->device);
   s_->rows = vulkan::plan_rows(s_->device, s_->options.workgroup_size);
-  s_->flash = vulkan::plan_flash(s_->device, s_->options.workgroup_size, s_->options.flash_rows);
+  s_->flash = options.flash ? *options.flash : vulkan::plan_flash(s_->device, s_->options.workgroup_size, s_->options.flash_rows);
+  vulkan::check_flash_plan(s_->flash, s_->device);
+  if (options.tune.value_or(tuning::tune_from_environment())) {
+    s_->cache = vulkan::plan_cache(s_->device, options.plan_cache_directory);
+    // other switches, other candidates: their plans are kept apart
+    if (!s_->device.switches.subgroups) s_->class_suffix += " [subgroups off]";
+    if (!s_->device.switches.texel_inputs) s_->class_suffix += " [texel inputs off]";
+    if (s_->options.workgroup_size != VulkanBackendOptions{}.workgroup_size) {
+      s_->class_suffix += " [workgroup " + std::to_string(s_->options.workgroup_size) + "]";
+    }
+  }
+}
+
+namespace {
+
+// A remembered plan for `shape_class`, read and checked against the device; a warning and none
+// when the entry is malformed or asks for what the device lacks (an edited or foreign file).
+template <class Plan>
+std::optional<Plan> remembered(vulkan::PlanCache& cache, const std::string& shape_class,
+                               const vulkan::DeviceReport& device, Plan (*read)(const nlohmann::json&),
+                               void (*check)(const Plan&, const vulkan::DeviceReport&)) {
+  const auto entry = cache.find(shape_class);
+  if (!entry) return std::nullopt;
+  try {
+    if (!entry->contains("plan")) throw ConfigError("the entry has no plan");
+    Plan plan = read(entry->at("plan"));
+    check(plan, device);
+    return plan;
+  } catch (const Error& e) {
+    spdlog::warn("plan cache: the plan remembered for {} in {} is refused ({}): measuring again", shape_class,
+                 cache.file().string(), e.what());
+    cache.forget(shape_class);
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+const vulkan::GemmPlan& VulkanBackend::gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N,
+                                                     int64_t K) {
+  const tuning::GemmProblem problem{name, uint64_t(batch), uint64_t(M), uint64_t(N), uint64_t(K)};
+  if (!s_->cache || s_->options.gemm || problem.multiply_adds() < tuning::kSmallestTuned) return s_->gemm;
+  const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
+  if (auto it = s_->gemm_plans.find(shape_class); it != s_->gemm_plans.end()) return it->second;
+  if (auto plan = remembered(*s_->cache, shape_class, s_->device, &tuning::gemm_plan_from_json, &vulkan::check_gemm_plan)) {
+    return s_->gemm_plans[shape_class] = *plan;
+  }
+  const tuning::Outcome outcome =
+      tuning::tune_gemm(s_->context, s_->options, problem, tuning::gemm_candidates(s_->device),
+                        [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
+  s_->cache->remember(shape_class, outcome.to_json());
+  return s_->gemm_plans[shape_class] = tuning::gemm_plan_from_json(outcome.plan);
+}
+
+const vulkan::FlashPlan& VulkanBackend::flash_plan_for(int64_t heads, int64_t L, int64_t S, int64_t d, bool causal) {
+  const tuning::FlashProblem problem{uint64_t(heads), uint64_t(L), uint64_t(S), uint64_t(d), causal};
+  if (!s_->cache || s_->options.flash || s_->options.flash_rows || problem.multiply_adds() < tuning::kSmallestTuned) {
+    return s_->flash;
+  }
+  const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
+  if (auto it = s_->flash_plans.find(shape_class); it != s_->flash_plans.end()) return it->second;
+  if (auto plan = remembered(*s_->cache, shape_class, s_->device, &tuning::flash_plan_from_json, &vulkan::check_flash_plan)) {
+    return s_->flash_plans[shape_class] = *plan;
+  }
+  const tuning::Outcome outcome = tuning::tune_flash(
+      s_->context, s_->options, problem, tuning::flash_candidates(s_->device, s_->options.workgroup_size),
+      [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
+  s_->cache->remember(shape_class, outcome.to_json());
+  return s_->flash_plans[shape_class] = tuning::flash_plan_from_json(outcome.plan);
+}
+
+std::vector<std::pair<std::string, std::string>> VulkanBackend::tuned_plans() const {
+  std::vector<std::pair<std::string, std::string>> plans;
+  for (const auto& [shape_class, plan] : s_->gemm_plans) plans.emplace_back(shape_class, plan.describe());
+  for (const auto& [shape_class, plan] : s_->flash_plans) plans.emplace_back(shape_class, plan.describe());
+  return plans;
 }
 
 VulkanBackend::~VulkanBackend() {
@@ -113,6 +198,8 @@ void VulkanBackend::on_failed_pass() noexcept {
   s_->buffers->drop_taken();  // the buffers the failed pass took, back to the device
   s_->recorder.trim();
 }
+
+void VulkanBackend::synchronize() { s_->recorder.flush(); }
 
 void VulkanBackend::empty_cache() {
   s_->recorder.flush();  // buffers released mid-pass may still be read by recorded commands
@@ -192,9 +279,9 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0);
   // texel inputs: whole texels (vec4), each input within the device's texel count
   const uint64_t max_texels = s_->device.max_texel_buffer_elements;
-  const bool texels = s_->gemm.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
+  const vulkan::GemmPlan plan = gemm_plan_for(name, batch, M, N, K).fitted(uint64_t(N));
+  const bool texels = plan.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
                       uint64_t(batch / group) * N * K / 4 <= max_texels;
-  const vulkan::GemmPlan plan = s_->gemm.fitted(uint64_t(N));
   const auto& k = kernel(plan.shader(name, texels), 4, sizeof(vulkan::GemmParams),
                          plan.specialization(vec4, bias != nullptr), plan.workgroup_size, texels ? 0b11u : 0u,
                          plan.required_lanes());
@@ -246,13 +333,14 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
                                         const Storage* attn_mask, int attn_mask_rank, const Storage* key_padding_mask,
                                         bool causal, int64_t window, Storage& out, int64_t B, int64_t H, int64_t L,
                                         int64_t S, int64_t d, float scale, int64_t group) {
-  // flash_plan(): ROWS query rows per subgroup of guaranteed lanes, or a row per invocation
+  // flash_plan_for(): ROWS query rows per subgroup of guaranteed lanes, or a row per invocation
   // (flash_attention.comp). The head dim shapes each lane's share of the output: a pipeline per d.
   // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
-  const bool texels = s_->gemm.texel_inputs && d % 4 == 0 &&
+  const vulkan::FlashPlan& plan = flash_plan_for(B * H, L, S, d, causal);
+  const bool texels = plan.texel_inputs && d % 4 == 0 &&
                       uint64_t(B) * (H / group) * S * d / 4 <= s_->device.max_texel_buffer_elements;
-  const auto& kern = kernel(s_->flash.shader(texels), 6, sizeof(vulkan::FlashAttentionParams), s_->flash.specialization(u32(d)),
-                            s_->flash.workgroup_size, texels ? 0b11000u : 0u, s_->flash.lanes);
+  const auto& kern = kernel(plan.shader(texels), 6, sizeof(vulkan::FlashAttentionParams), plan.specialization(u32(d)),
+                            plan.workgroup_size, texels ? 0b11000u : 0u, plan.lanes);
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
                                       key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
   const std::vector<std::shared_ptr<Buffer>> buffers{
@@ -261,10 +349,10 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
       buffer_of(out)};
   // The grid in submissions of bounded work (a group's rows are independent of every other's:
   // any split gives the same bits). Group g holds query rows from (g·rows_per_group) mod L on.
-  const uint64_t groups = s_->flash.groups(uint64_t(B) * H, uint64_t(L));
-  const uint64_t row_groups = s_->flash.lanes ? ceil_div(L, s_->flash.rows) : ceil_div(L, s_->flash.workgroup_size);
-  const uint64_t units_per_group = s_->flash.lanes ? s_->flash.workgroup_size / s_->flash.lanes : 1;
-  const uint64_t rows_per_unit = s_->flash.lanes ? s_->flash.rows : s_->flash.workgroup_size;
+  const uint64_t groups = plan.groups(uint64_t(B) * H, uint64_t(L));
+  const uint64_t row_groups = plan.lanes ? ceil_div(L, plan.rows) : ceil_div(L, plan.workgroup_size);
+  const uint64_t units_per_group = plan.lanes ? plan.workgroup_size / plan.lanes : 1;
+  const uint64_t rows_per_unit = plan.lanes ? plan.rows : plan.workgroup_size;
   const auto work = [&](uint64_t a, uint64_t b) {  // multiply-adds of groups a..b: QKᵀ and PV over the keys each row sees
     double total = 0;
     for (uint64_t g = a; g < b; ++g) {

@@ -128,7 +128,9 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   vk::PhysicalDeviceSubgroupProperties subgroup;
   vk::PhysicalDeviceDriverProperties driver;
   vk::PhysicalDeviceSubgroupSizeControlProperties size_control;
+  vk::PhysicalDeviceIDProperties ids;
   vk::PhysicalDeviceProperties2 properties(vk::PhysicalDeviceProperties{}, &subgroup);
+  if (api >= VK_API_VERSION_1_1) ids.pNext = std::exchange(subgroup.pNext, &ids);
   if (knows_driver) driver.pNext = std::exchange(subgroup.pNext, &driver);
   if (knows_size_control) size_control.pNext = std::exchange(subgroup.pNext, &size_control);
   device.getDispatcher()->vkGetPhysicalDeviceProperties2(static_cast<VkPhysicalDevice>(*device),
@@ -139,6 +141,13 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
     r.driver_info = driver.driverInfo.data();
   }
   r.driver_version = props.driverVersion;
+  // deviceUUID where the device has Vulkan 1.1, else the pipeline cache's (which names the build)
+  const auto& uuid = api >= VK_API_VERSION_1_1 ? ids.deviceUUID : props.pipelineCacheUUID;
+  for (uint8_t byte : uuid) {
+    static const char* hex = "0123456789abcdef";
+    r.uuid += hex[byte >> 4];
+    r.uuid += hex[byte & 15];
+  }
   r.subgroup_size = subgroup.subgroupSize;
   const bool in_compute = bool(subgroup.supportedStages & vk::ShaderStageFlagBits::eCompute);
   r.subgroup_arithmetic = in_compute && (subgroup.supportedOperations & vk::SubgroupFeatureFlagBits::eArithmetic);

@@ -45,6 +45,7 @@ struct DeviceReport {
   std::string driver_name;  // "llvmpipe"
   std::string driver_info;  // "Mesa 22.3.6 (LLVM 15.0.6)"
   uint32_t driver_version = 0;
+  std::string uuid;  // deviceUUID as 32 hex digits: which device, across processes (plan_cache.h)
 
   // optional features: queried, used only where present
   uint32_t subgroup_size = 0;        // what the device reports; no kernel may count on it alone

@@ -9,4 +9,7 @@ namespace vkattn::vulkan {
 // The SPIR-V words of shaders/<name>.comp; throws std::logic_error for an unknown name.
 std::span<const uint32_t> shader_spirv(std::string_view name);
 
+// A hash of every shader's name and SPIR-V: changes whenever any kernel does (the plan cache's key).
+uint64_t shaders_fingerprint();
+
 }  // namespace vkattn::vulkan

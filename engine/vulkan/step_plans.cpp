@@ -4,6 +4,7 @@
 
 #include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/lanes.h"
+#include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 namespace {
@@ -29,8 +30,16 @@ uint64_t FlashPlan::groups(uint64_t heads, uint64_t length) const {
   return ceil_div(heads * ceil_div(length, rows), workgroup_size / lanes);
 }
 
+std::string FlashPlan::describe() const {
+  const std::string inputs = texel_inputs ? ", texel inputs" : "";
+  if (!lanes) return "a row per invocation, workgroup " + std::to_string(workgroup_size) + inputs;
+  return std::to_string(rows) + " rows per subgroup of " + std::to_string(lanes) + " lanes, workgroup " +
+         std::to_string(workgroup_size) + inputs;
+}
+
 FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32_t rows) {
   FlashPlan plan;
+  plan.texel_inputs = plan_gemm(device).texel_inputs;
   Lanes lanes = guaranteed_lanes(device, SubgroupOps::shuffle_and_arithmetic);
   if (!lanes) {
     plan.workgroup_size = workgroup_size;
@@ -49,6 +58,26 @@ FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32
   return plan;
 }
 
+void check_flash_plan(const FlashPlan& plan, const DeviceReport& device) {
+  auto fail = [&](const std::string& what) { throw DeviceError("flash plan '" + plan.describe() + "': " + what); };
+  if (plan.workgroup_size == 0 || plan.workgroup_size > device.max_workgroup_invocations ||
+      plan.workgroup_size > device.max_workgroup_size_x) {
+    fail("workgroup outside 1.." + std::to_string(device.max_workgroup_invocations) + " invocations");
+  }
+  if (plan.lanes) {
+    const Lanes lanes = guaranteed_lanes(device, SubgroupOps::shuffle_and_arithmetic, plan.lanes);
+    if (lanes.count != plan.lanes) {
+      fail("needs " + std::to_string(plan.lanes) + " guaranteed lanes; '" + device.name + "' guarantees " +
+           (lanes ? std::to_string(lanes.count) : "none: " + lanes.why));
+    }
+    if (plan.rows == 0 || plan.rows > 64) fail("rows per subgroup must be 1 to 64");
+    if (plan.workgroup_size % plan.lanes != 0) fail("workgroup must be whole subgroups");
+  } else if (plan.rows != 1) {
+    fail("a row per invocation has rows 1");
+  }
+  if (plan.texel_inputs && !device.texel_rgba32f) fail("texel inputs need RGBA32F uniform texel buffers");
+}
+
 std::vector<StepPlan> step_plans(const DeviceReport& device, uint32_t workgroup_size) {
   std::vector<StepPlan> plans;
   const GemmPlan gemm = plan_gemm(device);
@@ -58,10 +87,7 @@ std::vector<StepPlan> step_plans(const DeviceReport& device, uint32_t workgroup_
                    rows.lanes ? "a row per subgroup" : "a row per workgroup, reduced through shared memory", rows.lanes,
                    rows.why});
   const FlashPlan flash = plan_flash(device, workgroup_size);
-  plans.push_back({"flash_attention",
-                   flash.lanes ? std::to_string(flash.rows) + " rows per subgroup, workgroup " + std::to_string(flash.workgroup_size)
-                               : "a row per invocation, workgroup " + std::to_string(flash.workgroup_size),
-                   flash.lanes, flash.why});
+  plans.push_back({"flash_attention", flash.describe(), flash.lanes, flash.why});
   return plans;
 }
 

@@ -28,6 +28,9 @@ struct FlashPlan {
   uint32_t lanes = 0;           // the required subgroup size of flash_attention_subgroup; 0 = a row per invocation
   uint32_t rows = 1;            // query rows per subgroup (per invocation: 1)
   uint32_t workgroup_size = 64;
+  // K and V read as RGBA32F texel buffers (where d is a multiple of 4 and they fit): on CPU
+  // devices that have them, as the GEMMs' inputs (gemm_plan.h)
+  bool texel_inputs = false;
   std::string why;
   std::string shader(bool texels) const {
     return std::string("flash_attention") + (lanes ? "_subgroup" : "") + (texels ? "_texel" : "");
@@ -36,11 +39,16 @@ struct FlashPlan {
   std::vector<uint32_t> specialization(uint32_t d) const { return {d, lanes ? lanes : 1u, rows}; }
   // Workgroups for `heads` (B·H) heads of `length` (L) query rows.
   uint64_t groups(uint64_t heads, uint64_t length) const;
+  std::string describe() const;  // "16 rows per subgroup of 8 lanes, workgroup 64, texel inputs"
 };
 
 // `rows` > 0 asks for that many query rows per subgroup (tests); 0 lets the device decide: two a
 // lane on a CPU device, at most 8 on a GPU. `workgroup_size` is the subgroup-free kernel's.
+// Texel inputs as the GEMM's rule has them.
 FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32_t rows = 0);
+
+// Throws DeviceError naming what `plan` asks of `device` that it lacks (a forced or remembered plan).
+void check_flash_plan(const FlashPlan& plan, const DeviceReport& device);
 
 // One line of `vkattn devices`: the steps, the variant that runs them, its lanes and why.
 struct StepPlan {

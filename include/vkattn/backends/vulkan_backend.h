@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "vkattn/backends/backend.h"
@@ -38,6 +39,15 @@ struct VulkanBackendOptions {
   // flash_attention: query rows per subgroup; 0 = the device's choice (two per lane on a CPU
   // device, at most 8 on a GPU). Tests run both on lavapipe.
   uint32_t flash_rows = 0;
+  // flash_attention's whole plan (step_plans.h), unless null; it overrides flash_rows
+  std::shared_ptr<const vulkan::FlashPlan> flash;
+  // Plans chosen by measuring (engine/backends/tuner.h): where a step has several plans, the
+  // first problem of each shape class times them on the device and keeps the fastest that matches
+  // the reference, remembered on disk per device, driver and vkattn build. Unset: VKATTN_TUNE
+  // (on unless it says off). Off, or a plan given above: the fixed rules, as before.
+  std::optional<bool> tune;
+  // Where remembered plans are kept; empty: $XDG_CACHE_HOME/vkattn, else ~/.cache/vkattn.
+  std::string plan_cache_directory;
   // > 0 caps the device memory a pass may use below the device's largest device-local heap
   // (a GPU shared with other work); preflight() refuses a pass that would need more
   uint64_t memory_limit_bytes = 0;
@@ -78,10 +88,16 @@ class VulkanBackend final : public Backend {
   const vulkan::GemmPlan& gemm_plan() const;
   const vulkan::RowPlan& row_plan() const;
   const vulkan::FlashPlan& flash_plan() const;
+  // The plans this backend chose by measuring (or found remembered), by shape class: "linear:
+  // rows ≤ 4096, n ≤ 512, k ≤ 512" -> the plan's description. Empty when tuning is off.
+  std::vector<std::pair<std::string, std::string>> tuned_plans() const;
   // Buffers are kept for reuse: a second forward of a shape makes none, and a pass reuses those
   // of the tensors it has finished with. This frees the ones not in use now (after the work
   // recorded so far), as torch.cuda.empty_cache() does.
   void empty_cache();
+  // Runs everything recorded so far and waits for it, as torch.cuda.synchronize() does (a
+  // download does too; this reads nothing back).
+  void synchronize();
   // The most Vulkan memory (device and staging buffers) allocated at once on this backend's
   // device since it was made or since reset_peak(), in bytes, as torch.cuda.max_memory_allocated.
   uint64_t peak_allocated_bytes() const;
@@ -150,6 +166,11 @@ class VulkanBackend final : public Backend {
   // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
   // B is stored (batch / group, K, N) when `b_k_by_n`, else (batch / group, N, K): `group`
   // consecutive items of A share one of B (grouped-query attention; 1 elsewhere).
+  // The GEMM plan for C (batch, M, N) = A (batch, M, K) · B through `name`'s shader: measured or
+  // remembered for the problem's shape class when tuning is on, else gemm_plan().
+  const vulkan::GemmPlan& gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K);
+  // flash_attention's plan for `heads` heads of L queries and S keys of d: as gemm_plan_for.
+  const vulkan::FlashPlan& flash_plan_for(int64_t heads, int64_t L, int64_t S, int64_t d, bool causal);
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                 bool b_k_by_n, int64_t group);

@@ -1,0 +1,401 @@
+#include "engine/backends/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+
+#include "engine/vulkan/lanes.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/errors.h"
+#include "vkattn/tensor.h"
+#include "vkattn/tracing/compare.h"
+
+namespace vkattn::tuning {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t bucket(uint64_t n) {  // the power of two at or above n
+  uint64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Candidates are timed on about this many multiply-adds (a few ms on lavapipe, µs on a GPU)
+constexpr double kTimedWork = 1e8;
+// Turns each candidate takes, after a first run; a candidate this many times slower than the
+// best after its first run is not run again
+constexpr int kTurns = 3;
+constexpr double kHopeless = 3.0;
+// One turn runs the problem this many times (in one submission, then one readback) at most, to
+// last about kTurnSeconds
+constexpr int kMaxReps = 16;
+constexpr double kTurnSeconds = 0.02;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// One problem to run on any backend: its inputs as tensors, the step that runs them.
+struct Runnable {
+  std::vector<Tensor> inputs;
+  std::function<Value(Backend&, const std::vector<Value>&)> run;
+};
+
+struct Trial {
+  std::string plan;
+  std::unique_ptr<VulkanBackend> backend;
+  std::vector<Value> inputs;  // the timed problem's, on the device
+  std::vector<double> ms;
+  std::string left_out;
+};
+
+std::vector<Value> upload_all(Backend& backend, const std::vector<Tensor>& tensors) {
+  std::vector<Value> values;
+  for (size_t i = 0; i < tensors.size(); ++i) values.push_back(backend.upload("input" + std::to_string(i), tensors[i]));
+  return values;
+}
+
+// Seconds per run of `runnable` on `trial`'s backend: `reps` runs in one submission.
+double time_runs(Trial& trial, const Runnable& runnable, int reps) {
+  const auto start = Clock::now();
+  for (int r = 0; r < reps; ++r) runnable.run(*trial.backend, trial.inputs);
+  trial.backend->synchronize();
+  return seconds_since(start) / reps;
+}
+
+// The tuning loop shared by every family: `make(i)` gives candidate i's backend; `chosen` is set
+// to the index of the fastest. `k` is the length of the sums each output element takes.
+Outcome measure(const std::string& what, const std::vector<std::string>& plans,
+                const std::function<std::unique_ptr<VulkanBackend>(size_t)>& make, const Runnable& check,
+                const Runnable& timed, uint64_t k, const Progress& progress, size_t& chosen) {
+  const auto start = Clock::now();
+  ReferenceBackend cpu;
+  const Tensor expected = cpu.download(check.run(cpu, upload_all(cpu, check.inputs)));
+  // sums of k products of values in [-1, 1]: their rounding grows as √k
+  const double atol = 1e-5 * std::sqrt(double(std::max<uint64_t>(k, 1))) + 1e-5, rtol = 1e-4;
+  std::vector<Trial> trials(plans.size());
+  const size_t steps = plans.size() + 1;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (progress) progress(what, double(i) / double(steps));
+    Trial& t = trials[i];
+    t.plan = plans[i];
+    try {
+      t.backend = make(i);
+      const Tensor got = t.backend->download(check.run(*t.backend, upload_all(*t.backend, check.inputs)));
+      const ValueDiff diff = compare_values(got, expected, atol, rtol);
+      if (diff.mismatches > 0) {
+        t.left_out = "differs from the reference by " + std::to_string(diff.max_abs_error);
+        t.backend.reset();
+        continue;
+      }
+      t.inputs = upload_all(*t.backend, timed.inputs);
+      time_runs(t, timed, 1);  // the first run of the timed size: buffers made, caches warm
+      t.ms.push_back(1e3 * time_runs(t, timed, 1));
+    } catch (const DeviceError& e) {  // a pipeline the driver refuses, memory: not this plan
+      t.left_out = e.what();
+      t.backend.reset();
+    }
+  }
+  double best = 0;
+  for (const Trial& t : trials) {
+    if (!t.ms.empty() && (best == 0 || t.ms.front() < best)) best = t.ms.front();
+  }
+  if (best == 0) {
+    std::string why;
+    for (const Trial& t : trials) why += "; " + t.plan + ": " + t.left_out;
+    throw DeviceError("tuning " + what + ": no plan matched the reference" + why);
+  }
+  const int reps = std::clamp(int(kTurnSeconds * 1e3 / best), 1, kMaxReps);
+  for (int turn = 0; turn < kTurns; ++turn) {  // in turns, so that a busy machine's drift falls on all alike
+    if (progress) progress(what, (double(plans.size()) + double(turn) / kTurns) / double(steps));
+    for (Trial& t : trials) {
+      if (t.backend && t.ms.front() <= kHopeless * best) t.ms.push_back(1e3 * time_runs(t, timed, reps));
+    }
+  }
+  Outcome outcome;
+  chosen = trials.size();
+  double chosen_ms = 0;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    Trial& t = trials[i];
+    Candidate c{t.plan, 0, t.left_out};
+    if (!t.ms.empty()) {
+      // the first run alone when it was not run again; else the median of the turns
+      std::vector<double> turns(t.ms.size() > 1 ? t.ms.begin() + 1 : t.ms.begin(), t.ms.end());
+      std::sort(turns.begin(), turns.end());
+      c.ms = turns[turns.size() / 2];
+      if (chosen == trials.size() || c.ms < chosen_ms) chosen = i, chosen_ms = c.ms;
+    }
+    outcome.candidates.push_back(c);
+  }
+  outcome.chosen = trials[chosen].plan;
+  outcome.rule = plans.front();
+  outcome.seconds = seconds_since(start);
+  if (progress) progress(what, 1.0);
+  return outcome;
+}
+
+Tensor uniform(Shape shape, uint32_t seed) { return random_tensor(std::move(shape), seed); }
+
+// `problem` as a runnable GEMM step with batch × M rows.
+Runnable gemm_runnable(const std::string& step, uint64_t batch, uint64_t M, uint64_t N, uint64_t K) {
+  const auto b = int64_t(batch), m = int64_t(M), n = int64_t(N), k = int64_t(K);
+  if (step == "linear") {
+    return {{uniform({b * m, k}, 1), uniform({n, k}, 2)},
+            [](Backend& be, const std::vector<Value>& in) { return be.linear("linear", in[0], in[1], nullptr); }};
+  }
+  if (step == "attention_scores") {  // Q (1, batch, M, K) · K (1, batch, N, K)ᵀ
+    return {{uniform({1, b, m, k}, 1), uniform({1, b, n, k}, 2)},
+            [](Backend& be, const std::vector<Value>& in) { return be.attention_scores("attention_scores", in[0], in[1]); }};
+  }
+  if (step == "attention_values") {  // P (1, batch, M, K) · V (1, batch, K, N)
+    return {{uniform({1, b, m, k}, 1), uniform({1, b, k, n}, 2)},
+            [](Backend& be, const std::vector<Value>& in) { return be.attention_values("attention_values", in[0], in[1]); }};
+  }
+  throw std::logic_error("tuning: no GEMM step named " + step);
+}
+
+std::string gemm_text(const GemmProblem& p) {
+  const std::string rows = p.batch > 1 ? std::to_string(p.batch) + " × (" : "(";
+  if (p.step == "linear") {
+    return "(" + std::to_string(p.M) + ", " + std::to_string(p.K) + ") · (" + std::to_string(p.N) + ", " +
+           std::to_string(p.K) + ")ᵀ";
+  }
+  return rows + std::to_string(p.M) + ", " + std::to_string(p.K) + ") · (" + std::to_string(p.K) + ", " +
+         std::to_string(p.N) + ")";
+}
+
+}  // namespace
+
+std::string shape_class(const GemmProblem& p) {
+  return p.step + ": rows ≤ " + std::to_string(bucket(p.batch * p.M)) + ", n ≤ " + std::to_string(bucket(p.N)) +
+         ", k ≤ " + std::to_string(bucket(p.K));
+}
+
+std::string shape_class(const FlashProblem& p) {
+  return "flash_attention: d " + std::to_string(p.d) + ", L ≤ " + std::to_string(bucket(p.L)) + ", S ≤ " +
+         std::to_string(bucket(p.S)) + (p.causal ? ", causal" : "");
+}
+
+std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device) {
+  const vulkan::GemmPlan rule = vulkan::plan_gemm(device);
+  std::vector<vulkan::GemmPlan> plans{rule};
+  auto add = [&](const vulkan::GemmPlan& plan) {
+    for (const auto& p : plans) {
+      if (p.describe() == plan.describe()) return;
+    }
+    plans.push_back(plan);
+  };
+  const bool texels = rule.texel_inputs;  // where the device has them and the switch allows
+  if (rule.variant == vulkan::GemmVariant::broadcast) {
+    // (the shared tiling is left out where broadcast runs: on a CPU device it is 5–10× slower)
+    for (bool texel : texels ? std::vector{true, false} : std::vector{false}) {
+      for (uint32_t row_sets : {2u, 1u}) {
+        for (uint32_t tile_n : {16u, 8u}) {
+          vulkan::GemmPlan plan = rule;
+          plan.texel_inputs = texel;
+          plan.tile_m = rule.lanes * row_sets;
+          plan.tile_n = tile_n;
+          if (plan.tile_m > 2 * rule.lanes || plan.tile_m > std::max(16u, rule.lanes)) continue;
+          plan.why = "measured fastest on this device";
+          add(plan);
+        }
+      }
+    }
+  } else {
+    for (uint32_t side : {16u, 8u}) {
+      vulkan::GemmPlan plan = rule;
+      plan.side = side;
+      plan.workgroup_size = side * side;
+      if (plan.workgroup_size > device.max_workgroup_invocations || plan.workgroup_size > device.max_workgroup_size_x) {
+        continue;
+      }
+      plan.why = "measured fastest on this device";
+      add(plan);
+    }
+  }
+  return plans;
+}
+
+std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size) {
+  const vulkan::FlashPlan rule = vulkan::plan_flash(device, workgroup_size);
+  std::vector<vulkan::FlashPlan> plans{rule};
+  auto add = [&](vulkan::FlashPlan plan) {
+    plan.why = "measured fastest on this device";
+    for (const auto& p : plans) {
+      if (p.describe() == plan.describe()) return;
+    }
+    plans.push_back(plan);
+  };
+  const bool cpu = device.type == vk::PhysicalDeviceType::eCpu;
+  const std::vector<bool> texels = rule.texel_inputs ? std::vector{true, false} : std::vector{false};
+  if (rule.lanes) {
+    const std::vector<uint32_t> rows =
+        cpu ? std::vector{rule.lanes, 2 * rule.lanes, 4 * rule.lanes} : std::vector{1u, 2u, 4u, 8u};
+    for (bool texel : texels) {
+      for (uint32_t r : rows) {
+        // 4 rows a lane at 16 lanes: 64 accumulators of d floats a lane, minutes for lavapipe to compile
+        if (r > 32 || (!cpu && r > rule.lanes)) continue;
+        vulkan::FlashPlan plan = vulkan::plan_flash(device, workgroup_size, r);
+        plan.texel_inputs = texel;
+        add(plan);
+      }
+    }
+  }
+  for (bool texel : texels) {  // a query row per invocation, no subgroups
+    vulkan::FlashPlan plan;
+    plan.workgroup_size = workgroup_size;
+    plan.texel_inputs = texel;
+    add(plan);
+  }
+  return plans;
+}
+
+nlohmann::json to_json(const vulkan::GemmPlan& p) {
+  return {{"variant", p.variant == vulkan::GemmVariant::broadcast ? "broadcast" : "shared"},
+          {"workgroup_size", p.workgroup_size},
+          {"lanes", p.lanes},
+          {"tile_m", p.tile_m},
+          {"tile_n", p.tile_n},
+          {"side", p.side},
+          {"texel_inputs", p.texel_inputs}};
+}
+
+nlohmann::json to_json(const vulkan::FlashPlan& p) {
+  return {{"lanes", p.lanes}, {"rows", p.rows}, {"workgroup_size", p.workgroup_size}, {"texel_inputs", p.texel_inputs}};
+}
+
+namespace {
+
+template <class T>
+T field(const nlohmann::json& j, const char* name) {
+  if (!j.is_object() || !j.contains(name)) throw ConfigError(std::string("a remembered plan has no '") + name + "'");
+  try {
+    return j.at(name).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw ConfigError(std::string("a remembered plan's '") + name + "' has the wrong type");
+  }
+}
+
+}  // namespace
+
+vulkan::GemmPlan gemm_plan_from_json(const nlohmann::json& j) {
+  vulkan::GemmPlan p;
+  const std::string variant = field<std::string>(j, "variant");
+  if (variant != "broadcast" && variant != "shared") throw ConfigError("a remembered plan's variant is '" + variant + "'");
+  p.variant = variant == "broadcast" ? vulkan::GemmVariant::broadcast : vulkan::GemmVariant::shared;
+  p.workgroup_size = field<uint32_t>(j, "workgroup_size");
+  p.lanes = field<uint32_t>(j, "lanes");
+  p.tile_m = field<uint32_t>(j, "tile_m");
+  p.tile_n = field<uint32_t>(j, "tile_n");
+  p.side = field<uint32_t>(j, "side");
+  p.texel_inputs = field<bool>(j, "texel_inputs");
+  p.why = "measured fastest on this device (remembered)";
+  return p;
+}
+
+vulkan::FlashPlan flash_plan_from_json(const nlohmann::json& j) {
+  vulkan::FlashPlan p;
+  p.lanes = field<uint32_t>(j, "lanes");
+  p.rows = field<uint32_t>(j, "rows");
+  p.workgroup_size = field<uint32_t>(j, "workgroup_size");
+  p.texel_inputs = field<bool>(j, "texel_inputs");
+  p.why = "measured fastest on this device (remembered)";
+  return p;
+}
+
+nlohmann::json Outcome::to_json() const {
+  nlohmann::json measured = nlohmann::json::object();
+  for (const auto& c : candidates) {
+    measured[c.plan] = c.left_out.empty() ? nlohmann::json(c.ms) : nlohmann::json(c.left_out);
+  }
+  return {{"plan", plan}, {"describe", chosen}, {"rule", rule}, {"problem", problem},
+          {"measured_ms", measured}, {"seconds", seconds}};
+}
+
+Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                  const GemmProblem& problem, const std::vector<vulkan::GemmPlan>& candidates,
+                  const Progress& progress) {
+  // The timed problem: the class's first, its batch (then rows) cut to about kTimedWork
+  GemmProblem timed = problem;
+  while (timed.multiply_adds() > 2 * kTimedWork && timed.batch > 1) timed.batch = (timed.batch + 1) / 2;
+  while (timed.multiply_adds() > 2 * kTimedWork && timed.M > 64) timed.M = (timed.M + 1) / 2;
+  // The checked problem: odd rows, at most 2 of the batch
+  const uint64_t check_rows = std::min<uint64_t>(problem.M, 37);
+  // Plans that are one kernel on this problem's columns (fitted() narrows wide tiles) run once
+  std::vector<vulkan::GemmPlan> distinct;
+  std::vector<std::string> plans;
+  for (const auto& c : candidates) {
+    const std::string fitted = c.fitted(problem.N).describe();
+    if (std::find(plans.begin(), plans.end(), fitted) != plans.end()) continue;
+    distinct.push_back(c);
+    plans.push_back(fitted);
+  }
+  size_t chosen = 0;
+  Outcome outcome = measure(
+      problem.step + " " + gemm_text(timed), plans,
+      [&](size_t i) {
+        VulkanBackendOptions o = options;
+        o.tune = false;
+        o.gemm = std::make_shared<const vulkan::GemmPlan>(distinct[i]);
+        return std::make_unique<VulkanBackend>(context, o);
+      },
+      gemm_runnable(problem.step, std::min<uint64_t>(problem.batch, 2), check_rows, problem.N, problem.K),
+      gemm_runnable(problem.step, timed.batch, timed.M, timed.N, timed.K), problem.K, progress, chosen);
+  outcome.shape_class = shape_class(problem);
+  outcome.problem = gemm_text(timed);
+  outcome.plan = to_json(distinct[chosen]);
+  return outcome;
+}
+
+Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                   const FlashProblem& problem, const std::vector<vulkan::FlashPlan>& candidates,
+                   const Progress& progress) {
+  FlashProblem timed = problem;
+  while (timed.multiply_adds() > 2 * kTimedWork && timed.heads > 1) timed.heads = (timed.heads + 1) / 2;
+  while (timed.multiply_adds() > 2 * kTimedWork && timed.L > 256) {  // one very long head: fewer rows, or both
+    if (timed.S == timed.L) timed.S = (timed.S + 1) / 2;
+    timed.L = (timed.L + 1) / 2;
+  }
+  const uint64_t check_l = std::min<uint64_t>(problem.L, 37);
+  const uint64_t check_s = problem.S == problem.L ? check_l : std::min<uint64_t>(problem.S, 45);
+  auto runnable = [&](uint64_t heads, uint64_t L, uint64_t S) {
+    const auto h = int64_t(heads), l = int64_t(L), s = int64_t(S), d = int64_t(problem.d);
+    const bool causal = problem.causal;
+    return Runnable{{uniform({1, h, l, d}, 1), uniform({1, h, s, d}, 2), uniform({1, h, s, d}, 3)},
+                    [causal](Backend& be, const std::vector<Value>& in) {
+                      return be.flash_attention("flash_attention", in[0], in[1], in[2], nullptr, nullptr, causal);
+                    }};
+  };
+  std::vector<std::string> plans;
+  for (const auto& c : candidates) plans.push_back(c.describe());
+  const std::string text = std::to_string(timed.heads) + " heads, L " + std::to_string(timed.L) + ", S " +
+                           std::to_string(timed.S) + ", d " + std::to_string(timed.d) +
+                           (timed.causal ? ", causal" : "");
+  size_t chosen = 0;
+  Outcome outcome = measure(
+      "flash_attention " + text, plans,
+      [&](size_t i) {
+        VulkanBackendOptions o = options;
+        o.tune = false;
+        o.flash = std::make_shared<const vulkan::FlashPlan>(candidates[i]);
+        return std::make_unique<VulkanBackend>(context, o);
+      },
+      runnable(std::min<uint64_t>(problem.heads, 3), check_l, check_s), runnable(timed.heads, timed.L, timed.S),
+      std::max(problem.S, problem.d), progress, chosen);
+  outcome.shape_class = shape_class(problem);
+  outcome.problem = text;
+  outcome.plan = to_json(candidates[chosen]);
+  return outcome;
+}
+
+bool tune_from_environment() {
+  const char* value = std::getenv("VKATTN_TUNE");
+  if (!value) return true;
+  const std::string v = value;
+  if (v.empty() || v == "on" || v == "1" || v == "true" || v == "yes") return true;
+  if (v == "off" || v == "0" || v == "false" || v == "no") return false;
+  throw ConfigError("VKATTN_TUNE must be on or off, not '" + v + "'");
+}
+
+}  // namespace vkattn::tuning

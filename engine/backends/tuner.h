@@ -1,0 +1,96 @@
+#pragma once
+// Tuning: where a step has more than one plan on a device, VulkanBackend measures them the first
+// time it meets a shape class, keeps the fastest plan whose output matches the CPU reference, and
+// remembers it on disk (engine/vulkan/plan_cache.h), as FFTW's wisdom and Triton's autotuner do.
+// The fixed rules (plan_gemm, plan_flash) stay: they are the plan where tuning is off
+// (VKATTN_TUNE=off, VulkanBackendOptions::tune), for shapes too small to be worth measuring, and
+// the first candidate of every tuning.
+//
+//   linear, attention_scores, attention_values — GemmPlan: broadcast tile rows 1 or 2 subgroups'
+//       lanes × columns a lane 8 or 16, storage or texel inputs (on CPU devices); shared 8² or
+//       16² invocations (where broadcast cannot run, and on GPUs).
+//   flash_attention — FlashPlan: query rows per subgroup (1, 2 or 4 per lane on a CPU device; 1 to
+//       8 on a GPU), storage or texel inputs, or a row per invocation.
+//
+// A shape class rounds the problem's sizes up to powers of two (rows of A, columns, the inner
+// dimension; flash_attention's query and key lengths, exact head dim and causality): shapes of one
+// class are fastest under the same plan, and a model meets few classes. Candidates are measured on
+// the first problem of the class (its batch cut down to about 0.2 GFLOP), in turns, each checked
+// first against the reference on a small problem of the class (odd sizes, edges included).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/vulkan/gemm_plan.h"
+#include "engine/vulkan/step_plans.h"
+#include "vkattn/backends/vulkan_backend.h"
+
+namespace vkattn::tuning {
+
+// C (batch, M, N) = A (batch, M, K) · B, as one of the GEMM steps runs it.
+struct GemmProblem {
+  std::string step;  // linear, attention_scores, attention_values
+  uint64_t batch = 1, M = 1, N = 1, K = 1;
+  double multiply_adds() const { return double(batch) * double(M) * double(N) * double(K); }
+};
+// Q (heads, L, d) against K and V (heads, S, d), causal or not.
+struct FlashProblem {
+  uint64_t heads = 1, L = 1, S = 1, d = 1;
+  bool causal = false;
+  double multiply_adds() const { return 2.0 * double(heads) * double(L) * double(S) * double(d) / (causal ? 2 : 1); }
+};
+
+// "linear: rows ≤ 4096, n ≤ 512, k ≤ 512"; "flash_attention: d 64, L ≤ 128, S ≤ 128, causal"
+std::string shape_class(const GemmProblem& problem);
+std::string shape_class(const FlashProblem& problem);
+
+// Problems below this many multiply-adds keep the rule: measuring costs more than a plan saves.
+constexpr double kSmallestTuned = 8e6;
+
+// The plans tuning chooses among on `device`, the rule's first.
+std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device);
+std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
+
+// Plans as the cache keeps them. The readers throw ConfigError on a malformed entry.
+nlohmann::json to_json(const vulkan::GemmPlan& plan);
+nlohmann::json to_json(const vulkan::FlashPlan& plan);
+vulkan::GemmPlan gemm_plan_from_json(const nlohmann::json& plan);
+vulkan::FlashPlan flash_plan_from_json(const nlohmann::json& plan);
+
+// What tuning a class measured: each candidate's time (or why it was left out), the choice.
+struct Candidate {
+  std::string plan;  // describe()
+  double ms = 0;     // the median of its turns; 0 when left out
+  std::string left_out;  // why: "differs from the reference by 0.3", the device's error
+};
+struct Outcome {
+  std::string shape_class;
+  std::string problem;  // the problem measured: "(3200, 512) · (512, 512)ᵀ"
+  nlohmann::json plan;  // the chosen plan (to_json)
+  std::string chosen;   // its describe()
+  std::string rule;     // the rule's plan's describe()
+  std::vector<Candidate> candidates;
+  double seconds = 0;  // tuning took
+  nlohmann::json to_json() const;  // the cache's entry
+};
+
+// Reports `done` (0..1) of tuning `what`; may throw (Interrupted) to stop.
+using Progress = std::function<void(const std::string& what, double done)>;
+
+// Measures `candidates` on `problem`, each on its own backend on `context` made with `options`
+// (tuning off, the candidate forced). Throws DeviceError when no candidate matches the reference.
+Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                  const GemmProblem& problem, const std::vector<vulkan::GemmPlan>& candidates,
+                  const Progress& progress);
+Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                   const FlashProblem& problem, const std::vector<vulkan::FlashPlan>& candidates,
+                   const Progress& progress);
+
+// VKATTN_TUNE: true unless it says off (0, false, no); ConfigError for another value.
+bool tune_from_environment();
+
+}  // namespace vkattn::tuning

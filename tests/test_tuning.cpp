@@ -1,0 +1,341 @@
+// Plans chosen by measurement (engine/backends/tuner.h) and remembered on disk
+// (engine/vulkan/plan_cache.h): every plan tuning can choose, forced, matches the reference over
+// shapes that break kernels; the cache is written once and reused, keyed by device, driver and
+// build; a corrupt, truncated, foreign, edited or unwritable cache is a warning and a fallback,
+// never a crash or a wrong result; processes and threads tuning at once leave one valid file.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backends/tuner.h"
+#include "engine/vulkan/plan_cache.h"
+#include "support/gpu.h"
+#include "support/tolerance.h"
+#include "vkattn/errors.h"
+
+namespace vkattn {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::all_close;
+using testing::random_tensor;
+using Step = std::function<Value(Backend&, const std::vector<Value>&)>;
+
+::testing::AssertionResult matches_reference(Backend& gpu, const std::vector<Tensor>& inputs, const Step& step) {
+  ReferenceBackend cpu;
+  auto run = [&](Backend& backend) {
+    std::vector<Value> values;
+    for (size_t i = 0; i < inputs.size(); ++i) values.push_back(backend.upload("in" + std::to_string(i), inputs[i]));
+    return backend.download(step(backend, values));
+  };
+  return all_close(run(gpu), run(cpu), {});
+}
+
+// ---- every plan tuning can choose, forced ----------------------------------------------------------
+TEST(TunedPlans, EveryGemmCandidateMatchesTheReference) {
+  const auto& device = testing::shared_context()->device_report();
+  const auto candidates = tuning::gemm_candidates(device);
+  ASSERT_FALSE(candidates.empty());
+  EXPECT_EQ(candidates.front().describe(), vulkan::plan_gemm(device).describe()) << "the rule comes first";
+  for (const auto& plan : candidates) {
+    SCOPED_TRACE(plan.describe());
+    VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)});
+    for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {113, 512, 113}, {70, 3, 129}}) {
+      EXPECT_TRUE(matches_reference(gpu, {random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)},
+                                    [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], &v[2]); }))
+          << "linear " << N << "×" << K << " · " << M << "×" << K;
+    }
+    // L ≠ S, odd sizes, d not a multiple of 4, shared key/value heads (group 2)
+    for (auto [H, Hkv, L, S, d] : {std::tuple{2, 2, 17, 5, 4}, {3, 3, 9, 70, 64}, {1, 1, 113, 3, 17}, {4, 2, 17, 113, 8}, {1, 1, 1, 1, 1}}) {
+      EXPECT_TRUE(matches_reference(gpu, {random_tensor({1, H, L, d}, 4), random_tensor({1, Hkv, S, d}, 5)},
+                                    [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); }))
+          << "attention_scores H " << H << ", L " << L << ", S " << S << ", d " << d;
+      EXPECT_TRUE(matches_reference(gpu, {random_tensor({1, H, L, S}, 6), random_tensor({1, Hkv, S, d}, 7)},
+                                    [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); }))
+          << "attention_values H " << H << ", L " << L << ", S " << S << ", d " << d;
+    }
+  }
+}
+
+TEST(TunedPlans, EveryFlashCandidateMatchesTheReference) {
+  const auto& device = testing::shared_context()->device_report();
+  const auto candidates = tuning::flash_candidates(device, 64);
+  ASSERT_GE(candidates.size(), 2u) << "at least the rule's and a row per invocation";
+  EXPECT_EQ(candidates.front().describe(), vulkan::plan_flash(device, 64).describe()) << "the rule comes first";
+  for (const auto& plan : candidates) {
+    SCOPED_TRACE(plan.describe());
+    VulkanBackend gpu(testing::shared_context(), {.flash = std::make_shared<const vulkan::FlashPlan>(plan)});
+    EXPECT_EQ(gpu.flash_plan().describe(), plan.describe());
+    for (auto [B, H, L, S, d] : {std::tuple{1, 1, 1, 1, 1}, {2, 3, 17, 17, 5}, {1, 2, 17, 113, 8}, {2, 1, 113, 3, 64}}) {
+      for (bool causal : {false, true}) {
+        // key padding: the last sequence fully masked (its rows must come out zero)
+        Tensor padding({B, S});
+        for (int64_t j = 0; j < S; ++j) padding.data[size_t((B - 1) * S + j)] = 1.0f;
+        std::vector<Tensor> in{random_tensor({B, H, L, d}, 1), random_tensor({B, H, S, d}, 2), random_tensor({B, H, S, d}, 3), padding};
+        EXPECT_TRUE(matches_reference(gpu, in, [causal](Backend& b, const std::vector<Value>& v) {
+          return b.flash_attention("flash_attention", v[0], v[1], v[2], nullptr, &v[3], causal);
+        })) << B << "×" << H << " heads, L " << L << ", S " << S << ", d " << d << (causal ? ", causal" : "");
+      }
+    }
+  }
+}
+
+// ---- tuning and the cache --------------------------------------------------------------------------
+// A fresh cache directory per test.
+class Tuning : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("vkattn_tuning_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  VulkanBackendOptions options() const { return {.tune = true, .plan_cache_directory = dir_.string()}; }
+  std::unique_ptr<VulkanBackend> backend() const {
+    return std::make_unique<VulkanBackend>(testing::shared_context(), options());
+  }
+  // The cache file of the shared context's device (the one plan_cache() names).
+  fs::path file() const {
+    return vulkan::PlanCache(vulkan::PlanCacheKey::of(testing::shared_context()->device_report()), dir_).file();
+  }
+  nlohmann::json read() const {
+    std::ifstream in(file());
+    return nlohmann::json::parse(in);
+  }
+  void write(const std::string& text) const {
+    fs::create_directories(file().parent_path());
+    std::ofstream(file(), std::ios::trunc) << text;
+  }
+  std::string text() const {
+    std::ifstream in(file());
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  // One linear big enough to be tuned, on `gpu`, checked against the reference; returns how many
+  // progress reports said tuning.
+  int linear(VulkanBackend& gpu, int64_t rows = 200, int64_t features = 256) {
+    int tuning_reports = 0;
+    gpu.on_progress([&](const Backend::Progress& p) { tuning_reports += p.step.rfind("tuning ", 0) == 0; });
+    EXPECT_TRUE(matches_reference(gpu, {random_tensor({rows, features}, 1), random_tensor({features, features}, 2)},
+                                  [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], nullptr); }));
+    gpu.on_progress(nullptr);
+    return tuning_reports;
+  }
+  static std::string linear_class(int64_t rows = 200, int64_t features = 256) {
+    return tuning::shape_class(tuning::GemmProblem{"linear", 1, uint64_t(rows), uint64_t(features), uint64_t(features)});
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(Tuning, AShapeClassIsMeasuredOnceAndRemembered) {
+  std::string written;
+  {
+    auto gpu = backend();
+    EXPECT_GT(linear(*gpu), 0) << "the first problem of the class is tuned";
+    ASSERT_TRUE(fs::exists(file()));
+    const nlohmann::json doc = read();
+    const auto key = vulkan::PlanCacheKey::of(testing::shared_context()->device_report());
+    EXPECT_EQ(doc["device"], key.device);
+    EXPECT_EQ(doc["uuid"], key.uuid);
+    EXPECT_EQ(doc["driver"], key.driver);
+    EXPECT_EQ(doc["build"], key.build);
+    ASSERT_TRUE(doc["plans"].contains(linear_class())) << doc.dump(2);
+    const auto& entry = doc["plans"][linear_class()];
+    // the chosen plan is the fastest one measured, and every candidate was measured or said why not
+    double fastest = 1e300;
+    for (const auto& [plan, ms] : entry["measured_ms"].items()) {
+      if (ms.is_number()) fastest = std::min(fastest, ms.get<double>());
+    }
+    EXPECT_EQ(entry["measured_ms"][entry["describe"].get<std::string>()].get<double>(), fastest);
+    EXPECT_EQ(entry["measured_ms"].size(), tuning::gemm_candidates(testing::shared_context()->device_report()).size());
+    ASSERT_EQ(gpu->tuned_plans().size(), 1u);
+    EXPECT_EQ(gpu->tuned_plans()[0].first, linear_class());
+    EXPECT_EQ(gpu->tuned_plans()[0].second, entry["describe"]);
+    // the same class again, another shape of it: no tuning
+    EXPECT_EQ(linear(*gpu, 250), 0);
+    written = text();
+  }
+  // a new backend (the process's cache object is gone with the last backend: read from disk)
+  auto again = backend();
+  EXPECT_EQ(linear(*again), 0) << "a remembered class is not measured again";
+  EXPECT_EQ(text(), written) << "nor written again";
+  EXPECT_EQ(again->tuned_plans().size(), 1u);
+  // another class is
+  EXPECT_GT(linear(*again, 1000), 0);
+  EXPECT_EQ(read()["plans"].size(), 2u);
+}
+
+TEST_F(Tuning, SmallProblemsAndForcedPlansKeepTheRule) {
+  auto gpu = backend();
+  EXPECT_EQ(linear(*gpu, 3, 17), 0);
+  EXPECT_FALSE(fs::exists(file()));
+  VulkanBackendOptions forced = options();
+  forced.gemm = std::make_shared<const vulkan::GemmPlan>(gpu->gemm_plan());
+  VulkanBackend pinned(testing::shared_context(), forced);
+  EXPECT_EQ(linear(pinned), 0);
+  VulkanBackendOptions off = options();
+  off.tune = false;
+  VulkanBackend untuned(testing::shared_context(), off);
+  EXPECT_EQ(linear(untuned), 0);
+  EXPECT_FALSE(fs::exists(file())) << "nothing tuned, nothing written";
+}
+
+TEST_F(Tuning, AnotherDriverOrBuildIsMeasuredAgain) {
+  for (const char* field : {"driver", "build", "uuid"}) {
+    SCOPED_TRACE(field);
+    {
+      auto gpu = backend();
+      linear(*gpu);
+    }
+    nlohmann::json doc = read();
+    doc[field] = "something else";
+    write(doc.dump());
+    auto gpu = backend();
+    EXPECT_GT(linear(*gpu), 0) << "another " << field << "'s plans are not trusted";
+    EXPECT_EQ(read()[field], nlohmann::json(vulkan::PlanCacheKey::of(testing::shared_context()->device_report()).to_json()[field]));
+  }
+}
+
+TEST_F(Tuning, ACorruptOrTruncatedFileIsAWarningAndMeasuredAgain) {
+  std::string valid;
+  {
+    auto gpu = backend();
+    linear(*gpu);
+    valid = text();
+  }
+  for (const std::string& bad : {valid.substr(0, valid.size() / 2), std::string("\x7f" "ELF garbage"), std::string(""),
+                                 std::string("[1, 2, 3]"), std::string("{\"format\": 99, \"plans\": {}}")}) {
+    SCOPED_TRACE(bad.substr(0, 40));
+    write(bad);
+    auto cache = vulkan::plan_cache(testing::shared_context()->device_report(), dir_);
+    EXPECT_FALSE(cache->find(linear_class()).has_value());
+    ASSERT_EQ(cache->warnings().size(), 1u);
+    EXPECT_NE(cache->warnings()[0].find(file().string()), std::string::npos) << cache->warnings()[0];
+    EXPECT_NE(cache->warnings()[0].find("ignored"), std::string::npos) << cache->warnings()[0];
+    auto gpu = backend();
+    EXPECT_GT(linear(*gpu), 0);
+    EXPECT_TRUE(read()["plans"].contains(linear_class())) << "the file is whole again";
+  }
+}
+
+TEST_F(Tuning, ARememberedPlanTheDeviceCannotRunIsRefused) {
+  {
+    auto gpu = backend();
+    linear(*gpu);
+  }
+  for (const auto& [field, value] : {std::pair{"lanes", nlohmann::json(3)}, {"workgroup_size", nlohmann::json(1u << 20)},
+                                     {"variant", nlohmann::json("sideways")}, {"tile_m", nlohmann::json("many")}}) {
+    SCOPED_TRACE(field);
+    nlohmann::json doc = read();
+    doc["plans"][linear_class()]["plan"][field] = value;
+    write(doc.dump());
+    auto gpu = backend();
+    EXPECT_GT(linear(*gpu), 0) << "an edited plan is measured again, not run";
+  }
+}
+
+TEST_F(Tuning, AnUnwritableDirectoryIsAWarningAndPlansStayInMemory) {
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "a_file") << "not a directory";
+  VulkanBackendOptions o = options();
+  o.plan_cache_directory = (dir_ / "a_file" / "vkattn").string();
+  VulkanBackend gpu(testing::shared_context(), o);
+  EXPECT_GT(linear(gpu), 0);
+  EXPECT_EQ(gpu.tuned_plans().size(), 1u);
+  EXPECT_EQ(linear(gpu), 0) << "kept in memory";
+  auto cache = vulkan::plan_cache(testing::shared_context()->device_report(), o.plan_cache_directory);
+  ASSERT_EQ(cache->warnings().size(), 1u);
+  EXPECT_NE(cache->warnings()[0].find("cannot write"), std::string::npos) << cache->warnings()[0];
+}
+
+TEST_F(Tuning, FlashAttentionIsTunedPerClass) {
+  auto gpu = backend();
+  int reports = 0;
+  gpu->on_progress([&](const Backend::Progress& p) { reports += p.step.rfind("tuning flash_attention", 0) == 0; });
+  std::vector<Tensor> in{random_tensor({1, 4, 300, 32}, 1), random_tensor({1, 4, 300, 32}, 2), random_tensor({1, 4, 300, 32}, 3)};
+  EXPECT_TRUE(matches_reference(*gpu, in, [](Backend& b, const std::vector<Value>& v) {
+    return b.flash_attention("flash_attention", v[0], v[1], v[2], nullptr, nullptr, true);
+  }));
+  EXPECT_GT(reports, 0);
+  const std::string shape_class = tuning::shape_class(tuning::FlashProblem{4, 300, 300, 32, true});
+  EXPECT_EQ(shape_class, "flash_attention: d 32, L ≤ 512, S ≤ 512, causal");
+  ASSERT_TRUE(read()["plans"].contains(shape_class));
+  EXPECT_EQ(read()["plans"][shape_class]["measured_ms"].size(),
+            tuning::flash_candidates(testing::shared_context()->device_report(), 64).size());
+}
+
+TEST_F(Tuning, ProcessesAndThreadsTuningAtOnceLeaveOneValidFile) {
+  // Four processes, each tuning two classes (one shared by all): forked before this process
+  // touches Vulkan, each child makes its own context
+  std::vector<pid_t> children;
+  for (int child = 0; child < 4; ++child) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int status = 0;
+      try {
+        auto context = std::make_shared<vulkan::Context>();
+        VulkanBackend gpu(context, options());
+        for (int64_t rows : {int64_t(200), int64_t(1000 + 1000 * child)}) {
+          Tensor x = random_tensor({rows, 256}, 1), w = random_tensor({256, 256}, 2);
+          gpu.download(gpu.linear("q_proj", gpu.upload("x", x), gpu.upload("w", w), nullptr));
+        }
+      } catch (...) {
+        status = 1;
+      }
+      ::_exit(status);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  const nlohmann::json doc = read();  // parses: never half a file
+  for (int child = 0; child < 4; ++child) EXPECT_TRUE(doc["plans"].contains(linear_class(1000 + 1000 * child)));
+  EXPECT_TRUE(doc["plans"].contains(linear_class()));
+  EXPECT_EQ(doc["plans"].size(), 4u) << "200 rows is one class; 1000, 2000 ≤ 2048, 3000, 4000 ≤ 4096: three more";
+  // two threads of this process, each its own backend on one context, one shared cache object
+  std::vector<std::thread> threads;
+  for (int64_t rows : {int64_t(9000), int64_t(20000)}) {
+    threads.emplace_back([&, rows] {
+      auto gpu = backend();
+      Tensor x = random_tensor({rows, 256}, 1), w = random_tensor({256, 256}, 2);
+      gpu->download(gpu->linear("q_proj", gpu->upload("x", x), gpu->upload("w", w), nullptr));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(read()["plans"].size(), 6u);
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << "left behind: " << entry.path();
+  }
+}
+
+TEST(TuningEnvironment, VkattnTuneSaysOnOrOff) {
+  const char* saved = std::getenv("VKATTN_TUNE");
+  const std::string restore = saved ? saved : "";
+  for (const char* on : {"on", "1", ""}) {
+    ::setenv("VKATTN_TUNE", on, 1);
+    EXPECT_TRUE(tuning::tune_from_environment()) << on;
+  }
+  ::setenv("VKATTN_TUNE", "off", 1);
+  EXPECT_FALSE(tuning::tune_from_environment());
+  ::setenv("VKATTN_TUNE", "sometimes", 1);
+  EXPECT_THROW(tuning::tune_from_environment(), ConfigError);
+  EXPECT_THROW(VulkanBackend(testing::shared_context()), ConfigError);
+  if (saved) ::setenv("VKATTN_TUNE", restore.c_str(), 1); else ::unsetenv("VKATTN_TUNE");
+}
+
+}  // namespace
+}  // namespace vkattn
