@@ -852,6 +852,45 @@ TEST_F(CliRun, BenchPrintsAReportAndRefusesBadShapes) {
   EXPECT_NE(e.err.find("--trace"), std::string::npos) << e.err;
 }
 
+// ---- vkattn tune, and the plans vkattn devices shows ------------------------------------------------
+TEST_F(CliRun, TuneMeasuresEveryClassOnceRemembersItAndDevicesListsThePlans) {
+  const std::string cache = path("cache");
+  ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  Exit e = vkattn({"tune", "--shapes", "2x128x256x4:causal"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  for (const char* shape_class : {"linear: rows ≤ 256, n ≤ 256, k ≤ 256", "attention_scores: rows ≤ 1024, n ≤ 128, k ≤ 64",
+                                  "attention_values: rows ≤ 1024, n ≤ 64, k ≤ 128",
+                                  "flash_attention: d 64, L ≤ 128, S ≤ 128, causal"}) {
+    EXPECT_NE(e.out.find(std::string("  ") + shape_class + ": "), std::string::npos) << shape_class << "\n" << e.out;
+  }
+  EXPECT_NE(e.out.find("    chosen  "), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("4 shape classes in "), std::string::npos) << e.out;
+  EXPECT_NE(e.err.find("  tuning linear (256, 256) · (256, 256)ᵀ: done"), std::string::npos) << e.err;
+  ASSERT_EQ(std::distance(fs::directory_iterator(fs::path(cache) / "vkattn"), fs::directory_iterator()), 2)
+      << "the plans and their lock file";
+  // remembered: the same classes again are not measured
+  e = vkattn({"tune", "--shapes", "2x128x256x4:causal"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.err.find("tuning"), std::string::npos) << e.err;
+  EXPECT_NE(e.out.find("4 shape classes in "), std::string::npos) << e.out;
+  e = vkattn({"devices"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("plans measured on this device"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("(" + cache + "/vkattn/plans-"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("       flash_attention: d 64, L ≤ 128, S ≤ 128, causal\n"), std::string::npos) << e.out;
+  // --again measures them anew
+  e = vkattn({"tune", "--shapes", "2x128x256x4:causal", "--again"});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.err.find("tuning flash_attention"), std::string::npos) << e.err;
+  ::unsetenv("XDG_CACHE_HOME");
+  for (const char* bad : {"S9", "2x128x256x3", "0x1x4x1", "2x128"}) {
+    e = vkattn({"tune", "--shapes", bad});
+    EXPECT_EQ(e.code, 2) << bad << ": " << e.err;
+    EXPECT_NE(e.err.find(std::string("vkattn: --shapes: '") + bad + "'"), std::string::npos) << e.err;
+    EXPECT_EQ(e.err.find('\n'), e.err.size() - 1) << "not one line: " << e.err;
+  }
+}
+
 // ---- vkattn generate: the shipped tiny model, against the tokens torch chose ---------------------
 const std::string kTinyModel = VKATTN_SOURCE_DIR "/models/tiny_char/model.safetensors";
 

@@ -11,6 +11,7 @@
 
 #include "tools/inputs.h"
 #include "vkattn/backends/backend.h"
+#include "vkattn/backends/vulkan_backend.h"
 
 namespace vkattn::cli {
 
@@ -18,7 +19,16 @@ CLI::App* add_devices(CLI::App& app);
 int run_devices();
 // "gpu" on `device` (an index or name substring; empty: VKATTN_DEVICE or the best), or "cpu".
 // UsageError for a device that matches none, or a device given with cpu.
-std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device);
+std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device,
+                                      const VulkanBackendOptions& options = {});
+
+struct TuneArgs {
+  std::vector<std::string> shapes{"S1", "S2", "S3", "S4"};
+  std::string device;
+  bool again = false;  // forget the device's remembered plans first
+};
+CLI::App* add_tune(CLI::App& app, TuneArgs& args);
+int run_tune(const TuneArgs& args);
 
 struct DemoArgs {
   int64_t batch = 2, seq = 5, kv_seq = 0, embed = 16, heads = 4;

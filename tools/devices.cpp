@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "engine/vulkan/context.h"
+#include "engine/vulkan/plan_cache.h"
 #include "engine/vulkan/step_plans.h"
 #include "tools/commands.h"
 #include "tools/interrupt.h"
@@ -49,6 +50,24 @@ std::string switch_text(const char* name, bool on, const std::string& why) {
   return std::string(name) + (on ? " on" : " off (" + why + ")");
 }
 
+// The plans tuning measured on `r` (vkattn tune, or first use), as the cache file has them.
+void print_remembered(const vulkan::DeviceReport& r) {
+  auto cache = vulkan::plan_cache(r);
+  if (cache->file().empty()) return;
+  const auto entries = cache->entries();
+  if (entries.empty()) {
+    print_wrapped("     ", "plans measured on this device: none yet (they are measured at first use of a shape, or by "
+                           "vkattn tune; VKATTN_TUNE=off keeps the rules above)");
+    return;
+  }
+  print_wrapped("     ", "plans measured on this device (" + cache->file().string() + "):");
+  for (const auto& [shape_class, entry] : entries) {
+    std::cout << "       " << shape_class << "\n";
+    print_wrapped("         ", entry.value("describe", std::string("?")) +
+                                   (entry.value("describe", "") == entry.value("rule", "") ? " (the rule's too)" : ""));
+  }
+}
+
 }  // namespace
 
 CLI::App* add_devices(CLI::App& app) {
@@ -89,14 +108,16 @@ int run_devices() {
       print_wrapped("         ", plan.variant);
       print_wrapped("         ", "why: " + plan.why);
     }
+    print_remembered(r);
   }
   if (chosen) std::cout << "* = the device vkattn uses (set VKATTN_DEVICE to an index or a name to choose)\n";
   return chosen ? 0 : 1;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device) {
+std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device,
+                                      const VulkanBackendOptions& options) {
   try {
-    auto made = vkattn::make_backend(backend, device);
+    auto made = vkattn::make_backend(backend, device, options);
     watch(*made);  // progress of long steps, Ctrl-C between submissions
     return made;
   } catch (const ConfigError& e) {

@@ -7,6 +7,7 @@
 //   vkattn diff      two trace dumps compared step by step, down to the first divergent element
 //   vkattn report    a trace dump (or two, against each other) as one offline HTML page to explore
 //   vkattn check     your own attention's tensors against vkattn's recipe: where and why they differ
+//   vkattn tune      the plans of every step with several measured for some shapes, and remembered
 //   vkattn bench     one shape timed (validated first): per-step times, GFLOP/s, memory, tracing cost
 //   vkattn demo      random attention on the GPU and the CPU reference, compared step by step
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input, 130 interrupted (Ctrl-C);
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   auto* report = cli::add_report(app, report_args);
   cli::CheckArgs check_args;
   auto* check = cli::add_check(app, check_args);
+  cli::TuneArgs tune_args;
+  auto* tune = cli::add_tune(app, tune_args);
   cli::BenchArgs bench_args;
   auto* bench = cli::add_bench(app, bench_args);
   cli::DemoArgs demo_args;
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
     if (diff->parsed()) return cli::run_diff(diff_args);
     if (report->parsed()) return cli::run_report(report_args);
     if (check->parsed()) return cli::run_check(check_args);
+    if (tune->parsed()) return cli::run_tune(tune_args);
     if (bench->parsed()) return cli::run_bench(bench_args);
     if (demo->parsed()) return cli::run_demo(demo_args);
     return 2;

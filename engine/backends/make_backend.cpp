@@ -9,7 +9,8 @@
 
 namespace vkattn {
 
-std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device) {
+std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device,
+                                      const VulkanBackendOptions& backend_options) {
   if (backend == "cpu") {
     if (!device.empty()) {
       throw ConfigError("a device ('" + device + "') chooses a GPU; it does not apply to the cpu backend");
@@ -27,7 +28,7 @@ std::unique_ptr<Backend> make_backend(const std::string& backend, const std::str
     }
     options.device = device;
   }
-  return std::make_unique<VulkanBackend>(std::make_shared<vulkan::Context>(options));
+  return std::make_unique<VulkanBackend>(std::make_shared<vulkan::Context>(options), backend_options);
 }
 
 std::vector<DeviceInfo> devices() {

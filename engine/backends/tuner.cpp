@@ -326,10 +326,10 @@ Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanB
   std::vector<vulkan::GemmPlan> distinct;
   std::vector<std::string> plans;
   for (const auto& c : candidates) {
-    const std::string fitted = c.fitted(problem.N).describe();
-    if (std::find(plans.begin(), plans.end(), fitted) != plans.end()) continue;
-    distinct.push_back(c);
-    plans.push_back(fitted);
+    const vulkan::GemmPlan fitted = c.fitted(problem.N);  // the same for every N of the class
+    if (std::find(plans.begin(), plans.end(), fitted.describe()) != plans.end()) continue;
+    distinct.push_back(fitted);
+    plans.push_back(fitted.describe());
   }
   size_t chosen = 0;
   Outcome outcome = measure(

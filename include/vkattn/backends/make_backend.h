@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/backends/vulkan_backend.h"
 
 namespace vkattn {
 
@@ -15,7 +16,9 @@ namespace vkattn {
 // validation layer when VKATTN_VALIDATION asks for it. "cpu": the ReferenceBackend.
 // ConfigError for a backend that is neither, for a device given with "cpu", and for a device that
 // matches none (the message lists those there are); DeviceError when Vulkan cannot start.
-std::unique_ptr<Backend> make_backend(const std::string& backend = "gpu", const std::string& device = "");
+// `options` shape a "gpu" backend (VulkanBackendOptions: tuning, plans, limits).
+std::unique_ptr<Backend> make_backend(const std::string& backend = "gpu", const std::string& device = "",
+                                      const VulkanBackendOptions& options = {});
 
 // One Vulkan device as `vkattn devices` lists it.
 struct DeviceInfo {
