@@ -7,7 +7,12 @@ machine's drift falls on both alike. Prints each path's median forward, GFLOP/s 
 memory, and the ratio torch_ms / vkattn_ms (above 1: vkattn is faster).
 
   python3 bench/compare.py [--vkattn build/bin/vkattn] [--rounds 3] [--iters 3] [--shapes S1,S2,S3,S4]
-      [--json results.json] [--torch-device cpu|cuda]
+      [--json results.json] [--torch-device cpu|cuda] [--rules]
+
+It first prints where it runs (Debian release, CPU, Mesa and LLVM, torch and its BLAS), so that
+figures from different machines are never mixed, and runs `vkattn tune` on the shapes, so that
+the timed forwards use the plans measured on this device (and no forward pays for measuring).
+--rules also times each vkattn path under the fixed rules (VKATTN_TUNE=off), in the same turns.
 
 With --torch-device cuda (a machine with an NVIDIA GPU and torch built for CUDA) torch runs there,
 each forward timed to its end (torch.cuda.synchronize), against vkattn on the same GPU.
@@ -67,15 +72,59 @@ PATH_FLAGS = {"unfused": ["--attention", "unfused"], "fused": ["--attention", "f
               "packed": ["--attention", "fused", "--pack-in-proj"]}
 
 
-def vkattn_run(binary, s, path, iters):
+def vkattn_run(binary, s, path, iters, rules=False):
     cmd = [binary, "bench", "--batch", str(s["batch"]), "--seq", str(s["seq"]), "--embed", str(s["embed"]),
            "--heads", str(s["heads"]), *PATH_FLAGS[path], "--iters", str(iters), "--warmup", "1", "--json"]
     if s["causal"]:
         cmd.append("--causal")
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ, VKATTN_TUNE="off" if rules else "on")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"compare.py: {' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
     return json.loads(done.stdout)
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def environment(binary, torch_device):
+    """What the figures depend on: the release, the CPU, the Vulkan driver (Mesa, LLVM), torch's BLAS."""
+    release = next((line.split("=", 1)[1].strip().strip('"') for line in read("/etc/os-release").splitlines()
+                    if line.startswith("PRETTY_NAME=")), "unknown")
+    debian = read("/etc/debian_version").strip()
+    cpu = next((line.split(":", 1)[1].strip() for line in read("/proc/cpuinfo").splitlines()
+                if line.startswith("model name")), "unknown CPU")
+    flags = set(next((line.split(":", 1)[1].split() for line in read("/proc/cpuinfo").splitlines()
+                      if line.startswith("flags")), []))
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    devices = subprocess.run([binary, "devices"], capture_output=True, text=True).stdout
+    chosen = [line for line in devices.splitlines() if line.startswith("* ")]
+    driver = ""
+    lines = devices.splitlines()
+    if chosen:
+        at = lines.index(chosen[0])
+        driver = next((line.split("driver:", 1)[1].strip() for line in lines[at:at + 3] if "driver:" in line), "")
+    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    blas_info = next((part.strip() for part in torch.__config__.show().split("\n") if "BLAS_INFO" in part), "")
+    print(f"machine: {release} (debian_version {debian}), {cpu}, {CORES} cores, {vector}")
+    print(f"vkattn device: {chosen[0][2:].strip() if chosen else 'none'}; driver: {driver}")
+    print(f"torch {torch.__version__} on {torch_device}; BLAS: {os.path.basename(blas)} ({blas_info or 'no BLAS_INFO'})")
+
+
+def tune(binary, names):
+    """vkattn tune on the shapes: plans measured once, here, not inside a timed forward."""
+    start = time.perf_counter()
+    done = subprocess.run([binary, "tune", "--shapes", ",".join(names)], capture_output=True, text=True,
+                          env=dict(os.environ, VKATTN_TUNE="on"))
+    if done.returncode != 0:
+        sys.exit(f"compare.py: vkattn tune failed ({done.returncode}): {done.stderr.strip()}")
+    classes = next((line for line in done.stdout.splitlines() if "shape classes in" in line), "")
+    print(f"vkattn tune --shapes {','.join(names)}: {classes} ({time.perf_counter() - start:.1f} s with start-up)")
 
 
 def blas_warning():
@@ -96,6 +145,7 @@ def main():
     parser.add_argument("--shapes", default="S1,S2,S3,S4")
     parser.add_argument("--json", help="also write every measurement here")
     parser.add_argument("--torch-device", default="cpu", choices=("cpu", "cuda"), help="where torch runs")
+    parser.add_argument("--rules", action="store_true", help="also time vkattn under the fixed rules (VKATTN_TUNE=off)")
     args = parser.parse_args()
     torch.set_num_threads(CORES)
     names = args.shapes.split(",")
@@ -103,32 +153,40 @@ def main():
         if n not in SHAPES:
             sys.exit(f"compare.py: unknown shape {n!r}; choose from {', '.join(SHAPES)}")
 
-    results = {n: {"torch": [], **{p: [] for p in SHAPES[n]["paths"]}} for n in names}
+    environment(args.vkattn, args.torch_device)
+    tune(args.vkattn, names)
+    runs = [(p, False) for p in ("unfused", "fused", "packed")] + ([(p, True) for p in ("unfused", "fused", "packed")]
+                                                                   if args.rules else [])
+    label = lambda p, rules: p + ("/rules" if rules else "")  # noqa: E731
+    paths = {n: [label(p, r) for p, r in runs if p in SHAPES[n]["paths"]] for n in names}
+    results = {n: {"torch": [], **{p: [] for p in paths[n]}} for n in names}
     memory = {}
     for r in range(args.rounds):
         for n in names:  # torch, then each vkattn path, shape by shape, round after round
             s = SHAPES[n]
             results[n]["torch"] += torch_times(s, args.iters, args.torch_device)
-            for p in s["paths"]:
-                out = vkattn_run(args.vkattn, s, p, args.iters)
-                results[n][p].append(out["total_ms"])
-                memory[(n, p)] = out["peak_device_bytes"]
+            for p, rules in runs:
+                if p not in s["paths"]:
+                    continue
+                out = vkattn_run(args.vkattn, s, p, args.iters, rules)
+                results[n][label(p, rules)].append(out["total_ms"])
+                memory[(n, label(p, rules))] = out["peak_device_bytes"]
             print(f"round {r + 1}/{args.rounds}: {n} done", file=sys.stderr, flush=True)
 
     where = torch.cuda.get_device_name() if args.torch_device == "cuda" else f"{CORES} threads"
     print(f"torch {torch.__version__} on {where} against vkattn bench (median of {args.rounds} "
           f"turns of {args.iters} forwards each; ratio = torch_ms / vkattn_ms)")
-    print(f"{'shape':6} {'path':8} {'torch ms':>9} {'vkattn ms':>10} {'GFLOP/s':>8} {'peak MiB':>9} {'ratio':>7}")
+    print(f"{'shape':6} {'path':14} {'torch ms':>9} {'vkattn ms':>10} {'GFLOP/s':>8} {'peak MiB':>9} {'ratio':>7}")
     table = []
     for n in names:
         s = SHAPES[n]
         t = statistics.median(results[n]["torch"])
-        for p in s["paths"]:
+        for p in paths[n]:
             v = statistics.median(results[n][p])
             row = dict(shape=n, path=p, torch_ms=t, vkattn_ms=v, gflops=flops(s) / (v * 1e6),
                        peak_device_bytes=memory[(n, p)], ratio=t / v)
             table.append(row)
-            print(f"{n:6} {p:8} {t:9.1f} {v:10.1f} {row['gflops']:8.2f} {row['peak_device_bytes'] / 2**20:9.1f} "
+            print(f"{n:6} {p:14} {t:9.1f} {v:10.1f} {row['gflops']:8.2f} {row['peak_device_bytes'] / 2**20:9.1f} "
                   f"{row['ratio']:7.3f}")
         if "unfused" in s["paths"] and "fused" in s["paths"]:
             u, f = statistics.median(results[n]["unfused"]), statistics.median(results[n]["fused"])

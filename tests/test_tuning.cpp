@@ -18,6 +18,8 @@
 #include "support/gpu.h"
 #include "support/tolerance.h"
 #include "vkattn/errors.h"
+#include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/tracer.h"
 
 namespace vkattn {
 namespace {
@@ -272,6 +274,63 @@ TEST_F(Tuning, FlashAttentionIsTunedPerClass) {
   ASSERT_TRUE(read()["plans"].contains(shape_class));
   EXPECT_EQ(read()["plans"][shape_class]["measured_ms"].size(),
             tuning::flash_candidates(testing::shared_context()->device_report(), 64).size());
+}
+
+// Which ops a forward ran: "fused" when flash_attention, "unfused" when softmax.
+std::string path_taken(VulkanBackend& gpu, const MultiHeadAttention& mha, const Tensor& x, const ForwardOptions& o,
+                       const AttentionResult& expected) {
+  StepRecorder steps(false);
+  gpu.add_tracer(steps);
+  const AttentionResult got = mha.forward(gpu, x, x, x, o);
+  gpu.remove_tracer(steps);
+  EXPECT_TRUE(all_close(got.output, expected.output, {}));
+  std::string path;
+  for (const auto& step : steps.steps()) {
+    if (step.event.op == "flash_attention") path += "fused";
+    if (step.event.op == "softmax") path += "unfused";
+  }
+  return path;
+}
+
+TEST_F(Tuning, TheAttentionPathIsMeasuredWhereAForwardMayTakeEither) {
+  MultiHeadAttentionConfig config{.embed_dim = 256, .num_heads = 4, .batch_first = true};
+  const MultiHeadAttention mha(config, MultiHeadAttentionWeights::random(config, 1));
+  const Tensor x = random_tensor({2, 128, 256}, 2);
+  ReferenceBackend cpu;
+  const AttentionResult expected = mha.forward(cpu, x, x, x, {.need_weights = false});
+  const std::string shape_class = tuning::path_class(tuning::FlashProblem{8, 128, 128, 64, false});
+  EXPECT_EQ(shape_class, "attention path: d 64, L ≤ 128, S ≤ 128");
+  std::string chosen;
+  {
+    auto gpu = backend();
+    chosen = path_taken(*gpu, mha, x, {.need_weights = false}, expected);
+    ASSERT_TRUE(chosen == "fused" || chosen == "unfused") << chosen;
+    const auto entry = read()["plans"][shape_class];
+    EXPECT_EQ(entry["plan"]["path"], chosen);
+    EXPECT_EQ(entry["measured_ms"].size(), 2u) << entry.dump();
+    EXPECT_LE(entry["measured_ms"][chosen].get<double>(), entry["measured_ms"][chosen == "fused" ? "unfused" : "fused"].get<double>());
+    // a path asked for is the path taken, and weights are only on the unfused path
+    EXPECT_EQ(path_taken(*gpu, mha, x, {.need_weights = false, .attention = AttentionPath::fused}, expected), "fused");
+    EXPECT_EQ(path_taken(*gpu, mha, x, {.need_weights = false, .attention = AttentionPath::unfused}, expected), "unfused");
+  }
+  // the remembered path is the path taken: each of them, written into the file
+  for (const char* path : {"unfused", "fused"}) {
+    nlohmann::json doc = read();
+    doc["plans"][shape_class]["plan"]["path"] = path;
+    write(doc.dump());
+    auto gpu = backend();
+    EXPECT_EQ(path_taken(*gpu, mha, x, {.need_weights = false}, expected), path);
+  }
+  // a path that is neither is measured again
+  nlohmann::json doc = read();
+  doc["plans"][shape_class]["plan"]["path"] = "sideways";
+  write(doc.dump());
+  auto gpu = backend();
+  int reports = 0;
+  gpu->on_progress([&](const Backend::Progress& p) { reports += p.step.rfind("tuning the attention path", 0) == 0; });
+  path_taken(*gpu, mha, x, {.need_weights = false}, expected);
+  EXPECT_GT(reports, 0);
+  EXPECT_NE(read()["plans"][shape_class]["plan"]["path"], "sideways");
 }
 
 TEST_F(Tuning, ProcessesAndThreadsTuningAtOnceLeaveOneValidFile) {

@@ -44,6 +44,7 @@ struct Runnable {
 
 struct Trial {
   std::string plan;
+  const Runnable* timed = nullptr;  // the problem it is timed on
   std::unique_ptr<VulkanBackend> backend;
   std::vector<Value> inputs;  // the timed problem's, on the device
   std::vector<double> ms;
@@ -56,22 +57,23 @@ std::vector<Value> upload_all(Backend& backend, const std::vector<Tensor>& tenso
   return values;
 }
 
-// Seconds per run of `runnable` on `trial`'s backend: `reps` runs in one submission.
-double time_runs(Trial& trial, const Runnable& runnable, int reps) {
+// Seconds per run of `trial`'s timed problem on its backend: `reps` runs in one submission.
+double time_runs(Trial& trial, int reps) {
   const auto start = Clock::now();
-  for (int r = 0; r < reps; ++r) runnable.run(*trial.backend, trial.inputs);
+  for (int r = 0; r < reps; ++r) trial.timed->run(*trial.backend, trial.inputs);
   trial.backend->synchronize();
   return seconds_since(start) / reps;
 }
 
 // The tuning loop shared by every family: `make(i)` gives candidate i's backend; `chosen` is set
 // to the index of the fastest. `k` is the length of the sums each output element takes.
+// `check` and `timed` hold one problem for all candidates, or one each (the same inputs, other steps).
 Outcome measure(const std::string& what, const std::vector<std::string>& plans,
-                const std::function<std::unique_ptr<VulkanBackend>(size_t)>& make, const Runnable& check,
-                const Runnable& timed, uint64_t k, const Progress& progress, size_t& chosen) {
+                const std::function<std::unique_ptr<VulkanBackend>(size_t)>& make, const std::vector<Runnable>& checks,
+                const std::vector<Runnable>& timeds, uint64_t k, const Progress& progress, size_t& chosen) {
   const auto start = Clock::now();
   ReferenceBackend cpu;
-  const Tensor expected = cpu.download(check.run(cpu, upload_all(cpu, check.inputs)));
+  const Tensor expected = cpu.download(checks[0].run(cpu, upload_all(cpu, checks[0].inputs)));
   // sums of k products of values in [-1, 1]: their rounding grows as √k
   const double atol = 1e-5 * std::sqrt(double(std::max<uint64_t>(k, 1))) + 1e-5, rtol = 1e-4;
   std::vector<Trial> trials(plans.size());
@@ -80,6 +82,8 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
     if (progress) progress(what, double(i) / double(steps));
     Trial& t = trials[i];
     t.plan = plans[i];
+    const Runnable& check = checks[std::min(i, checks.size() - 1)];
+    t.timed = &timeds[std::min(i, timeds.size() - 1)];
     try {
       t.backend = make(i);
       const Tensor got = t.backend->download(check.run(*t.backend, upload_all(*t.backend, check.inputs)));
@@ -89,9 +93,9 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
         t.backend.reset();
         continue;
       }
-      t.inputs = upload_all(*t.backend, timed.inputs);
-      time_runs(t, timed, 1);  // the first run of the timed size: buffers made, caches warm
-      t.ms.push_back(1e3 * time_runs(t, timed, 1));
+      t.inputs = upload_all(*t.backend, t.timed->inputs);
+      time_runs(t, 1);  // the first run of the timed size: buffers made, caches warm
+      t.ms.push_back(1e3 * time_runs(t, 1));
     } catch (const DeviceError& e) {  // a pipeline the driver refuses, memory: not this plan
       t.left_out = e.what();
       t.backend.reset();
@@ -110,7 +114,7 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
   for (int turn = 0; turn < kTurns; ++turn) {  // in turns, so that a busy machine's drift falls on all alike
     if (progress) progress(what, (double(plans.size()) + double(turn) / kTurns) / double(steps));
     for (Trial& t : trials) {
-      if (t.backend && t.ms.front() <= kHopeless * best) t.ms.push_back(1e3 * time_runs(t, timed, reps));
+      if (t.backend && t.ms.front() <= kHopeless * best) t.ms.push_back(1e3 * time_runs(t, reps));
     }
   }
   Outcome outcome;
@@ -340,8 +344,8 @@ Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanB
         o.gemm = std::make_shared<const vulkan::GemmPlan>(distinct[i]);
         return std::make_unique<VulkanBackend>(context, o);
       },
-      gemm_runnable(problem.step, std::min<uint64_t>(problem.batch, 2), check_rows, problem.N, problem.K),
-      gemm_runnable(problem.step, timed.batch, timed.M, timed.N, timed.K), problem.K, progress, chosen);
+      {gemm_runnable(problem.step, std::min<uint64_t>(problem.batch, 2), check_rows, problem.N, problem.K)},
+      {gemm_runnable(problem.step, timed.batch, timed.M, timed.N, timed.K)}, problem.K, progress, chosen);
   outcome.shape_class = shape_class(problem);
   outcome.problem = gemm_text(timed);
   outcome.plan = to_json(distinct[chosen]);
@@ -381,11 +385,60 @@ Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const Vulkan
         o.flash = std::make_shared<const vulkan::FlashPlan>(candidates[i]);
         return std::make_unique<VulkanBackend>(context, o);
       },
-      runnable(std::min<uint64_t>(problem.heads, 3), check_l, check_s), runnable(timed.heads, timed.L, timed.S),
+      {runnable(std::min<uint64_t>(problem.heads, 3), check_l, check_s)}, {runnable(timed.heads, timed.L, timed.S)},
       std::max(problem.S, problem.d), progress, chosen);
   outcome.shape_class = shape_class(problem);
   outcome.problem = text;
   outcome.plan = to_json(candidates[chosen]);
+  return outcome;
+}
+
+std::string path_class(const FlashProblem& p) {
+  return "attention path: d " + std::to_string(p.d) + ", L ≤ " + std::to_string(bucket(p.L)) + ", S ≤ " +
+         std::to_string(bucket(p.S)) + (p.causal ? ", causal" : "");
+}
+
+Outcome tune_path(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                  const FlashProblem& problem, const std::function<void(VulkanBackend&)>& prepare,
+                  const Progress& progress) {
+  // The problem itself, unless it is very large: the candidates' own steps are then tuned for
+  // the classes the real pass meets, and remembered for it
+  FlashProblem timed = problem;
+  while (timed.multiply_adds() > 10 * kTimedWork && timed.heads > 1) timed.heads = (timed.heads + 1) / 2;
+  const uint64_t check_l = std::min<uint64_t>(problem.L, 37);
+  const uint64_t check_s = problem.S == problem.L ? check_l : std::min<uint64_t>(problem.S, 45);
+  const bool causal = problem.causal;
+  auto inputs = [&](uint64_t heads, uint64_t L, uint64_t S) {
+    const auto h = int64_t(heads), l = int64_t(L), s = int64_t(S), d = int64_t(problem.d);
+    return std::vector<Tensor>{uniform({1, h, l, d}, 1), uniform({1, h, s, d}, 2), uniform({1, h, s, d}, 3)};
+  };
+  const auto fused = [causal](Backend& be, const std::vector<Value>& in) {
+    return be.flash_attention("flash_attention", in[0], in[1], in[2], nullptr, nullptr, causal);
+  };
+  const auto unfused = [causal](Backend& be, const std::vector<Value>& in) {
+    Value scores = be.attention_scores("attention_scores", in[0], in[1]);
+    if (causal) scores = be.attention_mask("attention_mask", scores, nullptr, nullptr, true);
+    return be.attention_values("attention_values", be.softmax("softmax", scores), in[2]);
+  };
+  const auto small = inputs(std::min<uint64_t>(problem.heads, 3), check_l, check_s);
+  const auto big = inputs(timed.heads, timed.L, timed.S);
+  const std::string text = std::to_string(timed.heads) + " heads, L " + std::to_string(timed.L) + ", S " +
+                           std::to_string(timed.S) + ", d " + std::to_string(timed.d) + (causal ? ", causal" : "");
+  size_t chosen = 0;
+  Outcome outcome = measure(
+      "the attention path " + text, {"fused", "unfused"},
+      [&](size_t) {
+        VulkanBackendOptions o = options;
+        o.tune = true;  // each path's steps under their own measured plans
+        auto backend = std::make_unique<VulkanBackend>(context, o);
+        if (prepare) prepare(*backend);
+        return backend;
+      },
+      {Runnable{small, fused}, Runnable{small, unfused}}, {Runnable{big, fused}, Runnable{big, unfused}},
+      std::max(problem.S, problem.d), progress, chosen);
+  outcome.shape_class = path_class(problem);
+  outcome.problem = text;
+  outcome.plan = {{"path", chosen == 0 ? "fused" : "unfused"}};
   return outcome;
 }
 

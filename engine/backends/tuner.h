@@ -11,6 +11,8 @@
 //       16² invocations (where broadcast cannot run, and on GPUs).
 //   flash_attention — FlashPlan: query rows per subgroup (1, 2 or 4 per lane on a CPU device; 1 to
 //       8 on a GPU), storage or texel inputs, or a row per invocation.
+//   the attention path — fused (flash_attention) or unfused (attention_scores, attention_mask,
+//       softmax, attention_values), where a forward without weights may take either.
 //
 // A shape class rounds the problem's sizes up to powers of two (rows of A, columns, the inner
 // dimension; flash_attention's query and key lengths, exact head dim and causality): shapes of one
@@ -89,6 +91,15 @@ Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanB
 Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                    const FlashProblem& problem, const std::vector<vulkan::FlashPlan>& candidates,
                    const Progress& progress);
+
+// Fused against unfused, for a forward that may take either (Backend::prefers_fused): both
+// paths' steps timed on `problem` (its heads cut where it is very large) on backends that tune
+// their own steps, made with `options` and then `prepare` (progress, say). The plan is
+// {"path": "fused"} or {"path": "unfused"}.
+std::string path_class(const FlashProblem& problem);  // "attention path: d 64, L ≤ 128, S ≤ 128"
+Outcome tune_path(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                  const FlashProblem& problem, const std::function<void(VulkanBackend&)>& prepare,
+                  const Progress& progress);
 
 // VKATTN_TUNE: true unless it says off (0, false, no); ConfigError for another value.
 bool tune_from_environment();

@@ -78,6 +78,7 @@ struct VulkanBackend::State {
   std::string class_suffix;
   std::map<std::string, vulkan::GemmPlan> gemm_plans;
   std::map<std::string, vulkan::FlashPlan> flash_plans;
+  std::map<std::string, bool> fused_paths;  // by path_class: whether fused is the faster
   vulkan::Recorder recorder;
   std::shared_ptr<vulkan::BufferPool> buffers;  // tensors' buffers; Storage holds it weakly
   std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels;
@@ -166,10 +167,38 @@ const vulkan::FlashPlan& VulkanBackend::flash_plan_for(int64_t heads, int64_t L,
   return s_->flash_plans[shape_class] = tuning::flash_plan_from_json(outcome.plan);
 }
 
+bool VulkanBackend::prefers_fused(const AttentionProblem& p) {
+  if (!s_->cache) return true;
+  const tuning::FlashProblem problem{uint64_t(p.batch * p.heads), uint64_t(p.L), uint64_t(p.S), uint64_t(p.d), p.causal};
+  const uint64_t score_bytes = problem.heads * problem.L * problem.S * sizeof(float);
+  if (score_bytes > s_->device.max_storage_buffer_range || score_bytes > s_->device.device_local_bytes / 8 ||
+      problem.multiply_adds() < tuning::kSmallestTuned) {
+    return true;
+  }
+  const std::string shape_class = tuning::path_class(problem) + s_->class_suffix;
+  if (auto it = s_->fused_paths.find(shape_class); it != s_->fused_paths.end()) return it->second;
+  if (auto entry = s_->cache->find(shape_class)) {
+    const std::string path = entry->contains("plan") && entry->at("plan").is_object() ? entry->at("plan").value("path", "") : "";
+    if (path == "fused" || path == "unfused") return s_->fused_paths[shape_class] = path == "fused";
+    spdlog::warn("plan cache: the path remembered for {} in {} is neither fused nor unfused: measuring again",
+                 shape_class, s_->cache->file().string());
+    s_->cache->forget(shape_class);
+  }
+  const tuning::Outcome outcome = tuning::tune_path(
+      s_->context, s_->options, problem,
+      [this](VulkanBackend& candidate) {  // its steps' own tuning reports through this backend
+        candidate.on_progress([this](const Progress& progress) { report_progress(progress.step, progress.done); });
+      },
+      [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
+  s_->cache->remember(shape_class, outcome.to_json());
+  return s_->fused_paths[shape_class] = outcome.plan.value("path", "") == "fused";
+}
+
 std::vector<std::pair<std::string, std::string>> VulkanBackend::tuned_plans() const {
   std::vector<std::pair<std::string, std::string>> plans;
   for (const auto& [shape_class, plan] : s_->gemm_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, plan] : s_->flash_plans) plans.emplace_back(shape_class, plan.describe());
+  for (const auto& [shape_class, fused] : s_->fused_paths) plans.emplace_back(shape_class, fused ? "fused" : "unfused");
   return plans;
 }
 

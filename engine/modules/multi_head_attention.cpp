@@ -238,6 +238,12 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   ForwardOptions masks = options;
   masks.attn_mask = attn_mask;
   masks.key_padding_mask = key_padding_mask;
+  if (options.attention == AttentionPath::automatic && !options.need_weights) {
+    // either path: the one the backend finds faster here (fused, unless it measured otherwise)
+    const int64_t appended = (c.add_bias_kv ? 1 : 0) + (c.add_zero_attn ? 1 : 0);
+    const Backend::AttentionProblem problem{B, c.num_heads, L, S + appended, c.embed_dim / c.num_heads, options.is_causal};
+    masks.attention = backend.prefers_fused(problem) ? AttentionPath::fused : AttentionPath::unfused;
+  }
   auto recipe = [&](Backend& b) {
     // Self-attention passes one tensor three times, cross-attention often one memory twice: each
     // distinct tensor is uploaded once (torch's own test for self-attention is the same identity).

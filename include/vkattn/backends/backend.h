@@ -142,6 +142,18 @@ class Backend {
   // The invocations a decode step should offer the device: 256 on a CPU, many more on a GPU.
   virtual int64_t decoding_lanes() const { return 256; }
 
+  // Attention without weights may take either path; a module asking for neither (automatic)
+  // takes the fused one unless its backend prefers the unfused steps for this problem: a
+  // VulkanBackend that tunes times both once per shape class (engine/backends/tuner.h).
+  struct AttentionProblem {
+    int64_t batch = 1, heads = 1, L = 1, S = 1, d = 1;
+    bool causal = false;
+  };
+  virtual bool prefers_fused(const AttentionProblem& problem) {
+    (void)problem;
+    return true;
+  }
+
   // ---- rotary position embeddings (RoPE) --------------------------------------------------------
   // x (B, H, T, d) — queries or keys after split_heads — with row t at position offset + t: its
   // first rotary_dims features (r: even, <= d; 0 means d) rotated pair by pair, pair i by the

@@ -81,6 +81,9 @@ class VulkanBackend final : public Backend {
   // flash_decoding's parallelism: 256 invocations on a CPU device, 32768 on a GPU (a few per
   // lane of the largest GPUs' streaming multiprocessors)
   int64_t decoding_lanes() const override;
+  // Fused unless tuning measured the unfused steps faster for this shape class, where the
+  // (B, H, L, S) scores fit in an eighth of the device's memory.
+  bool prefers_fused(const AttentionProblem& problem) override;
   // The internals, for vkattn's own tools and tests (engine/vulkan/*.h define them).
   const vulkan::Context& context() const;
   const vulkan::Recorder& recorder() const;
