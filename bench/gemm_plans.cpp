@@ -2,7 +2,9 @@
 // device can run — broadcast and shared tilings (engine/vulkan/gemm_plan.h), storage or texel
 // inputs, broadcast at tile_n 8 and 16 — taking turns round after round so that a shared
 // machine's drift falls on all alike. Each plan's output is checked against the CPU reference
-// first. Prints each plan's median and best GFLOP/s, and which plan the device gets by default.
+// first. Prints each plan's median and best GFLOP/s, the plan the fixed rule gives the device, and
+// the plan tuning chose for the product's shape class (measured now, or remembered: see
+// engine/backends/tuner.h), with its speed as a share of the fastest measured here.
 //
 //   bench_gemm [--m 3200] [--n 512] [--k 512] [--rounds 5] [--reps 8] [--skip-shared]
 #include <CLI/CLI.hpp>
@@ -61,13 +63,25 @@ int main(int argc, char** argv) {
             plan.texel_inputs = texel;
             plan.tile_n = tile_n;
             if (broadcast) plan.tile_m = plan.lanes * row_sets;
+            bool seen = false;  // one kernel on this product's columns (fitted() narrows wide tiles)
+            for (const auto& c : candidates) seen |= c.plan.fitted(uint64_t(N)).describe() == plan.fitted(uint64_t(N)).describe();
+            if (seen) continue;
             candidates.push_back({plan, std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.gemm = std::make_shared<const vulkan::GemmPlan>(plan)}), {}});
           }
         }
       }
     }
-    const vulkan::GemmPlan chosen = vulkan::plan_gemm(device);
+    const vulkan::GemmPlan rule = vulkan::plan_gemm(device);
     Tensor x = random_tensor({M, K}, 1), w = random_tensor({N, K}, 2);
+    // what tuning chooses for this product's class (whatever VKATTN_TUNE says)
+    std::string tuned = "none (the product is too small to be tuned)";
+    {
+      VulkanBackendOptions options;
+      options.tune = true;
+      VulkanBackend gpu(context, options);
+      gpu.download(gpu.linear("q_proj", gpu.upload("x", x), gpu.upload("w", w), nullptr));
+      if (!gpu.tuned_plans().empty()) tuned = gpu.tuned_plans().front().second;
+    }
     ReferenceBackend cpu;
     const Tensor expected = cpu.download(cpu.linear("q_proj", cpu.upload("x", x), cpu.upload("w", w), nullptr));
     for (auto& c : candidates) {
@@ -95,15 +109,24 @@ int main(int argc, char** argv) {
     const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
     std::cout << "linear (" << M << ", " << K << ") · (" << N << ", " << K << ")ᵀ on " << device.name << ", "
               << gflop << " GFLOP; median and best of " << rounds << " turns of " << reps << " (one download each)\n";
+    double fastest = 1e300, tuned_ms = 0;
     for (auto& c : candidates) {
       std::sort(c.ms.begin(), c.ms.end());
-      const double median = c.ms[c.ms.size() / 2], best = c.ms.front();
-      const bool is_chosen = c.plan.describe() == chosen.describe();
-      std::cout << (is_chosen ? "* " : "  ") << std::left << std::setw(58) << c.plan.describe() << std::right
-                << std::fixed << std::setprecision(2) << std::setw(9) << median << " ms " << std::setw(7)
-                << gflop / median * 1e3 << " GFLOP/s (best " << gflop / best * 1e3 << ")\n";
+      fastest = std::min(fastest, c.ms[c.ms.size() / 2]);
+      if (c.plan.fitted(uint64_t(N)).describe() == tuned) tuned_ms = c.ms[c.ms.size() / 2];
     }
-    std::cout << "* = the plan this device gets\n";
+    for (auto& c : candidates) {
+      const double median = c.ms[c.ms.size() / 2], best = c.ms.front();
+      const std::string described = c.plan.fitted(uint64_t(N)).describe();
+      const std::string mark = std::string(described == tuned ? "t" : " ") +
+                               (described == rule.fitted(uint64_t(N)).describe() ? "r " : "  ");
+      std::cout << mark << std::left << std::setw(58) << described << std::right << std::fixed << std::setprecision(2)
+                << std::setw(9) << median << " ms " << std::setw(7) << gflop / median * 1e3 << " GFLOP/s (best "
+                << gflop / best * 1e3 << ")\n";
+    }
+    std::cout << "r = the fixed rule's plan; t = the plan tuning chose for this shape class: " << tuned;
+    if (tuned_ms > 0) std::cout << ", " << std::setprecision(0) << 100 * fastest / tuned_ms << " % of the fastest's speed here";
+    std::cout << "\n";
   } catch (const std::exception& e) {  // no driver, a Vulkan call's error: by its VkResult name
     std::cerr << "bench_gemm: " << device_error("", e).what() << "\n";
     return 1;
