@@ -88,6 +88,28 @@ TEST(TunedPlans, EveryFlashCandidateMatchesTheReference) {
   }
 }
 
+TEST(TunedPlans, APlanTheDeviceRefusesIsLeftOutAndNoneLeftIsAnError) {
+  const auto& device = testing::shared_context()->device_report();
+  const vulkan::GemmPlan rule = vulkan::plan_gemm(device);
+  vulkan::GemmPlan bad = rule;
+  bad.workgroup_size = 1u << 20;  // more invocations than any device allows
+  const tuning::GemmProblem problem{"linear", 1, 300, 256, 256};
+  const tuning::Outcome outcome = tuning::tune_gemm(testing::shared_context(), {}, problem, {bad, rule}, nullptr);
+  ASSERT_EQ(outcome.candidates.size(), 2u);
+  EXPECT_EQ(outcome.candidates[0].ms, 0.0);
+  EXPECT_NE(outcome.candidates[0].left_out.find("workgroup exceeds"), std::string::npos) << outcome.candidates[0].left_out;
+  EXPECT_GT(outcome.candidates[1].ms, 0.0);
+  EXPECT_EQ(outcome.chosen, rule.fitted(256).describe());
+  EXPECT_EQ(outcome.plan, tuning::to_json(rule.fitted(256)));
+  try {
+    tuning::tune_gemm(testing::shared_context(), {}, problem, {bad}, nullptr);
+    FAIL() << "no candidate left must be an error";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("tuning linear (300, 256) · (256, 256)ᵀ: no plan matched the reference"),
+              std::string::npos) << e.what();
+  }
+}
+
 // ---- tuning and the cache --------------------------------------------------------------------------
 // A fresh cache directory per test.
 class Tuning : public ::testing::Test {
