@@ -169,10 +169,10 @@ TEST_F(Tuning, AShapeClassIsMeasuredOnceAndRemembered) {
     ASSERT_TRUE(fs::exists(file()));
     const nlohmann::json doc = read();
     const auto key = vulkan::PlanCacheKey::of(testing::shared_context()->device_report());
-    EXPECT_EQ(doc["device"], key.device);
-    EXPECT_EQ(doc["uuid"], key.uuid);
-    EXPECT_EQ(doc["driver"], key.driver);
-    EXPECT_EQ(doc["build"], key.build);
+    EXPECT_EQ(doc["device"].get<std::string>(), key.device);
+    EXPECT_EQ(doc["uuid"].get<std::string>(), key.uuid);
+    EXPECT_EQ(doc["driver"].get<std::string>(), key.driver);
+    EXPECT_EQ(doc["build"].get<std::string>(), key.build);
     ASSERT_TRUE(doc["plans"].contains(linear_class())) << doc.dump(2);
     const auto& entry = doc["plans"][linear_class()];
     // the chosen plan is the fastest one measured, and every candidate was measured or said why not
@@ -184,7 +184,7 @@ TEST_F(Tuning, AShapeClassIsMeasuredOnceAndRemembered) {
     EXPECT_EQ(entry["measured_ms"].size(), tuning::gemm_candidates(testing::shared_context()->device_report()).size());
     ASSERT_EQ(gpu->tuned_plans().size(), 1u);
     EXPECT_EQ(gpu->tuned_plans()[0].first, linear_class());
-    EXPECT_EQ(gpu->tuned_plans()[0].second, entry["describe"]);
+    EXPECT_EQ(gpu->tuned_plans()[0].second, entry["describe"].get<std::string>());
     // the same class again, another shape of it: no tuning
     EXPECT_EQ(linear(*gpu, 250), 0);
     written = text();
@@ -328,7 +328,7 @@ TEST_F(Tuning, TheAttentionPathIsMeasuredWhereAForwardMayTakeEither) {
     chosen = path_taken(*gpu, mha, x, {.need_weights = false}, expected);
     ASSERT_TRUE(chosen == "fused" || chosen == "unfused") << chosen;
     const auto entry = read()["plans"][shape_class];
-    EXPECT_EQ(entry["plan"]["path"], chosen);
+    EXPECT_EQ(entry["plan"]["path"].get<std::string>(), chosen);
     EXPECT_EQ(entry["measured_ms"].size(), 2u) << entry.dump();
     EXPECT_LE(entry["measured_ms"][chosen].get<double>(), entry["measured_ms"][chosen == "fused" ? "unfused" : "fused"].get<double>());
     // a path asked for is the path taken, and weights are only on the unfused path
@@ -352,7 +352,7 @@ TEST_F(Tuning, TheAttentionPathIsMeasuredWhereAForwardMayTakeEither) {
   gpu->on_progress([&](const Backend::Progress& p) { reports += p.step.rfind("tuning the attention path", 0) == 0; });
   path_taken(*gpu, mha, x, {.need_weights = false}, expected);
   EXPECT_GT(reports, 0);
-  EXPECT_NE(read()["plans"][shape_class]["plan"]["path"], "sideways");
+  EXPECT_NE(read()["plans"][shape_class]["plan"]["path"].get<std::string>(), "sideways");
 }
 
 TEST_F(Tuning, ProcessesAndThreadsTuningAtOnceLeaveOneValidFile) {
