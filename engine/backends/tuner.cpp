@@ -1,10 +1,14 @@
 #include "engine/backends/tuner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "engine/vulkan/lanes.h"
 #include "vkattn/backends/reference_backend.h"
@@ -27,7 +31,7 @@ uint64_t bucket(uint64_t n) {  // the power of two at or above n
 constexpr double kTimedWork = 1e8;
 // Turns each candidate takes, after a first run; a candidate this many times slower than the
 // best after its first run is not run again
-constexpr int kTurns = 3;
+constexpr int kTurns = 5;
 constexpr double kHopeless = 3.0;
 // One turn runs the problem this many times (in one submission, then one readback) at most, to
 // last about kTurnSeconds
@@ -77,26 +81,71 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
   // sums of k products of values in [-1, 1]: their rounding grows as √k
   const double atol = 1e-5 * std::sqrt(double(std::max<uint64_t>(k, 1))) + 1e-5, rtol = 1e-4;
   std::vector<Trial> trials(plans.size());
-  const size_t steps = plans.size() + 1;
   for (size_t i = 0; i < plans.size(); ++i) {
-    if (progress) progress(what, double(i) / double(steps));
+    trials[i].plan = plans[i];
+    trials[i].timed = &timeds[std::min(i, timeds.size() - 1)];
+  }
+  // 1. Each candidate made and run on the checked problem, which compiles its pipeline — most of
+  //    tuning's time on a CPU device — on as many threads as there are cores (a backend serves
+  //    one thread at a time: each is handed back whole). Progress and Ctrl-C on this thread.
+  std::atomic<size_t> next = 0, checked = 0;
+  std::atomic<bool> stop = false;
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  auto check_next = [&] {
+    const size_t i = next++;
+    if (i >= trials.size() || stop) return false;
     Trial& t = trials[i];
-    t.plan = plans[i];
-    const Runnable& check = checks[std::min(i, checks.size() - 1)];
-    t.timed = &timeds[std::min(i, timeds.size() - 1)];
     try {
       t.backend = make(i);
+      const Runnable& check = checks[std::min(i, checks.size() - 1)];
       const Tensor got = t.backend->download(check.run(*t.backend, upload_all(*t.backend, check.inputs)));
       const ValueDiff diff = compare_values(got, expected, atol, rtol);
       if (diff.mismatches > 0) {
         t.left_out = "differs from the reference by " + std::to_string(diff.max_abs_error);
         t.backend.reset();
-        continue;
       }
-      t.inputs = upload_all(*t.backend, t.timed->inputs);
-      time_runs(t, 1);  // the first run of the timed size: buffers made, caches warm
-      t.ms.push_back(1e3 * time_runs(t, 1));
     } catch (const DeviceError& e) {  // a pipeline the driver refuses, memory: not this plan
+      t.left_out = e.what();
+      t.backend.reset();
+    } catch (...) {
+      std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      stop = true;
+    }
+    ++checked;
+    return true;
+  };
+  const size_t steps = plans.size() + 1;
+  {
+    std::vector<std::thread> helpers;
+    const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    for (size_t h = 1; h < std::min(cores, trials.size()); ++h) {
+      helpers.emplace_back([&] {
+        while (check_next()) {
+        }
+      });
+    }
+    try {
+      while (check_next()) {
+        if (progress) progress(what, double(checked) / double(steps));
+      }
+    } catch (...) {  // the progress callback stopped tuning (Interrupted)
+      stop = true;
+      for (auto& h : helpers) h.join();
+      throw;
+    }
+    for (auto& h : helpers) h.join();
+  }
+  if (failure) std::rethrow_exception(failure);
+  // 2. One at a time: the timed problem's first run (its buffers made, caches warm), then one timed
+  for (Trial& t : trials) {
+    if (!t.backend) continue;
+    try {
+      t.inputs = upload_all(*t.backend, t.timed->inputs);
+      time_runs(t, 1);
+      t.ms.push_back(1e3 * time_runs(t, 1));
+    } catch (const DeviceError& e) {
       t.left_out = e.what();
       t.backend.reset();
     }
