@@ -109,11 +109,14 @@ def environment(binary, torch_device):
     if chosen:
         at = lines.index(chosen[0])
         driver = next((line.split("driver:", 1)[1].strip() for line in lines[at:at + 3] if "driver:" in line), "")
+    # Debian's torch calls libblas.so.3, which the alternatives system points at one BLAS
     blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
-    blas_info = next((part.strip() for part in torch.__config__.show().split("\n") if "BLAS_INFO" in part), "")
+    blas_info = next((part.split("=", 1)[1] for part in torch.__config__.show().replace("\n", ",").split(",")
+                      if part.strip().startswith("BLAS_INFO=")), "unknown")
     print(f"machine: {release} (debian_version {debian}), {cpu}, {CORES} cores, {vector}")
     print(f"vkattn device: {chosen[0][2:].strip() if chosen else 'none'}; driver: {driver}")
-    print(f"torch {torch.__version__} on {torch_device}; BLAS: {os.path.basename(blas)} ({blas_info or 'no BLAS_INFO'})")
+    print(f"torch {torch.__version__} on {torch_device}; BLAS: {os.path.relpath(blas, '/usr/lib/x86_64-linux-gnu')} "
+          f"(torch's BLAS_INFO={blas_info})")
 
 
 def tune(binary, names):
