@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -84,6 +85,29 @@ TEST(TunedPlans, EveryFlashCandidateMatchesTheReference) {
           return b.flash_attention("flash_attention", v[0], v[1], v[2], nullptr, &v[3], causal);
         })) << B << "×" << H << " heads, L " << L << ", S " << S << ", d " << d << (causal ? ", causal" : "");
       }
+    }
+  }
+}
+
+TEST(TunedPlans, EveryRowCandidateMatchesTheReference) {
+  const auto& device = testing::shared_context()->device_report();
+  const auto candidates = tuning::row_candidates(device, 64);
+  EXPECT_EQ(candidates.front().describe(), vulkan::plan_rows(device, 64).describe()) << "the rule comes first";
+  EXPECT_EQ(candidates.back().lanes, 0u) << "a row per workgroup runs everywhere";
+  for (const auto& plan : candidates) {
+    SCOPED_TRACE(plan.describe());
+    VulkanBackend gpu(testing::shared_context(), {.rows = std::make_shared<const vulkan::RowPlan>(plan)});
+    EXPECT_EQ(gpu.row_plan().describe(), plan.describe());
+    for (auto [R, S] : {std::pair{1, 1}, {3, 17}, {17, 63}, {113, 65}, {5, 1000}}) {
+      Tensor x = random_tensor({R, S}, 1);
+      for (int j = 0; j < S; ++j) x.data[size_t(j)] = -std::numeric_limits<float>::infinity();  // a fully masked row
+      EXPECT_TRUE(matches_reference(gpu, {x}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); }))
+          << "softmax " << R << " × " << S;
+      EXPECT_TRUE(matches_reference(gpu, {random_tensor({R, S}, 2), random_tensor({S}, 3), random_tensor({S}, 4)},
+                                    [](Backend& b, const std::vector<Value>& v) {
+                                      return b.layer_norm("layer_norm", v[0], v[1], v[2], 1e-5f);
+                                    }))
+          << "layer_norm " << R << " × " << S;
     }
   }
 }
@@ -296,6 +320,23 @@ TEST_F(Tuning, FlashAttentionIsTunedPerClass) {
   ASSERT_TRUE(read()["plans"].contains(shape_class));
   EXPECT_EQ(read()["plans"][shape_class]["measured_ms"].size(),
             tuning::flash_candidates(testing::shared_context()->device_report(), 64).size());
+}
+
+TEST_F(Tuning, SoftmaxAndLayerNormAreTunedPerClass) {
+  auto gpu = backend();
+  Tensor x = random_tensor({2048, 1000}, 1);
+  EXPECT_TRUE(matches_reference(*gpu, {x}, [](Backend& b, const std::vector<Value>& v) { return b.softmax("softmax", v[0]); }));
+  EXPECT_TRUE(matches_reference(*gpu, {x, random_tensor({1000}, 2), random_tensor({1000}, 3)},
+                                [](Backend& b, const std::vector<Value>& v) {
+                                  return b.layer_norm("layer_norm", v[0], v[1], v[2], 1e-5f);
+                                }));
+  const nlohmann::json plans = read()["plans"];
+  const size_t candidates = tuning::row_candidates(testing::shared_context()->device_report(), 64).size();
+  for (const char* step : {"softmax", "layer_norm"}) {
+    const std::string shape_class = std::string(step) + ": rows ≤ 2048, n ≤ 1024";
+    ASSERT_TRUE(plans.contains(shape_class)) << plans.dump(2);
+    EXPECT_EQ(plans[shape_class]["measured_ms"].size(), candidates);
+  }
 }
 
 // Which ops a forward ran: "fused" when flash_attention, "unfused" when softmax.

@@ -230,6 +230,16 @@ std::string shape_class(const FlashProblem& p) {
          std::to_string(bucket(p.S)) + (p.causal ? ", causal" : "");
 }
 
+std::string shape_class(const RowProblem& p) {
+  return p.step + ": rows ≤ " + std::to_string(bucket(p.rows)) + ", n ≤ " + std::to_string(bucket(p.cols));
+}
+
+std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size) {
+  std::vector<vulkan::RowPlan> plans{vulkan::plan_rows(device, workgroup_size)};
+  if (plans.front().lanes) plans.push_back({0, "measured fastest on this device"});  // a row per workgroup
+  return plans;
+}
+
 std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device) {
   const vulkan::GemmPlan rule = vulkan::plan_gemm(device);
   std::vector<vulkan::GemmPlan> plans{rule};
@@ -314,6 +324,8 @@ nlohmann::json to_json(const vulkan::GemmPlan& p) {
           {"texel_inputs", p.texel_inputs}};
 }
 
+nlohmann::json to_json(const vulkan::RowPlan& p) { return {{"lanes", p.lanes}}; }
+
 nlohmann::json to_json(const vulkan::FlashPlan& p) {
   return {{"lanes", p.lanes}, {"rows", p.rows}, {"workgroup_size", p.workgroup_size}, {"texel_inputs", p.texel_inputs}};
 }
@@ -355,6 +367,10 @@ vulkan::FlashPlan flash_plan_from_json(const nlohmann::json& j) {
   p.texel_inputs = field<bool>(j, "texel_inputs");
   p.why = "measured fastest on this device (remembered)";
   return p;
+}
+
+vulkan::RowPlan row_plan_from_json(const nlohmann::json& j) {
+  return {field<uint32_t>(j, "lanes"), "measured fastest on this device (remembered)"};
 }
 
 nlohmann::json Outcome::to_json() const {
@@ -438,6 +454,41 @@ Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const Vulkan
       std::max(problem.S, problem.d), progress, chosen);
   outcome.shape_class = shape_class(problem);
   outcome.problem = text;
+  outcome.plan = to_json(candidates[chosen]);
+  return outcome;
+}
+
+Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                  const RowProblem& problem, const std::vector<vulkan::RowPlan>& candidates, const Progress& progress) {
+  RowProblem timed = problem;
+  while (timed.multiply_adds() > 2 * kTimedWork && timed.rows > 64) timed.rows = (timed.rows + 1) / 2;
+  const bool softmax = problem.step == "softmax";
+  auto runnable = [&](uint64_t rows) {
+    const auto r = int64_t(rows), c = int64_t(problem.cols);
+    Tensor x = uniform({r, c}, 1);
+    for (size_t i = 0; i < x.data.size(); i += 7) x.data[i] *= 20.0f;  // scores that saturate
+    if (softmax) {
+      return Runnable{{x}, [](Backend& be, const std::vector<Value>& in) { return be.softmax("softmax", in[0]); }};
+    }
+    return Runnable{{x, uniform({c}, 2), uniform({c}, 3)}, [](Backend& be, const std::vector<Value>& in) {
+                      return be.layer_norm("layer_norm", in[0], in[1], in[2], 1e-5f);
+                    }};
+  };
+  std::vector<std::string> plans;
+  for (const auto& c : candidates) plans.push_back(c.describe());
+  const std::string text = problem.step + " (" + std::to_string(timed.rows) + ", " + std::to_string(timed.cols) + ")";
+  size_t chosen = 0;
+  Outcome outcome = measure(
+      text, plans,
+      [&](size_t i) {
+        VulkanBackendOptions o = options;
+        o.tune = false;
+        o.rows = std::make_shared<const vulkan::RowPlan>(candidates[i]);
+        return std::make_unique<VulkanBackend>(context, o);
+      },
+      {runnable(std::min<uint64_t>(problem.rows, 37))}, {runnable(timed.rows)}, problem.cols, progress, chosen);
+  outcome.shape_class = shape_class(problem);
+  outcome.problem = "(" + std::to_string(timed.rows) + ", " + std::to_string(timed.cols) + ")";
   outcome.plan = to_json(candidates[chosen]);
   return outcome;
 }

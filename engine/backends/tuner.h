@@ -11,6 +11,8 @@
 //       16² invocations (where broadcast cannot run, and on GPUs).
 //   flash_attention — FlashPlan: query rows per subgroup (1, 2 or 4 per lane on a CPU device; 1 to
 //       8 on a GPU), storage or texel inputs, or a row per invocation.
+//   softmax, layer_norm — RowPlan: a row per subgroup of guaranteed lanes, or a row per workgroup
+//       reduced through shared memory.
 //   the attention path — fused (flash_attention) or unfused (attention_scores, attention_mask,
 //       softmax, attention_values), where a forward without weights may take either.
 //
@@ -46,9 +48,18 @@ struct FlashProblem {
   double multiply_adds() const { return 2.0 * double(heads) * double(L) * double(S) * double(d) / (causal ? 2 : 1); }
 };
 
-// "linear: rows ≤ 4096, n ≤ 512, k ≤ 512"; "flash_attention: d 64, L ≤ 128, S ≤ 128, causal"
+// softmax or layer_norm over `rows` rows of `cols`.
+struct RowProblem {
+  std::string step;  // softmax, layer_norm
+  uint64_t rows = 1, cols = 1;
+  double multiply_adds() const { return 4.0 * double(rows) * double(cols); }  // about: a few passes a row
+};
+
+// "linear: rows ≤ 4096, n ≤ 512, k ≤ 512"; "flash_attention: d 64, L ≤ 128, S ≤ 128, causal";
+// "softmax: rows ≤ 32768, n ≤ 128"
 std::string shape_class(const GemmProblem& problem);
 std::string shape_class(const FlashProblem& problem);
+std::string shape_class(const RowProblem& problem);
 
 // Problems below this many multiply-adds keep the rule: measuring costs more than a plan saves.
 constexpr double kSmallestTuned = 8e6;
@@ -56,12 +67,15 @@ constexpr double kSmallestTuned = 8e6;
 // The plans tuning chooses among on `device`, the rule's first.
 std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device);
 std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
+std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
 
 // Plans as the cache keeps them. The readers throw ConfigError on a malformed entry.
 nlohmann::json to_json(const vulkan::GemmPlan& plan);
 nlohmann::json to_json(const vulkan::FlashPlan& plan);
+nlohmann::json to_json(const vulkan::RowPlan& plan);
 vulkan::GemmPlan gemm_plan_from_json(const nlohmann::json& plan);
 vulkan::FlashPlan flash_plan_from_json(const nlohmann::json& plan);
+vulkan::RowPlan row_plan_from_json(const nlohmann::json& plan);
 
 // What tuning a class measured: each candidate's time (or why it was left out), the choice.
 struct Candidate {
@@ -91,6 +105,8 @@ Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanB
 Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                    const FlashProblem& problem, const std::vector<vulkan::FlashPlan>& candidates,
                    const Progress& progress);
+Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                  const RowProblem& problem, const std::vector<vulkan::RowPlan>& candidates, const Progress& progress);
 
 // Fused against unfused, for a forward that may take either (Backend::prefers_fused): both
 // paths' steps timed on `problem` (its heads cut where it is very large) on backends that tune

@@ -78,6 +78,7 @@ struct VulkanBackend::State {
   std::string class_suffix;
   std::map<std::string, vulkan::GemmPlan> gemm_plans;
   std::map<std::string, vulkan::FlashPlan> flash_plans;
+  std::map<std::string, vulkan::RowPlan> row_plans;
   std::map<std::string, bool> fused_paths;  // by path_class: whether fused is the faster
   vulkan::Recorder recorder;
   std::shared_ptr<vulkan::BufferPool> buffers;  // tensors' buffers; Storage holds it weakly
@@ -95,7 +96,8 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
   }
   s_->gemm = options.gemm ? *options.gemm : vulkan::plan_gemm(s_->device);
   vulkan::check_gemm_plan(s_->gemm, s_->device);
-  s_->rows = vulkan::plan_rows(s_->device, s_->options.workgroup_size);
+  s_->rows = options.rows ? *options.rows : vulkan::plan_rows(s_->device, s_->options.workgroup_size);
+  vulkan::check_row_plan(s_->rows, s_->device, s_->options.workgroup_size);
   s_->flash = options.flash ? *options.flash : vulkan::plan_flash(s_->device, s_->options.workgroup_size, s_->options.flash_rows);
   vulkan::check_flash_plan(s_->flash, s_->device);
   if (options.tune.value_or(tuning::tune_from_environment())) {
@@ -116,7 +118,7 @@ namespace {
 template <class Plan>
 std::optional<Plan> remembered(vulkan::PlanCache& cache, const std::string& shape_class,
                                const vulkan::DeviceReport& device, Plan (*read)(const nlohmann::json&),
-                               void (*check)(const Plan&, const vulkan::DeviceReport&)) {
+                               const std::function<void(const Plan&, const vulkan::DeviceReport&)>& check) {
   const auto entry = cache.find(shape_class);
   if (!entry) return std::nullopt;
   try {
@@ -140,7 +142,8 @@ const vulkan::GemmPlan& VulkanBackend::gemm_plan_for(const std::string& name, in
   if (!s_->cache || s_->options.gemm || problem.multiply_adds() < tuning::kSmallestTuned) return s_->gemm;
   const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
   if (auto it = s_->gemm_plans.find(shape_class); it != s_->gemm_plans.end()) return it->second;
-  if (auto plan = remembered(*s_->cache, shape_class, s_->device, &tuning::gemm_plan_from_json, &vulkan::check_gemm_plan)) {
+  if (auto plan = remembered<vulkan::GemmPlan>(*s_->cache, shape_class, s_->device, &tuning::gemm_plan_from_json,
+                                               &vulkan::check_gemm_plan)) {
     return s_->gemm_plans[shape_class] = *plan;
   }
   const tuning::Outcome outcome =
@@ -157,7 +160,8 @@ const vulkan::FlashPlan& VulkanBackend::flash_plan_for(int64_t heads, int64_t L,
   }
   const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
   if (auto it = s_->flash_plans.find(shape_class); it != s_->flash_plans.end()) return it->second;
-  if (auto plan = remembered(*s_->cache, shape_class, s_->device, &tuning::flash_plan_from_json, &vulkan::check_flash_plan)) {
+  if (auto plan = remembered<vulkan::FlashPlan>(*s_->cache, shape_class, s_->device, &tuning::flash_plan_from_json,
+                                                &vulkan::check_flash_plan)) {
     return s_->flash_plans[shape_class] = *plan;
   }
   const tuning::Outcome outcome = tuning::tune_flash(
@@ -165,6 +169,25 @@ const vulkan::FlashPlan& VulkanBackend::flash_plan_for(int64_t heads, int64_t L,
       [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
   s_->cache->remember(shape_class, outcome.to_json());
   return s_->flash_plans[shape_class] = tuning::flash_plan_from_json(outcome.plan);
+}
+
+const vulkan::RowPlan& VulkanBackend::row_plan_for(const std::string& step, int64_t rows, int64_t cols) {
+  const tuning::RowProblem problem{step, uint64_t(rows), uint64_t(cols)};
+  if (!s_->cache || s_->options.rows || problem.multiply_adds() < tuning::kSmallestTuned) return s_->rows;
+  const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
+  if (auto it = s_->row_plans.find(shape_class); it != s_->row_plans.end()) return it->second;
+  const uint32_t workgroup_size = s_->options.workgroup_size;
+  if (auto plan = remembered<vulkan::RowPlan>(*s_->cache, shape_class, s_->device, &tuning::row_plan_from_json,
+                                              [workgroup_size](const vulkan::RowPlan& p, const vulkan::DeviceReport& d) {
+                                                vulkan::check_row_plan(p, d, workgroup_size);
+                                              })) {
+    return s_->row_plans[shape_class] = *plan;
+  }
+  const tuning::Outcome outcome = tuning::tune_rows(
+      s_->context, s_->options, problem, tuning::row_candidates(s_->device, workgroup_size),
+      [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
+  s_->cache->remember(shape_class, outcome.to_json());
+  return s_->row_plans[shape_class] = tuning::row_plan_from_json(outcome.plan);
 }
 
 bool VulkanBackend::prefers_fused(const AttentionProblem& p) {
@@ -198,6 +221,7 @@ std::vector<std::pair<std::string, std::string>> VulkanBackend::tuned_plans() co
   std::vector<std::pair<std::string, std::string>> plans;
   for (const auto& [shape_class, plan] : s_->gemm_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, plan] : s_->flash_plans) plans.emplace_back(shape_class, plan.describe());
+  for (const auto& [shape_class, plan] : s_->row_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, fused] : s_->fused_paths) plans.emplace_back(shape_class, fused ? "fused" : "unfused");
   return plans;
 }
@@ -454,9 +478,10 @@ void VulkanBackend::run_attention_combine(const std::string& step, const Storage
 }
 
 void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) {
-  const auto& k = kernel(s_->rows.shader("softmax"), 2, sizeof(vulkan::SoftmaxParams), {}, 0, 0, s_->rows.lanes);
+  const vulkan::RowPlan& plan = row_plan_for("softmax", R, S);
+  const auto& k = kernel(plan.shader("softmax"), 2, sizeof(vulkan::SoftmaxParams), {}, 0, 0, plan.lanes);
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::SoftmaxParams{u32(R), u32(S)},
-           s_->rows.groups(uint64_t(R), k.workgroup_size()), true);
+           plan.groups(uint64_t(R), k.workgroup_size()), true);
 }
 
 void VulkanBackend::run_attention_values(const std::string& step, const Storage& p, const Storage& v, Storage& out,
@@ -481,9 +506,10 @@ void VulkanBackend::run_average_heads(const std::string& step, const Storage& p,
 
 void VulkanBackend::run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
                                    Storage& y, int64_t N, int64_t E, float eps) {
-  const auto& k = kernel(s_->rows.shader("layer_norm"), 4, sizeof(vulkan::LayerNormParams), {}, 0, 0, s_->rows.lanes);
+  const vulkan::RowPlan& plan = row_plan_for("layer_norm", N, E);
+  const auto& k = kernel(plan.shader("layer_norm"), 4, sizeof(vulkan::LayerNormParams), {}, 0, 0, plan.lanes);
   dispatch(step, k, {buffer_of(x), buffer_of(weight), buffer_of(bias), buffer_of(y)},
-           vulkan::LayerNormParams{u32(N), u32(E), eps}, s_->rows.groups(uint64_t(N), k.workgroup_size()), true);
+           vulkan::LayerNormParams{u32(N), u32(E), eps}, plan.groups(uint64_t(N), k.workgroup_size()), true);
 }
 
 void VulkanBackend::run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) {

@@ -20,6 +20,20 @@ uint64_t RowPlan::groups(uint64_t rows, uint32_t workgroup_size) const {
   return lanes ? ceil_div(rows, workgroup_size / lanes) : rows;  // a row per subgroup, or per workgroup
 }
 
+std::string RowPlan::describe() const {
+  return lanes ? "a row per subgroup of " + std::to_string(lanes) + " lanes"
+               : std::string("a row per workgroup, reduced through shared memory");
+}
+
+void check_row_plan(const RowPlan& plan, const DeviceReport& device, uint32_t workgroup_size) {
+  if (!plan.lanes) return;  // every device runs a row per workgroup
+  const Lanes lanes = guaranteed_lanes(device, SubgroupOps::arithmetic, plan.lanes, workgroup_size);
+  if (lanes.count != plan.lanes) {
+    throw DeviceError("row plan '" + plan.describe() + "': '" + device.name + "' guarantees " +
+                      (lanes ? std::to_string(lanes.count) + " lanes" : "none: " + lanes.why));
+  }
+}
+
 RowPlan plan_rows(const DeviceReport& device, uint32_t workgroup_size) {
   Lanes lanes = guaranteed_lanes(device, SubgroupOps::arithmetic, 0, workgroup_size);
   return {lanes.count, lanes.why};
@@ -83,9 +97,7 @@ std::vector<StepPlan> step_plans(const DeviceReport& device, uint32_t workgroup_
   const GemmPlan gemm = plan_gemm(device);
   plans.push_back({"linear, attention_scores, attention_values", gemm.describe(), gemm.required_lanes(), gemm.why});
   const RowPlan rows = plan_rows(device, workgroup_size);
-  plans.push_back({"softmax, layer_norm",
-                   rows.lanes ? "a row per subgroup" : "a row per workgroup, reduced through shared memory", rows.lanes,
-                   rows.why});
+  plans.push_back({"softmax, layer_norm", rows.describe(), rows.lanes, rows.why});
   const FlashPlan flash = plan_flash(device, workgroup_size);
   plans.push_back({"flash_attention", flash.describe(), flash.lanes, flash.why});
   return plans;

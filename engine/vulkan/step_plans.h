@@ -19,10 +19,13 @@ struct RowPlan {
   std::string shader(const std::string& step) const { return lanes ? step + "_subgroup" : step; }
   // Workgroups of `workgroup_size` for `rows` rows.
   uint64_t groups(uint64_t rows, uint32_t workgroup_size) const;
+  std::string describe() const;  // "a row per subgroup of 8 lanes", "a row per workgroup, …"
 };
 
 // Rows for workgroups of `workgroup_size` invocations.
 RowPlan plan_rows(const DeviceReport& device, uint32_t workgroup_size);
+// Throws DeviceError naming what `plan` asks of `device` that it lacks (a forced or remembered plan).
+void check_row_plan(const RowPlan& plan, const DeviceReport& device, uint32_t workgroup_size);
 
 struct FlashPlan {
   uint32_t lanes = 0;           // the required subgroup size of flash_attention_subgroup; 0 = a row per invocation

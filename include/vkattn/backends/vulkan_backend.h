@@ -41,6 +41,8 @@ struct VulkanBackendOptions {
   uint32_t flash_rows = 0;
   // flash_attention's whole plan (step_plans.h), unless null; it overrides flash_rows
   std::shared_ptr<const vulkan::FlashPlan> flash;
+  // softmax's and layer_norm's (a row per subgroup, or per workgroup), unless null
+  std::shared_ptr<const vulkan::RowPlan> rows;
   // Plans chosen by measuring (engine/backends/tuner.h): where a step has several plans, the
   // first problem of each shape class times them on the device and keeps the fastest that matches
   // the reference, remembered on disk per device, driver and vkattn build. Unset: VKATTN_TUNE
@@ -174,6 +176,8 @@ class VulkanBackend final : public Backend {
   const vulkan::GemmPlan& gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K);
   // flash_attention's plan for `heads` heads of L queries and S keys of d: as gemm_plan_for.
   const vulkan::FlashPlan& flash_plan_for(int64_t heads, int64_t L, int64_t S, int64_t d, bool causal);
+  // softmax's or layer_norm's plan for `rows` rows of `cols`: as gemm_plan_for.
+  const vulkan::RowPlan& row_plan_for(const std::string& step, int64_t rows, int64_t cols);
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                 bool b_k_by_n, int64_t group);
