@@ -259,7 +259,6 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
           plan.texel_inputs = texel;
           plan.tile_m = rule.lanes * row_sets;
           plan.tile_n = tile_n;
-          if (plan.tile_m > 2 * rule.lanes || plan.tile_m > std::max(16u, rule.lanes)) continue;
           plan.why = "measured fastest on this device";
           add(plan);
         }

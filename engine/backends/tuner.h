@@ -6,7 +6,7 @@
 // (VKATTN_TUNE=off, VulkanBackendOptions::tune), for shapes too small to be worth measuring, and
 // the first candidate of every tuning.
 //
-//   linear, attention_scores, attention_values — GemmPlan: broadcast tile rows 1 or 2 subgroups'
+//   linear, attention_scores, attention_values — GemmPlan: broadcast tile rows 1 or 2 times the
 //       lanes × columns a lane 8 or 16, storage or texel inputs (on CPU devices); shared 8² or
 //       16² invocations (where broadcast cannot run, and on GPUs).
 //   flash_attention — FlashPlan: query rows per subgroup (1, 2 or 4 per lane on a CPU device; 1 to
