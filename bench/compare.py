@@ -13,6 +13,7 @@ It first prints where it runs (Debian release, CPU, Mesa and LLVM, torch and its
 figures from different machines are never mixed, and runs `vkattn tune` on the shapes, so that
 the timed forwards use the plans measured on this device (and no forward pays for measuring).
 --rules also times each vkattn path under the fixed rules (VKATTN_TUNE=off), in the same turns.
+Last, S1's projection GEMM alone: torch's sgemm against the plan vkattn's tuning chose.
 
 With --torch-device cuda (a machine with an NVIDIA GPU and torch built for CUDA) torch runs there,
 each forward timed to its end (torch.cuda.synchronize), against vkattn on the same GPU.
@@ -139,6 +140,31 @@ def blas_warning():
               "comparison", file=sys.stderr)
 
 
+def projection_gemm(vkattn_binary, rounds):
+    """S1's projection, x (3200, 512) · Wᵀ (512, 512): torch's sgemm (F.linear) against the plan
+    vkattn's tuning chose (bench_gemm's `t` line), taking turns."""
+    m, n, k = 3200, 512, 512
+    bench_gemm = os.path.join(os.path.dirname(vkattn_binary), "bench_gemm")
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    torch_gflops, vkattn_gflops = [], []
+    for _ in range(rounds):
+        with torch.no_grad():
+            torch.nn.functional.linear(x, w)
+            start = time.perf_counter()
+            for _ in range(8):
+                torch.nn.functional.linear(x, w)
+            torch_gflops.append(2 * m * n * k * 8 / (time.perf_counter() - start) / 1e9)
+        done = subprocess.run([bench_gemm, "--m", str(m), "--n", str(n), "--k", str(k), "--rounds", "1",
+                               "--skip-shared"], capture_output=True, text=True, env=dict(os.environ, VKATTN_TUNE="on"))
+        tuned = [line for line in done.stdout.splitlines() if line.startswith("t")]
+        if done.returncode != 0 or not tuned:
+            sys.exit(f"compare.py: bench_gemm failed ({done.returncode}): {done.stderr.strip()}")
+        vkattn_gflops.append(float(tuned[0].split("ms")[1].split()[0]))
+    t, v = statistics.median(torch_gflops), statistics.median(vkattn_gflops)
+    print(f"projection GEMM ({m}, {k}) · ({n}, {k})ᵀ: torch (sgemm) {t:.1f} GFLOP/s, vkattn's tuned plan "
+          f"{v:.1f} GFLOP/s: {v / t:.2f}x (median of {rounds} turns)")
+
+
 def main():
     blas_warning()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -194,6 +220,7 @@ def main():
         if "unfused" in s["paths"] and "fused" in s["paths"]:
             u, f = statistics.median(results[n]["unfused"]), statistics.median(results[n]["fused"])
             print(f"{n:6} fused is {u / f:.2f}x the unfused path's speed")
+    projection_gemm(args.vkattn, args.rounds)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": table, "raw": results}, f, indent=1)

@@ -102,7 +102,7 @@ int run_tune(const TuneArgs& a) {
     }
     std::fflush(stderr);
   });
-  std::cout << "tuning on " << device.name << " (" << vulkan::driver_string(device) << ")\n";
+  std::cout << "tuning on " << device.name << "; driver: " << vulkan::driver_string(device) << "\n";
   const auto start = std::chrono::steady_clock::now();
   for (const Shape& s : shapes) {
     std::cout << s.name << ": B " << s.batch << ", L " << s.seq << ", E " << s.embed << ", H " << s.heads

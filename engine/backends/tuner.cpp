@@ -7,10 +7,8 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
-#include <optional>
 #include <thread>
 
-#include "engine/vulkan/lanes.h"
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/tensor.h"
@@ -249,20 +247,24 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
     }
     plans.push_back(plan);
   };
-  const bool texels = rule.texel_inputs;  // where the device has them and the switch allows
   if (rule.variant == vulkan::GemmVariant::broadcast) {
     // (the shared tiling is left out where broadcast runs: on a CPU device it is 5–10× slower)
-    for (bool texel : texels ? std::vector{true, false} : std::vector{false}) {
-      for (uint32_t row_sets : {2u, 1u}) {
-        for (uint32_t tile_n : {16u, 8u}) {
-          vulkan::GemmPlan plan = rule;
-          plan.texel_inputs = texel;
-          plan.tile_m = rule.lanes * row_sets;
-          plan.tile_n = tile_n;
-          plan.why = "measured fastest on this device";
-          add(plan);
-        }
+    for (uint32_t row_sets : {2u, 1u}) {
+      for (uint32_t tile_n : {16u, 8u}) {
+        vulkan::GemmPlan plan = rule;
+        plan.tile_m = rule.lanes * row_sets;
+        plan.tile_n = tile_n;
+        plan.why = "measured fastest on this device";
+        add(plan);
       }
+    }
+    // Storage inputs where the rule reads texels: at the rule's tile only (every tile read them
+    // slower on Mesa 22 and 25; compiling a candidate costs more than timing it)
+    if (rule.texel_inputs) {
+      vulkan::GemmPlan plan = rule;
+      plan.texel_inputs = false;
+      plan.why = "measured fastest on this device";
+      add(plan);
     }
   } else {
     for (uint32_t side : {16u, 8u}) {
@@ -290,26 +292,27 @@ std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& devi
     plans.push_back(plan);
   };
   const bool cpu = device.type == vk::PhysicalDeviceType::eCpu;
-  const std::vector<bool> texels = rule.texel_inputs ? std::vector{true, false} : std::vector{false};
   if (rule.lanes) {
     const std::vector<uint32_t> rows =
         cpu ? std::vector{rule.lanes, 2 * rule.lanes, 4 * rule.lanes} : std::vector{1u, 2u, 4u, 8u};
-    for (bool texel : texels) {
-      for (uint32_t r : rows) {
-        // 4 rows a lane at 16 lanes: 64 accumulators of d floats a lane, minutes for lavapipe to compile
-        if (r > 32 || (!cpu && r > rule.lanes)) continue;
-        vulkan::FlashPlan plan = vulkan::plan_flash(device, workgroup_size, r);
-        plan.texel_inputs = texel;
-        add(plan);
-      }
+    for (uint32_t r : rows) {
+      // 4 rows a lane at 16 lanes: 64 accumulators of d floats a lane, minutes for lavapipe to compile
+      if (r > 32 || (!cpu && r > rule.lanes)) continue;
+      vulkan::FlashPlan plan = vulkan::plan_flash(device, workgroup_size, r);
+      plan.texel_inputs = rule.texel_inputs;
+      add(plan);
     }
   }
-  for (bool texel : texels) {  // a query row per invocation, no subgroups
-    vulkan::FlashPlan plan;
-    plan.workgroup_size = workgroup_size;
-    plan.texel_inputs = texel;
+  // Storage inputs where the rule reads texels, at the rule's rows only (as gemm_candidates)
+  if (rule.texel_inputs) {
+    vulkan::FlashPlan plan = rule;
+    plan.texel_inputs = false;
     add(plan);
   }
+  vulkan::FlashPlan per_invocation;  // a query row per invocation, no subgroups
+  per_invocation.workgroup_size = workgroup_size;
+  per_invocation.texel_inputs = rule.texel_inputs;
+  add(per_invocation);
   return plans;
 }
 
