@@ -382,7 +382,11 @@ TEST_F(Tuning, TheAttentionPathIsMeasuredWhereAForwardMayTakeEither) {
     doc["plans"][shape_class]["plan"]["path"] = path;
     write(doc.dump());
     auto gpu = backend();
+    EXPECT_EQ(attention_path_name(mha.path(*gpu, x, x, {.need_weights = false})), std::string(path));
     EXPECT_EQ(path_taken(*gpu, mha, x, {.need_weights = false}, expected), path);
+    // a reference asked the same question takes the fused path: side by side, both take the GPU's
+    EXPECT_EQ(mha.path(cpu, x, x, {.need_weights = false}), AttentionPath::fused);
+    EXPECT_EQ(mha.path(*gpu, x, x, {.need_weights = true}), AttentionPath::unfused);
   }
   // a path that is neither is measured again
   nlohmann::json doc = read();

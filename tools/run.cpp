@@ -49,6 +49,10 @@ struct Runnable {
   std::function<AttentionResult(Backend&)> forward;
   std::string repr;      // "nn.MultiheadAttention(embed_dim=16, …)"
   nlohmann::json trace;  // the module's config and the files read
+  // Fixes an automatic path to the one `backend` takes (a tuning GPU may prefer the unfused
+  // steps), for every later forward, so that both passes of a side by side take it; returns its
+  // name. Empty where the module has no such choice.
+  std::function<std::string(Backend&)> settle_path;
 };
 
 // An nn.MultiheadAttention state_dict (PyTorch's names) on its inputs.
@@ -72,7 +76,10 @@ Runnable multi_head_run(const RunArgs& a) {
       {"attention", attention_path_name(resolve_attention(options.attention, options.need_weights))},
       {"pack_in_proj", a.pack_in_proj}, {"files", trace_files(a.inputs)}};
   return {[in](Backend& b) { return in->module.forward(b, in->query, in->key_or_query(), in->value_or_query(), in->options); },
-          repr.str(), trace};
+          repr.str(), trace, [in](Backend& b) {
+            in->options.attention = in->module.path(b, in->query, in->key_or_query(), in->options);
+            return std::string(attention_path_name(in->options.attention));
+          }};
 }
 
 // A grouped-query attention (Hugging Face's q_proj … o_proj) on the query alone.
@@ -151,13 +158,14 @@ int run_run(const RunArgs& a) {
     throw UsageError("--kv-heads, --rope, --rope-theta, --rotary-dims and --window configure a grouped-query "
                      "attention (q_proj … o_proj); " + a.inputs.weights + " holds an nn.MultiheadAttention");
   }
-  const Runnable module = grouped ? grouped_query_run(a) : multi_head_run(a);
+  Runnable module = grouped ? grouped_query_run(a) : multi_head_run(a);
 
   // One pass, or two side by side (the GPU's is the result; the reference checks it).
   std::vector<std::unique_ptr<Backend>> backends;
   for (const std::string& name : a.side_by_side ? std::vector<std::string>{"gpu", "cpu"} : std::vector{a.backend}) {
     backends.push_back(make_backend(name, a.side_by_side && name == "cpu" ? "" : a.device));  // --device picks the GPU
   }
+  if (module.settle_path) module.trace["attention"] = module.settle_path(*backends.front());
   // Side by side, the GPU's times are shown: its first forward, which makes the pipelines, is not.
   std::string first;
   if (a.side_by_side) {

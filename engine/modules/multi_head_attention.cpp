@@ -238,12 +238,7 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   ForwardOptions masks = options;
   masks.attn_mask = attn_mask;
   masks.key_padding_mask = key_padding_mask;
-  if (options.attention == AttentionPath::automatic && !options.need_weights) {
-    // either path: the one the backend finds faster here (fused, unless it measured otherwise)
-    const int64_t appended = (c.add_bias_kv ? 1 : 0) + (c.add_zero_attn ? 1 : 0);
-    const Backend::AttentionProblem problem{B, c.num_heads, L, S + appended, c.embed_dim / c.num_heads, options.is_causal};
-    masks.attention = backend.prefers_fused(problem) ? AttentionPath::fused : AttentionPath::unfused;
-  }
+  masks.attention = path(backend, query_in, key_in, options);
   auto recipe = [&](Backend& b) {
     // Self-attention passes one tensor three times, cross-attention often one memory twice: each
     // distinct tensor is uploaded once (torch's own test for self-attention is the same identity).
@@ -269,6 +264,22 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
     if (!batched) result.weights->shape.erase(result.weights->shape.begin());
   }
   return result;
+}
+
+AttentionPath MultiHeadAttention::path(Backend& backend, const Tensor& query, const Tensor& key,
+                                       const ForwardOptions& options) const {
+  if (options.attention != AttentionPath::automatic || options.need_weights) {
+    return resolve_attention(options.attention, options.need_weights);
+  }
+  // either path: the one the backend finds faster here (fused, unless it measured otherwise)
+  const auto& c = config_;
+  const bool batched = query.rank() == 3;
+  const bool b_first = !batched || c.batch_first;
+  const int64_t B = batched ? query.dim(b_first ? 0 : 1) : 1;
+  const int64_t L = query.dim(batched && b_first ? 1 : 0), S = key.dim(batched && b_first ? 1 : 0);
+  const int64_t appended = (c.add_bias_kv ? 1 : 0) + (c.add_zero_attn ? 1 : 0);
+  const Backend::AttentionProblem problem{B, c.num_heads, L, S + appended, c.embed_dim / c.num_heads, options.is_causal};
+  return backend.prefers_fused(problem) ? AttentionPath::fused : AttentionPath::unfused;
 }
 
 AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k_in, Value v_in,

@@ -257,6 +257,9 @@ class Attention {
     o.need_weights = need_weights;
     o.average_attn_weights = average_attn_weights;
     o.attention = parse_attention_path(attention);
+    // automatic: the path this device takes (a tuning GPU may prefer the unfused steps), fixed
+    // here so that the trace names it and a side-by-side reference can take it too
+    o.attention = on_device(*device_, [&](Backend& backend) { return module_.path(backend, in.query, in.key(), o); });
     auto run = [&](Backend& backend) { return module_.forward(backend, in.query, in.key(), in.value(), o); };
     auto pack = [](AttentionResult r) {
       return py::make_tuple(to_array(std::move(r.output)), r.weights ? py::object(to_array(std::move(*r.weights))) : py::none());
@@ -268,7 +271,7 @@ class Attention {
                              {"add_zero_attn", c.add_zero_attn}, {"kdim", c.key_dim()}, {"vdim", c.value_dim()},
                              {"batch_first", c.batch_first}, {"is_causal", is_causal}, {"need_weights", need_weights},
                              {"average_attn_weights", average_attn_weights},
-                             {"attention", attention_path_name(resolve_attention(o.attention, need_weights))}};
+                             {"attention", attention_path_name(o.attention)}};
     auto [result, recorded] = traced(*device_, config, run);
     py::tuple out = pack(std::move(result));
     return py::make_tuple(out[0], out[1], recorded);

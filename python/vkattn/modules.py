@@ -1,5 +1,7 @@
 """torch.nn's attention modules with vkattn's engine behind them: the same constructor and
 forward arguments, numpy arrays out. Each module runs on one device (device=, see devices.py)."""
+import json
+
 from . import _vkattn
 from ._convert import as_array, as_mask, state_arrays
 from .devices import resolve
@@ -90,10 +92,11 @@ class MultiheadAttention:
                 as_mask(attn_mask, "attn_mask"), average_attn_weights, is_causal, attention, True)
         output, weights, recorded = self._impl.forward(*args)
         reference = None
-        if side_by_side:
+        if side_by_side:  # the reference takes the path this device took (tuning may choose either)
             cpu = MultiheadAttention.from_state_dict(self.state_dict(), self.num_heads, self.batch_first,
                                                      self.add_zero_attn, device="cpu")
-            reference = Trace(cpu._impl.forward(*args)[2])
+            taken = json.loads(recorded.config)["attention"]
+            reference = Trace(cpu._impl.forward(*args[:8], taken, True)[2])
         return output, Trace(recorded, reference=reference, values=values, weights=weights)
 
 

@@ -103,6 +103,11 @@ class MultiHeadAttention {
                           const ForwardOptions& options = {}) const;
   // Self-attention: key = value = query.
   AttentionResult forward(Backend& backend, const Tensor& query, const ForwardOptions& options = {}) const;
+  // The path forward() takes on `backend` for these inputs (query (L, E), (B, L, E) or (L, B, E)
+  // as batch_first says; key likewise): options.attention when it names one, else unfused when
+  // weights are wanted, else what the backend prefers (Backend::prefers_fused: a tuning GPU may
+  // measure the unfused steps faster). Two passes meant to be compared (side by side) take this.
+  AttentionPath path(Backend& backend, const Tensor& query, const Tensor& key, const ForwardOptions& options) const;
 
   // The recipe's steps alone, on values already on the backend, for modules built around this
   // one (TransformerEncoderLayer): no pass, no download. Inputs are batch-first — query
