@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
     ForwardOptions unfused, fused;
     unfused.need_weights = fused.need_weights = false;  // the fused path never holds the weights
     unfused.is_causal = fused.is_causal = true;
-    unfused.attention = AttentionPath::unfused;  // without weights the module would pick fused itself
+    unfused.attention = AttentionPath::unfused;  // without weights the module would pick: fused, or
+                                                 // what tuning measured faster (docs/tuning.md)
     fused.attention = AttentionPath::fused;
 
     // ---- 1: the same forward, both ways, on both backends ----
