@@ -36,6 +36,10 @@ constexpr double kHopeless = 3.0;
 constexpr int kMaxReps = 16;
 constexpr double kTurnSeconds = 0.02;
 
+// A tuned plan's `why`: chosen now, or read from the cache
+constexpr const char* kMeasured = "measured fastest on this device";
+constexpr const char* kRemembered = "measured fastest on this device (remembered)";
+
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // One problem to run on any backend: its inputs as tensors, the step that runs them.
@@ -234,7 +238,7 @@ std::string shape_class(const RowProblem& p) {
 
 std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size) {
   std::vector<vulkan::RowPlan> plans{vulkan::plan_rows(device, workgroup_size)};
-  if (plans.front().lanes) plans.push_back({0, "measured fastest on this device"});  // a row per workgroup
+  if (plans.front().lanes) plans.push_back({0, kMeasured});  // a row per workgroup
   return plans;
 }
 
@@ -254,7 +258,7 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
         vulkan::GemmPlan plan = rule;
         plan.tile_m = rule.lanes * row_sets;
         plan.tile_n = tile_n;
-        plan.why = "measured fastest on this device";
+        plan.why = kMeasured;
         add(plan);
       }
     }
@@ -263,7 +267,7 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
     if (rule.texel_inputs) {
       vulkan::GemmPlan plan = rule;
       plan.texel_inputs = false;
-      plan.why = "measured fastest on this device";
+      plan.why = kMeasured;
       add(plan);
     }
   } else {
@@ -274,7 +278,7 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
       if (plan.workgroup_size > device.max_workgroup_invocations || plan.workgroup_size > device.max_workgroup_size_x) {
         continue;
       }
-      plan.why = "measured fastest on this device";
+      plan.why = kMeasured;
       add(plan);
     }
   }
@@ -285,7 +289,7 @@ std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& devi
   const vulkan::FlashPlan rule = vulkan::plan_flash(device, workgroup_size);
   std::vector<vulkan::FlashPlan> plans{rule};
   auto add = [&](vulkan::FlashPlan plan) {
-    plan.why = "measured fastest on this device";
+    plan.why = kMeasured;
     for (const auto& p : plans) {
       if (p.describe() == plan.describe()) return;
     }
@@ -357,7 +361,7 @@ vulkan::GemmPlan gemm_plan_from_json(const nlohmann::json& j) {
   p.tile_n = field<uint32_t>(j, "tile_n");
   p.side = field<uint32_t>(j, "side");
   p.texel_inputs = field<bool>(j, "texel_inputs");
-  p.why = "measured fastest on this device (remembered)";
+  p.why = kRemembered;
   return p;
 }
 
@@ -367,12 +371,12 @@ vulkan::FlashPlan flash_plan_from_json(const nlohmann::json& j) {
   p.rows = field<uint32_t>(j, "rows");
   p.workgroup_size = field<uint32_t>(j, "workgroup_size");
   p.texel_inputs = field<bool>(j, "texel_inputs");
-  p.why = "measured fastest on this device (remembered)";
+  p.why = kRemembered;
   return p;
 }
 
 vulkan::RowPlan row_plan_from_json(const nlohmann::json& j) {
-  return {field<uint32_t>(j, "lanes"), "measured fastest on this device (remembered)"};
+  return {field<uint32_t>(j, "lanes"), kRemembered};
 }
 
 nlohmann::json Outcome::to_json() const {
@@ -413,7 +417,6 @@ Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanB
       },
       {gemm_runnable(problem.step, std::min<uint64_t>(problem.batch, 2), check_rows, problem.N, problem.K)},
       {gemm_runnable(problem.step, timed.batch, timed.M, timed.N, timed.K)}, problem.K, progress, chosen);
-  outcome.shape_class = shape_class(problem);
   outcome.problem = gemm_text(timed);
   outcome.plan = to_json(distinct[chosen]);
   return outcome;
@@ -454,7 +457,6 @@ Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const Vulkan
       },
       {runnable(std::min<uint64_t>(problem.heads, 3), check_l, check_s)}, {runnable(timed.heads, timed.L, timed.S)},
       std::max(problem.S, problem.d), progress, chosen);
-  outcome.shape_class = shape_class(problem);
   outcome.problem = text;
   outcome.plan = to_json(candidates[chosen]);
   return outcome;
@@ -489,7 +491,6 @@ Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanB
         return std::make_unique<VulkanBackend>(context, o);
       },
       {runnable(std::min<uint64_t>(problem.rows, 37))}, {runnable(timed.rows)}, problem.cols, progress, chosen);
-  outcome.shape_class = shape_class(problem);
   outcome.problem = "(" + std::to_string(timed.rows) + ", " + std::to_string(timed.cols) + ")";
   outcome.plan = to_json(candidates[chosen]);
   return outcome;
@@ -538,7 +539,6 @@ Outcome tune_path(const std::shared_ptr<vulkan::Context>& context, const VulkanB
       },
       {Runnable{small, fused}, Runnable{small, unfused}}, {Runnable{big, fused}, Runnable{big, unfused}},
       std::max(problem.S, problem.d), progress, chosen);
-  outcome.shape_class = path_class(problem);
   outcome.problem = text;
   outcome.plan = {{"path", chosen == 0 ? "fused" : "unfused"}};
   return outcome;

@@ -86,7 +86,6 @@ struct Candidate {
   std::string left_out;  // why: "differs from the reference by 0.3", the device's error
 };
 struct Outcome {
-  std::string shape_class;
   std::string problem;  // the problem measured: "(3200, 512) · (512, 512)ᵀ"
   nlohmann::json plan;  // the chosen plan (to_json)
   std::string chosen;   // its describe()

@@ -46,7 +46,6 @@ class PlanCache {
   // $XDG_CACHE_HOME/vkattn, else $HOME/.cache/vkattn; empty when neither variable is set.
   static std::filesystem::path default_directory();
 
-  const PlanCacheKey& key() const { return key_; }
   // The file, or empty when there is no directory to keep it in.
   const std::filesystem::path& file() const { return file_; }
 
