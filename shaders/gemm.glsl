@@ -23,6 +23,12 @@
 // is a multiple of 4, so every row starts on a vec4. Rows and columns past the edge are clamped
 // on load and skipped on store; a k past K reads 0.
 //
+// Heads kept in place (linear only, batch 1; engine: Backend::linear_split_heads and
+// merge_heads_linear): with C_HEADS (constant 7) the product C (B·T, H·d) is stored as
+// (B, H, T, d) — split_heads folded into the store; with A_HEADS (constant 8) A (B·T, H·d) is
+// read from (B, H, T, d) — merge_heads folded into the load (then d is a multiple of 4 for VEC4,
+// so a vec4 never straddles two heads). H and T are the push constants `heads` and `tokens`.
+//
 // Bindings: 0 = A, 1 = B, 2 = bias (read only when HAS_BIAS), 3 = C. A and B are storage
 // buffers, or, where the including shader is built with TEXEL_INPUTS (the <step>…_texel
 // builds), RGBA32F uniform texel buffers read by texelFetch: on
@@ -45,6 +51,8 @@ layout(constant_id = 3) const uint TILE_M = 8;       // broadcast: rows per subg
 layout(constant_id = 4) const uint TILE_N = 8;       // broadcast: columns per lane, a multiple of 4
 layout(constant_id = 5) const uint SIDE = 16;        // shared: the workgroup is SIDE × SIDE
 layout(constant_id = 6) const uint LANES = 8;        // broadcast: the required subgroup size
+layout(constant_id = 7) const bool C_HEADS = false;  // store C (B·T, H·d) as (B, H, T, d)
+layout(constant_id = 8) const bool A_HEADS = false;  // read A (B·T, H·d) from (B, H, T, d)
 const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
@@ -74,15 +82,31 @@ layout(push_constant) uniform Params {
   uint inner;   // K
   float scale;  // 1 for linear, 1/√d for attention_scores
   uint group;   // items of A per item of B: H / H_kv for attention, 1 for linear
+  uint heads;   // H where A_HEADS or C_HEADS, else unused
+  uint tokens;  // T where A_HEADS or C_HEADS, else unused
 } p;
 
-// A[n, i, k..k+3] (zeros past K)
-vec4 load_a(uint n, uint i, uint k) {
-  uint at = (n * p.rows + i) * p.inner + k;
-  if (VEC4) return a4_at(at / 4u);
+// Element (i, f) of a (B·T, H·d) matrix with `width` = H·d columns, kept as (B, H, T, d)
+// (i = b·T + t, f = h·d + c), lies at ((b·H + h)·T + t)·d + c = heads_row(i) + heads_col(f): a
+// row's part and a column's, each computed once per row or column of a tile, not per element
+// (a CPU device divides lane by lane).
+uint heads_row(uint i, uint width) { return (i / p.tokens * p.heads * p.tokens + i % p.tokens) * (width / p.heads); }
+uint heads_col(uint f, uint width) {
+  uint d = width / p.heads;
+  uint h = f / d;
+  return h * p.tokens * d + (f - h * d);
+}
+
+// A[n, i, k] lies at a_row(n, i) + a_col(k)
+uint a_row(uint n, uint i) { return A_HEADS ? heads_row(i, p.inner) : (n * p.rows + i) * p.inner; }
+uint a_col(uint k) { return A_HEADS ? heads_col(k, p.inner) : k; }
+
+// A[n, i, k..k+3] (zeros past K), row_at = a_row(n, i)
+vec4 load_a(uint row_at, uint k) {
+  if (VEC4) return a4_at((row_at + a_col(k)) / 4u);
   vec4 v = vec4(0.0);
   for (uint t = 0u; t < 4u; ++t) {
-    if (k + t < p.inner) v[t] = a_at(at + t);
+    if (k + t < p.inner) v[t] = a_at(row_at + a_col(k + t));
   }
   return v;
 }
@@ -111,11 +135,16 @@ vec4 load_b_col(uint n, uint j, uint k) {
 }
 #endif
 
-void store_c(uint n, uint i, uint j, float value) {
+// C[n, i, j] lies at c_row(n, i) + c_col(j)
+uint c_row(uint n, uint i) { return C_HEADS ? heads_row(i, p.cols) : (n * p.rows + i) * p.cols; }
+uint c_col(uint j) { return C_HEADS ? heads_col(j, p.cols) : j; }
+
+// C[n, i, j] = scale · value (+ bias[j]) at `at` = c_row(n, i) + c_col(j); nothing past the edge
+void store_c(uint i, uint j, uint at, float value) {
   if (i >= p.rows || j >= p.cols) return;
   value *= p.scale;
   if (HAS_BIAS) value += bias[j];
-  c[(n * p.rows + i) * p.cols + j] = value;
+  c[at] = value;
 }
 
 #ifdef SUBGROUPS
@@ -132,8 +161,8 @@ void gemm_broadcast() {
   uint n = unit / (row_blocks * col_blocks);
   uint i0 = (unit / col_blocks) % row_blocks * TILE_M;
   uint j0 = unit % col_blocks * block_cols + gl_SubgroupInvocationID * TILE_N;
-  uint my_rows[ROW_SETS];  // the rows of A this lane loads: i0 + lane, i0 + LANES + lane, …
-  for (uint s = 0u; s < ROW_SETS; ++s) my_rows[s] = min(i0 + s * LANES + gl_SubgroupInvocationID, p.rows - 1u);
+  uint my_rows[ROW_SETS];  // where the rows of A this lane loads start: i0 + lane, i0 + LANES + lane, …
+  for (uint s = 0u; s < ROW_SETS; ++s) my_rows[s] = a_row(n, min(i0 + s * LANES + gl_SubgroupInvocationID, p.rows - 1u));
 
   vec4 acc[TILE_M][TILE_N / 4u];
   for (uint r = 0u; r < TILE_M; ++r) {
@@ -141,7 +170,7 @@ void gemm_broadcast() {
   }
   for (uint k = 0u; k < p.inner; k += 4u) {
     vec4 mine[ROW_SETS];
-    for (uint s = 0u; s < ROW_SETS; ++s) mine[s] = load_a(n, my_rows[s], k);
+    for (uint s = 0u; s < ROW_SETS; ++s) mine[s] = load_a(my_rows[s], k);
 #ifdef B_IS_K_BY_N
     vec4 bk[4][TILE_N / 4u];  // B[k + t, j0 + 4q .. + 3]
     for (uint t = 0u; t < 4u; ++t) {
@@ -165,9 +194,12 @@ void gemm_broadcast() {
     }
 #endif
   }
+  uint cols_at[TILE_N];  // c_col of this lane's columns
+  for (uint j = 0u; j < TILE_N; ++j) cols_at[j] = c_col(min(j0 + j, p.cols - 1u));
   for (uint r = 0u; r < TILE_M; ++r) {
+    uint row_at = c_row(n, min(i0 + r, p.rows - 1u));
     for (uint q = 0u; q < TILE_N / 4u; ++q) {
-      for (uint t = 0u; t < 4u; ++t) store_c(n, i0 + r, j0 + 4u * q + t, acc[r][q][t]);
+      for (uint t = 0u; t < 4u; ++t) store_c(i0 + r, j0 + 4u * q + t, row_at + cols_at[4u * q + t], acc[r][q][t]);
     }
   }
 }
@@ -201,7 +233,7 @@ void gemm_shared() {
     for (uint e = lane; e < DEPTH * BLOCK; e += SIDE * SIDE) {
       uint kk = e % DEPTH, ii = e / DEPTH;  // consecutive lanes walk k: A's and (N, K) B's rows
       uint k = k0 + kk;
-      tile_a[kk][ii] = (k < p.inner && i0 + ii < p.rows) ? a_at((n * p.rows + i0 + ii) * p.inner + k) : 0.0;
+      tile_a[kk][ii] = (k < p.inner && i0 + ii < p.rows) ? a_at(a_row(n, i0 + ii) + a_col(k)) : 0.0;
 #ifdef B_IS_K_BY_N
       uint jj = e % BLOCK, kb = e / BLOCK;  // consecutive lanes walk j: (K, N) B's rows
       tile_b[kb][jj] = (k0 + kb < p.inner && j0 + jj < p.cols) ? b_at((n / p.group * p.inner + k0 + kb) * p.cols + j0 + jj) : 0.0;
@@ -221,7 +253,11 @@ void gemm_shared() {
     barrier();
   }
   for (uint r = 0u; r < 4u; ++r) {
-    for (uint s = 0u; s < 4u; ++s) store_c(n, i0 + ti + SIDE * r, j0 + tj + SIDE * s, acc[r][s]);
+    uint i = i0 + ti + SIDE * r, row_at = c_row(n, min(i, p.rows - 1u));
+    for (uint s = 0u; s < 4u; ++s) {
+      uint j = j0 + tj + SIDE * s;
+      store_c(i, j, row_at + c_col(min(j, p.cols - 1u)), acc[r][s]);
+    }
   }
 }
 

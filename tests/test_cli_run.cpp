@@ -602,7 +602,7 @@ TEST_F(CliRun, EncodeTracesEveryStepOfEveryLayer) {
   EXPECT_EQ(trace.at("config").at("module"), "nn.TransformerEncoder");
   EXPECT_EQ(trace.at("config").at("num_layers"), 3);
   const auto& steps = trace.at("steps");
-  // per pre-norm layer: norm1, q/k/v_proj, 3 split_heads, flash_attention, merge_heads, out_proj,
+  // per pre-norm layer: norm1, q/k/v_proj each with its split_heads, flash_attention, merge_heads, out_proj,
   // residual_add1, norm2, linear1, relu, linear2, residual_add2 = 16 steps
   ASSERT_EQ(steps.size(), 3u * 16u);
   EXPECT_EQ(steps[0].at("name"), "layers.0.norm1");
@@ -768,7 +768,7 @@ TEST_F(CliRun, SideBySideComparesEveryStepWritesBothDumpsAndTheGpuResult) {
   EXPECT_TRUE(testing::all_close(io::read_npy(path("out.npy")), io::read_npy(g.npy("expected_output")), {.atol = 1e-4f, .rtol = 0.0f}));
   EXPECT_TRUE(testing::all_close(io::read_npy(path("w.npy")), io::read_npy(g.npy("expected_weights")), {.atol = 1e-5f, .rtol = 0.0f}));
 
-  for (const char* backend : {"gpu", "cpu"}) EXPECT_TRUE(fs::exists(dir_ / "dump" / backend / "003_split_heads_q.npy")) << backend;
+  for (const char* backend : {"gpu", "cpu"}) EXPECT_TRUE(fs::exists(dir_ / "dump" / backend / "001_split_heads_q.npy")) << backend;
   e = vkattn({"diff", path("dump/gpu"), path("dump/cpu")});
   EXPECT_EQ(e.code, 0) << e.out << e.err;
 }
@@ -831,7 +831,7 @@ TEST_F(CliRun, BenchValidatesTimesAndReportsEveryStepAsJson) {
     names.push_back(step["name"]);
     EXPECT_GE(step["time_us"].get<double>(), 0.0) << step;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "split_heads_q", "split_heads_k", "split_heads_v",
+  EXPECT_EQ(names, (std::vector<std::string>{"q_proj", "split_heads_q", "k_proj", "split_heads_k", "v_proj", "split_heads_v",
                                              "attention_scores", "attention_mask", "softmax", "attention_values",
                                              "merge_heads", "out_proj"}));
   for (const char* mode : {"none", "shapes", "values"}) EXPECT_GT(j["tracing"][mode]["median_ms"].get<double>(), 0.0) << mode;

@@ -153,12 +153,12 @@ TEST_F(DecoderSteps, AreNamedByTorchsModulePathsInOrder) {
   std::vector<std::string> steps;
   for (const auto& step : trace.steps()) steps.push_back(step.event.name);
   const std::vector<std::string> expected = {
-      "layers.0.self_attn.q_proj", "layers.0.self_attn.k_proj", "layers.0.self_attn.v_proj",
-      "layers.0.self_attn.split_heads_q", "layers.0.self_attn.split_heads_k", "layers.0.self_attn.split_heads_v",
+      "layers.0.self_attn.q_proj", "layers.0.self_attn.split_heads_q", "layers.0.self_attn.k_proj",
+      "layers.0.self_attn.split_heads_k", "layers.0.self_attn.v_proj", "layers.0.self_attn.split_heads_v",
       "layers.0.self_attn.flash_attention", "layers.0.self_attn.merge_heads", "layers.0.self_attn.out_proj",
       "layers.0.residual_add1", "layers.0.norm1",
-      "layers.0.multihead_attn.q_proj", "layers.0.multihead_attn.k_proj", "layers.0.multihead_attn.v_proj",
-      "layers.0.multihead_attn.split_heads_q", "layers.0.multihead_attn.split_heads_k",
+      "layers.0.multihead_attn.q_proj", "layers.0.multihead_attn.split_heads_q", "layers.0.multihead_attn.k_proj",
+      "layers.0.multihead_attn.split_heads_k", "layers.0.multihead_attn.v_proj",
       "layers.0.multihead_attn.split_heads_v", "layers.0.multihead_attn.flash_attention",
       "layers.0.multihead_attn.merge_heads", "layers.0.multihead_attn.out_proj",
       "layers.0.residual_add2", "layers.0.norm2", "layers.0.linear1", "layers.0.relu", "layers.0.linear2",

@@ -167,7 +167,7 @@ std::vector<std::string> step_names(Backend& backend, const std::function<void()
 }
 
 std::vector<std::string> attention_steps(const std::string& scope, bool masked) {
-  std::vector<std::string> steps = {"q_proj", "k_proj", "v_proj", "split_heads_q", "split_heads_k", "split_heads_v",
+  std::vector<std::string> steps = {"q_proj", "split_heads_q", "k_proj", "split_heads_k", "v_proj", "split_heads_v",
                                     "attention_scores"};
   if (masked) steps.push_back("attention_mask");
   for (const char* s : {"softmax", "attention_values", "merge_heads", "out_proj"}) steps.push_back(s);

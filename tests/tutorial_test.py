@@ -52,7 +52,7 @@ LESSONS = {
     "tutorial_05_pytorch_style_api": (
         ["batch_first=False: output (2, 5, 4), weights (5, 2, 2)",
          "batch_first=True: output (2, 5, 4), weights (2, 5, 5)",
-         "row:1 k_proj (linear) (2, 7, 6) (4, 6) (4,) -> (2, 7, 4)",
+         "row:2 k_proj (linear) (2, 7, 6) (4, 6) (4,) -> (2, 7, 4)",
          "query (2, 5, 8) has 8 features but embed_dim=4",
          "averaged (2, 5, 7), per head (2, 2, 5, 7); max |averaged - mean of the heads| = 0",
          "row:0 in_proj (linear) (2, 5, 8) (24, 8) (24,) -> (2, 5, 24)",

@@ -62,6 +62,7 @@ class Bench {
     options_.is_causal = a.causal;
     options_.attention = parse_attention_path(a.attention);
     options_.pack_in_proj = a.pack_in_proj;
+    if (auto* vulkan = dynamic_cast<VulkanBackend*>(backend_.get())) vulkan->fold_layout_steps(!a.copy_layout_steps);
   }
 
   Backend& backend() { return *backend_; }
@@ -133,6 +134,8 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
       ->capture_default_str();
   cmd->add_flag("--pack-in-proj", a.pack_in_proj,
                 "self-attention: project q, k and v with one in_proj GEMM (B, L, E) -> (B, L, 3E), as PyTorch packs them");
+  cmd->add_flag("--copy-layout-steps", a.copy_layout_steps,
+                "run split_heads and merge_heads as copies instead of folding them into the projections (GPU)");
   cmd->add_option("--iters", a.iters, "timed forwards (per tracing mode with --tracing-overhead)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", a.warmup, "untimed forwards first")->capture_default_str()->check(CLI::Range(0, 1000));
@@ -187,7 +190,7 @@ int run_bench(const BenchArgs& a) {
   if (a.json) {
     json out = {{"config", {{"batch", a.batch}, {"seq", a.seq}, {"kv_seq", S}, {"embed", a.embed}, {"heads", a.heads},
                             {"causal", a.causal}, {"need_weights", false}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), false))},
-                            {"pack_in_proj", a.pack_in_proj}}},
+                            {"pack_in_proj", a.pack_in_proj}, {"copy_layout_steps", a.copy_layout_steps}}},
                 {"backend", a.backend}, {"device", bench.backend().device_name()}, {"iters", a.iters},
                 {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms}, {"flops", flops}, {"gflops", gflops},
                 {"peak_device_bytes", peak}, {"validation_max_abs_error", validation_error},

@@ -6,12 +6,15 @@
 // that each write a (B, H, L, S) tensor; fused, one flash_attention step that walks the keys of
 // each query row with an online softmax and never stores a score. They agree to rounding. The
 // fused path needs memory that grows with L, the unfused with L²; which is faster depends on the
-// kernels and the device, and the numbers below are measured, not assumed.
+// kernels and the device, and the numbers below are measured, not assumed. Last, the layout
+// steps around the heads (split_heads, merge_heads): copies in the recipe, and no copies at all
+// where the GPU folds them into the projections' stores and loads, as engines do.
 //
 // Run: build/bin/tutorial_07_fused_vs_unfused [--images DIR] [--device D]
 #include <chrono>
 #include <iomanip>
 #include <sstream>
+#include <tuple>
 
 #include "tutorials/lesson.h"
 #include "vkattn/backends/vulkan_backend.h"
@@ -43,15 +46,16 @@ int main(int argc, char** argv) {
         "then the fused path (12-20), where flash_attention takes Q, K, V and the masks and returns (B, H, L, d).");
     auto [both, both_cpu] = lesson.part("unfused, then fused", [&](Backend& b) {
       return std::pair{mha.forward(b, x, unfused).output, mha.forward(b, x, fused).output};
-    }, {{"q_proj", "q, k, v = self.W_q(x), self.W_k(x), self.W_v(x): (B, L, E), as in lesson 04"},
-        {"k_proj", "the same for k"}, {"v_proj", "and for v"},
-        {"split_heads_q", ".view(B, L, H, d).transpose(1, 2) for q, k and v: 4 heads of d = 16"},
-        {"split_heads_k", "the same for k"}, {"split_heads_v", "and for v"},
+    }, {{"q_proj", "q = self.W_q(x): (B, L, E), as in lesson 04"},
+        {"split_heads_q", "q.view(B, L, H, d).transpose(1, 2): 4 heads of d = 16 (the GPU folds it into "
+                          "q_proj: part 3)"},
+        {"k_proj", "k = self.W_k(x)"}, {"split_heads_k", "the same split for k"},
+        {"v_proj", "v = self.W_v(x)"}, {"split_heads_v", "and for v"},
         {"attention_scores", "q @ k.transpose(-2, -1) / math.sqrt(16): a (B, H, L, L) tensor, written out"},
         {"attention_mask", "masked_fill with the causal mask and key_padding_mask: a second (B, H, L, L)"},
         {"softmax", "F.softmax(dim=-1): a third (B, H, L, L)"},
         {"attention_values", "attn @ v: the (L, L) weights read back, (B, H, L, d) out"},
-        {"merge_heads", ".transpose(1, 2).reshape(B, L, E)"},
+        {"merge_heads", ".transpose(1, 2).reshape(B, L, E) (folded on the GPU too)"},
         {"out_proj", "self.W_o(...); the fused forward starts after it"},
         {"flash_attention", "F.scaled_dot_product_attention(q, k, v, is_causal=True) with the padding: "
                             "each query row walks the keys in blocks, keeping only its running max, sum and "
@@ -104,5 +108,54 @@ int main(int argc, char** argv) {
         "grows with L²; the fused path holds Q, K, V and the output, so its memory grows with L. Both times "
         "include making the buffers, which a second forward of the same shape reuses; bench/compare.py "
         "measures repeated forwards of both paths against PyTorch.");
+
+    // ---- 3: heads split for free ----
+    lesson.say(
+        "Part 3: the layout steps. In PyTorch, q.view(B, L, H, d).transpose(1, 2) copies nothing: it is a view "
+        "with other strides, and the copy comes later, in whichever kernel needs the heads contiguous "
+        "(.contiguous(), a reshape). vkattn's recipe keeps split_heads and merge_heads as steps, so that a "
+        "trace shows each tensor; on the GPU they copy nothing either: q_proj stores its product straight in "
+        "(B, H, L, d), its GEMM writing element (b, t, h·d + c) at ((b·H + h)·L + t)·d + c where it would "
+        "write (b·L + t)·E + h·d + c, and out_proj reads the heads where attention_values left them. The "
+        "tables above list these steps with a time of 0 and the words 'folded into q_proj's store'. The "
+        "same unfused forward, with the folding switched off and on:");
+    const Tensor long_x = random_tensor({1, 512, E}, 5);
+    auto layout_pass = [&](bool fold) {
+      gpu->fold_layout_steps(fold);
+      mha.forward(*gpu, long_x, unfused);  // buffers and pipelines for this shape
+      StepRecorder steps(false);
+      gpu->empty_cache();
+      gpu->reset_peak();
+      Tensor out;
+      {
+        AttachedTracer attached(*gpu, steps);
+        out = mha.forward(*gpu, long_x, unfused).output;
+      }
+      double layout_us = 0, all_us = 0;
+      const auto& times = steps.pass_end().step_times;
+      for (size_t i = 0; i < times.size(); ++i) {
+        const std::string& op = steps.steps()[i].event.op;
+        if (op == "split_heads" || op == "merge_heads") layout_us += times[i].duration_us;
+        all_us += times[i].duration_us;
+      }
+      return std::tuple{out, layout_us / 1000.0, all_us / 1000.0, static_cast<double>(gpu->peak_allocated_bytes()) / 1048576.0};
+    };
+    const auto [copied, copy_ms, copied_ms, copied_mib] = layout_pass(false);
+    const auto [folded, fold_ms, folded_ms, folded_mib] = layout_pass(true);
+    std::ostringstream layout;
+    layout << std::fixed << std::setprecision(2) << "x (1, 512, 64), causal, unfused, one traced forward:\n"
+           << "  layout steps as copies: the four take " << copy_ms << " ms of " << copied_ms << " ms of steps, peak "
+           << copied_mib << " MiB\n"
+           << "  folded:                 the four take " << fold_ms << " ms of " << folded_ms << " ms of steps, peak "
+           << folded_mib << " MiB\n";
+    layout.unsetf(std::ios::floatfield);
+    layout << "  max |folded - copied| = " << compare_values(folded, copied, 0, 0).max_abs_error
+           << ": the same sums in the same order, only the addresses differ";
+    lesson.say(layout.str());
+    lesson.say(
+        "Folding saves the copies' time and the (B, L, E) tensors they copied from, which is why engines "
+        "write a GEMM's result in the layout its reader wants. The price is a step that is no longer a tensor "
+        "of its own: a trace with values still shows q_proj's (B, L, E) product, read back from the heads "
+        "and put in its order (stored_as in the trace says how it lies).");
   });
 }

@@ -57,6 +57,11 @@ void require_window(const std::string& step, bool causal, int64_t window) {
           "window=" + std::to_string(window) + " is a sliding window over past keys and needs causal attention");
 }
 
+// "(160, 8, 40, 1)": the strides, in floats, of (B, T, H, d) over memory laid out (B, H, T, d)
+std::string heads_strides(int64_t H, int64_t T, int64_t d) {
+  return "(" + std::to_string(H * T * d) + ", " + std::to_string(d) + ", " + std::to_string(T * d) + ", 1)";
+}
+
 // The axis names of append_row's output: the key/value sequence before or after split_heads.
 std::vector<std::string> row_dims(const Value& x) {
   return x.rank() == 4 ? std::vector<std::string>{"b", "h", "t", "c"} : std::vector<std::string>{"b", "t", "f"};
@@ -116,26 +121,35 @@ Value Backend::make_output(const std::string& step, Shape shape) {
 }
 
 void Backend::report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
-                     std::vector<std::string> dims) {
+                     std::vector<std::string> dims, const Folding& folding) {
   StepEvent event;
   event.index = next_index_++;
   event.name = step;
   event.op = op;
   event.inputs = std::move(inputs);
   if (dims.size() != output.shape.size()) dims.clear();  // a step used outside the recipe's layouts
-  event.output = {output.name, output.shape, output.dtype, std::move(dims)};
+  event.output = {output.name, output.shape, output.dtype, std::move(dims), folding.stored_as};
+  event.folded = folding.note;
   if (tracers_.empty()) return;
   bool wants_values = std::any_of(tracers_.begin(), tracers_.end(), [](Tracer* t) { return t->wants_values(); });
   std::optional<Tensor> values;
   if (wants_values) {
-    values = download(output);
+    values = download(folding.reorder ? view(output, folding.stored_as) : output);
+    if (folding.reorder) values = folding.reorder(std::move(*values));
     event.values = &*values;
   }
   for (Tracer* tracer : tracers_) tracer->on_step(event);
 }
 
-Value Backend::linear(const std::string& step_name, const Value& x, const Value& weight, const Value* bias) {
-  const std::string step = scoped(step_name);
+void Backend::fold_time() {
+  const double now = host_times_.empty() ? 0.0 : host_times_.back().start_us + host_times_.back().duration_us;
+  host_times_.push_back({now, 0.0});
+  folded_.resize(host_times_.size(), false);
+  folded_.back() = true;
+}
+
+Backend::LinearSizes Backend::check_linear(const std::string& step, const Value& x, const Value& weight,
+                                           const Value* bias) {
   require_float(step, x);
   require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim");
   require_rank(step, weight, 2, "(out_features, in_features)");
@@ -149,12 +163,17 @@ Value Backend::linear(const std::string& step_name, const Value& x, const Value&
             "bias " + describe(*bias) + " must have " + std::to_string(M) + " elements, one per output feature of weight " +
                 describe(weight));
   }
+  return {element_count(x.shape) / K, K, M};
+}
+
+Value Backend::linear(const std::string& step_name, const Value& x, const Value& weight, const Value* bias) {
+  const std::string step = scoped(step_name);
+  const auto [N, K, M] = check_linear(step, x, weight, bias);
   Shape shape = x.shape;
   shape.back() = M;
   Value y = make_output(step, shape);
-  int64_t N = element_count(x.shape) / K;
   timed(step, [&] {
-    run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M);
+    run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {}, {});
   });
   report(step, "linear", infos({&x, &weight, bias}), y, {"b", "t", "f"});
   return y;
@@ -387,6 +406,65 @@ Value Backend::merge_heads(const std::string& step_name, const Value& x) {
   return y;
 }
 
+Value Backend::linear_split_heads(const std::string& linear_name, const std::string& split_name, const Value& x,
+                                  const Value& weight, const Value* bias, int64_t heads) {
+  if (!folds_layout_steps() || x.rank() != 3) return split_heads(split_name, linear(linear_name, x, weight, bias), heads);
+  const std::string step = scoped(linear_name), split = scoped(split_name);
+  const auto [N, K, M] = check_linear(step, x, weight, bias);
+  const int64_t B = x.dim(0), T = x.dim(1);
+  require(heads >= 1 && M % heads == 0, split,
+          "input " + step + " " + shape_string({B, T, M}) + " has E=" + std::to_string(M) + " which " +
+              std::to_string(heads) + " heads do not divide (E must be a multiple of H)");
+  const int64_t d = M / heads;
+  Value y = make_output(step, {B, heads, T, d});  // the product, stored split: q_proj allocates it
+  y.name = split;
+  timed(step, [&] {
+    run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {},
+               {heads, T});
+  });
+  const Value product{step, {B, T, M}, DType::float32, y.storage};  // q_proj's tensor, as it lies in y
+  report(step, "linear", infos({&x, &weight, bias}), product, {"b", "t", "f"},
+         {"", y.shape, [=](Tensor stored) {
+            Tensor out({B, T, M});
+            reference::merge_heads(stored.data.data(), out.data.data(), B, heads, T, d);
+            return out;
+          }});
+  fold_time();
+  report(split, "split_heads", {{step, product.shape, product.dtype, {}, y.shape}}, y, {"b", "h", "t", "c"},
+         {"folded into " + linear_name + "'s store, which wrote (B, T, H, d) at strides " + heads_strides(heads, T, d),
+          {}, {}});
+  return y;
+}
+
+Value Backend::merge_heads_linear(const std::string& merge_name, const std::string& linear_name, const Value& heads,
+                                  const Value& weight, const Value* bias) {
+  if (!folds_layout_steps()) return linear(linear_name, merge_heads(merge_name, heads), weight, bias);
+  const std::string merge = scoped(merge_name), step = scoped(linear_name);
+  require_rank(merge, heads, 4, "(B, H, T, d)");
+  const int64_t B = heads.dim(0), H = heads.dim(1), T = heads.dim(2), d = heads.dim(3);
+  const Value merged{merge, {B, T, H * d}, DType::float32, heads.storage};  // the heads, read in place
+  const Folding in_place{"folded into " + linear_name + "'s load, which read (B, T, H, d) at strides " +
+                             heads_strides(H, T, d),
+                         heads.shape, [=](Tensor stored) {
+                           Tensor out({B, T, H * d});
+                           reference::merge_heads(stored.data.data(), out.data.data(), B, H, T, d);
+                           return out;
+                         }};
+  fold_time();
+  report(merge, "merge_heads", infos({&heads}), merged, {"b", "i", "f"}, in_place);
+  const auto [N, K, M] = check_linear(step, merged, weight, bias);
+  Value y = make_output(step, {B, T, M});
+  timed(step, [&] {
+    run_linear(step, *heads.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M,
+               {H, T}, {});
+  });
+  TensorInfo input{merged.name, merged.shape, merged.dtype, {}, heads.shape};
+  std::vector<TensorInfo> inputs = infos({&weight, bias});
+  inputs.insert(inputs.begin(), input);
+  report(step, "linear", std::move(inputs), y, {"b", "t", "f"});
+  return y;
+}
+
 Value Backend::average_heads(const std::string& step_name, const Value& p) {
   const std::string step = scoped(step_name);
   require_rank(step, p, 4, "(B, H, L, S)");
@@ -591,6 +669,7 @@ void Backend::begin_pass(const std::string& pass) {
   if (pass_depth_++ > 0) return;  // nested: part of the pass already open
   next_index_ = 0;
   host_times_.clear();
+  folded_.clear();
   pass_start_ = Clock::now();
   on_begin_pass(!tracers_.empty());
   for (Tracer* tracer : tracers_) tracer->on_pass(pass, name(), device_name());
@@ -606,9 +685,17 @@ void Backend::end_pass(const std::optional<std::string>& error) noexcept {
 void Backend::report_pass_end(const std::optional<std::string>& error) noexcept {
   PassEnd end{host_times_, "host", error};
   try {
+    // the device times the steps that ran; a folded layout step takes none, where it stands
     auto device = device_step_times();
-    if (device && device->size() == host_times_.size()) {
-      end.step_times = std::move(*device);
+    folded_.resize(host_times_.size(), false);
+    const auto ran = static_cast<size_t>(std::count(folded_.begin(), folded_.end(), false));
+    if (device && device->size() == ran) {
+      end.step_times.clear();
+      auto next = device->begin();
+      for (bool folded : folded_) {
+        const double now = end.step_times.empty() ? 0.0 : end.step_times.back().start_us + end.step_times.back().duration_us;
+        end.step_times.push_back(folded ? StepTime{now, 0.0} : *next++);
+      }
       end.clock = "gpu";
     }
   } catch (const std::exception&) {

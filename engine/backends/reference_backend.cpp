@@ -32,8 +32,23 @@ std::vector<float> ReferenceBackend::load(const Storage& storage, int64_t) {
 }
 
 void ReferenceBackend::run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b,
-                                  Storage& y, int64_t N, int64_t K, int64_t M) {
-  reference::linear(in(x), in(w), in(b), out(y), N, K, M);
+                                  Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
+                                  HeadsLayout y_layout) {
+  // The reference runs layout steps as steps (folds_layout_steps() is false); were it asked to
+  // fold one, the copies around the product do it.
+  std::vector<float> x_rows, y_rows;
+  const float* rows = in(x);
+  if (x_layout.heads > 0) {  // x (B, H, T, d) -> (B·T, H·d)
+    x_rows.resize(static_cast<size_t>(N * K));
+    reference::merge_heads(rows, x_rows.data(), N / x_layout.tokens, x_layout.heads, x_layout.tokens,
+                           K / x_layout.heads);
+    rows = x_rows.data();
+  }
+  if (y_layout.heads == 0) return reference::linear(rows, in(w), in(b), out(y), N, K, M);
+  y_rows.resize(static_cast<size_t>(N * M));  // (B·T, H·d) -> y (B, H, T, d)
+  reference::linear(rows, in(w), in(b), y_rows.data(), N, K, M);
+  reference::split_heads(y_rows.data(), out(y), N / y_layout.tokens, y_layout.tokens, y_layout.heads,
+                         M / y_layout.heads);
 }
 
 void ReferenceBackend::run_split_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,

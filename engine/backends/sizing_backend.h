@@ -41,7 +41,7 @@ class SizingBackend final : public Backend {
   std::vector<float> load(const Storage& storage, int64_t count) override;
 
   void run_linear(const std::string&, const Storage&, const Storage&, const Storage*, Storage&, int64_t, int64_t,
-                  int64_t) override {}
+                  int64_t, HeadsLayout, HeadsLayout) override {}
   void run_split_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
                        int64_t) override {}
   void run_append_row(const std::string&, const Storage&, const Storage*, Storage&, int64_t, int64_t,

@@ -190,6 +190,10 @@ const vulkan::RowPlan& VulkanBackend::row_plan_for(const std::string& step, int6
   return s_->row_plans[shape_class] = tuning::row_plan_from_json(outcome.plan);
 }
 
+bool VulkanBackend::folds_layout_steps() const { return s_->options.fold_layout_steps; }
+
+void VulkanBackend::fold_layout_steps(bool fold) { s_->options.fold_layout_steps = fold; }
+
 bool VulkanBackend::prefers_fused(const AttentionProblem& p) {
   if (!s_->cache) return true;
   const tuning::FlashProblem problem{uint64_t(p.batch * p.heads), uint64_t(p.L), uint64_t(p.S), uint64_t(p.d), p.causal};
@@ -327,25 +331,32 @@ void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kern
 
 void VulkanBackend::run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                              const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K,
-                             float scale, bool b_k_by_n, int64_t group) {
-  // vec4 loads need every row of A and B to start on a multiple of 4 floats
-  const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0);
+                             float scale, bool b_k_by_n, int64_t group, HeadsLayout a_layout,
+                             HeadsLayout c_layout) {
+  // vec4 loads need every row of A and B to start on a multiple of 4 floats, and A's heads
+  // where A is read from (B, H, T, d)
+  const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_layout.heads == 0 || K / a_layout.heads % 4 == 0);
   // texel inputs: whole texels (vec4), each input within the device's texel count
   const uint64_t max_texels = s_->device.max_texel_buffer_elements;
   const vulkan::GemmPlan plan = gemm_plan_for(name, batch, M, N, K).fitted(uint64_t(N));
   const bool texels = plan.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
                       uint64_t(batch / group) * N * K / 4 <= max_texels;
-  const auto& k = kernel(plan.shader(name, texels), 4, sizeof(vulkan::GemmParams),
-                         plan.specialization(vec4, bias != nullptr), plan.workgroup_size, texels ? 0b11u : 0u,
-                         plan.required_lanes());
-  vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group)};
+  std::vector<uint32_t> specialization = plan.specialization(vec4, bias != nullptr);
+  specialization.push_back(c_layout.heads > 0 ? 1u : 0u);  // C_HEADS
+  specialization.push_back(a_layout.heads > 0 ? 1u : 0u);  // A_HEADS
+  const auto& k = kernel(plan.shader(name, texels), 4, sizeof(vulkan::GemmParams), specialization,
+                         plan.workgroup_size, texels ? 0b11u : 0u, plan.required_lanes());
+  if (a_layout.heads > 0 && c_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
+  const HeadsLayout& heads = a_layout.heads > 0 ? a_layout : c_layout;
+  vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group), u32(heads.heads), u32(heads.tokens)};
   dispatch(step, k, {buffer_of(a), buffer_of(b), bias ? buffer_of(*bias) : s_->recorder.placeholder(), buffer_of(c)},
            params, plan.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true);
 }
 
 void VulkanBackend::run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
-                               Storage& y, int64_t N, int64_t K, int64_t M) {
-  run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false, 1);
+                               Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
+                               HeadsLayout y_layout) {
+  run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false, 1, x_layout, y_layout);
 }
 
 void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,

@@ -114,9 +114,9 @@ GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x,
   Value wv = b.upload("v_proj.weight", w.v_proj_weight);
   auto bq = upload("q_proj.bias", w.q_proj_bias), bk = upload("k_proj.bias", w.k_proj_bias);
   auto bv = upload("v_proj.bias", w.v_proj_bias);
-  Value q = b.split_heads("split_heads_q", b.linear("q_proj", x, wq, ptr(bq)), c.num_heads);   // (B, H, T, d)
-  Value k = b.split_heads("split_heads_k", b.linear("k_proj", x, wk, ptr(bk)), c.kv_heads());  // (B, H_kv, T, d)
-  Value v = b.split_heads("split_heads_v", b.linear("v_proj", x, wv, ptr(bv)), c.kv_heads());  // (B, H_kv, T, d)
+  Value q = b.linear_split_heads("q_proj", "split_heads_q", x, wq, ptr(bq), c.num_heads);   // (B, H, T, d)
+  Value k = b.linear_split_heads("k_proj", "split_heads_k", x, wk, ptr(bk), c.kv_heads());  // (B, H_kv, T, d)
+  Value v = b.linear_split_heads("v_proj", "split_heads_v", x, wv, ptr(bv), c.kv_heads());  // (B, H_kv, T, d)
   x = Value();  // let go of: its buffer may take a later step's output
   q = b.rotary_embedding("rotary_embedding_q", q, position, c.rope_theta, c.rotary_dims, c.rope);
   k = b.rotary_embedding("rotary_embedding_k", k, position, c.rope_theta, c.rotary_dims, c.rope);
@@ -127,7 +127,7 @@ Value GroupedQueryAttention::merge_and_project(Backend& b, const Value& heads) c
   Value wo = b.upload("o_proj.weight", weights_.o_proj_weight);
   std::optional<Value> bo;
   if (weights_.o_proj_bias) bo = b.upload("o_proj.bias", *weights_.o_proj_bias);
-  return b.linear("o_proj", b.merge_heads("merge_heads", heads), wo, bo ? &*bo : nullptr);  // (B, T, E)
+  return b.merge_heads_linear("merge_heads", "o_proj", heads, wo, bo ? &*bo : nullptr);  // (B, T, E)
 }
 
 AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* key_padding_mask,

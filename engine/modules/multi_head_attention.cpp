@@ -324,19 +324,19 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
     v = backend.split_heads("split_heads_v", qkv, H, 3, 2);
   } else {
     const Projections p = upload_projections(backend);
-    q = p.q(backend, q_in);  // (B, L, E)
-    k = p.k(backend, k_in);  // (B, S, E)
-    v = p.v(backend, v_in);  // (B, S, E)
-    q_in = k_in = v_in = Value();  // as above
-    if (c.add_bias_kv) {
+    q = p.q_heads(backend, q_in, H);  // (B, H, L, d)
+    if (c.add_bias_kv) {  // a row appended to k and v before the split: they are copied
       Value bias_k = backend.upload("bias_k", *w.bias_k);
       Value bias_v = backend.upload("bias_v", *w.bias_v);
-      k = backend.append_row("add_bias_k", k, &bias_k);  // (B, S+1, E)
-      v = backend.append_row("add_bias_v", v, &bias_v);  // (B, S+1, E)
+      k = backend.append_row("add_bias_k", p.k(backend, k_in), &bias_k);  // (B, S+1, E)
+      k = backend.split_heads("split_heads_k", k, H);                     // (B, H, S', d)
+      v = backend.append_row("add_bias_v", p.v(backend, v_in), &bias_v);  // (B, S+1, E)
+      v = backend.split_heads("split_heads_v", v, H);                     // (B, H, S', d)
+    } else {
+      k = p.k_heads(backend, k_in, H);  // (B, H, S, d)
+      v = p.v_heads(backend, v_in, H);  // (B, H, S, d)
     }
-    q = backend.split_heads("split_heads_q", q, H);  // (B, H, L, d)
-    k = backend.split_heads("split_heads_k", k, H);  // (B, H, S', d)
-    v = backend.split_heads("split_heads_v", v, H);  // (B, H, S', d)
+    q_in = k_in = v_in = Value();  // as above
   }
   if (c.add_zero_attn) {
     k = backend.append_row("add_zero_attn_k", k, nullptr);  // (B, H, S'+1, d)
@@ -383,8 +383,8 @@ MultiHeadAttention::OutProj MultiHeadAttention::upload_out_proj(Backend& backend
 }
 
 Value MultiHeadAttention::merge_and_project(Backend& backend, const Value& heads, const OutProj& out_proj) const {
-  Value merged = backend.merge_heads("merge_heads", heads);  // (B, L, E)
-  return backend.linear("out_proj", merged, out_proj.weight, out_proj.bias ? &*out_proj.bias : nullptr);  // (B, L, E)
+  return backend.merge_heads_linear("merge_heads", "out_proj", heads, out_proj.weight,
+                                    out_proj.bias ? &*out_proj.bias : nullptr);  // (B, L, E)
 }
 
 Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache::Layer& cache, int64_t position,
@@ -393,9 +393,9 @@ Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache
   const int64_t H = config_.num_heads, T = x.dim(1);
   const OutProj out_proj = upload_out_proj(backend);
   const Projections p = upload_projections(backend);
-  Value q = backend.split_heads("split_heads_q", p.q(backend, x), H);  // (B, H, T, d)
-  Value k = backend.split_heads("split_heads_k", p.k(backend, x), H);  // (B, H, T, d)
-  Value v = backend.split_heads("split_heads_v", p.v(backend, x), H);  // (B, H, T, d)
+  Value q = p.q_heads(backend, x, H);  // (B, H, T, d)
+  Value k = p.k_heads(backend, x, H);  // (B, H, T, d)
+  Value v = p.v_heads(backend, x, H);  // (B, H, T, d)
   x = Value();
   Value keys = backend.kv_cache_append("kv_cache_append_k", cache.keys, k, position);      // (B, H, C, d)
   Value values = backend.kv_cache_append("kv_cache_append_v", cache.values, v, position);  // (B, H, C, d)
@@ -418,8 +418,8 @@ KVCache::Layer MultiHeadAttention::project_memory(Backend& backend, const Value&
   check_decodable();
   const int64_t H = config_.num_heads;
   const Projections p = upload_projections(backend);
-  Value keys = backend.split_heads("split_heads_k", p.k(backend, memory), H);    // (B, H, S, d)
-  Value values = backend.split_heads("split_heads_v", p.v(backend, memory), H);  // (B, H, S, d)
+  Value keys = p.k_heads(backend, memory, H);    // (B, H, S, d)
+  Value values = p.v_heads(backend, memory, H);  // (B, H, S, d)
   return {keys, values};
 }
 
@@ -431,7 +431,7 @@ Value MultiHeadAttention::attend_memory(Backend& backend, Value x, const KVCache
   Value weight = backend.upload("q_proj_weight", weights_.q_proj_weight);
   std::optional<Value> bias;
   if (weights_.q_proj_bias) bias = backend.upload("q_proj_bias", *weights_.q_proj_bias);
-  Value q = backend.split_heads("split_heads_q", backend.linear("q_proj", x, weight, bias ? &*bias : nullptr), H);
+  Value q = backend.linear_split_heads("q_proj", "split_heads_q", x, weight, bias ? &*bias : nullptr, H);
   x = Value();                                                                  // q: (B, H, T, d)
   Value partials = backend.flash_decoding("flash_decoding", q, memory.keys, memory.values, S, key_padding_mask,
                                           /*causal=*/false, /*window=*/0, parts);  // (B, H, T, P, d + 2)

@@ -124,9 +124,11 @@ json time_json(const StepRecorder* r, size_t i) {
 json step_json(const StepEvent& e) {
   json inputs = json::array();
   for (const auto& input : e.inputs) inputs.push_back({input.name, shape_string(input.shape)});
-  return {{"index", e.index},         {"name", e.name},           {"op", e.op},
-          {"inputs", inputs},         {"shape", e.output.shape},  {"dims", e.output.dims},
-          {"dtype", dtype_name(e.output.dtype)}};
+  json step = {{"index", e.index},         {"name", e.name},           {"op", e.op},
+               {"inputs", inputs},         {"shape", e.output.shape},  {"dims", e.output.dims},
+               {"dtype", dtype_name(e.output.dtype)}};
+  if (!e.folded.empty()) step["folded"] = e.folded;  // a layout step done by its neighbour
+  return step;
 }
 
 json section_json(const ReportSection& section, const ReportOptions& o, size_t budget) {

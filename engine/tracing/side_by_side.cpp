@@ -89,6 +89,12 @@ void SideBySide::print_header(std::ostream& out) const {
 void SideBySide::print_row(std::ostream& out, size_t i, bool values) const {
   table_.print_row(out, i);
   const Row& r = rows_[i];
+  for (const StepRecorder::Step* step : {r.tested, r.reference}) {
+    if (step && !step->event.folded.empty()) {
+      out << std::string(step_column() + 2, ' ') << (step == r.tested ? tested_ : reference_).backend() << ": "
+          << step->event.folded << "\n";
+    }
+  }
   if (values && r.diff) {
     const size_t indent = step_column() + 2;
     out << std::string(indent, ' ') << tested_.backend() << " " << leading_values(*r.tested->values, 6) << "\n"

@@ -16,7 +16,11 @@ using nlohmann::json;
 
 namespace {
 
-json info_json(const TensorInfo& t) { return {{"name", t.name}, {"shape", t.shape}, {"dtype", dtype_name(t.dtype)}}; }
+json info_json(const TensorInfo& t) {
+  json j = {{"name", t.name}, {"shape", t.shape}, {"dtype", dtype_name(t.dtype)}};
+  if (!t.stored_as.empty()) j["stored_as"] = t.stored_as;
+  return j;
+}
 
 void write_json(const fs::path& path, const json& value) {
   std::string text = value.dump(1) + "\n";
@@ -47,6 +51,7 @@ void TraceDump::on_step(const StepEvent& event) {
   for (const auto& input : event.inputs) step["inputs"].push_back(info_json(input));
   step["output"] = info_json(event.output);
   step["output"]["dims"] = event.output.dims;
+  if (!event.folded.empty()) step["folded"] = event.folded;
   if (event.values) {
     char file[300];
     std::snprintf(file, sizeof file, "%03d_%s.npy", event.index, event.name.c_str());
@@ -123,14 +128,14 @@ StepRecorder load_trace(const fs::path& dir) {
       for (DType d : {DType::float32, DType::boolean, DType::int64})
         if (j.value("dtype", "float32") == dtype_name(d)) dtype = d;
       return TensorInfo{j.at("name").get<std::string>(), j.at("shape").get<Shape>(), dtype,
-                        j.value("dims", std::vector<std::string>{})};
+                        j.value("dims", std::vector<std::string>{}), j.value("stored_as", Shape{})};
     };
     recorder.on_pass(t.value("pass", std::string()), t.at("backend").get<std::string>(), t.at("device").get<std::string>());
     end.clock = t.value("clock", std::string());
     if (t.contains("error")) end.error = t["error"].get<std::string>();
     for (const auto& s : t.at("steps")) {
       StepEvent event{s.at("index").get<int>(), s.at("name").get<std::string>(), s.at("op").get<std::string>(), {},
-                      info(s.at("output")), nullptr};
+                      info(s.at("output")), nullptr, s.value("folded", std::string())};
       for (const auto& input : s.at("inputs")) event.inputs.push_back(info(input));
       std::optional<Tensor> values;
       if (s.at("output").contains("file")) {

@@ -63,6 +63,7 @@ void ConsoleTracer::on_pass_end(const PassEnd& end) {
   table.print_header(out_);
   for (size_t i = 0; i < rows_.size(); ++i) {
     table.print_row(out_, i);
+    if (!rows_[i].event.folded.empty()) out_ << std::string(table.step_column() + 2, ' ') << rows_[i].event.folded << "\n";
     if (values_) out_ << std::string(table.step_column() + 2, ' ') << rows_[i].values << "\n";
   }
   if (end.error) out_ << "stopped after " << rows_.size() << " steps: " << *end.error << "\n";

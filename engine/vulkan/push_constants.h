@@ -12,6 +12,8 @@ struct GemmParams {  // shaders/gemm.glsl: linear, attention_scores, attention_v
   glm::uint inner;    // K
   float scale;        // 1, or 1/√d for attention_scores
   glm::uint group;    // items of A per item of B: H / H_kv for attention, 1 for linear
+  glm::uint heads;    // linear with a layout step folded in: H of the (B, H, T, d) side, else 0
+  glm::uint tokens;   //   and its T
 };
 
 struct HeadsParams {   // shaders/split_heads.comp, shaders/merge_heads.comp
@@ -129,7 +131,7 @@ struct MeanPoolParams {  // shaders/mean_pool.comp
   glm::uint dim;         // E
 };
 
-static_assert(sizeof(GemmParams) == 24 && sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
+static_assert(sizeof(GemmParams) == 32 && sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
 static_assert(sizeof(AttentionMaskParams) == 32 && sizeof(FlashAttentionParams) == 44);
 static_assert(sizeof(KvCacheAppendParams) == 20 && sizeof(FlashDecodingParams) == 44);
 static_assert(sizeof(AttentionCombineParams) == 12 && sizeof(RotaryEmbeddingParams) == 24);

@@ -124,6 +124,7 @@ py::dict info_dict(const TensorInfo& t) {
   d["name"] = t.name;
   d["shape"] = py::tuple(py::cast(t.shape));
   d["dtype"] = dtype_name(t.dtype);
+  if (!t.stored_as.empty()) d["stored_as"] = py::tuple(py::cast(t.stored_as));
   return d;
 }
 
@@ -146,6 +147,8 @@ py::list step_dicts(const Trace& trace) {
     d["start_us"] = i < times.size() ? py::cast(times[i].start_us) : py::none();
     d["time_us"] = i < times.size() ? py::cast(times[i].duration_us) : py::none();
     d["values"] = steps[i].values ? py::object(to_array(*steps[i].values)) : py::none();
+    d["folded"] = e.folded.empty() ? py::none() : py::cast(e.folded);
+    d["stored_as"] = e.output.stored_as.empty() ? py::none() : py::object(py::tuple(py::cast(e.output.stored_as)));
     out.append(d);
   }
   return out;

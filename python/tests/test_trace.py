@@ -12,7 +12,7 @@ import torch
 
 import vkattn
 
-UNFUSED = ["q_proj", "k_proj", "v_proj", "split_heads_q", "split_heads_k", "split_heads_v", "attention_scores",
+UNFUSED = ["q_proj", "split_heads_q", "k_proj", "split_heads_k", "v_proj", "split_heads_v", "attention_scores",
            "softmax", "attention_values", "merge_heads", "out_proj", "average_heads"]
 
 
@@ -39,7 +39,20 @@ def test_steps_hold_names_shapes_dims_and_values(traced):
     np.testing.assert_allclose(trace["softmax"].sum(-1), 1, atol=1e-6)
     with pytest.raises(KeyError, match="no such step"):
         trace["scores"]
-    assert re.search(r"\n3 +split_heads_q +\(2, 5, 16\) -> \(2, 4, 5, 4\) +[\d.]+\n", trace.table())
+    assert re.search(r"\n1 +split_heads_q +\(2, 5, 16\) -> \(2, 4, 5, 4\) +0.0\n +folded into q_proj's store",
+                     trace.table())
+
+
+def test_folded_layout_steps_say_so_and_keep_their_tensors(traced):
+    m, v, x, out, trace = traced
+    q_proj, split = trace.steps[0], trace.steps[1]
+    assert split.folded == "folded into q_proj's store, which wrote (B, T, H, d) at strides (80, 4, 20, 1)"
+    assert split.time_us == 0 and q_proj.folded is None and q_proj.time_us > 0
+    assert q_proj.shape == (2, 5, 16) and q_proj.stored_as == (2, 4, 5, 4)
+    # the values are the tensors, each in its own order, whatever the memory's
+    np.testing.assert_array_equal(split.values, q_proj.values.reshape(2, 5, 4, 4).transpose(0, 2, 1, 3))
+    merge = trace["merge_heads"]
+    np.testing.assert_array_equal(merge, trace["attention_values"].transpose(0, 2, 1, 3).reshape(2, 5, 16))
 
 
 def test_fused_path_and_values_off(traced):

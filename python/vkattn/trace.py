@@ -15,13 +15,19 @@ class Step:
     index: int
     name: str                 # q_proj, split_heads_q, attention_scores, softmax, …
     op: str                   # the operation = shader = reference function: linear, split_heads, …
-    inputs: Tuple[dict, ...]  # each {"name", "shape", "dtype"}
+    inputs: Tuple[dict, ...]  # each {"name", "shape", "dtype"} (and "stored_as" as below)
     shape: Tuple[int, ...]    # the output's
     dims: Tuple[str, ...]     # its axis names: b, h, i, j, …
     dtype: str
     start_us: Optional[float]  # on the step's clock (the GPU's timestamps where there are)
     time_us: Optional[float]
-    values: Optional[np.ndarray]  # the output, when traced with values
+    values: Optional[np.ndarray]  # the output, when traced with values, in the order of its shape
+    # A layout step (split_heads, merge_heads) folded into its neighbour on the GPU: how
+    # ("folded into q_proj's store: …"), its time 0. None for a step that ran.
+    folded: Optional[str] = None
+    # The order the output lies in on the device when not its shape's own: q_proj's (B, T, E)
+    # stored as (B, H, T, d) where split_heads_q was folded into it. None: its shape's order.
+    stored_as: Optional[Tuple[int, ...]] = None
 
     def __repr__(self):
         shapes = " ".join(str(tuple(i["shape"])) for i in self.inputs)
@@ -36,7 +42,8 @@ class Trace:
         self.reference = reference   # the CPU reference's Trace, side by side
         self.weights = weights       # what the forward returned as attention weights (or None)
         self.steps = [Step(d["index"], d["name"], d["op"], tuple(d["inputs"]), d["shape"], d["dims"], d["dtype"],
-                           d["start_us"], d["time_us"], d["values"] if values else None) for d in impl.steps()]
+                           d["start_us"], d["time_us"], d["values"] if values else None, d["folded"],
+                           d["stored_as"]) for d in impl.steps()]
 
     backend = property(lambda self: self._impl.backend, doc='"gpu" or "cpu"')
     device = property(lambda self: self._impl.device, doc="the device's name")

@@ -305,7 +305,8 @@ function openStep(k) {
   const dims = step.dims.length ? " with axes " + step.dims.join(", ") : "";
   const times = step.times.map((t, p) => t ? `${section().passes[p].label} ${microseconds(t[1])}` : null).filter((t) => t);
   document.getElementById("step-shapes").textContent =
-    `${inputs} → ${step.dtype} ${shapeText(step.shape)}${dims}` + (times.length ? "; took " + times.join(", ") : "");
+    `${inputs} → ${step.dtype} ${shapeText(step.shape)}${dims}` + (times.length ? "; took " + times.join(", ") : "") +
+    (step.folded ? "; " + step.folded : "");
   const diff = document.getElementById("step-diff");
   diff.hidden = !(step.diff && step.diff.report);
   diff.textContent = diff.hidden ? "" : step.diff.report;

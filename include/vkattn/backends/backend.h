@@ -117,6 +117,23 @@ class Backend {
   Value attention_values(const std::string& step, const Value& p, const Value& v);
   // (B, H, T, d) -> (B, T, H·d)
   Value merge_heads(const std::string& step, const Value& x);
+
+  // ---- layout steps folded into their neighbours --------------------------------------------
+  // Where a backend folds layout steps (folds_layout_steps(): VulkanBackend unless told not to),
+  // split_heads and merge_heads beside a projection copy nothing: the projection stores its
+  // product in (B, H, T, d) at once, or reads the heads where they are. The trace still lists
+  // both steps: the layout step with 0 µs and the words "folded into q_proj's store", the
+  // projection's tensor read back in its own order (B, T, M) (its output's stored_as says how
+  // it lies). Elsewhere the two steps run as written. The numbers are the same either way, bit
+  // for bit: only the addresses differ.
+  //
+  // linear then split_heads: x (B, T, K) · Wᵀ + b -> (B, T, M) -> (B, H, T, M/H)
+  Value linear_split_heads(const std::string& linear_step, const std::string& split_step, const Value& x,
+                           const Value& weight, const Value* bias, int64_t heads);
+  // merge_heads then linear: heads (B, H, T, d) -> (B, T, H·d) -> · Wᵀ + b -> (B, T, M)
+  Value merge_heads_linear(const std::string& merge_step, const std::string& linear_step, const Value& heads,
+                           const Value& weight, const Value* bias);
+  virtual bool folds_layout_steps() const { return false; }
   // (B, H, L, S) -> (B, L, S), mean over H
   Value average_heads(const std::string& step, const Value& p);
 
@@ -252,8 +269,15 @@ class Backend {
   virtual void run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq, Storage& y,
                                     int64_t N, int64_t T, int64_t d, int64_t offset, int64_t rotary_dims,
                                     bool pairs) = 0;
+  // How linear's input or output lies when a layout step is folded into it: with heads H > 0,
+  // the (N, C) matrix, N = B·T, C = H·d, is kept as (B, H, T, d), T = tokens.
+  struct HeadsLayout {
+    int64_t heads = 0;
+    int64_t tokens = 0;
+  };
   virtual void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
-                          Storage& y, int64_t N, int64_t K, int64_t M) = 0;
+                          Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
+                          HeadsLayout y_layout) = 0;
   virtual void run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                                int64_t H, int64_t d, int64_t chunks, int64_t chunk) = 0;
   virtual void run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y,
@@ -313,9 +337,23 @@ class Backend {
   void at_step(const std::string& where, const std::function<void()>& work);
   // Tells the tracers how the pass ended (end_pass's part that may meet a failing device).
   void report_pass_end(const std::optional<std::string>& error) noexcept;
-  // Tells the tracers about the step just run; `dims` names the output's axes.
+  // Tells the tracers about the step just run; `dims` names the output's axes. `folded`: a layout
+  // step that ran inside a neighbour (StepEvent::folded); `stored_as`: the output lies in that
+  // order, and `reorder` turns what is read back into the output's own order.
+  struct Folding {
+    std::string note;
+    Shape stored_as;
+    std::function<Tensor(Tensor)> reorder;
+  };
   void report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
-              std::vector<std::string> dims);
+              std::vector<std::string> dims, const Folding& folding = {});
+  // A folded layout step's time: none, at the end of the step before it.
+  void fold_time();
+  // linear's and split_heads' checks: (N, K, M) of a linear, d of a split
+  struct LinearSizes {
+    int64_t N, K, M;
+  };
+  LinearSizes check_linear(const std::string& step, const Value& x, const Value& weight, const Value* bias);
 
   std::vector<Tracer*> tracers_;
   std::string scope_;                 // "layers.0.self_attn." inside two scopes
@@ -324,6 +362,7 @@ class Backend {
   int next_index_ = 0;
   Clock::time_point pass_start_ = Clock::now();
   std::vector<StepTime> host_times_;
+  std::vector<bool> folded_;  // by step index: a layout step folded into a neighbour (no dispatch)
   std::function<void(const Progress&)> progress_;
   std::atomic<std::thread::id> pass_thread_{};  // the thread whose pass is open, or none
 };

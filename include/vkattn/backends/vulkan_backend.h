@@ -67,6 +67,9 @@ struct VulkanBackendOptions {
   double max_submission_seconds = 1.0;
   // > 0: split every flash_attention into submissions of at most this many workgroups (tests).
   uint64_t max_groups_per_submission = 0;
+  // split_heads and merge_heads beside a projection are folded into its store or its load
+  // (Backend::linear_split_heads): no copies, the same numbers. false runs them as copies.
+  bool fold_layout_steps = true;
 };
 
 class VulkanBackend final : public Backend {
@@ -86,6 +89,10 @@ class VulkanBackend final : public Backend {
   // Fused unless tuning measured the unfused steps faster for this shape class, where the
   // (B, H, L, S) scores fit in an eighth of the device's memory.
   bool prefers_fused(const AttentionProblem& problem) override;
+  bool folds_layout_steps() const override;
+  // From the next step on, folds split_heads and merge_heads into their projections or runs them
+  // as copies (VulkanBackendOptions::fold_layout_steps): lesson 07 runs both.
+  void fold_layout_steps(bool fold);
   // The internals, for vkattn's own tools and tests (engine/vulkan/*.h define them).
   const vulkan::Context& context() const;
   const vulkan::Recorder& recorder() const;
@@ -120,7 +127,7 @@ class VulkanBackend final : public Backend {
   std::optional<std::vector<StepTime>> device_step_times() override;
 
   void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
-                  int64_t N, int64_t K, int64_t M) override;
+                  int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout) override;
   void run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t H,
                        int64_t d, int64_t chunks, int64_t chunk) override;
   void run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y, int64_t N,
@@ -180,7 +187,7 @@ class VulkanBackend final : public Backend {
   const vulkan::RowPlan& row_plan_for(const std::string& step, int64_t rows, int64_t cols);
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
-                bool b_k_by_n, int64_t group);
+                bool b_k_by_n, int64_t group, HeadsLayout a_layout = {}, HeadsLayout c_layout = {});
   // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,

@@ -148,6 +148,16 @@ class MultiHeadAttention {
     Value q(Backend& b, const Value& x) const { return b.linear("q_proj", x, q_weight, q_bias ? &*q_bias : nullptr); }
     Value k(Backend& b, const Value& x) const { return b.linear("k_proj", x, k_weight, k_bias ? &*k_bias : nullptr); }
     Value v(Backend& b, const Value& x) const { return b.linear("v_proj", x, v_weight, v_bias ? &*v_bias : nullptr); }
+    // each then split into H heads: (B, T, C) -> (B, H, T, d), the split folded where the backend folds
+    Value q_heads(Backend& b, const Value& x, int64_t H) const {
+      return b.linear_split_heads("q_proj", "split_heads_q", x, q_weight, q_bias ? &*q_bias : nullptr, H);
+    }
+    Value k_heads(Backend& b, const Value& x, int64_t H) const {
+      return b.linear_split_heads("k_proj", "split_heads_k", x, k_weight, k_bias ? &*k_bias : nullptr, H);
+    }
+    Value v_heads(Backend& b, const Value& x, int64_t H) const {
+      return b.linear_split_heads("v_proj", "split_heads_v", x, v_weight, v_bias ? &*v_bias : nullptr, H);
+    }
   };
   Projections upload_projections(Backend& backend) const;
   // out_proj's weight and bias, uploaded

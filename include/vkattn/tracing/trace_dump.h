@@ -2,8 +2,10 @@
 // The trace dump of DESIGN.md, written by a Tracer and read back by `vkattn diff`:
 //   DIR/trace.json      {"format": "vkattn-trace", "version": 1, "backend", "device", "config",
 //                        "clock", "error"?, "steps": [{"index", "name", "op", "inputs": [{"name",
-//                        "shape", "dtype"}], "output": {"name", "shape", "dtype", "dims",
-//                        "file"?}, "start_us"?, "time_us"?}]}
+//                        "shape", "dtype", "stored_as"?}], "output": {"name", "shape", "dtype",
+//                        "dims", "stored_as"?, "file"?}, "folded"?, "start_us"?, "time_us"?}]}
+//                       "folded": a layout step done by a neighbour's store or load (StepEvent);
+//                       "stored_as": the order a tensor lies in when not its shape's own
 //   DIR/NNN_<step>.npy  each step's output, when values are traced (numpy.load reads them)
 //   DIR/timeline.json   Chrome trace events, one complete event per step (Perfetto opens it)
 // trace.json and timeline.json are written when the pass ends, also when it failed: a failed

@@ -15,6 +15,9 @@ struct TensorInfo {
   Shape shape;
   DType dtype = DType::float32;
   std::vector<std::string> dims;  // a step output's axis names, e.g. b, h, i, j (empty for inputs)
+  // Empty: the tensor lies in its shape's own order. Else the order it lies in, when a layout
+  // step was folded into the step that made it: q_proj's (B, T, E) stored as (B, H, T, d).
+  Shape stored_as;
 };
 
 // When a step ran, in microseconds from the start of the pass's first step.
@@ -37,6 +40,11 @@ struct StepEvent {
   std::vector<TensorInfo> inputs;  // absent optional inputs are not listed
   TensorInfo output;
   const Tensor* values = nullptr;  // the output read back, only when a tracer wants_values()
+  // Empty for a step that ran. For a layout step (split_heads, merge_heads) folded into a
+  // neighbour, which did its work by storing or reading in another order: what happened, as
+  // "folded into q_proj's store, which wrote (B, T, H, d) at strides (160, 8, 40, 1)".
+  // Its time is 0 µs.
+  std::string folded;
 };
 
 class Tracer {
