@@ -185,6 +185,7 @@ int run_bench(const BenchArgs& a) {
     const auto& times = steps.pass_end().step_times;
     steps_json.push_back({{"index", e.index}, {"name", e.name}, {"op", e.op}, {"output", e.output.shape},
                           {"time_us", i < times.size() ? json(times[i].duration_us) : json()}});
+    if (!e.folded.empty()) steps_json.back()["folded"] = e.folded;
   }
   const int64_t S = a.kv_seq ? a.kv_seq : a.seq;
   if (a.json) {
@@ -229,7 +230,10 @@ int run_bench(const BenchArgs& a) {
     std::cout << std::left << std::setw(4) << s["index"].get<int>() << std::setw(20) << s["name"].get<std::string>()
               << std::setw(18) << s["op"].get<std::string>() << std::setw(20) << shape_string(s["output"].get<Shape>())
               << std::right << std::setw(12);
-    if (s["time_us"].is_null()) {
+    if (s.contains("folded")) {
+      const std::string& folded = s["folded"].get<std::string>();
+      std::cout << std::left << "  " << folded.substr(0, folded.find(',')) << "\n";  // "folded into q_proj's store"
+    } else if (s["time_us"].is_null()) {
       std::cout << "-\n";
     } else {
       double us = s["time_us"].get<double>();
