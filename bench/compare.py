@@ -7,12 +7,14 @@ machine's drift falls on both alike. Prints each path's median forward, GFLOP/s 
 memory, and the ratio torch_ms / vkattn_ms (above 1: vkattn is faster).
 
   python3 bench/compare.py [--vkattn build/bin/vkattn] [--rounds 3] [--iters 3] [--shapes S1,S2,S3,S4]
-      [--json results.json] [--torch-device cpu|cuda] [--rules]
+      [--json results.json] [--torch-device cpu|cuda] [--rules] [--copies]
 
 It first prints where it runs (Debian release, CPU, Mesa and LLVM, torch and its BLAS), so that
 figures from different machines are never mixed, and runs `vkattn tune` on the shapes, so that
 the timed forwards use the plans measured on this device (and no forward pays for measuring).
---rules also times each vkattn path under the fixed rules (VKATTN_TUNE=off), in the same turns.
+--rules also times each vkattn path under the fixed rules (VKATTN_TUNE=off), in the same turns;
+--copies with split_heads and merge_heads run as copies (vkattn bench --copy-layout-steps) instead
+of folded into the projections.
 Last, S1's projection GEMM alone: torch's sgemm against the plan vkattn's tuning chose.
 
 With --torch-device cuda (a machine with an NVIDIA GPU and torch built for CUDA) torch runs there,
@@ -73,12 +75,15 @@ PATH_FLAGS = {"unfused": ["--attention", "unfused"], "fused": ["--attention", "f
               "packed": ["--attention", "fused", "--pack-in-proj"]}
 
 
-def vkattn_run(binary, s, path, iters, rules=False):
+def vkattn_run(binary, s, path, iters, variant=""):
+    """One turn of vkattn bench; variant "rules" (VKATTN_TUNE=off) or "copies" (layout steps copied)."""
     cmd = [binary, "bench", "--batch", str(s["batch"]), "--seq", str(s["seq"]), "--embed", str(s["embed"]),
            "--heads", str(s["heads"]), *PATH_FLAGS[path], "--iters", str(iters), "--warmup", "1", "--json"]
     if s["causal"]:
         cmd.append("--causal")
-    env = dict(os.environ, VKATTN_TUNE="off" if rules else "on")
+    if variant == "copies":
+        cmd.append("--copy-layout-steps")
+    env = dict(os.environ, VKATTN_TUNE="off" if variant == "rules" else "on")
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"compare.py: {' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()}")
@@ -175,6 +180,8 @@ def main():
     parser.add_argument("--json", help="also write every measurement here")
     parser.add_argument("--torch-device", default="cpu", choices=("cpu", "cuda"), help="where torch runs")
     parser.add_argument("--rules", action="store_true", help="also time vkattn under the fixed rules (VKATTN_TUNE=off)")
+    parser.add_argument("--copies", action="store_true",
+                        help="also time vkattn with split_heads and merge_heads as copies, not folded")
     args = parser.parse_args()
     torch.set_num_threads(CORES)
     names = args.shapes.split(",")
@@ -184,9 +191,9 @@ def main():
 
     environment(args.vkattn, args.torch_device)
     tune(args.vkattn, names)
-    runs = [(p, False) for p in ("unfused", "fused", "packed")] + ([(p, True) for p in ("unfused", "fused", "packed")]
-                                                                   if args.rules else [])
-    label = lambda p, rules: p + ("/rules" if rules else "")  # noqa: E731
+    variants = [""] + (["rules"] if args.rules else []) + (["copies"] if args.copies else [])
+    runs = [(p, v) for v in variants for p in ("unfused", "fused", "packed")]
+    label = lambda p, variant: p + ("/" + variant if variant else "")  # noqa: E731
     paths = {n: [label(p, r) for p, r in runs if p in SHAPES[n]["paths"]] for n in names}
     results = {n: {"torch": [], **{p: [] for p in paths[n]}} for n in names}
     memory = {}
@@ -194,12 +201,12 @@ def main():
         for n in names:  # torch, then each vkattn path, shape by shape, round after round
             s = SHAPES[n]
             results[n]["torch"] += torch_times(s, args.iters, args.torch_device)
-            for p, rules in runs:
+            for p, variant in runs:
                 if p not in s["paths"]:
                     continue
-                out = vkattn_run(args.vkattn, s, p, args.iters, rules)
-                results[n][label(p, rules)].append(out["total_ms"])
-                memory[(n, label(p, rules))] = out["peak_device_bytes"]
+                out = vkattn_run(args.vkattn, s, p, args.iters, variant)
+                results[n][label(p, variant)].append(out["total_ms"])
+                memory[(n, label(p, variant))] = out["peak_device_bytes"]
             print(f"round {r + 1}/{args.rounds}: {n} done", file=sys.stderr, flush=True)
 
     where = torch.cuda.get_device_name() if args.torch_device == "cuda" else f"{CORES} threads"

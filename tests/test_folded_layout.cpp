@@ -168,6 +168,26 @@ TEST(FoldedLayout, TheTraceListsTheSameStepsAndTensors) {
   }
 }
 
+TEST(FoldedLayout, TheReferenceFoldsWhenAskedWithTheSameNumbers) {
+  const MultiHeadAttentionConfig config{.embed_dim = 51, .num_heads = 3, .batch_first = true};
+  const MultiHeadAttention mha(config, MultiHeadAttentionWeights::random(config, 13));
+  const Tensor x = random_tensor({2, 17, 51}, 14);
+  ReferenceBackend folded(true), copied;
+  StepRecorder a(true), b(true);
+  {
+    AttachedTracer ta(folded, a), tb(copied, b);
+    EXPECT_TRUE(identical(mha.forward(folded, x).output, mha.forward(copied, x).output));
+  }
+  ASSERT_EQ(a.steps().size(), b.steps().size());
+  int folded_steps = 0;
+  for (size_t i = 0; i < a.steps().size(); ++i) {
+    EXPECT_EQ(a.steps()[i].event.name, b.steps()[i].event.name);
+    EXPECT_TRUE(identical(*a.steps()[i].values, *b.steps()[i].values)) << b.steps()[i].event.name;
+    folded_steps += !a.steps()[i].event.folded.empty();
+  }
+  EXPECT_EQ(folded_steps, 4);
+}
+
 TEST(FoldedLayout, TheConsoleAndTheDumpSayWhatWasFolded) {
   const MultiHeadAttentionConfig config{.embed_dim = 32, .num_heads = 4, .batch_first = true};
   const MultiHeadAttention mha(config, MultiHeadAttentionWeights::random(config, 9));

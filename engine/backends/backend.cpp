@@ -62,6 +62,13 @@ std::string heads_strides(int64_t H, int64_t T, int64_t d) {
   return "(" + std::to_string(H * T * d) + ", " + std::to_string(d) + ", " + std::to_string(T * d) + ", 1)";
 }
 
+// A (B·T, H·d) tensor read back from the (B, H, T, d) it lies in, put in its own order
+Tensor merge_read_back(const Tensor& stored, int64_t B, int64_t H, int64_t T, int64_t d) {
+  Tensor out({B, T, H * d});
+  reference::merge_heads(stored.data.data(), out.data.data(), B, H, T, d);
+  return out;
+}
+
 // The axis names of append_row's output: the key/value sequence before or after split_heads.
 std::vector<std::string> row_dims(const Value& x) {
   return x.rank() == 4 ? std::vector<std::string>{"b", "h", "t", "c"} : std::vector<std::string>{"b", "t", "f"};
@@ -424,11 +431,7 @@ Value Backend::linear_split_heads(const std::string& linear_name, const std::str
   });
   const Value product{step, {B, T, M}, DType::float32, y.storage};  // q_proj's tensor, as it lies in y
   report(step, "linear", infos({&x, &weight, bias}), product, {"b", "t", "f"},
-         {"", y.shape, [=](Tensor stored) {
-            Tensor out({B, T, M});
-            reference::merge_heads(stored.data.data(), out.data.data(), B, heads, T, d);
-            return out;
-          }});
+         {"", y.shape, [=](Tensor stored) { return merge_read_back(stored, B, heads, T, d); }});
   fold_time();
   report(split, "split_heads", {{step, product.shape, product.dtype, {}, y.shape}}, y, {"b", "h", "t", "c"},
          {"folded into " + linear_name + "'s store, which wrote (B, T, H, d) at strides " + heads_strides(heads, T, d),
@@ -445,11 +448,7 @@ Value Backend::merge_heads_linear(const std::string& merge_name, const std::stri
   const Value merged{merge, {B, T, H * d}, DType::float32, heads.storage};  // the heads, read in place
   const Folding in_place{"folded into " + linear_name + "'s load, which read (B, T, H, d) at strides " +
                              heads_strides(H, T, d),
-                         heads.shape, [=](Tensor stored) {
-                           Tensor out({B, T, H * d});
-                           reference::merge_heads(stored.data.data(), out.data.data(), B, H, T, d);
-                           return out;
-                         }};
+                         heads.shape, [=](Tensor stored) { return merge_read_back(stored, B, H, T, d); }};
   fold_time();
   report(merge, "merge_heads", infos({&heads}), merged, {"b", "i", "f"}, in_place);
   const auto [N, K, M] = check_linear(step, merged, weight, bias);

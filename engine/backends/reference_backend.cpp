@@ -34,8 +34,7 @@ std::vector<float> ReferenceBackend::load(const Storage& storage, int64_t) {
 void ReferenceBackend::run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b,
                                   Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
                                   HeadsLayout y_layout) {
-  // The reference runs layout steps as steps (folds_layout_steps() is false); were it asked to
-  // fold one, the copies around the product do it.
+  // A folded layout step (fold_layout_steps): the copies around the product do its work.
   std::vector<float> x_rows, y_rows;
   const float* rows = in(x);
   if (x_layout.heads > 0) {  // x (B, H, T, d) -> (B·T, H·d)

@@ -6,8 +6,13 @@ namespace vkattn {
 
 class ReferenceBackend final : public Backend {
  public:
+  // fold_layout_steps: split_heads and merge_heads folded into their projections as a GPU folds
+  // them (Backend::linear_split_heads), the same numbers; off by default: the ground truth runs
+  // every step as written. (A trace compared with a folding GPU's lists the same steps either way.)
+  explicit ReferenceBackend(bool fold_layout_steps = false) : fold_layout_steps_(fold_layout_steps) {}
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return "reference (C++ loops)"; }
+  bool folds_layout_steps() const override { return fold_layout_steps_; }
 
  protected:
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
@@ -56,6 +61,9 @@ class ReferenceBackend final : public Backend {
   void run_mean_pool(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
   void run_rotary_embedding(const std::string&, const Storage& x, const Storage& inv_freq, Storage& y, int64_t N,
                             int64_t T, int64_t d, int64_t offset, int64_t rotary_dims, bool pairs) override;
+
+ private:
+  bool fold_layout_steps_;
 };
 
 }  // namespace vkattn
