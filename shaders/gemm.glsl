@@ -51,7 +51,8 @@ layout(constant_id = 3) const uint TILE_M = 8;       // broadcast: rows per subg
 layout(constant_id = 4) const uint TILE_N = 8;       // broadcast: columns per lane, a multiple of 4
 layout(constant_id = 5) const uint SIDE = 16;        // shared: the workgroup is SIDE × SIDE
 layout(constant_id = 6) const uint LANES = 8;        // broadcast: the required subgroup size
-layout(constant_id = 7) const bool C_HEADS = false;  // store C (B·T, H·d) as (B, H, T, d)
+layout(constant_id = 7) const uint C_HEADS = 0u;     // store C (B·T, H·d) as (B, H, T, d): 1, or
+                                                     // 4 where d is a multiple of 4
 layout(constant_id = 8) const bool A_HEADS = false;  // read A (B·T, H·d) from (B, H, T, d)
 const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
@@ -135,11 +136,10 @@ vec4 load_b_col(uint n, uint j, uint k) {
 }
 #endif
 
-// C[n, i, j] lies at c_row(n, i) + c_col(j)
-uint c_row(uint n, uint i) { return C_HEADS ? heads_row(i, p.cols) : (n * p.rows + i) * p.cols; }
-uint c_col(uint j) { return C_HEADS ? heads_col(j, p.cols) : j; }
-
-// C[n, i, j] = scale · value (+ bias[j]) at `at` = c_row(n, i) + c_col(j); nothing past the edge
+// C[n, i, j] = scale · value (+ bias[j]) at `at`; nothing past the edge. `at` is
+// (n·M + i)·N + j, or with C_HEADS heads_row(i, N) + heads_col(j, N): written out at each store,
+// so that without C_HEADS the compiler sees the plain index (a heads index computed alike cost
+// 10-20 % of the GEMM's time on lavapipe).
 void store_c(uint i, uint j, uint at, float value) {
   if (i >= p.rows || j >= p.cols) return;
   value *= p.scale;
@@ -194,12 +194,22 @@ void gemm_broadcast() {
     }
 #endif
   }
-  uint cols_at[TILE_N];  // c_col of this lane's columns
-  for (uint j = 0u; j < TILE_N; ++j) cols_at[j] = c_col(min(j0 + j, p.cols - 1u));
+  // C_HEADS: heads_col of this lane's columns; with C_HEADS = 4 of each quad's first (a quad
+  // starts on a multiple of 4, so with d one too its four columns lie in one head, in a row)
+  uint cols_at[TILE_N];
+  for (uint j = 0u; j < TILE_N; ++j) {
+    cols_at[j] = C_HEADS == 1u || (C_HEADS == 4u && j % 4u == 0u) ? heads_col(min(j0 + j, p.cols - 1u), p.cols) : 0u;
+  }
   for (uint r = 0u; r < TILE_M; ++r) {
-    uint row_at = c_row(n, min(i0 + r, p.rows - 1u));
+    uint i = i0 + r, row_at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) : 0u;
     for (uint q = 0u; q < TILE_N / 4u; ++q) {
-      for (uint t = 0u; t < 4u; ++t) store_c(i0 + r, j0 + 4u * q + t, row_at + cols_at[4u * q + t], acc[r][q][t]);
+      for (uint t = 0u; t < 4u; ++t) {
+        uint j = j0 + 4u * q + t;
+        uint at = C_HEADS == 4u   ? row_at + cols_at[4u * q] + t
+                  : C_HEADS == 1u ? row_at + cols_at[4u * q + t]
+                                  : (n * p.rows + i) * p.cols + j;
+        store_c(i, j, at, acc[r][q][t]);
+      }
     }
   }
 }
@@ -253,10 +263,12 @@ void gemm_shared() {
     barrier();
   }
   for (uint r = 0u; r < 4u; ++r) {
-    uint i = i0 + ti + SIDE * r, row_at = c_row(n, min(i, p.rows - 1u));
+    uint i = i0 + ti + SIDE * r;
     for (uint s = 0u; s < 4u; ++s) {
       uint j = j0 + tj + SIDE * s;
-      store_c(i, j, row_at + c_col(min(j, p.cols - 1u)), acc[r][s]);
+      uint at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) + heads_col(min(j, p.cols - 1u), p.cols)
+                        : (n * p.rows + i) * p.cols + j;
+      store_c(i, j, at, acc[r][s]);
     }
   }
 }

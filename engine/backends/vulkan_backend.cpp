@@ -342,7 +342,8 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   const bool texels = plan.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
                       uint64_t(batch / group) * N * K / 4 <= max_texels;
   std::vector<uint32_t> specialization = plan.specialization(vec4, bias != nullptr);
-  specialization.push_back(c_layout.heads > 0 ? 1u : 0u);  // C_HEADS
+  const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;  // d a multiple of 4
+  specialization.push_back(c_layout.heads == 0 ? 0u : quads ? 4u : 1u);  // C_HEADS
   specialization.push_back(a_layout.heads > 0 ? 1u : 0u);  // A_HEADS
   const auto& k = kernel(plan.shader(name, texels), 4, sizeof(vulkan::GemmParams), specialization,
                          plan.workgroup_size, texels ? 0b11u : 0u, plan.required_lanes());
