@@ -137,9 +137,11 @@ vec4 load_b_col(uint n, uint j, uint k) {
 #endif
 
 // C[n, i, j] = scale · value (+ bias[j]) at `at`; nothing past the edge. `at` is
-// (n·M + i)·N + j, or with C_HEADS heads_row(i, N) + heads_col(j, N): written out at each store,
-// so that without C_HEADS the compiler sees the plain index (a heads index computed alike cost
-// 10-20 % of the GEMM's time on lavapipe).
+// (n·M + i)·N + j, or with C_HEADS heads_row(i, N) + heads_col(j, N). The callers write the plain
+// index out at each store: computed as a row part plus a column part, as the heads index is, it
+// cost the projection GEMM ~10 % on lavapipe (bench_gemm, Debian 12 and 13); and with d a
+// multiple of 4 the heads index is a quad's start + t (C_HEADS = 4), which on Debian 13 took a
+// folded projection from 1.4× the plain one's time to the same.
 void store_c(uint i, uint j, uint at, float value) {
   if (i >= p.rows || j >= p.cols) return;
   value *= p.scale;
@@ -267,7 +269,7 @@ void gemm_shared() {
     for (uint s = 0u; s < 4u; ++s) {
       uint j = j0 + tj + SIDE * s;
       uint at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) + heads_col(min(j, p.cols - 1u), p.cols)
-                        : (n * p.rows + i) * p.cols + j;
+                              : (n * p.rows + i) * p.cols + j;
       store_c(i, j, at, acc[r][s]);
     }
   }
