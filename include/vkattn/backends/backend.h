@@ -337,9 +337,9 @@ class Backend {
   void at_step(const std::string& where, const std::function<void()>& work);
   // Tells the tracers how the pass ended (end_pass's part that may meet a failing device).
   void report_pass_end(const std::optional<std::string>& error) noexcept;
-  // Tells the tracers about the step just run; `dims` names the output's axes. `folded`: a layout
-  // step that ran inside a neighbour (StepEvent::folded); `stored_as`: the output lies in that
-  // order, and `reorder` turns what is read back into the output's own order.
+  // Tells the tracers about the step just run; `dims` names the output's axes. Folding's `note`:
+  // a layout step that ran inside a neighbour (StepEvent::folded); `stored_as`: the output lies
+  // in that order, and `reorder` turns what is read back into the output's own order.
   struct Folding {
     std::string note;
     Shape stored_as;
@@ -349,7 +349,7 @@ class Backend {
               std::vector<std::string> dims, const Folding& folding = {});
   // A folded layout step's time: none, at the end of the step before it.
   void fold_time();
-  // linear's and split_heads' checks: (N, K, M) of a linear, d of a split
+  // linear's checks (a ShapeError naming `step`); its N (rows), K (in) and M (out features)
   struct LinearSizes {
     int64_t N, K, M;
   };
