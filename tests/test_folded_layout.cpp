@@ -14,6 +14,7 @@
 #include "support/gpu.h"
 #include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/report.h"
 #include "vkattn/tracing/trace_dump.h"
 #include "vkattn/tracing/tracer.h"
 
@@ -208,6 +209,8 @@ TEST(FoldedLayout, TheConsoleAndTheDumpSayWhatWasFolded) {
     TraceDump dump(dir, true);
     replay(p.folded, dump);
   }
+  EXPECT_NE(report_html({{.pass = &p.folded}}).find("folded into v_proj's store, which wrote"), std::string::npos)
+      << "the report page's step data";
   const StepRecorder back = load_trace(dir);
   std::filesystem::remove_all(dir);
   ASSERT_EQ(back.steps().size(), p.folded.steps().size());
