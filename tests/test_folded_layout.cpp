@@ -23,6 +23,9 @@ namespace {
 
 using testing::random_tensor;
 
+// Fails a test on any validation message its passes raised (the GEMM's new specializations too).
+class FoldedLayout : public testing::GpuTest {};
+
 std::unique_ptr<VulkanBackend> folding(bool fold, std::shared_ptr<const vulkan::GemmPlan> plan = nullptr) {
   VulkanBackendOptions options;
   options.gemm = std::move(plan);
@@ -45,10 +48,10 @@ struct Case {
   int64_t B, L, S, E, H, kdim, vdim;
 };
 // Lengths 1, 3, 17, 113; L ≠ S; d = 17 (no vec4 loads), 16 and 1; kdim ≠ vdim ≠ E.
-const Case kShapes[] = {{1, 1, 1, 4, 1, 0, 0},   {2, 3, 17, 12, 3, 0, 0},  {1, 17, 113, 51, 3, 0, 0},
-                          {2, 113, 3, 64, 4, 0, 0}, {1, 17, 5, 32, 2, 24, 40}, {3, 5, 7, 8, 8, 0, 0}};
+const Case kShapes[] = {{1, 1, 1, 4, 1, 0, 0},   {2, 3, 17, 12, 3, 0, 0},   {1, 17, 113, 51, 3, 0, 0},
+                        {2, 113, 3, 64, 4, 0, 0}, {1, 17, 5, 32, 2, 24, 40}, {3, 5, 7, 8, 8, 0, 0}};
 
-TEST(FoldedLayout, MultiHeadAttentionIsBitIdenticalToTheCopies) {
+TEST_F(FoldedLayout, MultiHeadAttentionIsBitIdenticalToTheCopies) {
   for (const Case& s : kShapes) {
     const MultiHeadAttentionConfig config{.embed_dim = s.E, .num_heads = s.H, .kdim = s.kdim, .vdim = s.vdim,
                                           .batch_first = true};
@@ -74,7 +77,7 @@ TEST(FoldedLayout, MultiHeadAttentionIsBitIdenticalToTheCopies) {
   }
 }
 
-TEST(FoldedLayout, EveryGemmPlanFoldsBitIdentically) {
+TEST_F(FoldedLayout, EveryGemmPlanFoldsBitIdentically) {
   // the broadcast tiles, texel and storage inputs, as tuning may choose them, and the shared tiling
   const auto& device = testing::shared_context()->device_report();
   auto plans = tuning::gemm_candidates(device);
@@ -98,7 +101,7 @@ TEST(FoldedLayout, EveryGemmPlanFoldsBitIdentically) {
   }
 }
 
-TEST(FoldedLayout, GroupedQueryAttentionFoldsToo) {
+TEST_F(FoldedLayout, GroupedQueryAttentionFoldsToo) {
   GroupedQueryAttentionConfig config;
   config.hidden_size = 48;
   config.num_heads = 6;
@@ -125,7 +128,7 @@ Passes record_both(const MultiHeadAttention& mha, const Tensor& x, const Forward
   return p;
 }
 
-TEST(FoldedLayout, TheTraceListsTheSameStepsAndTensors) {
+TEST_F(FoldedLayout, TheTraceListsTheSameStepsAndTensors) {
   const MultiHeadAttentionConfig config{.embed_dim = 32, .num_heads = 4, .batch_first = true};
   const MultiHeadAttention mha(config, MultiHeadAttentionWeights::random(config, 9));
   ForwardOptions options;  // unfused: weights wanted
@@ -169,7 +172,7 @@ TEST(FoldedLayout, TheTraceListsTheSameStepsAndTensors) {
   }
 }
 
-TEST(FoldedLayout, TheReferenceFoldsWhenAskedWithTheSameNumbers) {
+TEST_F(FoldedLayout, TheReferenceFoldsWhenAskedWithTheSameNumbers) {
   const MultiHeadAttentionConfig config{.embed_dim = 51, .num_heads = 3, .batch_first = true};
   const MultiHeadAttention mha(config, MultiHeadAttentionWeights::random(config, 13));
   const Tensor x = random_tensor({2, 17, 51}, 14);
@@ -189,7 +192,7 @@ TEST(FoldedLayout, TheReferenceFoldsWhenAskedWithTheSameNumbers) {
   EXPECT_EQ(folded_steps, 4);
 }
 
-TEST(FoldedLayout, TheConsoleAndTheDumpSayWhatWasFolded) {
+TEST_F(FoldedLayout, TheConsoleAndTheDumpSayWhatWasFolded) {
   const MultiHeadAttentionConfig config{.embed_dim = 32, .num_heads = 4, .batch_first = true};
   const MultiHeadAttention mha(config, MultiHeadAttentionWeights::random(config, 9));
   ForwardOptions options;
@@ -222,7 +225,7 @@ TEST(FoldedLayout, TheConsoleAndTheDumpSayWhatWasFolded) {
   }
 }
 
-TEST(FoldedLayout, FoldingHoldsFewerBuffers) {
+TEST_F(FoldedLayout, FoldingHoldsFewerBuffers) {
   const MultiHeadAttentionConfig config{.embed_dim = 64, .num_heads = 4, .batch_first = true};
   const MultiHeadAttention mha(config, MultiHeadAttentionWeights::random(config, 11));
   const Tensor x = random_tensor({1, 256, 64}, 12);

@@ -341,13 +341,13 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   const vulkan::GemmPlan plan = gemm_plan_for(name, batch, M, N, K).fitted(uint64_t(N));
   const bool texels = plan.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
                       uint64_t(batch / group) * N * K / 4 <= max_texels;
+  if (a_layout.heads > 0 && c_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
   std::vector<uint32_t> specialization = plan.specialization(vec4, bias != nullptr);
   const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;  // d a multiple of 4
   specialization.push_back(c_layout.heads == 0 ? 0u : quads ? 4u : 1u);  // C_HEADS
   specialization.push_back(a_layout.heads > 0 ? 1u : 0u);  // A_HEADS
   const auto& k = kernel(plan.shader(name, texels), 4, sizeof(vulkan::GemmParams), specialization,
                          plan.workgroup_size, texels ? 0b11u : 0u, plan.required_lanes());
-  if (a_layout.heads > 0 && c_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
   const HeadsLayout& heads = a_layout.heads > 0 ? a_layout : c_layout;
   vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group), u32(heads.heads), u32(heads.tokens)};
   dispatch(step, k, {buffer_of(a), buffer_of(b), bias ? buffer_of(*bias) : s_->recorder.placeholder(), buffer_of(c)},

@@ -141,11 +141,11 @@ class MultiHeadAttention {
 
  private:
   // q_proj's, k_proj's and v_proj's weights and biases, uploaded (the weights first: a pass's
-  // buffers are reused in the order its tensors come), and the three steps on them
+  // buffers are reused in the order its tensors come), and the steps on them: each projection
+  // with its split_heads, and k_proj and v_proj alone (add_bias_kv appends a row before the split)
   struct Projections {
     Value q_weight, k_weight, v_weight;
     std::optional<Value> q_bias, k_bias, v_bias;
-    Value q(Backend& b, const Value& x) const { return b.linear("q_proj", x, q_weight, q_bias ? &*q_bias : nullptr); }
     Value k(Backend& b, const Value& x) const { return b.linear("k_proj", x, k_weight, k_bias ? &*k_bias : nullptr); }
     Value v(Backend& b, const Value& x) const { return b.linear("v_proj", x, v_weight, v_bias ? &*v_bias : nullptr); }
     // each then split into H heads: (B, T, C) -> (B, H, T, d), the split folded where the backend folds
