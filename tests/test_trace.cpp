@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 
 #include "tests/support/gpu.h"
@@ -281,6 +282,24 @@ TEST_F(TraceFiles, AFailedPassKeepsItsTraceAndTheError) {
   ASSERT_TRUE(t.error);
   EXPECT_NE(t.error->find("key_padding_mask (1, 4)"), std::string::npos) << *t.error;
   EXPECT_FALSE(fs::exists(dir_ / "failed" / "007_softmax.npy")) << "the earlier pass's values are gone";
+}
+
+TEST(StepTimes, AStepNeverEndsAfterItsEndSoTheNextStartsNoEarlier) {
+  // 127.252 - 61.043 rounds up, and 61.043 plus it is one ulp past 127.252: the next step,
+  // starting at 127.252, would begin before this one ended (a CI run failed on this once)
+  ASSERT_GT(61.043 + (127.252 - 61.043), 127.252);
+  const StepTime t = StepTime::between(61.043, 127.252);
+  EXPECT_EQ(t.start_us, 61.043);
+  EXPECT_LE(t.start_us + t.duration_us, 127.252);
+  EXPECT_NEAR(t.duration_us, 127.252 - 61.043, 1e-9);
+  std::mt19937 random(7);
+  std::uniform_real_distribution<double> at(0.0, 10000.0);
+  for (int i = 0; i < 10000; ++i) {
+    const double a = at(random), b = at(random);
+    const StepTime s = StepTime::between(std::min(a, b), std::max(a, b));
+    ASSERT_LE(s.start_us + s.duration_us, std::max(a, b)) << a << " " << b;
+    ASSERT_GE(s.duration_us, 0.0);
+  }
 }
 
 TEST(Passes, ANestedPassIsPartOfTheOuterOneAndAViewIsNoStep) {

@@ -574,7 +574,7 @@ std::optional<std::vector<StepTime>> VulkanBackend::device_step_times() {
   auto times = s_->recorder.dispatch_times();  // one dispatch per step
   if (!times) return std::nullopt;
   std::vector<StepTime> steps;
-  for (auto [start, end] : *times) steps.push_back({start, end - start});
+  for (auto [start, end] : *times) steps.push_back(StepTime::between(start, end));
   return steps;
 }
 

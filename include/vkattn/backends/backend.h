@@ -329,7 +329,7 @@ class Backend {
     auto start = Clock::now();
     at_step(step, run_step);
     auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - pass_start_).count(); };
-    host_times_.push_back({us(start), us(Clock::now()) - us(start)});
+    host_times_.push_back(StepTime::between(us(start), us(Clock::now())));
   }
   // Runs `work` on behalf of `where` (a step, "reading back softmax", an uploaded tensor): a
   // failure that does not name it yet (a Vulkan error, a device error from below) is rethrown as

@@ -1,6 +1,7 @@
 #pragma once
 // The tracer seam: every step a Backend runs is reported here, whichever backend runs it and
 // whoever listens. A step never knows which sinks are attached.
+#include <cmath>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -24,6 +25,15 @@ struct TensorInfo {
 struct StepTime {
   double start_us = 0;
   double duration_us = 0;
+
+  // The step from start to end. end - start rounds where start is far below end, and start plus
+  // that can pass end by an ulp: the duration is shortened until it does not, so that a step that
+  // begins where this one ends (the next dispatch, a folded layout step) never begins before it.
+  static StepTime between(double start_us, double end_us) {
+    double duration = end_us - start_us;
+    while (start_us + duration > end_us) duration = std::nextafter(duration, 0.0);
+    return {start_us, duration};
+  }
 };
 
 // How a pass ended: each step's time, and the error that stopped it, if one did.
