@@ -8,13 +8,16 @@
 // positions would take longer than the measurement. That a decode step equals the full forward's
 // row is test_decoding's (CausalLMDecode, up to 1000 positions).
 //
-//   bench_decoding [--contexts 256,1024,4096] [--tokens 9] [--backend gpu|cpu]
+//   bench_decoding [--contexts 256,1024,4096] [--tokens 9] [--backend gpu|cpu] [--parts 0,1,8,32]
+//
+// --parts times each context under each of flash_decoding's key splits (0: the backend's choice).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <random>
 
 #include "vkattn/backends/make_backend.h"
@@ -47,11 +50,15 @@ int main(int argc, char** argv) {
   int tokens = 9;
   std::string backend_name = "gpu";
   int64_t layers = 4, E = 512, H = 8, F = 2048, V = 256;
+  std::vector<int64_t> parts_list{0};
   app.add_option("--contexts", contexts, "context lengths (positions already in the cache)")->delimiter(',');
   app.add_option("--tokens", tokens, "decode steps timed per context (the median is reported)")->capture_default_str();
   app.add_option("--backend", backend_name, "gpu or cpu")->check(CLI::IsMember({"gpu", "cpu"}))->capture_default_str();
   app.add_option("--layers", layers)->capture_default_str();
   app.add_option("--embed", E)->capture_default_str();
+  app.add_option("--parts", parts_list, "flash_decoding's key splits to time (0: the backend's choice)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
@@ -65,34 +72,43 @@ int main(int argc, char** argv) {
     std::mt19937 rng(0);
     std::cout << "CausalLM: " << layers << " layers, E " << E << ", " << H << " heads, feed-forward " << F
               << ", vocab " << V << ", B = 1, on " << backend->name() << " (" << backend->device_name() << ")\n"
-              << "context  cached ms/token  recompute ms/token  speed-up  cache MiB  flash_decoding parts\n";
+              << "context  parts  cached ms/token  recompute ms/token  speed-up  cache MiB\n";
     for (int64_t context : contexts) {
-      KVCache cache = model.make_cache(*backend, 1, context + tokens);
-      cache.advance(context - 1);  // context - 1 positions of zeros, then one real step
-      Tensor sequence = ids(context, rng, V);
-      Tensor last({1, 1}, {sequence.data.back()}, DType::int64);
-      model.decode(*backend, last, cache);  // pipelines made; not timed
-      std::vector<double> cached;
-      for (int t = 0; t < tokens - 1; ++t) {
-        auto start = Clock::now();
-        model.decode(*backend, ids(1, rng, V), cache);
-        cached.push_back(ms_since(start));
+      std::optional<double> recompute;
+      for (int64_t asked : parts_list) {
+        KVCache cache = model.make_cache(*backend, 1, context + tokens);
+        cache.advance(context - 1);  // context - 1 positions of zeros, then one real step
+        Tensor sequence = ids(context, rng, V);
+        Tensor last({1, 1}, {sequence.data.back()}, DType::int64);
+        DecodeOptions options;
+        options.parts = std::min(asked, context);
+        model.decode(*backend, last, cache, options);  // pipelines made; not timed
+        std::vector<double> cached;
+        for (int t = 0; t < tokens - 1; ++t) {
+          auto start = Clock::now();
+          model.decode(*backend, ids(1, rng, V), cache, options);
+          cached.push_back(ms_since(start));
+        }
+        if (!recompute) {
+          auto start = Clock::now();
+          model.forward(*backend, sequence);  // the first: pipelines for this length
+          const double first = ms_since(start);
+          start = Clock::now();
+          model.forward(*backend, sequence);
+          recompute = std::min(first, ms_since(start));
+        }
+        const double per_token = median(cached);
+        // the split the last step ran (its length is context + tokens - 1 positions)
+        const int64_t parts = options.parts > 0 ? options.parts : backend->decoding_parts(H, context + tokens - 1, E / H);
+        std::cout << std::fixed << std::setw(7) << context << std::setw(7) << parts
+                  << (asked == 0 ? "*" : " ") << std::setw(16) << std::setprecision(2) << per_token
+                  << std::setw(20) << std::setprecision(1) << *recompute << std::setw(9) << std::setprecision(1)
+                  << *recompute / per_token << "×" << std::setw(11) << std::setprecision(1)
+                  << static_cast<double>(cache.bytes()) / (1 << 20) << "\n";
       }
-      auto start = Clock::now();
-      model.forward(*backend, sequence);  // the first: pipelines for this length
-      const double first = ms_since(start);
-      start = Clock::now();
-      model.forward(*backend, sequence);
-      const double recompute = std::min(first, ms_since(start));
-      const double per_token = median(cached);
-      std::cout << std::fixed << std::setw(7) << context << std::setw(17) << std::setprecision(2) << per_token
-                << std::setw(20) << std::setprecision(1) << recompute << std::setw(9) << std::setprecision(1)
-                << recompute / per_token << "×" << std::setw(11) << std::setprecision(1)
-                << static_cast<double>(cache.bytes()) / (1 << 20) << std::setw(22)
-                << backend->decoding_parts(H, context + 1) << "\n";
     }
     std::cout << "cached: the median of " << tokens - 1 << " decode steps; recompute: the faster of two full "
-              << "forwards over the context\ncache MiB = 2 · layers · B · H · capacity · d · 4 bytes\n";
+              << "forwards over the context\nparts: flash_decoding's key split (*: the backend's choice)\ncache MiB = 2 · layers · B · H · capacity · d · 4 bytes\n";
   } catch (const std::exception& e) {
     std::cerr << "bench_decoding: " << e.what() << "\n";
     return 1;

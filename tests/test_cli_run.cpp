@@ -861,11 +861,12 @@ TEST_F(CliRun, TuneMeasuresEveryClassOnceRemembersItAndDevicesListsThePlans) {
   for (const char* shape_class : {"linear: rows ≤ 256, n ≤ 256, k ≤ 256", "attention_scores: rows ≤ 1024, n ≤ 128, k ≤ 64",
                                   "attention_values: rows ≤ 1024, n ≤ 64, k ≤ 128",
                                   "flash_attention: d 64, L ≤ 128, S ≤ 128, causal",
-                                  "attention path: d 64, L ≤ 128, S ≤ 128, causal"}) {
+                                  "attention path: d 64, L ≤ 128, S ≤ 128, causal",
+                                  "flash_decoding: d 64, rows ≤ 8, S ≤ 128"}) {
     EXPECT_NE(e.out.find(std::string("  ") + shape_class + ": "), std::string::npos) << shape_class << "\n" << e.out;
   }
   EXPECT_NE(e.out.find("    chosen  "), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("5 shape classes in "), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("6 shape classes in "), std::string::npos) << e.out;
   EXPECT_NE(e.err.find("  tuning linear (256, 256) · (256, 256)ᵀ: done"), std::string::npos) << e.err;
   ASSERT_EQ(std::distance(fs::directory_iterator(fs::path(cache) / "vkattn"), fs::directory_iterator()), 2)
       << "the plans and their lock file";
@@ -873,7 +874,7 @@ TEST_F(CliRun, TuneMeasuresEveryClassOnceRemembersItAndDevicesListsThePlans) {
   e = vkattn({"tune", "--shapes", "2x128x256x4:causal"});
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_EQ(e.err.find("tuning"), std::string::npos) << e.err;
-  EXPECT_NE(e.out.find("5 shape classes in "), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("6 shape classes in "), std::string::npos) << e.out;
   e = vkattn({"devices"});
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_NE(e.out.find("plans measured on this device"), std::string::npos) << e.out;

@@ -149,9 +149,9 @@ INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecoding,
 
 TEST_F(Decoding, TheBackendSplitsLongCachesForFewRows) {
   // one query row of 8 heads over 4096 keys: many parts; a prompt of 512 rows: one
-  EXPECT_GT(gpu().decoding_parts(8, 4096), 8);
-  EXPECT_EQ(gpu().decoding_parts(8 * 512, 4096), 1);
-  EXPECT_EQ(gpu().decoding_parts(8, 20), 1);  // a part holds at least 32 keys
+  EXPECT_GT(gpu().decoding_parts(8, 4096, 64), 8);
+  EXPECT_EQ(gpu().decoding_parts(8 * 512, 4096, 64), 1);
+  EXPECT_EQ(gpu().decoding_parts(8, 20, 64), 1);  // a part holds at least 32 keys
 }
 
 // ---- CausalLM: decode() against forward() ------------------------------------------------------

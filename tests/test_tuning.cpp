@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -108,6 +110,38 @@ TEST(TunedPlans, EveryRowCandidateMatchesTheReference) {
                                       return b.layer_norm("layer_norm", v[0], v[1], v[2], 1e-5f);
                                     }))
           << "layer_norm " << R << " × " << S;
+    }
+  }
+}
+
+TEST(TunedPlans, EveryDecodingSplitMatchesTheReference) {
+  ReferenceBackend cpu;
+  VulkanBackend gpu(testing::shared_context(), {.tune = false});
+  // 1, 3, 8 and 17 query rows; the shortest and longest lengths of classes; d 1, 17, 64, 8
+  for (auto [B, H, Hkv, L, S, d] : {std::tuple{1, 1, 1, 1, 129, 1}, {1, 3, 3, 1, 256, 17}, {2, 2, 1, 2, 513, 64},
+                                   {1, 17, 17, 1, 1000, 8}}) {
+    const tuning::DecodingProblem problem{uint64_t(B * H * L), uint64_t(S), uint64_t(d)};
+    const int64_t rule = gpu.decoding_parts(B * H * L, S, d);
+    const auto counts = tuning::decoding_candidates(rule, problem);
+    ASSERT_GE(counts.size(), 4u);
+    EXPECT_EQ(counts.front(), rule) << "the rule comes first";
+    EXPECT_EQ(std::set<int64_t>(counts.begin(), counts.end()).size(), counts.size()) << "each count once";
+    for (size_t i = 1; i < counts.size(); ++i) EXPECT_LE(counts[i] * 8, S) << "a part holds 8 keys or more";
+    // the last sequence's keys all padding (its rows come out zero); causal where there are 2 rows;
+    // caches longer than the length attended to
+    Tensor padding({B, S});
+    if (B > 1) std::fill_n(padding.data.begin() + (B - 1) * S, S, -INFINITY);
+    const std::vector<Tensor> in{random_tensor({B, H, L, d}, 1), random_tensor({B, Hkv, S + 3, d}, 2),
+                                 random_tensor({B, Hkv, S + 3, d}, 3), padding};
+    for (int64_t parts : counts) {
+      auto run = [&, S = S, L = L](Backend& b) {
+        std::vector<Value> v;
+        for (size_t i = 0; i < in.size(); ++i) v.push_back(b.upload("in" + std::to_string(i), in[i]));
+        return b.download(b.attention_combine(
+            "attention_combine", b.flash_decoding("flash_decoding", v[0], v[1], v[2], S, &v[3], L > 1, 0, parts)));
+      };
+      EXPECT_TRUE(all_close(run(gpu), run(cpu), {})) << B << "×" << H << " heads over " << Hkv << ", L " << L << ", S "
+                                                     << S << ", d " << d << ", " << parts << " parts";
     }
   }
 }
@@ -336,6 +370,70 @@ TEST_F(Tuning, SoftmaxAndLayerNormAreTunedPerClass) {
     const std::string shape_class = std::string(step) + ": rows ≤ 2048, n ≤ 1024";
     ASSERT_TRUE(plans.contains(shape_class)) << plans.dump(2);
     EXPECT_EQ(plans[shape_class]["measured_ms"].size(), candidates);
+  }
+}
+
+// One decode step of `rows` query heads over `keys` cached keys of d = 64, on `gpu` (flash_decoding
+// with the backend's own split, then attention_combine), checked against the reference; returns
+// how many progress reports said it tuned the split.
+int decode_step(VulkanBackend& gpu, int64_t rows, int64_t keys) {
+  int reports = 0;
+  gpu.on_progress([&](const Backend::Progress& p) { reports += p.step.rfind("tuning flash_decoding", 0) == 0; });
+  EXPECT_TRUE(matches_reference(gpu, {random_tensor({1, rows, 1, 64}, 1), random_tensor({1, rows, keys, 64}, 2),
+                                      random_tensor({1, rows, keys, 64}, 3)},
+                                [keys](Backend& b, const std::vector<Value>& v) {
+                                  return b.attention_combine("attention_combine",
+                                                             b.flash_decoding("flash_decoding", v[0], v[1], v[2], keys,
+                                                                              nullptr, false, 0));
+                                }));
+  gpu.on_progress(nullptr);
+  return reports;
+}
+
+TEST_F(Tuning, TheDecodingSplitIsMeasuredPerClassAndRemembered) {
+  const std::string shape_class = tuning::shape_class(tuning::DecodingProblem{8, 1000, 64});
+  EXPECT_EQ(shape_class, "flash_decoding: d 64, rows ≤ 8, S ≤ 1024");
+  VulkanBackendOptions off = options();
+  off.tune = false;
+  VulkanBackend untuned(testing::shared_context(), off);
+  const int64_t rule = untuned.decoding_parts(8, 1000, 64);
+  int64_t chosen = 0;
+  {
+    auto gpu = backend();
+    EXPECT_EQ(decode_step(*gpu, 8, 100), 0) << "below 128 keys the rule splits";
+    EXPECT_FALSE(fs::exists(file()));
+    EXPECT_GT(decode_step(*gpu, 8, 1000), 0);
+    const auto entry = read()["plans"][shape_class];
+    EXPECT_EQ(entry["measured_ms"].size(), tuning::decoding_candidates(rule, {8, 1000, 64}).size()) << entry.dump();
+    double fastest = 1e300;
+    for (const auto& [plan, ms] : entry["measured_ms"].items()) {
+      if (ms.is_number()) fastest = std::min(fastest, ms.get<double>());
+    }
+    EXPECT_EQ(entry["measured_ms"][entry["describe"].get<std::string>()].get<double>(), fastest);
+    chosen = entry["plan"]["parts"].get<int64_t>();
+    EXPECT_EQ(gpu->decoding_parts(8, 1000, 64), chosen);
+    EXPECT_EQ(gpu->decoding_parts(5, 600, 64), chosen) << "the same class";
+    EXPECT_EQ(decode_step(*gpu, 6, 777), 0);
+    EXPECT_EQ(untuned.decoding_parts(8, 1000, 64), rule) << "where tuning is off, the rule";
+  }
+  // remembered: read back, and an edited count is the count used
+  EXPECT_EQ(backend()->decoding_parts(8, 1000, 64), chosen);
+  nlohmann::json doc = read();
+  doc["plans"][shape_class]["plan"]["parts"] = 3;
+  write(doc.dump());
+  {
+    auto gpu = backend();
+    EXPECT_EQ(gpu->decoding_parts(8, 1000, 64), 3);
+    EXPECT_EQ(decode_step(*gpu, 8, 1000), 0);
+  }
+  // a count that is none is measured again
+  for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json("many"), nlohmann::json(nullptr)}) {
+    SCOPED_TRACE(bad.dump());
+    doc["plans"][shape_class]["plan"]["parts"] = bad;
+    write(doc.dump());
+    auto gpu = backend();
+    EXPECT_GT(decode_step(*gpu, 8, 1000), 0);
+    EXPECT_GE(read()["plans"][shape_class]["plan"]["parts"].get<int64_t>(), 1);
   }
 }
 

@@ -1,6 +1,7 @@
 // vkattn tune: measures the plans of every step with more than one (engine/backends/tuner.h) for
-// the shape classes of some attention shapes, now rather than at their first use, and prints what
-// it chose against the fixed rule. The plans are remembered where every later run finds them.
+// the shape classes of some attention shapes (their forward, and a decode step over their length),
+// now rather than at their first use, and prints what it chose against the fixed rule. The plans
+// are remembered where every later run finds them.
 #include <unistd.h>
 
 #include <chrono>
@@ -119,6 +120,9 @@ int run_tune(const TuneArgs& a) {
       ForwardOptions forward{.need_weights = false, .is_causal = s.causal, .attention = path};
       mha.forward(backend, x, x, x, forward);
     }
+    // and a decode step's key split over that many cached positions (a token generated after
+    // them, or a decoder's cross-attention over memory of that length)
+    backend.decoding_parts(s.batch * s.heads, s.seq, s.embed / s.heads);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "\nplans by shape class: the chosen one (the fastest measured), and the fixed rule's where it\n"

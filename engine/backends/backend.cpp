@@ -324,7 +324,7 @@ Value Backend::kv_cache_append(const std::string& step_name, const Value& cache,
   return out;
 }
 
-int64_t Backend::decoding_parts(int64_t rows, int64_t length) const {
+int64_t Backend::decoding_parts(int64_t rows, int64_t length, int64_t /*d*/) {
   constexpr int64_t kMinKeys = 32;  // fewer keys a part would cost more in attention_combine than they save
   const int64_t wanted = std::max<int64_t>(1, decoding_lanes() / std::max<int64_t>(rows, 1));
   return std::max<int64_t>(1, std::min(wanted, (length + kMinKeys - 1) / kMinKeys));
@@ -353,7 +353,7 @@ Value Backend::flash_decoding(const std::string& step_name, const Value& q, cons
     require(key_padding_mask->shape == Shape{B, S}, step,
             "key_padding_mask " + describe(*key_padding_mask) + " must be (B, S) = " + shape_string({B, S}));
   }
-  if (parts == 0) parts = decoding_parts(B * H * L, S);
+  if (parts == 0) parts = decoding_parts(B * H * L, S, d);
   require(parts >= 1 && parts <= S, step,
           "parts=" + std::to_string(parts) + " must be between 1 and the " + std::to_string(S) + " keys");
   Value out = make_output(step, {B, H, L, parts, d + 2});

@@ -236,6 +236,21 @@ std::string shape_class(const RowProblem& p) {
   return p.step + ": rows ≤ " + std::to_string(bucket(p.rows)) + ", n ≤ " + std::to_string(bucket(p.cols));
 }
 
+std::string shape_class(const DecodingProblem& p) {
+  return "flash_decoding: d " + std::to_string(p.d) + ", rows ≤ " + std::to_string(bucket(p.rows)) + ", S ≤ " +
+         std::to_string(bucket(p.keys));
+}
+
+std::vector<int64_t> decoding_candidates(int64_t rule, const DecodingProblem& problem) {
+  // the class holds lengths above half its bucket: at 8 keys a part there, every count fits them all
+  const auto shortest = int64_t(bucket(problem.keys) / 2 + 1);
+  std::vector<int64_t> counts{std::clamp<int64_t>(rule, 1, shortest)};
+  for (int64_t parts = 1; parts * 8 <= shortest; parts *= 2) {
+    if (parts != counts.front()) counts.push_back(parts);
+  }
+  return counts;
+}
+
 std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size) {
   std::vector<vulkan::RowPlan> plans{vulkan::plan_rows(device, workgroup_size)};
   if (plans.front().lanes) plans.push_back({0, kMeasured});  // a row per workgroup
@@ -379,6 +394,12 @@ vulkan::RowPlan row_plan_from_json(const nlohmann::json& j) {
   return {field<uint32_t>(j, "lanes"), kRemembered};
 }
 
+int64_t decoding_parts_from_json(const nlohmann::json& j) {
+  const auto parts = field<int64_t>(j, "parts");
+  if (parts < 1) throw ConfigError("a remembered split into " + std::to_string(parts) + " parts");
+  return parts;
+}
+
 nlohmann::json Outcome::to_json() const {
   nlohmann::json measured = nlohmann::json::object();
   for (const auto& c : candidates) {
@@ -493,6 +514,44 @@ Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanB
       {runnable(std::min<uint64_t>(problem.rows, 37))}, {runnable(timed.rows)}, problem.cols, progress, chosen);
   outcome.problem = "(" + std::to_string(timed.rows) + ", " + std::to_string(timed.cols) + ")";
   outcome.plan = to_json(candidates[chosen]);
+  return outcome;
+}
+
+Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                      const DecodingProblem& problem, const std::vector<int64_t>& candidates,
+                      const Progress& progress) {
+  // The problem itself (a decode step is small), checked on at most 3 of its rows: every count
+  // then splits the same keys as when it is timed
+  auto runnable = [&](uint64_t rows, int64_t parts) {
+    const auto r = int64_t(rows), s = int64_t(problem.keys), d = int64_t(problem.d);
+    return Runnable{{uniform({1, r, 1, d}, 1), uniform({1, r, s, d}, 2), uniform({1, r, s, d}, 3)},
+                    [s, parts](Backend& be, const std::vector<Value>& in) {
+                      const Value partials =
+                          be.flash_decoding("flash_decoding", in[0], in[1], in[2], s, nullptr, false, 0, parts);
+                      return be.attention_combine("attention_combine", partials);
+                    }};
+  };
+  std::vector<std::string> plans;
+  std::vector<Runnable> checks, timeds;
+  for (int64_t parts : candidates) {
+    plans.push_back(std::to_string(parts) + (parts == 1 ? " part" : " parts") + " of " +
+                    std::to_string((int64_t(problem.keys) + parts - 1) / parts) + " keys");
+    checks.push_back(runnable(std::min<uint64_t>(problem.rows, 3), parts));
+    timeds.push_back(runnable(problem.rows, parts));
+  }
+  const std::string text = std::to_string(problem.rows) + " rows, S " + std::to_string(problem.keys) + ", d " +
+                           std::to_string(problem.d);
+  size_t chosen = 0;
+  Outcome outcome = measure(
+      "flash_decoding " + text, plans,
+      [&](size_t) {
+        VulkanBackendOptions o = options;
+        o.tune = false;
+        return std::make_unique<VulkanBackend>(context, o);
+      },
+      checks, timeds, std::max(problem.keys, problem.d), progress, chosen);
+  outcome.problem = text;
+  outcome.plan = {{"parts", candidates[chosen]}};
   return outcome;
 }
 

@@ -17,6 +17,8 @@
 //       reduced through shared memory.
 //   the attention path — fused (flash_attention) or unfused (attention_scores, attention_mask,
 //       softmax, attention_values), where a forward without weights may take either.
+//   flash_decoding — the parts its keys are split into (attention_combine merges them): the
+//       rule's count and the powers of two up to a part of 8 keys.
 //
 // A shape class rounds the problem's sizes up to powers of two (rows of A, columns, the inner
 // dimension; flash_attention's query and key lengths, exact head dim and causality): shapes of one
@@ -57,19 +59,32 @@ struct RowProblem {
   double multiply_adds() const { return 4.0 * double(rows) * double(cols); }  // about: a few passes a row
 };
 
+// A decode step: `rows` (B·H·L) query rows of d against `keys` cached keys and values.
+struct DecodingProblem {
+  uint64_t rows = 1, keys = 1, d = 1;
+  double multiply_adds() const { return 2.0 * double(rows) * double(keys) * double(d); }
+};
+
 // "linear: rows ≤ 4096, n ≤ 512, k ≤ 512"; "flash_attention: d 64, L ≤ 128, S ≤ 128, causal";
 // "softmax: rows ≤ 32768, n ≤ 128"
 std::string shape_class(const GemmProblem& problem);
 std::string shape_class(const FlashProblem& problem);
 std::string shape_class(const RowProblem& problem);
+std::string shape_class(const DecodingProblem& problem);  // "flash_decoding: d 64, rows ≤ 8, S ≤ 4096"
 
 // Problems below this many multiply-adds keep the rule: measuring costs more than a plan saves.
 constexpr double kSmallestTuned = 8e6;
+// A decode step is small and runs once a token, layer and attention: its split is measured from
+// this many keys, where there are at least two candidates of 32 keys a part.
+constexpr uint64_t kShortestTunedDecoding = 128;
 
 // The plans tuning chooses among on `device`, the rule's first.
 std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device);
 std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
 std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
+// `rule` (Backend::decoding_parts' count), then 1, 2, 4, … while a part holds at least 8 keys of
+// the class's shortest length (so that every count is valid for every length of the class).
+std::vector<int64_t> decoding_candidates(int64_t rule, const DecodingProblem& problem);
 
 // Plans as the cache keeps them. The readers throw ConfigError on a malformed entry.
 nlohmann::json to_json(const vulkan::GemmPlan& plan);
@@ -108,6 +123,12 @@ Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const Vulkan
                    const Progress& progress);
 Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                   const RowProblem& problem, const std::vector<vulkan::RowPlan>& candidates, const Progress& progress);
+// flash_decoding then attention_combine, timed together under each count of parts. The plan is
+// {"parts": P}; decoding_parts_from_json reads it (ConfigError when it is not a count ≥ 1).
+Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
+                      const DecodingProblem& problem, const std::vector<int64_t>& candidates,
+                      const Progress& progress);
+int64_t decoding_parts_from_json(const nlohmann::json& plan);
 
 // Fused against unfused, for a forward that may take either (Backend::prefers_fused): both
 // paths' steps timed on `problem` (its heads cut where it is very large) on backends that tune

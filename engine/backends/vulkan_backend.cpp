@@ -80,6 +80,7 @@ struct VulkanBackend::State {
   std::map<std::string, vulkan::FlashPlan> flash_plans;
   std::map<std::string, vulkan::RowPlan> row_plans;
   std::map<std::string, bool> fused_paths;  // by path_class: whether fused is the faster
+  std::map<std::string, int64_t> decoding_parts;  // flash_decoding's key split
   vulkan::Recorder recorder;
   std::shared_ptr<vulkan::BufferPool> buffers;  // tensors' buffers; Storage holds it weakly
   std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels;
@@ -190,6 +191,30 @@ const vulkan::RowPlan& VulkanBackend::row_plan_for(const std::string& step, int6
   return s_->row_plans[shape_class] = tuning::row_plan_from_json(outcome.plan);
 }
 
+int64_t VulkanBackend::decoding_parts(int64_t rows, int64_t length, int64_t d) {
+  const int64_t rule = Backend::decoding_parts(rows, length, d);
+  const tuning::DecodingProblem problem{uint64_t(rows), uint64_t(length), uint64_t(d)};
+  if (!s_->cache || problem.keys < tuning::kShortestTunedDecoding) return rule;
+  const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
+  // a count measured on the class's lengths fits each of them; min() keeps an edited one in range
+  if (auto it = s_->decoding_parts.find(shape_class); it != s_->decoding_parts.end()) return std::min(it->second, length);
+  if (auto entry = s_->cache->find(shape_class)) {
+    try {
+      if (!entry->contains("plan")) throw ConfigError("the entry has no plan");
+      return std::min(s_->decoding_parts[shape_class] = tuning::decoding_parts_from_json(entry->at("plan")), length);
+    } catch (const Error& e) {
+      spdlog::warn("plan cache: the split remembered for {} in {} is refused ({}): measuring again", shape_class,
+                   s_->cache->file().string(), e.what());
+      s_->cache->forget(shape_class);
+    }
+  }
+  const tuning::Outcome outcome = tuning::tune_decoding(
+      s_->context, s_->options, problem, tuning::decoding_candidates(rule, problem),
+      [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
+  s_->cache->remember(shape_class, outcome.to_json());
+  return std::min(s_->decoding_parts[shape_class] = tuning::decoding_parts_from_json(outcome.plan), length);
+}
+
 bool VulkanBackend::folds_layout_steps() const { return s_->options.fold_layout_steps; }
 
 void VulkanBackend::fold_layout_steps(bool fold) { s_->options.fold_layout_steps = fold; }
@@ -227,6 +252,9 @@ std::vector<std::pair<std::string, std::string>> VulkanBackend::tuned_plans() co
   for (const auto& [shape_class, plan] : s_->flash_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, plan] : s_->row_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, fused] : s_->fused_paths) plans.emplace_back(shape_class, fused ? "fused" : "unfused");
+  for (const auto& [shape_class, parts] : s_->decoding_parts) {
+    plans.emplace_back(shape_class, std::to_string(parts) + (parts == 1 ? " part" : " parts"));
+  }
   return plans;
 }
 

@@ -153,9 +153,10 @@ class Backend {
                        const Value* key_padding_mask, bool causal, int64_t window, int64_t parts = 0);
   // flash_decoding's parts merged: (B, H, L, P, d + 2) -> (B, H, L, d); zeros for a row that saw no key
   Value attention_combine(const std::string& step, const Value& partials);
-  // The parts flash_decoding splits `length` keys into for `rows` (B·H·L) query rows: enough
-  // (row, part) pairs to fill decoding_lanes() invocations, each part at least 32 keys.
-  int64_t decoding_parts(int64_t rows, int64_t length) const;
+  // The parts flash_decoding splits `length` keys into for `rows` (B·H·L) query rows of d: by
+  // rule, enough (row, part) pairs to fill decoding_lanes() invocations, each part at least 32
+  // keys; a VulkanBackend that tunes measures the counts once per shape class instead.
+  virtual int64_t decoding_parts(int64_t rows, int64_t length, int64_t d);
   // The invocations a decode step should offer the device: 256 on a CPU, many more on a GPU.
   virtual int64_t decoding_lanes() const { return 256; }
 

@@ -86,6 +86,9 @@ class VulkanBackend final : public Backend {
   // flash_decoding's parallelism: 256 invocations on a CPU device, 32768 on a GPU (a few per
   // lane of the largest GPUs' streaming multiprocessors)
   int64_t decoding_lanes() const override;
+  // The rule's count, or where the backend tunes and there are at least 128 keys, the count
+  // measured fastest for the shape class (flash_decoding and attention_combine timed together).
+  int64_t decoding_parts(int64_t rows, int64_t length, int64_t d) override;
   // Fused unless tuning measured the unfused steps faster for this shape class, where the
   // (B, H, L, S) scores fit in an eighth of the device's memory.
   bool prefers_fused(const AttentionProblem& problem) override;
