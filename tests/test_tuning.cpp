@@ -411,6 +411,9 @@ TEST_F(Tuning, TheDecodingSplitIsMeasuredPerClassAndRemembered) {
     }
     EXPECT_EQ(entry["measured_ms"][entry["describe"].get<std::string>()].get<double>(), fastest);
     chosen = entry["plan"]["parts"].get<int64_t>();
+    EXPECT_EQ(entry["describe"].get<std::string>(), std::to_string(chosen) + (chosen == 1 ? " part" : " parts"));
+    ASSERT_EQ(gpu->tuned_plans().size(), 1u);
+    EXPECT_EQ(gpu->tuned_plans()[0], std::pair(shape_class, entry["describe"].get<std::string>()));
     EXPECT_EQ(gpu->decoding_parts(8, 1000, 64), chosen);
     EXPECT_EQ(gpu->decoding_parts(5, 600, 64), chosen) << "the same class";
     EXPECT_EQ(decode_step(*gpu, 6, 777), 0);

@@ -394,6 +394,8 @@ vulkan::RowPlan row_plan_from_json(const nlohmann::json& j) {
   return {field<uint32_t>(j, "lanes"), kRemembered};
 }
 
+std::string decoding_text(int64_t parts) { return std::to_string(parts) + (parts == 1 ? " part" : " parts"); }
+
 int64_t decoding_parts_from_json(const nlohmann::json& j) {
   const auto parts = field<int64_t>(j, "parts");
   if (parts < 1) throw ConfigError("a remembered split into " + std::to_string(parts) + " parts");
@@ -534,8 +536,7 @@ Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const Vul
   std::vector<std::string> plans;
   std::vector<Runnable> checks, timeds;
   for (int64_t parts : candidates) {
-    plans.push_back(std::to_string(parts) + (parts == 1 ? " part" : " parts") + " of " +
-                    std::to_string((int64_t(problem.keys) + parts - 1) / parts) + " keys");
+    plans.push_back(decoding_text(parts));
     checks.push_back(runnable(std::min<uint64_t>(problem.rows, 3), parts));
     timeds.push_back(runnable(problem.rows, parts));
   }

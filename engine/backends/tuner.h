@@ -129,6 +129,7 @@ Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const Vul
                       const DecodingProblem& problem, const std::vector<int64_t>& candidates,
                       const Progress& progress);
 int64_t decoding_parts_from_json(const nlohmann::json& plan);
+std::string decoding_text(int64_t parts);  // "16 parts": as tuned_plans() and the cache describe it
 
 // Fused against unfused, for a forward that may take either (Backend::prefers_fused): both
 // paths' steps timed on `problem` (its heads cut where it is very large) on backends that tune

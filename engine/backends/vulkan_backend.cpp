@@ -252,9 +252,7 @@ std::vector<std::pair<std::string, std::string>> VulkanBackend::tuned_plans() co
   for (const auto& [shape_class, plan] : s_->flash_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, plan] : s_->row_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, fused] : s_->fused_paths) plans.emplace_back(shape_class, fused ? "fused" : "unfused");
-  for (const auto& [shape_class, parts] : s_->decoding_parts) {
-    plans.emplace_back(shape_class, std::to_string(parts) + (parts == 1 ? " part" : " parts"));
-  }
+  for (const auto& [shape_class, parts] : s_->decoding_parts) plans.emplace_back(shape_class, tuning::decoding_text(parts));
   return plans;
 }
 
