@@ -148,6 +148,10 @@ void Backend::report(const std::string& step, const char* op, std::vector<Tensor
   for (Tracer* tracer : tracers_) tracer->on_step(event);
 }
 
+void Backend::fold_layout_steps(bool fold) {
+  if (fold) throw ConfigError("the " + name() + " backend cannot fold layout steps into their neighbours");
+}
+
 void Backend::fold_time() {
   const double now = host_times_.empty() ? 0.0 : host_times_.back().start_us + host_times_.back().duration_us;
   host_times_.push_back({now, 0.0});

@@ -166,12 +166,34 @@ void trace_dump(const Trace& trace, const std::filesystem::path& dir, bool value
   replay(trace.steps, dump);
 }
 
-// Runs `pass` on `device` with a value recorder attached: the result and the trace.
+// The layout steps folded or copied as asked, for one pass (none asked: as the device does).
+class LayoutStepsFor {
+ public:
+  LayoutStepsFor(Backend& backend, std::optional<bool> fold) : backend_(backend), before_(backend.folds_layout_steps()) {
+    if (fold) backend.fold_layout_steps(*fold);
+  }
+  ~LayoutStepsFor() {
+    try {
+      backend_.fold_layout_steps(before_);
+    } catch (const std::exception&) {  // false is always taken; true was taken before
+    }
+  }
+  LayoutStepsFor(const LayoutStepsFor&) = delete;
+  LayoutStepsFor& operator=(const LayoutStepsFor&) = delete;
+
+ private:
+  Backend& backend_;
+  bool before_;
+};
+
+// Runs `pass` on `device` with a value recorder attached, the layout steps folded or copied as
+// asked: the result and the trace.
 template <class F>
-auto traced(Device& device, nlohmann::json config, F&& pass) {
+auto traced(Device& device, nlohmann::json config, F&& pass, std::optional<bool> fold_layout_steps) {
   auto trace = std::make_shared<Trace>();
   trace->config = std::move(config);
   auto result = on_device(device, [&](Backend& backend) {
+    LayoutStepsFor layout(backend, fold_layout_steps);
     AttachedTracer attached(backend, trace->steps);
     return pass(backend);
   });
@@ -254,7 +276,7 @@ class Attention {
   py::tuple forward(const FloatArray& query, const std::optional<FloatArray>& key, const std::optional<FloatArray>& value,
                     const std::optional<py::array>& key_padding_mask, bool need_weights,
                     const std::optional<py::array>& attn_mask, bool average_attn_weights, bool is_causal,
-                    const std::string& attention, bool trace) {
+                    const std::string& attention, bool trace, std::optional<bool> fold_layout_steps) {
     Inputs in = inputs(query, key, value, key_padding_mask, attn_mask, is_causal);
     ForwardOptions& o = in.options;
     o.need_weights = need_weights;
@@ -275,7 +297,7 @@ class Attention {
                              {"batch_first", c.batch_first}, {"is_causal", is_causal}, {"need_weights", need_weights},
                              {"average_attn_weights", average_attn_weights},
                              {"attention", attention_path_name(o.attention)}};
-    auto [result, recorded] = traced(*device_, config, run);
+    auto [result, recorded] = traced(*device_, config, run, fold_layout_steps);
     py::tuple out = pack(std::move(result));
     return py::make_tuple(out[0], out[1], recorded);
   }
@@ -327,7 +349,8 @@ class GroupedQuery {
   }
 
   py::tuple forward(const FloatArray& x, const std::optional<py::array>& key_padding_mask, bool need_weights,
-                    bool average_attn_weights, const std::string& attention, int64_t position, bool trace) {
+                    bool average_attn_weights, const std::string& attention, int64_t position, bool trace,
+                    std::optional<bool> fold_layout_steps) {
     const Tensor input = to_tensor(x);
     GroupedQueryOptions o{to_mask(key_padding_mask), parse_attention_path(attention), need_weights,
                           average_attn_weights, position};
@@ -336,7 +359,7 @@ class GroupedQuery {
       return py::make_tuple(to_array(std::move(r.output)), r.weights ? py::object(to_array(std::move(*r.weights))) : py::none());
     };
     if (!trace) return pack(on_device(*device_, run));
-    auto [result, recorded] = traced(*device_, config(), run);
+    auto [result, recorded] = traced(*device_, config(), run, fold_layout_steps);
     py::tuple out = pack(std::move(result));
     return py::make_tuple(out[0], out[1], recorded);
   }
@@ -403,7 +426,7 @@ class Encoder {
 
   py::object forward(const FloatArray& src, const std::optional<py::array>& mask,
                      const std::optional<py::array>& src_key_padding_mask, bool is_causal,
-                     const std::string& attention, bool trace) {
+                     const std::string& attention, bool trace, std::optional<bool> fold_layout_steps) {
     Tensor x = to_tensor(src);
     EncoderOptions o;
     o.mask = to_mask(mask);
@@ -420,7 +443,7 @@ class Encoder {
       }, module_);
     };
     if (!trace) return to_array(on_device(*device_, run));
-    auto [result, recorded] = traced(*device_, config_, run);
+    auto [result, recorded] = traced(*device_, config_, run, fold_layout_steps);
     return py::make_tuple(to_array(std::move(result)), recorded);
   }
 
@@ -565,7 +588,7 @@ PYBIND11_MODULE(_vkattn, m) {
       .def("state_dict", &Attention::state_dict)
       .def("forward", &Attention::forward, py::arg("query"), py::arg("key"), py::arg("value"),
            py::arg("key_padding_mask"), py::arg("need_weights"), py::arg("attn_mask"), py::arg("average_attn_weights"),
-           py::arg("is_causal"), py::arg("attention"), py::arg("trace"))
+           py::arg("is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("check", &Attention::check, py::arg("recorded"), py::arg("query"), py::arg("key"), py::arg("value"),
            py::arg("key_padding_mask"), py::arg("attn_mask"), py::arg("is_causal"), py::arg("atol"), py::arg("rtol"));
 
@@ -575,7 +598,8 @@ PYBIND11_MODULE(_vkattn, m) {
       .def_property_readonly("device", &GroupedQuery::device)
       .def_property_readonly("config", [](const GroupedQuery& g) { return py::module_::import("json").attr("loads")(g.config().dump()); })
       .def("forward", &GroupedQuery::forward, py::arg("x"), py::arg("key_padding_mask"), py::arg("need_weights"),
-           py::arg("average_attn_weights"), py::arg("attention"), py::arg("position"), py::arg("trace"))
+           py::arg("average_attn_weights"), py::arg("attention"), py::arg("position"), py::arg("trace"),
+           py::arg("fold_layout_steps") = py::none())
       .def("check", &GroupedQuery::check, py::arg("recorded"), py::arg("x"), py::arg("key_padding_mask"),
            py::arg("position"), py::arg("atol"), py::arg("rtol"));
   py::class_<Encoder>(m, "_Encoder")
@@ -585,7 +609,7 @@ PYBIND11_MODULE(_vkattn, m) {
            py::arg("kind"), py::arg("selector"))
       .def_property_readonly("device", &Encoder::device)
       .def("forward", &Encoder::forward, py::arg("src"), py::arg("mask"), py::arg("src_key_padding_mask"),
-           py::arg("is_causal"), py::arg("attention"), py::arg("trace"));
+           py::arg("is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none());
 
   py::class_<CheckReport>(m, "_CheckReport")
       .def_property_readonly("ok", &CheckReport::ok)

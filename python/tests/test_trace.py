@@ -55,6 +55,35 @@ def test_folded_layout_steps_say_so_and_keep_their_tensors(traced):
     np.testing.assert_array_equal(merge, trace["attention_values"].transpose(0, 2, 1, 3).reshape(2, 5, 16))
 
 
+def test_layout_steps_copied_or_folded_on_request_and_the_values_agree(traced):
+    m, v, x, out, folded = traced
+    copied_out, copied = v.trace(x, fold_layout_steps=False)
+    np.testing.assert_array_equal(copied_out, out)
+    assert [s.name for s in copied.steps] == UNFUSED
+    assert all(s.folded is None and s.stored_as is None for s in copied.steps)
+    assert copied.steps[1].time_us > 0  # a copy that ran, timed
+    for a, b in zip(copied.steps, folded.steps):
+        np.testing.assert_array_equal(a.values, b.values)
+    # the device's own way again afterwards: a request lasts one trace
+    _, again = v.trace(x)
+    assert again.steps[1].folded == folded.steps[1].folded is not None
+    # the CPU reference copies by default and folds on request, with the same values
+    cpu = vkattn.MultiheadAttention.from_state_dict(v.state_dict(), 4, batch_first=True, device="cpu")
+    _, cpu_copied = cpu.trace(x)
+    _, cpu_folded = cpu.trace(x, fold_layout_steps=True)
+    assert cpu_copied.steps[1].folded is None and cpu_folded.steps[1].folded.startswith("folded into q_proj's store")
+    np.testing.assert_array_equal(cpu_folded["out_proj"], cpu_copied["out_proj"])
+    # an encoder and grouped-query attention take it too
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+    encoder = vkattn.TransformerEncoderLayer.from_torch(layer)
+    y_folded, t_folded = encoder.trace(x)
+    y_copied, t_copied = encoder.trace(x, fold_layout_steps=False)
+    np.testing.assert_array_equal(y_folded, y_copied)
+    assert any(s.folded for s in t_folded.steps) and not any(s.folded for s in t_copied.steps)
+    with pytest.raises(vkattn.ConfigError, match="fold_layout_steps='yes'"):
+        v.trace(x, fold_layout_steps="yes")
+
+
 def test_fused_path_and_values_off(traced):
     _, v, x, out, _ = traced
     fused_out, trace = v.trace(x, need_weights=False, values=False)

@@ -8,6 +8,14 @@ from .devices import resolve
 from .trace import Trace
 
 
+def _fold(fold_layout_steps):
+    """trace()'s fold_layout_steps: None, True or False (ConfigError naming it otherwise)."""
+    if fold_layout_steps is not None and not isinstance(fold_layout_steps, bool):
+        raise _vkattn.ConfigError(f"fold_layout_steps={fold_layout_steps!r}: give None (as the device does), "
+                                  "True (folded) or False (copied)")
+    return fold_layout_steps
+
+
 def _inputs(query, key=None, value=None):
     """query, key, value as float32 arrays (key None: the query; value None: the key); one array
     for all three when they are one object (self-attention: uploaded once, as torch's fast path
@@ -83,14 +91,19 @@ class MultiheadAttention:
     forward = __call__
 
     def trace(self, query, key=None, value=None, key_padding_mask=None, need_weights=True, attn_mask=None,
-              average_attn_weights=True, is_causal=False, attention="auto", values=True, side_by_side=False):
+              average_attn_weights=True, is_causal=False, attention="auto", values=True, side_by_side=False,
+              fold_layout_steps=None):
         """(output, Trace): the forward with every step recorded (and its values, unless
         values=False). key and value default to the query. side_by_side=True runs the same
-        weights on the CPU reference too: the Trace's table then compares the two step by step."""
+        weights on the CPU reference too: the Trace's table then compares the two step by step.
+        fold_layout_steps: None runs split_heads and merge_heads as the device does (a GPU folds
+        them into the projections: 0 µs, Step.folded says where); False copies them, as a
+        hand-written .transpose(1, 2).contiguous() does; True folds them on any device. The
+        output and every step's values are the same bit for bit."""
         q, k, v = _inputs(query, key, value)
         args = (q, k, v, as_mask(key_padding_mask, "key_padding_mask"), need_weights,
                 as_mask(attn_mask, "attn_mask"), average_attn_weights, is_causal, attention, True)
-        output, weights, recorded = self._impl.forward(*args)
+        output, weights, recorded = self._impl.forward(*args, _fold(fold_layout_steps))
         reference = None
         if side_by_side:  # the reference takes the path this device took (tuning may choose either)
             cpu = MultiheadAttention.from_state_dict(self.state_dict(), self.num_heads, self.batch_first,
@@ -139,10 +152,12 @@ class GroupedQueryAttention:
     forward = __call__
 
     def trace(self, x, key_padding_mask=None, need_weights=False, average_attn_weights=False, attention="auto",
-              position=0, values=True):
-        """(output, Trace): the forward with every step recorded."""
+              position=0, values=True, fold_layout_steps=None):
+        """(output, Trace): the forward with every step recorded. fold_layout_steps as
+        MultiheadAttention.trace's: None as the device does, False copies, True folds."""
         output, weights, recorded = self._impl.forward(as_array(x, "x"), as_mask(key_padding_mask, "key_padding_mask"),
-                                                       need_weights, average_attn_weights, attention, position, True)
+                                                       need_weights, average_attn_weights, attention, position, True,
+                                                       _fold(fold_layout_steps))
         return output, Trace(recorded, values=values, weights=weights)
 
 
@@ -187,11 +202,14 @@ class _Encoder:
 
     forward = __call__
 
-    def trace(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto", values=True):
-        """(output, Trace) of one forward (steps named layers.N.self_attn.q_proj, …, as torch's modules)."""
+    def trace(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto", values=True,
+              fold_layout_steps=None):
+        """(output, Trace) of one forward (steps named layers.N.self_attn.q_proj, …, as torch's modules).
+        fold_layout_steps as MultiheadAttention.trace's: None as the device does, False copies,
+        True folds."""
         y, recorded = self._impl.forward(self._src(src), as_mask(mask, "mask"),
                                          as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal,
-                                         attention, True)
+                                         attention, True, _fold(fold_layout_steps))
         return self._out(y), Trace(recorded, values=values)
 
 

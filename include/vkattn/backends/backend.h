@@ -134,6 +134,9 @@ class Backend {
   Value merge_heads_linear(const std::string& merge_step, const std::string& linear_step, const Value& heads,
                            const Value& weight, const Value* bias);
   virtual bool folds_layout_steps() const { return false; }
+  // From the next step on, folds the layout steps (true) or runs them as copies (false). A backend
+  // that cannot fold takes false and refuses true (ConfigError naming it).
+  virtual void fold_layout_steps(bool fold);
   // (B, H, L, S) -> (B, L, S), mean over H
   Value average_heads(const std::string& step, const Value& p);
 

@@ -13,6 +13,7 @@ class ReferenceBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::string device_name() const override { return "reference (C++ loops)"; }
   bool folds_layout_steps() const override { return fold_layout_steps_; }
+  void fold_layout_steps(bool fold) override { fold_layout_steps_ = fold; }
 
  protected:
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;

@@ -95,7 +95,7 @@ class VulkanBackend final : public Backend {
   bool folds_layout_steps() const override;
   // From the next step on, folds split_heads and merge_heads into their projections or runs them
   // as copies (VulkanBackendOptions::fold_layout_steps): lesson 07 runs both.
-  void fold_layout_steps(bool fold);
+  void fold_layout_steps(bool fold) override;
   // The internals, for vkattn's own tools and tests (engine/vulkan/*.h define them).
   const vulkan::Context& context() const;
   const vulkan::Recorder& recorder() const;
