@@ -34,6 +34,18 @@
 // builds), RGBA32F uniform texel buffers read by texelFetch: on
 // lavapipe a texel fetch whose address differs per lane costs less than a storage load. The host
 // uses those only with VEC4, the buffers then holding whole texels.
+// UNROLL_TILES (the <step>_subgroup…_unrolled builds): the broadcast tiling's loops over its tile
+// are unrolled by [[unroll]], so that its accumulators live in registers. Mesa 25's NIR stops
+// unrolling on its own past a cost, and then indexes them in memory: lavapipe (LLVM 19) ran the
+// 16-row tiles at 15–18 GFLOP/s instead of 54 (docs/lavapipe.md). Mesa 22 unrolls them unasked.
+// The host takes these builds at 8 lanes or fewer: at 16, LLVM 19 takes ~10 s a pipeline to
+// compile the unrolled tile (9× the rolled one), which the run does not repay on a first use.
+#ifdef UNROLL_TILES
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]
+#else
+#define UNROLL
+#endif
 #ifdef SUBGROUPS
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -164,32 +176,32 @@ void gemm_broadcast() {
   uint i0 = (unit / col_blocks) % row_blocks * TILE_M;
   uint j0 = unit % col_blocks * block_cols + gl_SubgroupInvocationID * TILE_N;
   uint my_rows[ROW_SETS];  // where the rows of A this lane loads start: i0 + lane, i0 + LANES + lane, …
-  for (uint s = 0u; s < ROW_SETS; ++s) my_rows[s] = a_row(n, min(i0 + s * LANES + gl_SubgroupInvocationID, p.rows - 1u));
+  UNROLL for (uint s = 0u; s < ROW_SETS; ++s) my_rows[s] = a_row(n, min(i0 + s * LANES + gl_SubgroupInvocationID, p.rows - 1u));
 
   vec4 acc[TILE_M][TILE_N / 4u];
-  for (uint r = 0u; r < TILE_M; ++r) {
-    for (uint q = 0u; q < TILE_N / 4u; ++q) acc[r][q] = vec4(0.0);
+  UNROLL for (uint r = 0u; r < TILE_M; ++r) {
+    UNROLL for (uint q = 0u; q < TILE_N / 4u; ++q) acc[r][q] = vec4(0.0);
   }
   for (uint k = 0u; k < p.inner; k += 4u) {
     vec4 mine[ROW_SETS];
-    for (uint s = 0u; s < ROW_SETS; ++s) mine[s] = load_a(my_rows[s], k);
+    UNROLL for (uint s = 0u; s < ROW_SETS; ++s) mine[s] = load_a(my_rows[s], k);
 #ifdef B_IS_K_BY_N
     vec4 bk[4][TILE_N / 4u];  // B[k + t, j0 + 4q .. + 3]
-    for (uint t = 0u; t < 4u; ++t) {
-      for (uint q = 0u; q < TILE_N / 4u; ++q) bk[t][q] = load_b_row(n, k + t, min(j0 + 4u * q, p.cols - 1u));
+    UNROLL for (uint t = 0u; t < 4u; ++t) {
+      UNROLL for (uint q = 0u; q < TILE_N / 4u; ++q) bk[t][q] = load_b_row(n, k + t, min(j0 + 4u * q, p.cols - 1u));
     }
-    for (uint r = 0u; r < TILE_M; ++r) {
+    UNROLL for (uint r = 0u; r < TILE_M; ++r) {
       vec4 ar = subgroupShuffle(mine[r / LANES], r % LANES);  // A[n, i0 + r, k..k+3]
-      for (uint q = 0u; q < TILE_N / 4u; ++q) {
+      UNROLL for (uint q = 0u; q < TILE_N / 4u; ++q) {
         acc[r][q] += ar.x * bk[0][q] + ar.y * bk[1][q] + ar.z * bk[2][q] + ar.w * bk[3][q];
       }
     }
 #else
     vec4 bj[TILE_N];  // B[n, j0 + j, k..k+3]
-    for (uint j = 0u; j < TILE_N; ++j) bj[j] = load_b_col(n, min(j0 + j, p.cols - 1u), k);
-    for (uint r = 0u; r < TILE_M; ++r) {
+    UNROLL for (uint j = 0u; j < TILE_N; ++j) bj[j] = load_b_col(n, min(j0 + j, p.cols - 1u), k);
+    UNROLL for (uint r = 0u; r < TILE_M; ++r) {
       vec4 ar = subgroupShuffle(mine[r / LANES], r % LANES);
-      for (uint q = 0u; q < TILE_N / 4u; ++q) {
+      UNROLL for (uint q = 0u; q < TILE_N / 4u; ++q) {
         acc[r][q] += vec4(dot(ar, bj[4u * q]), dot(ar, bj[4u * q + 1u]), dot(ar, bj[4u * q + 2u]),
                           dot(ar, bj[4u * q + 3u]));
       }
@@ -199,13 +211,13 @@ void gemm_broadcast() {
   // C_HEADS: heads_col of this lane's columns; with C_HEADS = 4 of each quad's first (a quad
   // starts on a multiple of 4, so with d one too its four columns lie in one head, in a row)
   uint cols_at[TILE_N];
-  for (uint j = 0u; j < TILE_N; ++j) {
+  UNROLL for (uint j = 0u; j < TILE_N; ++j) {
     cols_at[j] = C_HEADS == 1u || (C_HEADS == 4u && j % 4u == 0u) ? heads_col(min(j0 + j, p.cols - 1u), p.cols) : 0u;
   }
-  for (uint r = 0u; r < TILE_M; ++r) {
+  UNROLL for (uint r = 0u; r < TILE_M; ++r) {
     uint i = i0 + r, row_at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) : 0u;
-    for (uint q = 0u; q < TILE_N / 4u; ++q) {
-      for (uint t = 0u; t < 4u; ++t) {
+    UNROLL for (uint q = 0u; q < TILE_N / 4u; ++q) {
+      UNROLL for (uint t = 0u; t < 4u; ++t) {
         uint j = j0 + 4u * q + t;
         uint at = C_HEADS == 4u   ? row_at + cols_at[4u * q] + t
                   : C_HEADS == 1u ? row_at + cols_at[4u * q + t]

@@ -47,7 +47,9 @@ std::vector<uint32_t> GemmPlan::specialization(bool vec4, bool has_bias) const {
 }
 
 std::string GemmPlan::shader(const std::string& step, bool texels) const {
-  return step + (variant == GemmVariant::broadcast ? "_subgroup" : "") + (texels ? "_texel" : "");
+  if (variant != GemmVariant::broadcast) return step + (texels ? "_texel" : "");
+  // the tile unrolled where it compiles in about a second (shaders/gemm.glsl, UNROLL_TILES)
+  return step + "_subgroup" + (texels ? "_texel" : "") + (lanes <= kMostUnrolledLanes ? "_unrolled" : "");
 }
 
 std::string GemmPlan::describe() const {

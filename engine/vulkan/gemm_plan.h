@@ -42,8 +42,10 @@ struct GemmPlan {
   // The specialization constants 1… of gemm.glsl (constant 0, the workgroup size, is separate).
   std::vector<uint32_t> specialization(bool vec4, bool has_bias) const;
   // The shader that runs `step` (linear, attention_scores, attention_values) under this plan:
-  // <step>, <step>_subgroup (broadcast), each with _texel when `texels`.
+  // <step>, <step>_subgroup (broadcast), each with _texel when `texels`; broadcast at up to
+  // kMostUnrolledLanes lanes takes the build with its tile unrolled, <step>_subgroup…_unrolled.
   std::string shader(const std::string& step, bool texels) const;
+  static constexpr uint32_t kMostUnrolledLanes = 8;
   // The subgroup size the pipeline must require: the lanes of broadcast, 0 for shared.
   uint32_t required_lanes() const { return variant == GemmVariant::broadcast ? lanes : 0; }
   std::string describe() const;  // "broadcast: 8×64 per subgroup, workgroup 64"
