@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
         }
         const double per_token = median(cached);
         // the split the last step ran (its length is context + tokens - 1 positions)
-        const int64_t parts = options.parts > 0 ? options.parts : backend->decoding_parts(H, context + tokens - 1, E / H);
+        const int64_t parts =
+            options.parts > 0 ? options.parts : backend->decoding_parts(H, context + tokens - 1, E / H);
         std::cout << std::fixed << std::setw(7) << context << std::setw(7) << parts
                   << (asked == 0 ? "*" : " ") << std::setw(16) << std::setprecision(2) << per_token
                   << std::setw(20) << std::setprecision(1) << *recompute << std::setw(9) << std::setprecision(1)
@@ -108,7 +109,8 @@ int main(int argc, char** argv) {
       }
     }
     std::cout << "cached: the median of " << tokens - 1 << " decode steps; recompute: the faster of two full "
-              << "forwards over the context\nparts: flash_decoding's key split (*: the backend's choice)\ncache MiB = 2 · layers · B · H · capacity · d · 4 bytes\n";
+              << "forwards over the context\nparts: flash_decoding's key split (*: the backend's choice)\n"
+              << "cache MiB = 2 · layers · B · H · capacity · d · 4 bytes\n";
   } catch (const std::exception& e) {
     std::cerr << "bench_decoding: " << e.what() << "\n";
     return 1;

@@ -196,23 +196,20 @@ int64_t VulkanBackend::decoding_parts(int64_t rows, int64_t length, int64_t d) {
   const tuning::DecodingProblem problem{uint64_t(rows), uint64_t(length), uint64_t(d)};
   if (!s_->cache || problem.keys < tuning::kShortestTunedDecoding) return rule;
   const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
-  // a count measured on the class's lengths fits each of them; min() keeps an edited one in range
-  if (auto it = s_->decoding_parts.find(shape_class); it != s_->decoding_parts.end()) return std::min(it->second, length);
-  if (auto entry = s_->cache->find(shape_class)) {
-    try {
-      if (!entry->contains("plan")) throw ConfigError("the entry has no plan");
-      return std::min(s_->decoding_parts[shape_class] = tuning::decoding_parts_from_json(entry->at("plan")), length);
-    } catch (const Error& e) {
-      spdlog::warn("plan cache: the split remembered for {} in {} is refused ({}): measuring again", shape_class,
-                   s_->cache->file().string(), e.what());
-      s_->cache->forget(shape_class);
+  auto it = s_->decoding_parts.find(shape_class);
+  if (it == s_->decoding_parts.end()) {
+    auto parts = remembered<int64_t>(*s_->cache, shape_class, s_->device, &tuning::decoding_parts_from_json,
+                                     [](const int64_t&, const vulkan::DeviceReport&) {});  // any count ≥ 1 runs
+    if (!parts) {
+      const tuning::Outcome outcome = tuning::tune_decoding(
+          s_->context, s_->options, problem, tuning::decoding_candidates(rule, problem),
+          [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
+      s_->cache->remember(shape_class, outcome.to_json());
+      parts = tuning::decoding_parts_from_json(outcome.plan);
     }
+    it = s_->decoding_parts.emplace(shape_class, *parts).first;
   }
-  const tuning::Outcome outcome = tuning::tune_decoding(
-      s_->context, s_->options, problem, tuning::decoding_candidates(rule, problem),
-      [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
-  s_->cache->remember(shape_class, outcome.to_json());
-  return std::min(s_->decoding_parts[shape_class] = tuning::decoding_parts_from_json(outcome.plan), length);
+  return std::min(it->second, length);  // a measured count fits the class's lengths; an edited one may not
 }
 
 bool VulkanBackend::folds_layout_steps() const { return s_->options.fold_layout_steps; }
@@ -252,7 +249,9 @@ std::vector<std::pair<std::string, std::string>> VulkanBackend::tuned_plans() co
   for (const auto& [shape_class, plan] : s_->flash_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, plan] : s_->row_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, fused] : s_->fused_paths) plans.emplace_back(shape_class, fused ? "fused" : "unfused");
-  for (const auto& [shape_class, parts] : s_->decoding_parts) plans.emplace_back(shape_class, tuning::decoding_text(parts));
+  for (const auto& [shape_class, parts] : s_->decoding_parts) {
+    plans.emplace_back(shape_class, tuning::decoding_text(parts));
+  }
   return plans;
 }
 

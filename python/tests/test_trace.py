@@ -73,13 +73,17 @@ def test_layout_steps_copied_or_folded_on_request_and_the_values_agree(traced):
     _, cpu_folded = cpu.trace(x, fold_layout_steps=True)
     assert cpu_copied.steps[1].folded is None and cpu_folded.steps[1].folded.startswith("folded into q_proj's store")
     np.testing.assert_array_equal(cpu_folded["out_proj"], cpu_copied["out_proj"])
-    # an encoder and grouped-query attention take it too
+    # an encoder and grouped-query attention (4 query heads over 2) take it too
     layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
-    encoder = vkattn.TransformerEncoderLayer.from_torch(layer)
-    y_folded, t_folded = encoder.trace(x)
-    y_copied, t_copied = encoder.trace(x, fold_layout_steps=False)
-    np.testing.assert_array_equal(y_folded, y_copied)
-    assert any(s.folded for s in t_folded.steps) and not any(s.folded for s in t_copied.steps)
+    rng = np.random.default_rng(0)
+    state = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in
+             [("q_proj.weight", (16, 16)), ("k_proj.weight", (8, 16)), ("v_proj.weight", (8, 16)),
+              ("o_proj.weight", (16, 16))]}
+    for module in (vkattn.TransformerEncoderLayer.from_torch(layer), vkattn.GroupedQueryAttention(state, num_heads=4)):
+        y_folded, t_folded = module.trace(x)
+        y_copied, t_copied = module.trace(x, fold_layout_steps=False)
+        np.testing.assert_array_equal(y_folded, y_copied)
+        assert any(s.folded for s in t_folded.steps) and not any(s.folded for s in t_copied.steps), module
     with pytest.raises(vkattn.ConfigError, match="fold_layout_steps='yes'"):
         v.trace(x, fold_layout_steps="yes")
 
