@@ -26,23 +26,31 @@
 //     key at the same time. No subgroup instruction: it runs on any device.
 //
 //   flash_attention_subgroup (SUBGROUPS): a subgroup owns ROWS query rows (a multiple of LANES,
-//     the subgroup size, or fewer; lane t holds rows t, t + LANES, …'s q) and walks the keys LANES
-//     at a time, as gemm.glsl's broadcast variant walks a product: lane t loads key j0 + t four dims
-//     at a time and scores it against every row, each row's four dims shuffled from the lane that
-//     holds them — ROWS·4 multiply-adds per load, where a load is what costs on a CPU device. Each
-//     row's block max and sum come from subgroup arithmetic. For P·V lane t owns output dims
-//     t·PER_LANE …, loads them from each key's row of V (as vec4s when they are whole vec4s), and
-//     adds them in for every row, the rows' weights shuffled from the lane that scored the key.
-//     Causal groups stop at their last row's diagonal, and windowed ones start at their first
-//     row's window. Which lane holds what follows from LANES:
-//     the host runs it only with LANES required as the subgroup size, with full subgroups
-//     (engine/vulkan/lanes.h).
+//     the subgroup size, or fewer; lane t holds rows t, t + LANES, …'s q) and walks the keys in
+//     blocks of BLOCK = LANES·KEYS, as gemm.glsl's broadcast variant walks a product: lane t
+//     fetches keys j0 + t + LANES·k (k < KEYS) and scores them against every row, each row's four
+//     dims at a time shuffled from the lane that holds them — KEYS·4 multiply-adds per shuffle
+//     and ROWS·4 per fetch, where shuffles and fetches are what cost on a CPU device. Each row's
+//     block max and sum come from subgroup arithmetic. For P·V lane t owns output dims
+//     t·PER_LANE …, fetches them from the block's rows of V (as vec4s when they are whole vec4s),
+//     and adds them into every row, key after key, the weights shuffled from the lanes that
+//     scored them. A block fetches all its keys before any arithmetic: on lavapipe a texel fetch
+//     is a call, after which nothing stays in registers. Causal groups stop at their last row's
+//     diagonal, and windowed ones start at their first row's window. Which lane holds what follows
+//     from LANES: the host runs it only with LANES required as the subgroup size, with full
+//     subgroups (engine/vulkan/lanes.h).
+//
+// MASKED (constant 5) is false where neither attn_mask nor key_padding_mask is given: the
+// pipeline then has no mask read at all (on lavapipe a read under a branch costs a loop over the
+// lanes even when no lane takes it: S1's flash_attention took 26.1 ms with the reads, 20.5 without).
 #include "common.glsl"
 #include "mask.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
 layout(constant_id = 2) const uint LANES = 8;      // subgroup build: the required subgroup size
 layout(constant_id = 3) const uint ROWS = 8;       // subgroup build: query rows per subgroup
+layout(constant_id = 4) const uint KEYS = 1;       // subgroup build: keys each lane scores a block
+layout(constant_id = 5) const bool MASKED = true;  // attn_mask or key_padding_mask given
 const uint ROW_SETS = (ROWS + LANES - 1u) / LANES;       // rows of q each lane holds
 const uint CHUNKS = (HEAD_DIM + 3u) / 4u;                // q and k rows as vec4s
 const uint PER_LANE = (HEAD_DIM + LANES - 1u) / LANES;  // output dims per lane
@@ -140,8 +148,8 @@ void main() {
   for (uint j = first_key(i); j < key_end; ++j) {
     float s = 0.0;
     for (uint c = 0u; c < CHUNKS; ++c) s += dot(q_row[c], k_chunk(kv * p.cols + j, c));
-    s = masked_score(s * p.scale, p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u, p.window,
-                     (bh * p.rows + i) * p.cols + j, b, i, j, p.cols);
+    s = masked_score(s * p.scale, MASKED ? p.attn_mask_rank : 0u, MASKED && p.has_key_padding_mask != 0u,
+                     p.causal != 0u, p.window, (bh * p.rows + i) * p.cols + j, b, i, j, p.cols);
     if (s == NEG_INF) continue;  // blocked: weight 0
     float m_new = max(m, s);
     float rescale = exp(m - m_new), w = exp(s - m_new);
@@ -157,10 +165,11 @@ void main() {
 }
 
 #else
-// ---- ROWS query rows per subgroup ---------------------------------------------------------------
+// ---- ROWS query rows × BLOCK keys per subgroup ----------------------------------------------------
 // every row of V starts on a vec4, and so does every lane's share of it (a sum of remainders, not
 // VEC4 && …: glslang emits a short-circuit of specialization constants as code after main's return)
 const bool VEC4_V = HEAD_DIM % 4u + PER_LANE % 4u == 0u;
+const uint BLOCK = LANES * KEYS;  // keys a block: lane t scores keys j0 + t + LANES·k, k < KEYS
 
 void main() {
   uint row_groups = (p.rows + ROWS - 1u) / ROWS;
@@ -188,46 +197,73 @@ void main() {
   }
 
   uint key_end = p.causal != 0u ? min(p.cols, i_last + 1u) : p.cols;  // causal: no row sees past i_last
-  for (uint j0 = first_key(i0); j0 < key_end; j0 += LANES) {  // windowed: from the first row's window
-    // scores: lane t scores key j0 + t against every row (lanes past the end score a real key, then drop it)
-    uint j = j0 + lane;
-    uint key = min(j, p.cols - 1u);
-    float s[ROWS];
-    for (uint r = 0u; r < ROWS; ++r) s[r] = 0.0;
-    for (uint c = 0u; c < CHUNKS; ++c) {
-      vec4 kc = k_chunk(kv * p.cols + key, c);
-      for (uint r = 0u; r < ROWS; ++r) s[r] += dot(subgroupShuffle(q_own[r / LANES][c], r % LANES), kc);
+  for (uint j0 = first_key(i0); j0 < key_end; j0 += BLOCK) {  // windowed: from the first row's window
+    // this lane's keys, fetched before any arithmetic (lanes past the end fetch a real key and
+    // drop its score)
+    vec4 kc[KEYS][CHUNKS];
+    for (uint k = 0u; k < KEYS; ++k) {
+      uint key = min(j0 + lane + LANES * k, p.cols - 1u);
+      for (uint c = 0u; c < CHUNKS; ++c) kc[k][c] = k_chunk(kv * p.cols + key, c);
     }
-    // online softmax, row by row: s[r] becomes key j's weight exp(s - m_new) in row r
-    for (uint r = 0u; r < ROWS; ++r) {
-      uint i = min(i0 + r, p.rows - 1u);
-      float sr = masked_score(s[r] * p.scale, p.attn_mask_rank, p.has_key_padding_mask != 0u, p.causal != 0u,
-                              p.window, (bh * p.rows + i) * p.cols + key, b, i, key, p.cols);
-      if (j >= key_end) sr = NEG_INF;
-      float m_new = max(m[r], subgroupMax(sr));  // unchanged when every key of the block is blocked
-      float rescale = exp(m[r] - m_new);
-      s[r] = sr == NEG_INF ? 0.0 : exp(sr - m_new);
-      l[r] = l[r] * rescale + subgroupAdd(s[r]);
-      for (uint t = 0u; t < PER_LANE; ++t) acc[r][t] *= rescale;
-      m[r] = m_new;
-    }
-    // P·V: key j0 + u's row of V, this lane's dims, into every row
-    for (uint u = 0u; u < LANES; ++u) {
-      if (j0 + u >= key_end) break;  // uniform
-      float w[ROWS];
-      for (uint r = 0u; r < ROWS; ++r) w[r] = subgroupShuffle(s[r], u);
-      uint v_row = (kv * p.cols + j0 + u) * HEAD_DIM;
-      float vs[PER_LANE];
+    // keys j0 … j0 + BLOCK - 1's rows of V, this lane's dims (zeros past key_end: weight 0)
+    float vs[BLOCK][PER_LANE];
+    for (uint u = 0u; u < BLOCK; ++u) {
+      bool real = j0 + u < key_end;  // uniform
+      uint v_row = (kv * p.cols + min(j0 + u, p.cols - 1u)) * HEAD_DIM;
       if (VEC4_V) {
         for (uint t = 0u; t < PER_LANE; t += 4u) {
-          vec4 x = first_dim + t < HEAD_DIM ? v4_at((v_row + first_dim + t) / 4u) : vec4(0.0);
-          vs[t] = x.x, vs[t + 1u] = x.y, vs[t + 2u] = x.z, vs[t + 3u] = x.w;
+          vec4 x = real && first_dim + t < HEAD_DIM ? v4_at((v_row + first_dim + t) / 4u) : vec4(0.0);
+          vs[u][t] = x.x, vs[u][t + 1u] = x.y, vs[u][t + 2u] = x.z, vs[u][t + 3u] = x.w;
         }
       } else {
-        for (uint t = 0u; t < PER_LANE; ++t) vs[t] = first_dim + t < HEAD_DIM ? v_at(v_row + first_dim + t) : 0.0;
+        for (uint t = 0u; t < PER_LANE; ++t) {
+          vs[u][t] = real && first_dim + t < HEAD_DIM ? v_at(v_row + first_dim + t) : 0.0;
+        }
       }
-      for (uint r = 0u; r < ROWS; ++r) {
-        for (uint t = 0u; t < PER_LANE; ++t) acc[r][t] += w[r] * vs[t];
+    }
+    // scores, row by row: row r's q, four dims at a time, shuffled from the lane that holds it,
+    // against every key of this lane
+    float s[ROWS][KEYS];
+    for (uint r = 0u; r < ROWS; ++r) {
+      for (uint k = 0u; k < KEYS; ++k) s[r][k] = 0.0;
+      for (uint c = 0u; c < CHUNKS; ++c) {
+        vec4 qc = subgroupShuffle(q_own[r / LANES][c], r % LANES);
+        for (uint k = 0u; k < KEYS; ++k) s[r][k] += dot(qc, kc[k][c]);
+      }
+    }
+    // online softmax, row by row: s[r][k] becomes the key's weight exp(s - m_new) in row r
+    float rescale[ROWS];
+    for (uint r = 0u; r < ROWS; ++r) {
+      uint i = min(i0 + r, p.rows - 1u);
+      float block_max = NEG_INF;
+      for (uint k = 0u; k < KEYS; ++k) {
+        uint j = j0 + lane + LANES * k;
+        uint key = min(j, p.cols - 1u);
+        float sr = masked_score(s[r][k] * p.scale, MASKED ? p.attn_mask_rank : 0u,
+                                MASKED && p.has_key_padding_mask != 0u, p.causal != 0u, p.window,
+                                (bh * p.rows + i) * p.cols + key, b, i, key, p.cols);
+        s[r][k] = j < key_end ? sr : NEG_INF;
+        block_max = max(block_max, s[r][k]);
+      }
+      float m_new = max(m[r], subgroupMax(block_max));  // unchanged when every key of the block is blocked
+      rescale[r] = exp(m[r] - m_new);
+      float sum = 0.0;
+      for (uint k = 0u; k < KEYS; ++k) {
+        s[r][k] = s[r][k] == NEG_INF ? 0.0 : exp(s[r][k] - m_new);
+        sum += s[r][k];
+      }
+      l[r] = l[r] * rescale[r] + subgroupAdd(sum);
+      m[r] = m_new;
+    }
+    // P·V, row by row: each accumulator rescaled, then given the block's keys in order, their
+    // weights shuffled from the lanes that scored them
+    for (uint r = 0u; r < ROWS; ++r) {
+      float w[BLOCK];
+      for (uint u = 0u; u < BLOCK; ++u) w[u] = subgroupShuffle(s[r][u / LANES], u % LANES);
+      for (uint t = 0u; t < PER_LANE; ++t) {
+        float a = acc[r][t] * rescale[r];
+        for (uint u = 0u; u < BLOCK; ++u) a += w[u] * vs[u][t];
+        acc[r][t] = a;
       }
     }
   }

@@ -321,6 +321,14 @@ std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& devi
       plan.texel_inputs = rule.texel_inputs;
       add(plan);
     }
+    // Half and twice the rule's block of keys, at its rows, on a CPU device (blocks of at most
+    // 32 keys: the block's scores and rows of V are unrolled code)
+    for (uint32_t keys : {rule.keys / 2, rule.keys * 2}) {
+      if (!cpu || keys == 0 || keys * rule.lanes > 32) continue;
+      vulkan::FlashPlan plan = rule;
+      plan.keys = keys;
+      add(plan);
+    }
   }
   // Storage inputs where the rule reads texels, at the rule's rows only (as gemm_candidates)
   if (rule.texel_inputs) {
@@ -348,7 +356,11 @@ nlohmann::json to_json(const vulkan::GemmPlan& p) {
 nlohmann::json to_json(const vulkan::RowPlan& p) { return {{"lanes", p.lanes}}; }
 
 nlohmann::json to_json(const vulkan::FlashPlan& p) {
-  return {{"lanes", p.lanes}, {"rows", p.rows}, {"workgroup_size", p.workgroup_size}, {"texel_inputs", p.texel_inputs}};
+  return {{"lanes", p.lanes},
+          {"rows", p.rows},
+          {"keys", p.keys},
+          {"workgroup_size", p.workgroup_size},
+          {"texel_inputs", p.texel_inputs}};
 }
 
 namespace {
@@ -384,6 +396,7 @@ vulkan::FlashPlan flash_plan_from_json(const nlohmann::json& j) {
   vulkan::FlashPlan p;
   p.lanes = field<uint32_t>(j, "lanes");
   p.rows = field<uint32_t>(j, "rows");
+  p.keys = field<uint32_t>(j, "keys");
   p.workgroup_size = field<uint32_t>(j, "workgroup_size");
   p.texel_inputs = field<bool>(j, "texel_inputs");
   p.why = kRemembered;

@@ -11,8 +11,8 @@
 //       reads texels (CPU devices); shared 8² or 16² invocations (where broadcast cannot run, and
 //       on GPUs).
 //   flash_attention — FlashPlan: query rows per subgroup (1, 2 or 4 per lane on a CPU device; 1 to
-//       8 on a GPU), the rule's rows with storage inputs where it reads texels, or a row per
-//       invocation.
+//       8 on a GPU), the rule's rows with half and twice its keys a lane (CPU devices) or with
+//       storage inputs where it reads texels, or a row per invocation.
 //   softmax, layer_norm — RowPlan: a row per subgroup of guaranteed lanes, or a row per workgroup
 //       reduced through shared memory.
 //   the attention path — fused (flash_attention) or unfused (attention_scores, attention_mask,

@@ -429,8 +429,10 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   const vulkan::FlashPlan& plan = flash_plan_for(B * H, L, S, d, causal);
   const bool texels = plan.texel_inputs && d % 4 == 0 &&
                       uint64_t(B) * (H / group) * S * d / 4 <= s_->device.max_texel_buffer_elements;
-  const auto& kern = kernel(plan.shader(texels), 6, sizeof(vulkan::FlashAttentionParams), plan.specialization(u32(d)),
-                            plan.workgroup_size, texels ? 0b11000u : 0u, plan.lanes);
+  const bool masked = attn_mask || key_padding_mask;  // else a pipeline that reads no mask
+  const auto& kern = kernel(plan.shader(texels), 6, sizeof(vulkan::FlashAttentionParams),
+                            plan.specialization(u32(d), masked), plan.workgroup_size, texels ? 0b11000u : 0u,
+                            plan.lanes);
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
                                       key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
   const std::vector<std::shared_ptr<Buffer>> buffers{

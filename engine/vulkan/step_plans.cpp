@@ -13,6 +13,10 @@ uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 // flash_attention_subgroup's workgroup: this many subgroups, as the device allows
 constexpr uint32_t kFlashSubgroups = 8;
+// flash_attention_subgroup's block of keys on a CPU device: each broadcast of a query's four dims
+// then serves 16 / lanes keys a lane. S1's flash_attention on lavapipe (8 lanes, 16 rows): a key
+// a lane 23.6 ms, two 20.2, four 22.7 (a block past L = 100 keys wasted); at L = 128 33.2, 25.7, 25.7.
+constexpr uint32_t kFlashCpuBlock = 16;
 
 }  // namespace
 
@@ -47,7 +51,8 @@ uint64_t FlashPlan::groups(uint64_t heads, uint64_t length) const {
 std::string FlashPlan::describe() const {
   const std::string inputs = texel_inputs ? ", texel inputs" : "";
   if (!lanes) return "a row per invocation, workgroup " + std::to_string(workgroup_size) + inputs;
-  return std::to_string(rows) + " rows per subgroup of " + std::to_string(lanes) + " lanes, workgroup " +
+  return std::to_string(rows) + " rows × " + std::to_string(lanes * keys) + " keys per subgroup of " +
+         std::to_string(lanes) + " lanes, workgroup " +
          std::to_string(workgroup_size) + inputs;
 }
 
@@ -68,7 +73,9 @@ FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32
   // 32.9 ms, 16 rows 26.6, 24 rows 27.0), at most 8 on a GPU
   const bool cpu = device.type == vk::PhysicalDeviceType::eCpu;
   plan.rows = rows > 0 ? rows : cpu ? 2 * lanes.count : std::min(lanes.count, 8u);
-  plan.why = lanes.why + (rows > 0 ? "; rows as asked" : cpu ? "; two rows a lane on a CPU device" : "; at most 8 rows on a GPU");
+  plan.keys = cpu ? std::max(kFlashCpuBlock / lanes.count, 1u) : 1u;
+  plan.why = lanes.why + (rows > 0 ? "; rows as asked" : cpu ? "; two rows a lane on a CPU device" : "; at most 8 rows on a GPU") +
+             (cpu ? ", blocks of " + std::to_string(plan.lanes * plan.keys) + " keys" : ", a key a lane");
   return plan;
 }
 
@@ -85,9 +92,10 @@ void check_flash_plan(const FlashPlan& plan, const DeviceReport& device) {
            (lanes ? std::to_string(lanes.count) : "none: " + lanes.why));
     }
     if (plan.rows == 0 || plan.rows > 64) fail("rows per subgroup must be 1 to 64");
+    if (plan.keys == 0 || plan.keys > 8) fail("keys a lane must be 1 to 8");
     if (plan.workgroup_size % plan.lanes != 0) fail("workgroup must be whole subgroups");
-  } else if (plan.rows != 1) {
-    fail("a row per invocation has rows 1");
+  } else if (plan.rows != 1 || plan.keys != 1) {
+    fail("a row per invocation has rows 1 and keys 1");
   }
   if (plan.texel_inputs && !device.texel_rgba32f) fail("texel inputs need RGBA32F uniform texel buffers");
 }

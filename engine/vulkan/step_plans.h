@@ -2,7 +2,7 @@
 // How the steps that may use subgroups run on one device, beside the GEMM's plan (gemm_plan.h):
 //   softmax, layer_norm — a row per subgroup of guaranteed lanes (<step>_subgroup), or a row per
 //                         workgroup reduced through shared memory (<step>);
-//   flash_attention     — ROWS query rows per subgroup of guaranteed lanes
+//   flash_attention     — ROWS query rows against KEYS keys a lane per subgroup of guaranteed lanes
 //                         (flash_attention_subgroup), or a query row per invocation (flash_attention).
 // Each plan says why; `vkattn devices` prints them all (step_plans()).
 #include <cstdint>
@@ -30,6 +30,7 @@ void check_row_plan(const RowPlan& plan, const DeviceReport& device, uint32_t wo
 struct FlashPlan {
   uint32_t lanes = 0;           // the required subgroup size of flash_attention_subgroup; 0 = a row per invocation
   uint32_t rows = 1;            // query rows per subgroup (per invocation: 1)
+  uint32_t keys = 1;            // keys each lane scores a block: the block is lanes · keys keys
   uint32_t workgroup_size = 64;
   // K and V read as RGBA32F texel buffers (where d is a multiple of 4 and they fit): on CPU
   // devices that have them, as the GEMMs' inputs (gemm_plan.h)
@@ -38,16 +39,20 @@ struct FlashPlan {
   std::string shader(bool texels) const {
     return std::string("flash_attention") + (lanes ? "_subgroup" : "") + (texels ? "_texel" : "");
   }
-  // Specialization constants 1… of flash_attention.comp for head dim `d`.
-  std::vector<uint32_t> specialization(uint32_t d) const { return {d, lanes ? lanes : 1u, rows}; }
+  // Specialization constants 1… of flash_attention.comp for head dim `d`, `masked` where an
+  // attn_mask or key_padding_mask is given (without, the pipeline reads neither).
+  std::vector<uint32_t> specialization(uint32_t d, bool masked) const {
+    return {d, lanes ? lanes : 1u, rows, keys, masked ? 1u : 0u};
+  }
   // Workgroups for `heads` (B·H) heads of `length` (L) query rows.
   uint64_t groups(uint64_t heads, uint64_t length) const;
-  std::string describe() const;  // "16 rows per subgroup of 8 lanes, workgroup 64, texel inputs"
+  std::string describe() const;  // "16 rows × 16 keys per subgroup of 8 lanes, workgroup 64, texel inputs"
 };
 
 // `rows` > 0 asks for that many query rows per subgroup (tests); 0 lets the device decide: two a
-// lane on a CPU device, at most 8 on a GPU. `workgroup_size` is the subgroup-free kernel's.
-// Texel inputs as the GEMM's rule has them.
+// lane on a CPU device, at most 8 on a GPU. Keys: blocks of 16 on a CPU device (a key a lane at
+// 16 lanes, two at 8, four at 4), a key a lane on a GPU. `workgroup_size` is the subgroup-free
+// kernel's. Texel inputs as the GEMM's rule has them.
 FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32_t rows = 0);
 
 // Throws DeviceError naming what `plan` asks of `device` that it lacks (a forced or remembered plan).
