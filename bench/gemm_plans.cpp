@@ -1,10 +1,11 @@
 // bench_gemm: the projection GEMM (linear: x (M, K) · Wᵀ (N, K)) under every GEMM plan the
 // device can run — broadcast and shared tilings (engine/vulkan/gemm_plan.h), storage or texel
-// inputs, broadcast at tile_n 8 and 16 — taking turns round after round so that a shared
-// machine's drift falls on all alike. Each plan's output is checked against the CPU reference
-// first. Prints each plan's median and best GFLOP/s, the plan the fixed rule gives the device, and
-// the plan tuning chose for the product's shape class (measured now, or remembered: see
-// engine/backends/tuner.h), with its speed as a share of the fastest measured here.
+// inputs, broadcast at 1, 2 and 4 row sets (at most 32 rows) × tile_n 8 and 16 — taking turns
+// round after round so that a shared machine's drift falls on all alike. Each plan's output is
+// checked against the CPU reference first. Prints each plan's median and best GFLOP/s, the plan
+// the fixed rule gives the device, and the plan tuning chose for the product's shape class
+// (measured now, or remembered: see engine/backends/tuner.h), with its speed as a share of the
+// fastest measured here.
 //
 //   bench_gemm [--m 3200] [--n 512] [--k 512] [--rounds 5] [--reps 8] [--skip-shared]
 #include <CLI/CLI.hpp>
@@ -58,7 +59,8 @@ int main(int argc, char** argv) {
       for (bool texel : {false, true}) {
         if (texel && !device.texel_rgba32f) continue;
         const bool broadcast = variant == vulkan::GemmVariant::broadcast;
-        for (uint32_t row_sets : broadcast ? std::vector{1u, 2u} : std::vector{1u}) {
+        for (uint32_t row_sets : broadcast ? std::vector{1u, 2u, 4u} : std::vector{1u}) {
+          if (row_sets * plan.lanes > 32) continue;  // as tuning: 32 rows at most
           for (uint32_t tile_n : broadcast ? std::vector{8u, 16u} : std::vector{plan.tile_n}) {
             plan.texel_inputs = texel;
             plan.tile_n = tile_n;

@@ -7,9 +7,9 @@
 // the first candidate of every tuning.
 //
 //   linear, attention_scores, attention_values — GemmPlan: broadcast tile rows 1 or 2 times the
-//       lanes × columns a lane 8 or 16, and the rule's tile with storage inputs where the rule
-//       reads texels (CPU devices); shared 8² or 16² invocations (where broadcast cannot run, and
-//       on GPUs).
+//       lanes (4 times where that is at most 32 rows) × columns a lane 8 or 16, and the rule's
+//       tile with storage inputs where the rule reads texels (CPU devices); shared 8² or
+//       16² invocations (where broadcast cannot run, and on GPUs).
 //   flash_attention — FlashPlan: query rows per subgroup (1, 2 or 4 per lane on a CPU device; 1 to
 //       8 on a GPU), the rule's rows with half and twice its keys a lane (CPU devices) or with
 //       storage inputs where it reads texels, or a row per invocation.

@@ -51,8 +51,8 @@ uint64_t FlashPlan::groups(uint64_t heads, uint64_t length) const {
 std::string FlashPlan::describe() const {
   const std::string inputs = texel_inputs ? ", texel inputs" : "";
   if (!lanes) return "a row per invocation, workgroup " + std::to_string(workgroup_size) + inputs;
-  return std::to_string(rows) + " rows × " + std::to_string(lanes * keys) + " keys per subgroup of " +
-         std::to_string(lanes) + " lanes, workgroup " +
+  // (the lanes, as the GEMM's plan, are the device's: `vkattn devices` prints them beside the plan)
+  return std::to_string(rows) + " rows × " + std::to_string(lanes * keys) + " keys per subgroup, workgroup " +
          std::to_string(workgroup_size) + inputs;
 }
 

@@ -46,7 +46,7 @@ struct FlashPlan {
   }
   // Workgroups for `heads` (B·H) heads of `length` (L) query rows.
   uint64_t groups(uint64_t heads, uint64_t length) const;
-  std::string describe() const;  // "16 rows × 16 keys per subgroup of 8 lanes, workgroup 64, texel inputs"
+  std::string describe() const;  // "16 rows × 16 keys per subgroup, workgroup 64, texel inputs"
 };
 
 // `rows` > 0 asks for that many query rows per subgroup (tests); 0 lets the device decide: two a
