@@ -43,6 +43,18 @@
 // MASKED (constant 5) is false where neither attn_mask nor key_padding_mask is given: the
 // pipeline then has no mask read at all (on lavapipe a read under a branch costs a loop over the
 // lanes even when no lane takes it: S1's flash_attention took 26.1 ms with the reads, 20.5 without).
+// UNROLL_TILES (the flash_attention_subgroup…_unrolled builds, which the host takes at 8 lanes or
+// fewer, as the GEMM's): every loop within a block unrolled by [[unroll]], so that the block's
+// scores, weights and accumulators are registers, not arrays in memory. Mesa 22 unrolls them
+// unasked; Mesa 25 does not (Debian 13, 8 lanes: S1's flash_attention 48.0 ms rolled, 23.4
+// unrolled; S4's 915 and 411). At 16 lanes LLVM 19 compiles the unrolled kernel in 11 s more and
+// it runs no faster (298 ms against 260 at B 32, L 128).
+#ifdef UNROLL_TILES
+#extension GL_EXT_control_flow_attributes : require
+#define UNROLL [[unroll]]
+#else
+#define UNROLL
+#endif
 #include "common.glsl"
 #include "mask.glsl"
 
@@ -185,15 +197,15 @@ void main() {
   uint first_dim = lane * PER_LANE;  // this lane's output dims: first_dim … + PER_LANE - 1
 
   vec4 q_own[ROW_SETS][CHUNKS];  // rows i0 + lane + LANES·s (past ROWS or L: a real row, never read)
-  for (uint s = 0u; s < ROW_SETS; ++s) {
+  UNROLL for (uint s = 0u; s < ROW_SETS; ++s) {
     uint own_row = bh * p.rows + min(i0 + min(lane + LANES * s, ROWS - 1u), p.rows - 1u);
-    for (uint c = 0u; c < CHUNKS; ++c) q_own[s][c] = q_chunk(own_row, c);
+    UNROLL for (uint c = 0u; c < CHUNKS; ++c) q_own[s][c] = q_chunk(own_row, c);
   }
   float m[ROWS], l[ROWS], acc[ROWS][PER_LANE];
-  for (uint r = 0u; r < ROWS; ++r) {
+  UNROLL for (uint r = 0u; r < ROWS; ++r) {
     m[r] = -1e30;
     l[r] = 0.0;
-    for (uint t = 0u; t < PER_LANE; ++t) acc[r][t] = 0.0;
+    UNROLL for (uint t = 0u; t < PER_LANE; ++t) acc[r][t] = 0.0;
   }
 
   uint key_end = p.causal != 0u ? min(p.cols, i_last + 1u) : p.cols;  // causal: no row sees past i_last
@@ -201,22 +213,22 @@ void main() {
     // this lane's keys, fetched before any arithmetic (lanes past the end fetch a real key and
     // drop its score)
     vec4 kc[KEYS][CHUNKS];
-    for (uint k = 0u; k < KEYS; ++k) {
+    UNROLL for (uint k = 0u; k < KEYS; ++k) {
       uint key = min(j0 + lane + LANES * k, p.cols - 1u);
-      for (uint c = 0u; c < CHUNKS; ++c) kc[k][c] = k_chunk(kv * p.cols + key, c);
+      UNROLL for (uint c = 0u; c < CHUNKS; ++c) kc[k][c] = k_chunk(kv * p.cols + key, c);
     }
     // keys j0 … j0 + BLOCK - 1's rows of V, this lane's dims (zeros past key_end: weight 0)
     float vs[BLOCK][PER_LANE];
-    for (uint u = 0u; u < BLOCK; ++u) {
+    UNROLL for (uint u = 0u; u < BLOCK; ++u) {
       bool real = j0 + u < key_end;  // uniform
       uint v_row = (kv * p.cols + min(j0 + u, p.cols - 1u)) * HEAD_DIM;
       if (VEC4_V) {
-        for (uint t = 0u; t < PER_LANE; t += 4u) {
+        UNROLL for (uint t = 0u; t < PER_LANE; t += 4u) {
           vec4 x = real && first_dim + t < HEAD_DIM ? v4_at((v_row + first_dim + t) / 4u) : vec4(0.0);
           vs[u][t] = x.x, vs[u][t + 1u] = x.y, vs[u][t + 2u] = x.z, vs[u][t + 3u] = x.w;
         }
       } else {
-        for (uint t = 0u; t < PER_LANE; ++t) {
+        UNROLL for (uint t = 0u; t < PER_LANE; ++t) {
           vs[u][t] = real && first_dim + t < HEAD_DIM ? v_at(v_row + first_dim + t) : 0.0;
         }
       }
@@ -224,19 +236,19 @@ void main() {
     // scores, row by row: row r's q, four dims at a time, shuffled from the lane that holds it,
     // against every key of this lane
     float s[ROWS][KEYS];
-    for (uint r = 0u; r < ROWS; ++r) {
-      for (uint k = 0u; k < KEYS; ++k) s[r][k] = 0.0;
-      for (uint c = 0u; c < CHUNKS; ++c) {
+    UNROLL for (uint r = 0u; r < ROWS; ++r) {
+      UNROLL for (uint k = 0u; k < KEYS; ++k) s[r][k] = 0.0;
+      UNROLL for (uint c = 0u; c < CHUNKS; ++c) {
         vec4 qc = subgroupShuffle(q_own[r / LANES][c], r % LANES);
-        for (uint k = 0u; k < KEYS; ++k) s[r][k] += dot(qc, kc[k][c]);
+        UNROLL for (uint k = 0u; k < KEYS; ++k) s[r][k] += dot(qc, kc[k][c]);
       }
     }
     // online softmax, row by row: s[r][k] becomes the key's weight exp(s - m_new) in row r
     float rescale[ROWS];
-    for (uint r = 0u; r < ROWS; ++r) {
+    UNROLL for (uint r = 0u; r < ROWS; ++r) {
       uint i = min(i0 + r, p.rows - 1u);
       float block_max = NEG_INF;
-      for (uint k = 0u; k < KEYS; ++k) {
+      UNROLL for (uint k = 0u; k < KEYS; ++k) {
         uint j = j0 + lane + LANES * k;
         uint key = min(j, p.cols - 1u);
         float sr = masked_score(s[r][k] * p.scale, MASKED ? p.attn_mask_rank : 0u,
@@ -248,7 +260,7 @@ void main() {
       float m_new = max(m[r], subgroupMax(block_max));  // unchanged when every key of the block is blocked
       rescale[r] = exp(m[r] - m_new);
       float sum = 0.0;
-      for (uint k = 0u; k < KEYS; ++k) {
+      UNROLL for (uint k = 0u; k < KEYS; ++k) {
         s[r][k] = s[r][k] == NEG_INF ? 0.0 : exp(s[r][k] - m_new);
         sum += s[r][k];
       }
@@ -257,20 +269,20 @@ void main() {
     }
     // P·V, row by row: each accumulator rescaled, then given the block's keys in order, their
     // weights shuffled from the lanes that scored them
-    for (uint r = 0u; r < ROWS; ++r) {
+    UNROLL for (uint r = 0u; r < ROWS; ++r) {
       float w[BLOCK];
-      for (uint u = 0u; u < BLOCK; ++u) w[u] = subgroupShuffle(s[r][u / LANES], u % LANES);
-      for (uint t = 0u; t < PER_LANE; ++t) {
+      UNROLL for (uint u = 0u; u < BLOCK; ++u) w[u] = subgroupShuffle(s[r][u / LANES], u % LANES);
+      UNROLL for (uint t = 0u; t < PER_LANE; ++t) {
         float a = acc[r][t] * rescale[r];
-        for (uint u = 0u; u < BLOCK; ++u) a += w[u] * vs[u][t];
+        UNROLL for (uint u = 0u; u < BLOCK; ++u) a += w[u] * vs[u][t];
         acc[r][t] = a;
       }
     }
   }
-  for (uint r = 0u; r < ROWS; ++r) {
+  UNROLL for (uint r = 0u; r < ROWS; ++r) {
     uint i = i0 + r;
     if (i >= p.rows) break;
-    for (uint t = 0u; t < PER_LANE; ++t) {
+    UNROLL for (uint t = 0u; t < PER_LANE; ++t) {
       uint c = first_dim + t;
       if (c < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + c] = l[r] > 0.0 ? acc[r][t] / l[r] : 0.0;
     }

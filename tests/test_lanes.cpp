@@ -72,7 +72,10 @@ TEST(Lanes, LavapipeGetsItsLanesPinnedAtEveryWidth) {
     EXPECT_EQ(flash.lanes, lanes);
     EXPECT_EQ(flash.rows, 2 * lanes);  // two rows a lane on a CPU device
     EXPECT_EQ(flash.workgroup_size, 8 * lanes);
-    EXPECT_EQ(flash.shader(false), "flash_attention_subgroup");
+    EXPECT_EQ(flash.keys, 16 / lanes);  // blocks of 16 keys
+    // unrolled up to 8 lanes, as the GEMM's tile
+    EXPECT_EQ(flash.shader(false), lanes <= 8 ? "flash_attention_subgroup_unrolled" : "flash_attention_subgroup");
+    EXPECT_EQ(flash.shader(true), lanes <= 8 ? "flash_attention_subgroup_texel_unrolled" : "flash_attention_subgroup_texel");
     EXPECT_NO_THROW(check_gemm_plan(gemm, d));
   }
 }
@@ -115,6 +118,8 @@ TEST(Lanes, GpusGetTheirReportedSizeWithinTheRequiredRange) {
   EXPECT_EQ(plan_rows(radv, 64).lanes, 64u);
   EXPECT_EQ(plan_flash(radv, 64).lanes, 64u);
   EXPECT_EQ(plan_flash(radv, 64).rows, 8u);  // at most 8 rows on a GPU
+  EXPECT_EQ(plan_flash(radv, 64).keys, 1u);  // a key a lane
+  EXPECT_EQ(plan_flash(radv, 64).shader(true), "flash_attention_subgroup_texel");
   EXPECT_EQ(plan_gemm(radv).variant, GemmVariant::shared);  // a GPU's registers: no broadcast tiling
   // Turnip reports 128: a workgroup of 64 is no whole 128-lane subgroup, so 64 lanes are required
   const DeviceReport turnip = gpu(128, 64, 128);

@@ -48,6 +48,12 @@ uint64_t FlashPlan::groups(uint64_t heads, uint64_t length) const {
   return ceil_div(heads * ceil_div(length, rows), workgroup_size / lanes);
 }
 
+std::string FlashPlan::shader(bool texels) const {
+  if (!lanes) return std::string("flash_attention") + (texels ? "_texel" : "");
+  return std::string("flash_attention_subgroup") + (texels ? "_texel" : "") +
+         (lanes <= GemmPlan::kMostUnrolledLanes ? "_unrolled" : "");
+}
+
 std::string FlashPlan::describe() const {
   const std::string inputs = texel_inputs ? ", texel inputs" : "";
   if (!lanes) return "a row per invocation, workgroup " + std::to_string(workgroup_size) + inputs;

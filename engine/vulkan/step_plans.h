@@ -36,9 +36,9 @@ struct FlashPlan {
   // devices that have them, as the GEMMs' inputs (gemm_plan.h)
   bool texel_inputs = false;
   std::string why;
-  std::string shader(bool texels) const {
-    return std::string("flash_attention") + (lanes ? "_subgroup" : "") + (texels ? "_texel" : "");
-  }
+  // flash_attention_subgroup[_texel], unrolled at GemmPlan::kMostUnrolledLanes lanes or fewer
+  // (flash_attention.comp says why), or flash_attention[_texel]
+  std::string shader(bool texels) const;
   // Specialization constants 1… of flash_attention.comp for head dim `d`, `masked` where an
   // attn_mask or key_padding_mask is given (without, the pipeline reads neither).
   std::vector<uint32_t> specialization(uint32_t d, bool masked) const {
