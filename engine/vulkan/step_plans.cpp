@@ -49,9 +49,11 @@ uint64_t FlashPlan::groups(uint64_t heads, uint64_t length) const {
 }
 
 std::string FlashPlan::shader(bool texels) const {
-  if (!lanes) return std::string("flash_attention") + (texels ? "_texel" : "");
-  return std::string("flash_attention_subgroup") + (texels ? "_texel" : "") +
-         (lanes <= GemmPlan::kMostUnrolledLanes ? "_unrolled" : "");
+  // (appended in place: GCC 14 warns, falsely, of a copy out of bounds in the one-line sum)
+  std::string name = lanes ? "flash_attention_subgroup" : "flash_attention";
+  if (texels) name += "_texel";
+  if (lanes && lanes <= GemmPlan::kMostUnrolledLanes) name += "_unrolled";
+  return name;
 }
 
 std::string FlashPlan::describe() const {
