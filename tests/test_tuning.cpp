@@ -91,6 +91,31 @@ TEST(TunedPlans, EveryFlashCandidateMatchesTheReference) {
   }
 }
 
+// A flash plan's keys a lane: remembered and read back, a file without them read as no plan, and
+// counts the kernel cannot take refused, whatever a cache file says.
+TEST(TunedPlans, AFlashPlanKeepsItsKeysAndImpossibleCountsAreRefused) {
+  const auto& device = testing::shared_context()->device_report();
+  vulkan::FlashPlan plan = vulkan::plan_flash(device, 64);
+  if (plan.lanes) plan.keys = 4;
+  const vulkan::FlashPlan back = tuning::flash_plan_from_json(tuning::to_json(plan));
+  EXPECT_EQ(back.keys, plan.keys);
+  EXPECT_EQ(back.describe(), plan.describe());
+  nlohmann::json without = tuning::to_json(plan);
+  without.erase("keys");
+  EXPECT_THROW(tuning::flash_plan_from_json(without), ConfigError);
+  for (uint32_t keys : {0u, 9u}) {
+    vulkan::FlashPlan bad = plan;
+    bad.keys = keys;
+    if (!bad.lanes) bad.rows = 1;
+    try {
+      vulkan::check_flash_plan(bad, device);
+      ADD_FAILURE() << keys << " keys a lane accepted";
+    } catch (const DeviceError& e) {
+      EXPECT_NE(std::string(e.what()).find("keys"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(TunedPlans, EveryRowCandidateMatchesTheReference) {
   const auto& device = testing::shared_context()->device_report();
   const auto candidates = tuning::row_candidates(device, 64);
