@@ -108,6 +108,13 @@ layout(push_constant) uniform Params {
 // The first key a causal row i sees: i + 1 - W with a window W, else 0.
 uint first_key(uint i) { return p.causal != 0u && p.window != 0u && i + 1u > p.window ? i + 1u - p.window : 0u; }
 
+// Score s of query row i (of head bh, batch item b) against key j, scaled and masked; no mask is
+// read where MASKED is false.
+float scaled_masked_score(float s, uint bh, uint b, uint i, uint j) {
+  return masked_score(s * p.scale, MASKED ? p.attn_mask_rank : 0u, MASKED && p.has_key_padding_mask != 0u,
+                      p.causal != 0u, p.window, (bh * p.rows + i) * p.cols + j, b, i, j, p.cols);
+}
+
 // Q[row, 4c … 4c+3], zeros past d
 vec4 q_chunk(uint row, uint c) {
   if (VEC4) return q4[row * CHUNKS + c];
@@ -160,8 +167,7 @@ void main() {
   for (uint j = first_key(i); j < key_end; ++j) {
     float s = 0.0;
     for (uint c = 0u; c < CHUNKS; ++c) s += dot(q_row[c], k_chunk(kv * p.cols + j, c));
-    s = masked_score(s * p.scale, MASKED ? p.attn_mask_rank : 0u, MASKED && p.has_key_padding_mask != 0u,
-                     p.causal != 0u, p.window, (bh * p.rows + i) * p.cols + j, b, i, j, p.cols);
+    s = scaled_masked_score(s, bh, b, i, j);
     if (s == NEG_INF) continue;  // blocked: weight 0
     float m_new = max(m, s);
     float rescale = exp(m - m_new), w = exp(s - m_new);
@@ -251,9 +257,7 @@ void main() {
       UNROLL for (uint k = 0u; k < KEYS; ++k) {
         uint j = j0 + lane + LANES * k;
         uint key = min(j, p.cols - 1u);
-        float sr = masked_score(s[r][k] * p.scale, MASKED ? p.attn_mask_rank : 0u,
-                                MASKED && p.has_key_padding_mask != 0u, p.causal != 0u, p.window,
-                                (bh * p.rows + i) * p.cols + key, b, i, key, p.cols);
+        float sr = scaled_masked_score(s[r][k], bh, b, i, key);
         s[r][k] = j < key_end ? sr : NEG_INF;
         block_max = max(block_max, s[r][k]);
       }

@@ -75,7 +75,8 @@ TEST(Lanes, LavapipeGetsItsLanesPinnedAtEveryWidth) {
     EXPECT_EQ(flash.keys, 16 / lanes);  // blocks of 16 keys
     // unrolled up to 8 lanes, as the GEMM's tile
     EXPECT_EQ(flash.shader(false), lanes <= 8 ? "flash_attention_subgroup_unrolled" : "flash_attention_subgroup");
-    EXPECT_EQ(flash.shader(true), lanes <= 8 ? "flash_attention_subgroup_texel_unrolled" : "flash_attention_subgroup_texel");
+    EXPECT_EQ(flash.shader(true),
+              lanes <= 8 ? "flash_attention_subgroup_texel_unrolled" : "flash_attention_subgroup_texel");
     EXPECT_NO_THROW(check_gemm_plan(gemm, d));
   }
 }

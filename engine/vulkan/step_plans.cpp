@@ -82,8 +82,8 @@ FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32
   const bool cpu = device.type == vk::PhysicalDeviceType::eCpu;
   plan.rows = rows > 0 ? rows : cpu ? 2 * lanes.count : std::min(lanes.count, 8u);
   plan.keys = cpu ? std::max(kFlashCpuBlock / lanes.count, 1u) : 1u;
-  plan.why = lanes.why + (rows > 0 ? "; rows as asked" : cpu ? "; two rows a lane on a CPU device" : "; at most 8 rows on a GPU") +
-             (cpu ? ", blocks of " + std::to_string(plan.lanes * plan.keys) + " keys" : ", a key a lane");
+  plan.why = lanes.why + (rows > 0 ? "; rows as asked" : cpu ? "; two rows a lane on a CPU device" : "; at most 8 rows on a GPU");
+  plan.why += cpu ? ", blocks of " + std::to_string(plan.lanes * plan.keys) + " keys" : ", a key a lane";
   return plan;
 }
 
