@@ -62,13 +62,19 @@ int main(int argc, char** argv) {
         for (uint32_t row_sets : broadcast ? std::vector{1u, 2u, 4u} : std::vector{1u}) {
           if (row_sets * plan.lanes > 32) continue;  // as tuning: 32 rows at most
           for (uint32_t tile_n : broadcast ? std::vector{8u, 16u} : std::vector{plan.tile_n}) {
-            plan.texel_inputs = texel;
-            plan.tile_n = tile_n;
-            if (broadcast) plan.tile_m = plan.lanes * row_sets;
-            bool seen = false;  // one kernel on this product's columns (fitted() narrows wide tiles)
-            for (const auto& c : candidates) seen |= c.plan.fitted(uint64_t(N)).describe() == plan.fitted(uint64_t(N)).describe();
-            if (seen) continue;
-            candidates.push_back({plan, std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.gemm = std::make_shared<const vulkan::GemmPlan>(plan)}), {}});
+            for (bool packed : texel && broadcast ? std::vector{false, true} : std::vector{false}) {
+              plan.texel_inputs = texel;
+              plan.packed_b = packed;
+              plan.tile_n = tile_n;
+              if (broadcast) plan.tile_m = plan.lanes * row_sets;
+              bool seen = false;  // one kernel on this product's columns (fitted() narrows wide tiles)
+              for (const auto& c : candidates) {
+                seen |= c.plan.fitted(uint64_t(N)).describe() == plan.fitted(uint64_t(N)).describe();
+              }
+              if (seen) continue;
+              VulkanBackendOptions options{.gemm = std::make_shared<const vulkan::GemmPlan>(plan)};
+              candidates.push_back({plan, std::make_unique<VulkanBackend>(context, options), {}});
+            }
           }
         }
       }
@@ -110,7 +116,8 @@ int main(int argc, char** argv) {
     }
     const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
     std::cout << "linear (" << M << ", " << K << ") · (" << N << ", " << K << ")ᵀ on " << device.name << ", "
-              << gflop << " GFLOP; median and best of " << rounds << " turns of " << reps << " (one download each)\n";
+              << gflop << " GFLOP\n"
+              << "time: the median of " << rounds << " turns of " << reps << " (one download each); speed: the median's / the best's\n";
     double fastest = 1e300, tuned_ms = 0;
     for (auto& c : candidates) {
       std::sort(c.ms.begin(), c.ms.end());
@@ -122,9 +129,11 @@ int main(int argc, char** argv) {
       const std::string described = c.plan.fitted(uint64_t(N)).describe();
       const std::string mark = std::string(described == tuned ? "t" : " ") +
                                (described == rule.fitted(uint64_t(N)).describe() ? "r " : "  ");
-      std::cout << mark << std::left << std::setw(58) << described << std::right << std::fixed << std::setprecision(2)
-                << std::setw(9) << median << " ms " << std::setw(7) << gflop / median * 1e3 << " GFLOP/s (best "
-                << gflop / best * 1e3 << ")\n";
+      // padded to 66 characters, not bytes (× is two)
+      const auto chars = std::count_if(described.begin(), described.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+      std::cout << mark << described << std::string(std::max<std::ptrdiff_t>(0, 66 - chars), ' ') << std::fixed
+                << std::setprecision(2) << std::setw(7) << median << " ms " << std::setprecision(1) << std::setw(6)
+                << gflop / median * 1e3 << " / " << gflop / best * 1e3 << " GFLOP/s\n";
     }
     std::cout << "r = the fixed rule's plan; t = the plan tuning chose for this shape class: " << tuned;
     if (tuned_ms > 0) std::cout << ", " << std::setprecision(0) << 100 * fastest / tuned_ms << " % of the fastest's speed here";

@@ -23,6 +23,12 @@
 // is a multiple of 4, so every row starts on a vec4. Rows and columns past the edge are clamped
 // on load and skipped on store; a k past K reads 0.
 //
+// PACKED_B (constant 9; the broadcast tiling, B stored (N, K), VEC4): B comes rewritten by
+// shaders/gemm_pack.comp in the order the lanes read it, a subgroup's columns for four k side by
+// side, so that its fetches for a pass are LANES·TILE_N neighbouring vec4s instead of vec4s on
+// as many rows of B, K floats apart. On lavapipe the projection GEMM runs ~20 % faster so
+// (docs/lavapipe.md); the host packs where B serves enough row blocks to repay the copy.
+//
 // Heads kept in place (linear only, batch 1; engine: Backend::linear_split_heads and
 // merge_heads_linear): with C_HEADS (constant 7) the product C (B·T, H·d) is stored as
 // (B, H, T, d) — split_heads folded into the store; with A_HEADS (constant 8) A (B·T, H·d) is
@@ -66,6 +72,7 @@ layout(constant_id = 6) const uint LANES = 8;        // broadcast: the required 
 layout(constant_id = 7) const uint C_HEADS = 0u;     // store C (B·T, H·d) as (B, H, T, d): 1, or
                                                      // 4 where d is a multiple of 4
 layout(constant_id = 8) const bool A_HEADS = false;  // read A (B·T, H·d) from (B, H, T, d)
+layout(constant_id = 9) const bool PACKED_B = false; // broadcast, B (N, K): B as gemm_pack wrote it
 const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
@@ -178,6 +185,12 @@ void gemm_broadcast() {
   uint my_rows[ROW_SETS];  // where the rows of A this lane loads start: i0 + lane, i0 + LANES + lane, …
   UNROLL for (uint s = 0u; s < ROW_SETS; ++s) my_rows[s] = a_row(n, min(i0 + s * LANES + gl_SubgroupInvocationID, p.rows - 1u));
 
+#ifndef B_IS_K_BY_N
+  // PACKED_B: where this lane's B for the first four k lies (shaders/gemm_pack.comp), a pass
+  // block_cols vec4s on
+  uint packed_at = ((n / p.group * col_blocks + unit % col_blocks) * ((p.inner + 3u) / 4u)) * block_cols +
+                   gl_SubgroupInvocationID * TILE_N;
+#endif
   vec4 acc[TILE_M][TILE_N / 4u];
   UNROLL for (uint r = 0u; r < TILE_M; ++r) {
     UNROLL for (uint q = 0u; q < TILE_N / 4u; ++q) acc[r][q] = vec4(0.0);
@@ -198,7 +211,10 @@ void gemm_broadcast() {
     }
 #else
     vec4 bj[TILE_N];  // B[n, j0 + j, k..k+3]
-    UNROLL for (uint j = 0u; j < TILE_N; ++j) bj[j] = load_b_col(n, min(j0 + j, p.cols - 1u), k);
+    UNROLL for (uint j = 0u; j < TILE_N; ++j) {
+      bj[j] = PACKED_B ? b4_at(packed_at + j) : load_b_col(n, min(j0 + j, p.cols - 1u), k);
+    }
+    packed_at += block_cols;
     UNROLL for (uint r = 0u; r < TILE_M; ++r) {
       vec4 ar = subgroupShuffle(mine[r / LANES], r % LANES);
       UNROLL for (uint q = 0u; q < TILE_N / 4u; ++q) {

@@ -207,6 +207,7 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
     if (texel_inputs && !device.texel_rgba32f) continue;
     vulkan::GemmPlan plan = vulkan::plan_gemm(device);
     plan.texel_inputs = texel_inputs;
+    plan.packed_b = plan.packed_b && texel_inputs;
     VulkanBackend inputs(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan), .flash_rows = texel_inputs ? 0u : 4u});
     EXPECT_TRUE(all_close(run(inputs, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
         << (texel_inputs ? "texel inputs" : "storage inputs, 4 rows");
@@ -393,10 +394,12 @@ INSTANTIATE_TEST_SUITE_P(Sizes, Workgroup, Values(1u, 48u, 64u, 256u));
 // K a multiple of 4 (vec4 loads, and texel inputs where asked) and not, M and N inside one tile,
 // on its edge and past it.
 // Broadcast: (tile_n, rows of A per lane); shared: (side, 1).
+// Inputs: 0 storage buffers, 1 texel buffers, 2 texel buffers with B packed (broadcast only).
 class GemmTiling
-    : public ::testing::TestWithParam<std::tuple<std::tuple<vulkan::GemmVariant, uint32_t, uint32_t>, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<std::tuple<vulkan::GemmVariant, uint32_t, uint32_t>, int>> {};
 TEST_P(GemmTiling, MatchesReference) {
-  auto [tiling, texel_inputs] = GetParam();
+  auto [tiling, inputs] = GetParam();
+  const bool texel_inputs = inputs > 0;
   auto [variant, size, row_sets] = tiling;
   const auto& device = testing::shared_context()->device_report();
   const vulkan::Lanes lanes = vulkan::guaranteed_lanes(device, vulkan::SubgroupOps::shuffle, 16);
@@ -408,6 +411,11 @@ TEST_P(GemmTiling, MatchesReference) {
   }
   vulkan::GemmPlan plan = vulkan::plan_gemm(device, variant);
   plan.texel_inputs = texel_inputs;
+  plan.packed_b = inputs == 2;
+  if (plan.packed_b && variant != vulkan::GemmVariant::broadcast) {
+    EXPECT_THROW(VulkanBackend(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)}), DeviceError);
+    return;
+  }
   if (texel_inputs && !device.texel_rgba32f) {
     EXPECT_THROW(VulkanBackend(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)}), DeviceError);
     return;
@@ -428,10 +436,13 @@ TEST_P(GemmTiling, MatchesReference) {
     step({random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)},
          [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], &v[2]); });
   }
-  for (auto [BH, L, S, d] : {std::tuple{2, 17, 5, 4}, {3, 9, 70, 64}, {1, 113, 3, 17}, {1, 3, 8, 6}}) {
-    step({random_tensor({1, BH, L, d}, 4), random_tensor({1, BH, S, d}, 5)},
+  // (B packed where A has 4 row blocks: linear's 65 to 130 rows at 4 or 8 lanes, 64 and 130 at
+  // 16; attention_scores' 70 and 130 rows, across 3 key heads for 6 query heads in the last)
+  for (auto [BH, L, S, d, H_kv] : {std::tuple{2, 17, 5, 4, 2}, {3, 9, 70, 64, 3}, {1, 113, 3, 17, 1}, {1, 3, 8, 6, 1},
+                                   {2, 70, 33, 8, 2}, {6, 130, 3, 4, 3}}) {
+    step({random_tensor({1, BH, L, d}, 4), random_tensor({1, H_kv, S, d}, 5)},
          [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); });
-    step({random_tensor({1, BH, L, S}, 6), random_tensor({1, BH, S, d}, 7)},
+    step({random_tensor({1, BH, L, S}, 6), random_tensor({1, H_kv, S, d}, 7)},
          [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); });
   }
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
@@ -440,14 +451,15 @@ INSTANTIATE_TEST_SUITE_P(Plans, GemmTiling,
                          Combine(Values(std::tuple{vulkan::GemmVariant::broadcast, 4u, 1u}, std::tuple{vulkan::GemmVariant::broadcast, 8u, 2u},
                                         std::tuple{vulkan::GemmVariant::broadcast, 16u, 1u}, std::tuple{vulkan::GemmVariant::broadcast, 16u, 2u},
                                         std::tuple{vulkan::GemmVariant::shared, 8u, 1u}, std::tuple{vulkan::GemmVariant::shared, 16u, 1u}),
-                                 Bool()),
+                                 Values(0, 1, 2)),
                          [](const auto& case_info) {
                            const auto& tiling = std::get<0>(case_info.param);
                            const std::string size = std::to_string(std::get<1>(tiling));
                            std::string name = std::get<0>(tiling) == vulkan::GemmVariant::broadcast
                                                   ? "broadcast_rows" + std::to_string(std::get<2>(tiling)) + "_tile_n" + size
                                                   : "shared_side" + size;
-                           return name + (std::get<1>(case_info.param) ? "_texel" : "_storage");
+                           const int inputs = std::get<1>(case_info.param);
+                           return name + (inputs == 0 ? "_storage" : inputs == 1 ? "_texel" : "_texel_packed");
                          });
 
 TEST(GemmPlan, ABadPlanIsRefusedWithWhatTheDeviceLacks) {

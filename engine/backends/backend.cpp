@@ -630,7 +630,7 @@ void check_tensor_fits(const MemoryLimits& limits, const std::string& name, int6
 void Backend::preflight(const std::string& pass, const std::function<void(Backend&)>& recipe) {
   const auto limits = memory_limits();
   if (!limits) return;
-  SizingBackend sizing(limits->reuse_from_bytes);
+  SizingBackend sizing(limits->reuse_from_bytes, limits->gemm_scratch_floats);
   sizing.scope_ = scope_;
   recipe(sizing);
   const SizingBackend::SizedTensor* largest = nullptr;

@@ -1,5 +1,7 @@
 #include "engine/backends/sizing_backend.h"
 
+#include <utility>
+
 namespace vkattn {
 
 namespace {
@@ -14,7 +16,16 @@ struct SizedStorage final : Storage {
 };
 }  // namespace
 
-SizingBackend::SizingBackend(uint64_t reuse_from_bytes) : pool_(std::make_shared<Pool>(Pool{reuse_from_bytes, {}})) {}
+SizingBackend::SizingBackend(uint64_t reuse_from_bytes, decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats)
+    : pool_(std::make_shared<Pool>(Pool{reuse_from_bytes, {}})), gemm_scratch_floats_(std::move(gemm_scratch_floats)) {}
+
+void SizingBackend::scratch(const std::string& step, const std::string& product, int64_t batch, int64_t group,
+                            int64_t M, int64_t N, int64_t K, int64_t a_heads) {
+  if (!gemm_scratch_floats_) return;
+  if (const int64_t floats = gemm_scratch_floats_(product, batch, group, M, N, K, a_heads); floats > 0) {
+    allocate(step + " (B packed)", floats);  // given back at once, as at the end of the step
+  }
+}
 
 void SizingBackend::Pool::acquire(uint64_t bytes) {
   auto it = free.find(bytes);

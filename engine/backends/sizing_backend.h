@@ -26,8 +26,10 @@ class SizingBackend final : public Backend {
   };
 
   // reuse_from_bytes: the smallest tensor that may take a finished tensor's buffer; by default
-  // none does, and pass_bytes() is the sum of every tensor
-  explicit SizingBackend(uint64_t reuse_from_bytes = std::numeric_limits<uint64_t>::max());
+  // none does, and pass_bytes() is the sum of every tensor. gemm_scratch_floats: a GEMM step's
+  // own buffers, as MemoryLimits says (none where unset).
+  explicit SizingBackend(uint64_t reuse_from_bytes = std::numeric_limits<uint64_t>::max(),
+                         decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats = {});
 
   std::string name() const override { return "sizing"; }
   std::string device_name() const override { return "none (sizes only)"; }
@@ -40,14 +42,18 @@ class SizingBackend final : public Backend {
   std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
 
-  void run_linear(const std::string&, const Storage&, const Storage&, const Storage*, Storage&, int64_t, int64_t,
-                  int64_t, HeadsLayout, HeadsLayout) override {}
+  void run_linear(const std::string& step, const Storage&, const Storage&, const Storage*, Storage&, int64_t N,
+                  int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout) override {
+    scratch(step, "linear", 1, 1, N, M, K, x_layout.heads);
+  }
   void run_split_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
                        int64_t) override {}
   void run_append_row(const std::string&, const Storage&, const Storage*, Storage&, int64_t, int64_t,
                       int64_t) override {}
-  void run_attention_scores(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t, int64_t,
-                            int64_t, float, int64_t) override {}
+  void run_attention_scores(const std::string& step, const Storage&, const Storage&, Storage&, int64_t BH, int64_t L,
+                            int64_t S, int64_t d, float, int64_t group) override {
+    scratch(step, "attention_scores", BH, group, L, S, d, 0);
+  }
   void run_attention_mask(const std::string&, const Storage&, const Storage*, int, const Storage*, bool, int64_t,
                           Storage&, int64_t, int64_t, int64_t, int64_t) override {}
   void run_softmax(const std::string&, const Storage&, Storage&, int64_t, int64_t) override {}
@@ -87,8 +93,12 @@ class SizingBackend final : public Backend {
     void acquire(uint64_t bytes);
     void release(uint64_t bytes);
   };
+  // A GEMM step's own buffer, taken and given back, as the real backend's (gemm_scratch_floats_)
+  void scratch(const std::string& step, const std::string& product, int64_t batch, int64_t group, int64_t M,
+               int64_t N, int64_t K, int64_t a_heads);
   std::vector<SizedTensor> tensors_;
   std::shared_ptr<Pool> pool_;
+  decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats_;
 };
 
 }  // namespace vkattn

@@ -286,6 +286,15 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
     if (rule.texel_inputs) {
       vulkan::GemmPlan plan = rule;
       plan.texel_inputs = false;
+      plan.packed_b = false;
+      plan.why = kMeasured;
+      add(plan);
+    }
+    // B read where it lies, at the rule's tile: packing costs a read and a write of B, which a
+    // product with few row blocks, or a device whose fetches do not care, may not repay
+    if (rule.packed_b) {
+      vulkan::GemmPlan plan = rule;
+      plan.packed_b = false;
       plan.why = kMeasured;
       add(plan);
     }
@@ -354,7 +363,8 @@ nlohmann::json to_json(const vulkan::GemmPlan& p) {
           {"tile_m", p.tile_m},
           {"tile_n", p.tile_n},
           {"side", p.side},
-          {"texel_inputs", p.texel_inputs}};
+          {"texel_inputs", p.texel_inputs},
+          {"packed_b", p.packed_b}};
 }
 
 nlohmann::json to_json(const vulkan::RowPlan& p) { return {{"lanes", p.lanes}}; }
@@ -392,6 +402,7 @@ vulkan::GemmPlan gemm_plan_from_json(const nlohmann::json& j) {
   p.tile_n = field<uint32_t>(j, "tile_n");
   p.side = field<uint32_t>(j, "side");
   p.texel_inputs = field<bool>(j, "texel_inputs");
+  p.packed_b = field<bool>(j, "packed_b");
   p.why = kRemembered;
   return p;
 }

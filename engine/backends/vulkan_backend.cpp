@@ -289,6 +289,13 @@ void VulkanBackend::empty_cache() {
   s_->recorder.clear();
 }
 
+struct VulkanBackend::GemmLaunch {
+  vulkan::GemmPlan plan;
+  bool vec4 = false;    // every row of A and B starts on a multiple of 4 floats
+  bool texels = false;  // A and B read as texels
+  uint64_t packed_texels = 0;  // B packed first (shaders/gemm_pack.comp) into this many texels, or 0
+};
+
 std::optional<MemoryLimits> VulkanBackend::memory_limits() const {
   const auto& device = s_->context->device_report();
   MemoryLimits limits{.device = device.name,
@@ -297,6 +304,13 @@ std::optional<MemoryLimits> VulkanBackend::memory_limits() const {
                       .max_total_bytes = device.device_local_bytes,
                       .max_total_limit = "the largest device-local memory heap",
                       .reuse_from_bytes = s_->options.reuse_in_flight_bytes};
+  // B packed by a GEMM step, as run_gemm decides it (which may measure the step's plan now, as the
+  // pass's first GEMM of the class would: hence the cast)
+  auto* self = const_cast<VulkanBackend*>(this);
+  limits.gemm_scratch_floats = [self](const std::string& product, int64_t batch, int64_t group, int64_t M, int64_t N,
+                                      int64_t K, int64_t a_heads) {
+    return int64_t(self->gemm_launch(product, batch, M, N, K, false, group, a_heads).packed_texels) * 4;
+  };
   if (s_->options.memory_limit_bytes > 0 && s_->options.memory_limit_bytes < limits.max_total_bytes) {
     limits.max_total_bytes = s_->options.memory_limit_bytes;
     limits.max_total_limit = "the memory limit set for this backend";
@@ -354,29 +368,54 @@ void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kern
   s_->recorder.dispatch(kernel, buffers, std::as_bytes(std::span(&params, 1)), groups, step, continuation);
 }
 
+VulkanBackend::GemmLaunch VulkanBackend::gemm_launch(const std::string& name, int64_t batch, int64_t M, int64_t N,
+                                                     int64_t K, bool b_k_by_n, int64_t group, int64_t a_heads) {
+  GemmLaunch launch;
+  launch.plan = gemm_plan_for(name, batch, M, N, K).fitted(uint64_t(N));
+  // vec4 loads need every row of A and B to start on a multiple of 4 floats, and A's heads
+  // where A is read from (B, H, T, d)
+  launch.vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_heads == 0 || K / a_heads % 4 == 0);
+  // texel inputs: whole texels (vec4), each input within the device's texel count
+  const uint64_t max_texels = s_->device.max_texel_buffer_elements;
+  launch.texels = launch.plan.texel_inputs && launch.vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
+                  uint64_t(batch / group) * N * K / 4 <= max_texels;
+  // B (batch / group, N, K) as the lanes read it: N rounded up to a subgroup's columns
+  const uint64_t block_cols = uint64_t(launch.plan.lanes) * launch.plan.tile_n;
+  const uint64_t packed = uint64_t(batch / group) * ceil_div(uint64_t(N), block_cols) * block_cols * K / 4;
+  if (!b_k_by_n && launch.plan.packs_b(uint64_t(M), launch.texels) && packed <= max_texels) {
+    launch.packed_texels = packed;
+  }
+  return launch;
+}
+
 void VulkanBackend::run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                              const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K,
                              float scale, bool b_k_by_n, int64_t group, HeadsLayout a_layout,
                              HeadsLayout c_layout) {
-  // vec4 loads need every row of A and B to start on a multiple of 4 floats, and A's heads
-  // where A is read from (B, H, T, d)
-  const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_layout.heads == 0 || K / a_layout.heads % 4 == 0);
-  // texel inputs: whole texels (vec4), each input within the device's texel count
-  const uint64_t max_texels = s_->device.max_texel_buffer_elements;
-  const vulkan::GemmPlan plan = gemm_plan_for(name, batch, M, N, K).fitted(uint64_t(N));
-  const bool texels = plan.texel_inputs && vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
-                      uint64_t(batch / group) * N * K / 4 <= max_texels;
   if (a_layout.heads > 0 && c_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
-  std::vector<uint32_t> specialization = plan.specialization(vec4, bias != nullptr);
+  const GemmLaunch launch = gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads);
+  const vulkan::GemmPlan& plan = launch.plan;
+  std::vector<uint32_t> specialization = plan.specialization(launch.vec4, bias != nullptr);
   const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;  // d a multiple of 4
   specialization.push_back(c_layout.heads == 0 ? 0u : quads ? 4u : 1u);  // C_HEADS
-  specialization.push_back(a_layout.heads > 0 ? 1u : 0u);  // A_HEADS
-  const auto& k = kernel(plan.shader(name, texels), 4, sizeof(vulkan::GemmParams), specialization,
-                         plan.workgroup_size, texels ? 0b11u : 0u, plan.required_lanes());
+  specialization.push_back(a_layout.heads > 0 ? 1u : 0u);                // A_HEADS
+  specialization.push_back(launch.packed_texels > 0 ? 1u : 0u);          // PACKED_B
+  std::shared_ptr<Storage> packed;  // given back to the pool when this step is recorded
+  if (launch.packed_texels > 0) {
+    packed = allocate(step + " (B packed)", int64_t(launch.packed_texels) * 4);
+    const auto& pack = kernel("gemm_pack", 2, sizeof(vulkan::GemmPackParams));
+    const uint32_t block_cols = plan.lanes * plan.tile_n;
+    dispatch(step, pack, {buffer_of(b), buffer_of(*packed)},
+             vulkan::GemmPackParams{u32(launch.packed_texels), u32(N), u32(K / 4), block_cols}, launch.packed_texels);
+  }
+  const auto& k = kernel(plan.shader(name, launch.texels), 4, sizeof(vulkan::GemmParams), specialization,
+                         plan.workgroup_size, launch.texels ? 0b11u : 0u, plan.required_lanes());
   const HeadsLayout& heads = a_layout.heads > 0 ? a_layout : c_layout;
   vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group), u32(heads.heads), u32(heads.tokens)};
-  dispatch(step, k, {buffer_of(a), buffer_of(b), bias ? buffer_of(*bias) : s_->recorder.placeholder(), buffer_of(c)},
-           params, plan.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true);
+  dispatch(step, k,
+           {buffer_of(a), buffer_of(packed ? *packed : b), bias ? buffer_of(*bias) : s_->recorder.placeholder(),
+            buffer_of(c)},
+           params, plan.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true, /*continuation=*/packed != nullptr);
 }
 
 void VulkanBackend::run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,

@@ -31,6 +31,10 @@ struct GemmPlan {
   // A and B read as RGBA32F uniform texel buffers (the <step>_texel shaders) where rows are
   // whole vec4s and both fit in maxTexelBufferElements: what lavapipe loads fastest
   bool texel_inputs = false;
+  // broadcast with texel inputs: B stored (N, K) is first rewritten in the order the lanes read
+  // it (shaders/gemm_pack.comp) where it serves at least kPackedRowBlocks row blocks
+  bool packed_b = false;
+  static constexpr uint64_t kPackedRowBlocks = 4;
   std::string why;  // why this variant on this device (plan_gemm)
 
   // This plan for an output of `cols` columns: broadcast halves tile_n (while it stays a
@@ -46,6 +50,8 @@ struct GemmPlan {
   // kMostUnrolledLanes lanes takes the build with its tile unrolled, <step>_subgroup…_unrolled.
   std::string shader(const std::string& step, bool texels) const;
   static constexpr uint32_t kMostUnrolledLanes = 8;
+  // Whether a product of `rows` rows with B stored (N, K), read as texels, packs B first.
+  bool packs_b(uint64_t rows, bool texels) const { return packed_b && texels && rows >= kPackedRowBlocks * tile_m; }
   // The subgroup size the pipeline must require: the lanes of broadcast, 0 for shared.
   uint32_t required_lanes() const { return variant == GemmVariant::broadcast ? lanes : 0; }
   std::string describe() const;  // "broadcast: 8×64 per subgroup, workgroup 64"

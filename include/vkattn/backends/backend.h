@@ -63,6 +63,13 @@ struct MemoryLimits {
   // A tensor this large or larger may take the buffer of one the pass has finished with (of
   // exactly its size); a smaller one is counted as a buffer of its own. By default none reuses.
   uint64_t reuse_from_bytes = std::numeric_limits<uint64_t>::max();
+  // The floats a GEMM step takes besides its output, given back when it ends (VulkanBackend: B
+  // rewritten for the broadcast tiling, shaders/gemm_pack.comp), 0 for none, none where unset:
+  // `product` linear or attention_scores, A (batch, M, K) with its columns read from `a_heads`
+  // heads (0: in place), B (batch / group, N, K).
+  std::function<int64_t(const std::string& product, int64_t batch, int64_t group, int64_t M, int64_t N, int64_t K,
+                        int64_t a_heads)>
+      gemm_scratch_floats;
 };
 
 // DeviceError "NAME needs X MiB in one buffer, Y MiB over LIMIT (Z MiB) of 'DEVICE'" when a

@@ -117,9 +117,11 @@ class VulkanBackend final : public Backend {
   // device since it was made or since reset_peak(), in bytes, as torch.cuda.max_memory_allocated.
   uint64_t peak_allocated_bytes() const;
   void reset_peak() const;
+  // The device memory a pass must fit in, and the buffers a GEMM step takes besides its output,
+  // as preflight() counts them.
+  std::optional<MemoryLimits> memory_limits() const override;
 
  protected:
-  std::optional<MemoryLimits> memory_limits() const override;
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
   std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
@@ -178,9 +180,6 @@ class VulkanBackend final : public Backend {
   const vulkan::Kernel& kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
                                std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
                                uint32_t texel_bindings = 0, uint32_t lanes = 0);
-  // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
-  // B is stored (batch / group, K, N) when `b_k_by_n`, else (batch / group, N, K): `group`
-  // consecutive items of A share one of B (grouped-query attention; 1 elsewhere).
   // The GEMM plan for C (batch, M, N) = A (batch, M, K) · B through `name`'s shader: measured or
   // remembered for the problem's shape class when tuning is on, else gemm_plan().
   const vulkan::GemmPlan& gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K);
@@ -188,6 +187,14 @@ class VulkanBackend final : public Backend {
   const vulkan::FlashPlan& flash_plan_for(int64_t heads, int64_t L, int64_t S, int64_t d, bool causal);
   // softmax's or layer_norm's plan for `rows` rows of `cols`: as gemm_plan_for.
   const vulkan::RowPlan& row_plan_for(const std::string& step, int64_t rows, int64_t cols);
+  // How run_gemm runs C (batch, M, N) = A (batch, M, K) · B through `name`'s shader (arguments as
+  // its): the plan, and whether and how large B packed (in the .cpp).
+  struct GemmLaunch;
+  GemmLaunch gemm_launch(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K, bool b_k_by_n,
+                         int64_t group, int64_t a_heads);
+  // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
+  // B is stored (batch / group, K, N) when `b_k_by_n`, else (batch / group, N, K): `group`
+  // consecutive items of A share one of B (grouped-query attention; 1 elsewhere).
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                 bool b_k_by_n, int64_t group, HeadsLayout a_layout = {}, HeadsLayout c_layout = {});
