@@ -129,9 +129,9 @@ int main(int argc, char** argv) {
       const std::string described = c.plan.fitted(uint64_t(N)).describe();
       const std::string mark = std::string(described == tuned ? "t" : " ") +
                                (described == rule.fitted(uint64_t(N)).describe() ? "r " : "  ");
-      // padded to 66 characters, not bytes (× is two)
+      // padded to 63 characters, not bytes (× is two)
       const auto chars = std::count_if(described.begin(), described.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
-      std::cout << mark << described << std::string(std::max<std::ptrdiff_t>(0, 66 - chars), ' ') << std::fixed
+      std::cout << mark << described << std::string(std::max<std::ptrdiff_t>(0, 63 - chars), ' ') << std::fixed
                 << std::setprecision(2) << std::setw(7) << median << " ms " << std::setprecision(1) << std::setw(6)
                 << gflop / median * 1e3 << " / " << gflop / best * 1e3 << " GFLOP/s\n";
     }

@@ -432,14 +432,15 @@ TEST_P(GemmTiling, MatchesReference) {
   VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)});
   ReferenceBackend cpu;
   auto step = [&](std::vector<Tensor> in, const Step& s) { EXPECT_TRUE(gpu_matches_reference(gpu, cpu, in, s, {})) << plan.describe(); };
-  for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {9, 128, 64}, {70, 3, 129}}) {
+  // (B packed where A has 16 row blocks, 512 rows at most: linear's 520 rows, 70 columns, and
+  // attention_scores' 520 rows, across 3 key heads for 6 query heads in the last)
+  for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {9, 128, 64}, {70, 3, 129},
+                         {520, 64, 70}}) {
     step({random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)},
          [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], &v[2]); });
   }
-  // (B packed where A has 4 row blocks: linear's 65 to 130 rows at 4 or 8 lanes, 64 and 130 at
-  // 16; attention_scores' 70 and 130 rows, across 3 key heads for 6 query heads in the last)
   for (auto [BH, L, S, d, H_kv] : {std::tuple{2, 17, 5, 4, 2}, {3, 9, 70, 64, 3}, {1, 113, 3, 17, 1}, {1, 3, 8, 6, 1},
-                                   {2, 70, 33, 8, 2}, {6, 130, 3, 4, 3}}) {
+                                   {2, 520, 33, 8, 2}, {6, 520, 3, 4, 3}}) {
     step({random_tensor({1, BH, L, d}, 4), random_tensor({1, H_kv, S, d}, 5)},
          [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); });
     step({random_tensor({1, BH, L, S}, 6), random_tensor({1, H_kv, S, d}, 7)},

@@ -51,13 +51,16 @@ TEST(TunedPlans, EveryGemmCandidateMatchesTheReference) {
   for (const auto& plan : candidates) {
     SCOPED_TRACE(plan.describe());
     VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)});
-    for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {113, 512, 113}, {70, 3, 129}}) {
+    // (520 rows: 16 row blocks of 32 or more, B packed where the plan packs it)
+    for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {113, 512, 113}, {70, 3, 129},
+                           {520, 64, 70}}) {
       EXPECT_TRUE(matches_reference(gpu, {random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)},
                                     [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], &v[2]); }))
           << "linear " << N << "×" << K << " · " << M << "×" << K;
     }
-    // L ≠ S, odd sizes, d not a multiple of 4, shared key/value heads (group 2)
-    for (auto [H, Hkv, L, S, d] : {std::tuple{2, 2, 17, 5, 4}, {3, 3, 9, 70, 64}, {1, 1, 113, 3, 17}, {4, 2, 17, 113, 8}, {1, 1, 1, 1, 1}}) {
+    // L ≠ S, odd sizes, d not a multiple of 4, shared key/value heads (group 2), 520 rows
+    for (auto [H, Hkv, L, S, d] : {std::tuple{2, 2, 17, 5, 4}, {3, 3, 9, 70, 64}, {1, 1, 113, 3, 17}, {4, 2, 17, 113, 8},
+                                   {1, 1, 1, 1, 1}, {4, 2, 520, 9, 8}}) {
       EXPECT_TRUE(matches_reference(gpu, {random_tensor({1, H, L, d}, 4), random_tensor({1, Hkv, S, d}, 5)},
                                     [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); }))
           << "attention_scores H " << H << ", L " << L << ", S " << S << ", d " << d;

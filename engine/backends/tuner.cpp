@@ -257,10 +257,13 @@ std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, 
   return plans;
 }
 
-std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device) {
-  const vulkan::GemmPlan rule = vulkan::plan_gemm(device);
+std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device, const std::string& product) {
+  vulkan::GemmPlan rule = vulkan::plan_gemm(device);
+  const bool packs = product != "attention_values";
+  rule.packed_b = rule.packed_b && packs;
   std::vector<vulkan::GemmPlan> plans{rule};
-  auto add = [&](const vulkan::GemmPlan& plan) {
+  auto add = [&](vulkan::GemmPlan plan) {
+    plan.packed_b = plan.packed_b && packs;
     for (const auto& p : plans) {
       if (p.describe() == plan.describe()) return;
     }

@@ -78,8 +78,9 @@ constexpr double kSmallestTuned = 8e6;
 // this many keys, where there are at least two candidates of 32 keys a part.
 constexpr uint64_t kShortestTunedDecoding = 128;
 
-// The plans tuning chooses among on `device`, the rule's first.
-std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device);
+// The plans tuning chooses among on `device`, the rule's first; for attention_values, whose B is
+// stored (K, N), none packs B.
+std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device, const std::string& product = "linear");
 std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
 std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
 // `rule` (Backend::decoding_parts' count), then 1, 2, 4, … while a part holds at least 8 keys of

@@ -148,7 +148,7 @@ const vulkan::GemmPlan& VulkanBackend::gemm_plan_for(const std::string& name, in
     return s_->gemm_plans[shape_class] = *plan;
   }
   const tuning::Outcome outcome =
-      tuning::tune_gemm(s_->context, s_->options, problem, tuning::gemm_candidates(s_->device),
+      tuning::tune_gemm(s_->context, s_->options, problem, tuning::gemm_candidates(s_->device, name),
                         [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
   s_->cache->remember(shape_class, outcome.to_json());
   return s_->gemm_plans[shape_class] = tuning::gemm_plan_from_json(outcome.plan);
@@ -385,6 +385,7 @@ VulkanBackend::GemmLaunch VulkanBackend::gemm_launch(const std::string& name, in
   if (!b_k_by_n && launch.plan.packs_b(uint64_t(M), launch.texels) && packed <= max_texels) {
     launch.packed_texels = packed;
   }
+  launch.plan.packed_b = launch.packed_texels > 0;  // what runs
   return launch;
 }
 
@@ -403,10 +404,10 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   std::shared_ptr<Storage> packed;  // given back to the pool when this step is recorded
   if (launch.packed_texels > 0) {
     packed = allocate(step + " (B packed)", int64_t(launch.packed_texels) * 4);
-    const auto& pack = kernel("gemm_pack", 2, sizeof(vulkan::GemmPackParams));
-    const uint32_t block_cols = plan.lanes * plan.tile_n;
+    // a workgroup a block's four k: the subgroup's columns, lanes · tile_n (≤ 16 · 16)
+    const auto& pack = kernel("gemm_pack", 2, sizeof(vulkan::GemmPackParams), {}, plan.lanes * plan.tile_n, 0b1u);
     dispatch(step, pack, {buffer_of(b), buffer_of(*packed)},
-             vulkan::GemmPackParams{u32(launch.packed_texels), u32(N), u32(K / 4), block_cols}, launch.packed_texels);
+             vulkan::GemmPackParams{u32(launch.packed_texels), u32(N), u32(K / 4)}, launch.packed_texels);
   }
   const auto& k = kernel(plan.shader(name, launch.texels), 4, sizeof(vulkan::GemmParams), specialization,
                          plan.workgroup_size, launch.texels ? 0b11u : 0u, plan.required_lanes());

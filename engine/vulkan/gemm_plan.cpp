@@ -53,7 +53,7 @@ std::string GemmPlan::shader(const std::string& step, bool texels) const {
 }
 
 std::string GemmPlan::describe() const {
-  const std::string inputs = std::string(texel_inputs ? ", texel inputs" : "") + (packed_b ? ", B packed" : "");
+  const std::string inputs = std::string(texel_inputs ? ", texels" : "") + (packed_b ? ", B packed" : "");
   if (variant == GemmVariant::broadcast) {
     return "broadcast: " + std::to_string(tile_m) + "×" + std::to_string(lanes * tile_n) + " per subgroup, workgroup " +
            std::to_string(workgroup_size) + inputs;

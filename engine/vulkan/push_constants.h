@@ -16,11 +16,10 @@ struct GemmParams {  // shaders/gemm.glsl: linear, attention_scores, attention_v
   glm::uint tokens;   //   and its T
 };
 
-struct GemmPackParams {  // shaders/gemm_pack.comp
+struct GemmPackParams {  // shaders/gemm_pack.comp (its workgroup: lanes · tile_n)
   glm::uint count;        // vec4s written
   glm::uint cols;         // N
   glm::uint inner4;       // K / 4
-  glm::uint block_cols;   // lanes · tile_n
 };
 
 struct HeadsParams {   // shaders/split_heads.comp, shaders/merge_heads.comp
@@ -138,7 +137,7 @@ struct MeanPoolParams {  // shaders/mean_pool.comp
   glm::uint dim;         // E
 };
 
-static_assert(sizeof(GemmParams) == 32 && sizeof(GemmPackParams) == 16 && sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
+static_assert(sizeof(GemmParams) == 32 && sizeof(GemmPackParams) == 12 && sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
 static_assert(sizeof(AttentionMaskParams) == 32 && sizeof(FlashAttentionParams) == 44);
 static_assert(sizeof(KvCacheAppendParams) == 20 && sizeof(FlashDecodingParams) == 44);
 static_assert(sizeof(AttentionCombineParams) == 12 && sizeof(RotaryEmbeddingParams) == 24);

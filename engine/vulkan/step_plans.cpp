@@ -57,7 +57,7 @@ std::string FlashPlan::shader(bool texels) const {
 }
 
 std::string FlashPlan::describe() const {
-  const std::string inputs = texel_inputs ? ", texel inputs" : "";
+  const std::string inputs = texel_inputs ? ", texels" : "";
   if (!lanes) return "a row per invocation, workgroup " + std::to_string(workgroup_size) + inputs;
   // (the lanes, as the GEMM's plan, are the device's: `vkattn devices` prints them beside the plan)
   return std::to_string(rows) + " rows × " + std::to_string(lanes * keys) + " keys per subgroup, workgroup " +

@@ -46,7 +46,7 @@ struct FlashPlan {
   }
   // Workgroups for `heads` (B·H) heads of `length` (L) query rows.
   uint64_t groups(uint64_t heads, uint64_t length) const;
-  std::string describe() const;  // "16 rows × 16 keys per subgroup, workgroup 64, texel inputs"
+  std::string describe() const;  // "16 rows × 16 keys per subgroup, workgroup 64, texels"
 };
 
 // `rows` > 0 asks for that many query rows per subgroup (tests); 0 lets the device decide: two a
@@ -61,7 +61,7 @@ void check_flash_plan(const FlashPlan& plan, const DeviceReport& device);
 // One line of `vkattn devices`: the steps, the variant that runs them, its lanes and why.
 struct StepPlan {
   std::string steps;    // "linear, attention_scores, attention_values"
-  std::string variant;  // "broadcast: 16×128 per subgroup, workgroup 64, texel inputs"
+  std::string variant;  // "broadcast: 16×128 per subgroup, workgroup 64, texels, B packed"
   uint32_t lanes = 0;   // the required subgroup size; 0 = none
   std::string why;
 };
