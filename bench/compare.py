@@ -161,7 +161,7 @@ def projection_gemm(vkattn_binary, rounds):
             torch_gflops.append(2 * m * n * k * 8 / (time.perf_counter() - start) / 1e9)
         done = subprocess.run([bench_gemm, "--m", str(m), "--n", str(n), "--k", str(k), "--rounds", "1",
                                "--skip-shared"], capture_output=True, text=True, env=dict(os.environ, VKATTN_TUNE="on"))
-        tuned = [line for line in done.stdout.splitlines() if line.startswith("t")]
+        tuned = [line for line in done.stdout.splitlines() if line[:3] in ("t  ", "tr ")]  # the marks
         if done.returncode != 0 or not tuned:
             sys.exit(f"compare.py: bench_gemm failed ({done.returncode}): {done.stderr.strip()}")
         vkattn_gflops.append(float(tuned[0].split("ms")[1].split()[0]))
