@@ -168,6 +168,25 @@ TEST(Lanes, TexelInputsFollowTheirSwitch) {
   DeviceReport d = lavapipe(8);
   d.switches.texel_inputs = false;
   EXPECT_FALSE(plan_gemm(d).texel_inputs);
+  EXPECT_FALSE(plan_gemm(d).packed_b) << "B is packed for texel reads only";
+}
+
+TEST(Lanes, TheRulePacksBWhereItServesSixteenRowBlocks) {
+  for (uint32_t lanes : {4u, 8u, 16u}) {
+    const GemmPlan rule = plan_gemm(lavapipe(lanes));
+    EXPECT_TRUE(rule.packed_b);
+    EXPECT_FALSE(rule.for_rows(16 * rule.tile_m - 1).packed_b) << lanes << " lanes";
+    EXPECT_TRUE(rule.for_rows(16 * rule.tile_m).packed_b) << lanes << " lanes";
+  }
+  EXPECT_FALSE(plan_gemm(gpu(32, 32, 32)).packed_b) << "the shared tiling reads B where it lies";
+  GemmPlan storage = plan_gemm(lavapipe(8));
+  storage.texel_inputs = false;
+  try {
+    check_gemm_plan(storage, lavapipe(8));
+    FAIL() << "B packed for storage reads was accepted";
+  } catch (const DeviceError& e) {
+    EXPECT_TRUE(has(e.what(), "packs B only for the broadcast tiling with texel inputs"));
+  }
 }
 
 // ---- the driver quirks table ---------------------------------------------------------------------

@@ -137,10 +137,11 @@ std::optional<Plan> remembered(vulkan::PlanCache& cache, const std::string& shap
 
 }  // namespace
 
-const vulkan::GemmPlan& VulkanBackend::gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N,
-                                                     int64_t K) {
+vulkan::GemmPlan VulkanBackend::gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N,
+                                              int64_t K) {
   const tuning::GemmProblem problem{name, uint64_t(batch), uint64_t(M), uint64_t(N), uint64_t(K)};
-  if (!s_->cache || s_->options.gemm || problem.multiply_adds() < tuning::kSmallestTuned) return s_->gemm;
+  if (s_->options.gemm) return s_->gemm;  // as asked
+  if (!s_->cache || problem.multiply_adds() < tuning::kSmallestTuned) return s_->gemm.for_rows(uint64_t(M));
   const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
   if (auto it = s_->gemm_plans.find(shape_class); it != s_->gemm_plans.end()) return it->second;
   if (auto plan = remembered<vulkan::GemmPlan>(*s_->cache, shape_class, s_->device, &tuning::gemm_plan_from_json,
@@ -382,7 +383,7 @@ VulkanBackend::GemmLaunch VulkanBackend::gemm_launch(const std::string& name, in
   // B (batch / group, N, K) as the lanes read it: N rounded up to a subgroup's columns
   const uint64_t block_cols = uint64_t(launch.plan.lanes) * launch.plan.tile_n;
   const uint64_t packed = uint64_t(batch / group) * ceil_div(uint64_t(N), block_cols) * block_cols * K / 4;
-  if (!b_k_by_n && launch.plan.packs_b(uint64_t(M), launch.texels) && packed <= max_texels) {
+  if (!b_k_by_n && launch.plan.packed_b && launch.texels && packed <= max_texels) {
     launch.packed_texels = packed;
   }
   launch.plan.packed_b = launch.packed_texels > 0;  // what runs

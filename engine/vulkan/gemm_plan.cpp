@@ -33,6 +33,12 @@ GemmPlan GemmPlan::fitted(uint64_t cols) const {
   return plan;
 }
 
+GemmPlan GemmPlan::for_rows(uint64_t rows) const {
+  GemmPlan plan = *this;
+  plan.packed_b = packed_b && rows >= kPackedRowBlocks * tile_m;
+  return plan;
+}
+
 uint64_t GemmPlan::groups(uint64_t batch, uint64_t rows, uint64_t cols) const {
   if (variant == GemmVariant::broadcast) {
     uint64_t units = batch * ceil_div(rows, tile_m) * ceil_div(cols, uint64_t(lanes) * tile_n);
@@ -89,7 +95,7 @@ GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested) {
     plan.tile_n = 16;
     plan.workgroup_size = lanes.count * std::min(kBroadcastSubgroups, device.max_workgroup_invocations / lanes.count);
     // B packed where it is read as texels: (3200, 512) · (512, 512)ᵀ on Debian 12 lavapipe at 8
-    // lanes (bench_gemm), 16×128 62 → 83 GFLOP/s, 32×64 68 → 78, the packing's pass included
+    // lanes (bench_gemm), 16×128 60 → 82 GFLOP/s, 32×64 67 → 78, the packing pass included
     plan.packed_b = plan.texel_inputs;
   } else {
     // 16 × 16 invocations where the device allows 256, else 8 × 8 (every device allows 64)

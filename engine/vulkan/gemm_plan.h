@@ -31,10 +31,11 @@ struct GemmPlan {
   // A and B read as RGBA32F uniform texel buffers (the <step>_texel shaders) where rows are
   // whole vec4s and both fit in maxTexelBufferElements: what lavapipe loads fastest
   bool texel_inputs = false;
-  // broadcast with texel inputs: B stored (N, K) is first rewritten in the order the lanes read
-  // it (shaders/gemm_pack.comp) where it serves at least kPackedRowBlocks row blocks. Tuning on
-  // lavapipe (S1, Debian 12): linear's (400, 512)·(512, 512)ᵀ, 25 row blocks, 3.56 → 3.07 ms;
-  // attention_scores' 256 × (100, 64)·(64, 100), 7, 10.7 → 13.4 ms
+  // broadcast with texel inputs: B stored (N, K) (x·Wᵀ, Q·Kᵀ) is first rewritten in the order the
+  // lanes read it (shaders/gemm_pack.comp). The rule packs it where it serves kPackedRowBlocks row
+  // blocks (for_rows): tuning on lavapipe (S1, Debian 12) measured linear's (400, 512)·(512, 512)ᵀ,
+  // 25 row blocks, at 3.56 → 3.07 ms, and attention_scores' 256 × (100, 64)·(64, 100), 7, at
+  // 10.7 → 13.4; a plan tuning chose, or one asked for, packs wherever it says so.
   bool packed_b = false;
   static constexpr uint64_t kPackedRowBlocks = 16;
   std::string why;  // why this variant on this device (plan_gemm)
@@ -52,8 +53,8 @@ struct GemmPlan {
   // kMostUnrolledLanes lanes takes the build with its tile unrolled, <step>_subgroup…_unrolled.
   std::string shader(const std::string& step, bool texels) const;
   static constexpr uint32_t kMostUnrolledLanes = 8;
-  // Whether a product of `rows` rows with B stored (N, K), read as texels, packs B first.
-  bool packs_b(uint64_t rows, bool texels) const { return packed_b && texels && rows >= kPackedRowBlocks * tile_m; }
+  // The rule's plan for a product of `rows` rows: B packed only from kPackedRowBlocks row blocks.
+  GemmPlan for_rows(uint64_t rows) const;
   // The subgroup size the pipeline must require: the lanes of broadcast, 0 for shared.
   uint32_t required_lanes() const { return variant == GemmVariant::broadcast ? lanes : 0; }
   std::string describe() const;  // "broadcast: 8×64 per subgroup, workgroup 64"

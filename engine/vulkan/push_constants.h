@@ -137,7 +137,8 @@ struct MeanPoolParams {  // shaders/mean_pool.comp
   glm::uint dim;         // E
 };
 
-static_assert(sizeof(GemmParams) == 32 && sizeof(GemmPackParams) == 12 && sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
+static_assert(sizeof(GemmParams) == 32 && sizeof(GemmPackParams) == 12);
+static_assert(sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
 static_assert(sizeof(AttentionMaskParams) == 32 && sizeof(FlashAttentionParams) == 44);
 static_assert(sizeof(KvCacheAppendParams) == 20 && sizeof(FlashDecodingParams) == 44);
 static_assert(sizeof(AttentionCombineParams) == 12 && sizeof(RotaryEmbeddingParams) == 24);

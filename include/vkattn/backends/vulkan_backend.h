@@ -181,8 +181,9 @@ class VulkanBackend final : public Backend {
                                std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
                                uint32_t texel_bindings = 0, uint32_t lanes = 0);
   // The GEMM plan for C (batch, M, N) = A (batch, M, K) · B through `name`'s shader: measured or
-  // remembered for the problem's shape class when tuning is on, else gemm_plan().
-  const vulkan::GemmPlan& gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K);
+  // remembered for the problem's shape class when tuning is on, else gemm_plan() with B packed
+  // only for enough rows (GemmPlan::for_rows); a plan asked for (options.gemm) as it is.
+  vulkan::GemmPlan gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K);
   // flash_attention's plan for `heads` heads of L queries and S keys of d: as gemm_plan_for.
   const vulkan::FlashPlan& flash_plan_for(int64_t heads, int64_t L, int64_t S, int64_t d, bool causal);
   // softmax's or layer_norm's plan for `rows` rows of `cols`: as gemm_plan_for.
