@@ -27,6 +27,11 @@ uint64_t bucket(uint64_t n) {  // the power of two at or above n
 
 // Candidates are timed on about this many multiply-adds (a few ms on lavapipe, µs on a GPU)
 constexpr double kTimedWork = 1e8;
+// A GEMM's rows are cut no lower than this for kTimedWork (only below 20 times it): with fewer,
+// a CPU device's threads share too few workgroups evenly and the tiles of most rows lose for it
+// (Debian 13 lavapipe: linear's (3200, 512)·(512, 512)ᵀ timed at 400 rows chose 8×64, 67 % of
+// the fastest plan's speed at 3200; at 1600 rows, 32×64)
+constexpr uint64_t kFewestTimedRows = 1024;
 // Turns each candidate takes, after a first run; a candidate this many times slower than the
 // best after its first run is not run again
 constexpr int kTurns = 5;
@@ -448,7 +453,10 @@ Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanB
   // The timed problem: the class's first, its batch (then rows) cut to about kTimedWork
   GemmProblem timed = problem;
   while (timed.multiply_adds() > 2 * kTimedWork && timed.batch > 1) timed.batch = (timed.batch + 1) / 2;
-  while (timed.multiply_adds() > 2 * kTimedWork && timed.M > 64) timed.M = (timed.M + 1) / 2;
+  while (timed.multiply_adds() > 2 * kTimedWork && timed.M > 64 &&
+         (timed.M / 2 >= kFewestTimedRows || timed.multiply_adds() > 20 * kTimedWork)) {
+    timed.M = (timed.M + 1) / 2;
+  }
   // The checked problem: odd rows, at most 2 of the batch
   const uint64_t check_rows = std::min<uint64_t>(problem.M, 37);
   // Plans that are one kernel on this problem's columns (fitted() narrows wide tiles) run once
