@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
                 << std::setprecision(2) << std::setw(7) << median << " ms " << std::setprecision(1) << std::setw(6)
                 << gflop / median * 1e3 << " / " << gflop / best * 1e3 << " GFLOP/s\n";
     }
-    std::cout << "r = the fixed rule's plan; t = the plan tuning chose for this shape class: " << tuned;
+    std::cout << "r = the fixed rule's plan; t = the plan tuning chose for this shape class:\n  " << tuned;
     if (tuned_ms > 0) std::cout << ", " << std::setprecision(0) << 100 * fastest / tuned_ms << " % of the fastest's speed here";
     std::cout << "\n";
   } catch (const std::exception& e) {  // no driver, a Vulkan call's error: by its VkResult name
