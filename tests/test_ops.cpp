@@ -432,8 +432,8 @@ TEST_P(GemmTiling, MatchesReference) {
   VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)});
   ReferenceBackend cpu;
   auto step = [&](std::vector<Tensor> in, const Step& s) { EXPECT_TRUE(gpu_matches_reference(gpu, cpu, in, s, {})) << plan.describe(); };
-  // (B packed where A has 16 row blocks, 512 rows at most: linear's 520 rows, 70 columns, and
-  // attention_scores' 520 rows, across 3 key heads for 6 query heads in the last)
+  // (a plan asked for packs B at every size; the 520-row cases are 16 row blocks of every tile,
+  // where the rule packs too, the last with 3 key heads for 6 query heads)
   for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {9, 128, 64}, {70, 3, 129},
                          {520, 64, 70}}) {
     step({random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)},

@@ -51,7 +51,7 @@ TEST(TunedPlans, EveryGemmCandidateMatchesTheReference) {
   for (const auto& plan : candidates) {
     SCOPED_TRACE(plan.describe());
     VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)});
-    // (520 rows: 16 row blocks of 32 or more, B packed where the plan packs it)
+    // (520 rows: 16 row blocks of the largest tile, where the rule packs too)
     for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {113, 512, 113}, {70, 3, 129},
                            {520, 64, 70}}) {
       EXPECT_TRUE(matches_reference(gpu, {random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)},
