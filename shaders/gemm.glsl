@@ -26,8 +26,8 @@
 // PACKED_B (constant 9; the broadcast tiling, B stored (N, K), VEC4): B comes rewritten by
 // shaders/gemm_pack.comp in the order the lanes read it, a subgroup's columns for four k side by
 // side, so that its fetches for a pass are LANES·TILE_N neighbouring vec4s instead of vec4s on
-// as many rows of B, K floats apart. On lavapipe the projection GEMM runs ~20 % faster so
-// (docs/lavapipe.md); the host packs where B serves enough row blocks to repay the copy.
+// as many rows of B, K floats apart. On lavapipe the projection GEMM runs 20–35 % faster so
+// (docs/lavapipe.md); the host packs where the plan says (GemmPlan::packed_b).
 //
 // Heads kept in place (linear only, batch 1; engine: Backend::linear_split_heads and
 // merge_heads_linear): with C_HEADS (constant 7) the product C (B·T, H·d) is stored as

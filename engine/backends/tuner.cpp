@@ -267,8 +267,9 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
   const bool packs = product != "attention_values";
   rule.packed_b = rule.packed_b && packs;
   std::vector<vulkan::GemmPlan> plans{rule};
-  auto add = [&](vulkan::GemmPlan plan) {
+  auto add = [&](vulkan::GemmPlan plan) {  // a variant of the rule, once
     plan.packed_b = plan.packed_b && packs;
+    plan.why = kMeasured;
     for (const auto& p : plans) {
       if (p.describe() == plan.describe()) return;
     }
@@ -285,7 +286,6 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
         vulkan::GemmPlan plan = rule;
         plan.tile_m = rule.lanes * row_sets;
         plan.tile_n = tile_n;
-        plan.why = kMeasured;
         add(plan);
       }
     }
@@ -293,9 +293,7 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
     // slower on Mesa 22 and 25; compiling a candidate costs more than timing it)
     if (rule.texel_inputs) {
       vulkan::GemmPlan plan = rule;
-      plan.texel_inputs = false;
-      plan.packed_b = false;
-      plan.why = kMeasured;
+      plan.texel_inputs = plan.packed_b = false;
       add(plan);
     }
     // B read where it lies, at the rule's tile: packing costs a read and a write of B, which a
@@ -303,7 +301,6 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
     if (rule.packed_b) {
       vulkan::GemmPlan plan = rule;
       plan.packed_b = false;
-      plan.why = kMeasured;
       add(plan);
     }
   } else {
@@ -314,7 +311,6 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
       if (plan.workgroup_size > device.max_workgroup_invocations || plan.workgroup_size > device.max_workgroup_size_x) {
         continue;
       }
-      plan.why = kMeasured;
       add(plan);
     }
   }
