@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "engine/vulkan/grid.h"
+#include "engine/vulkan/kernel.h"
+#include "engine/vulkan/push_constants.h"
 #include "tests/support/gpu.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/multi_head_attention.h"
@@ -49,6 +51,36 @@ TEST(Grid, FoldsPastTheLimitAndCoversEveryWorkgroup) {
     EXPECT_LT(total - groups, uint64_t(g.x) * g.y) << "more than one spare layer for " << groups;
   }
   EXPECT_THROW(vulkan::fold_grid(126, small), DeviceError);
+}
+
+// Backends on one context share its pipelines (vulkan::Kernels): a second backend running the
+// same forward compiles nothing new and gives the same bits; a kernel differing in anything that
+// shapes it (here its workgroup) is one of its own, and the same request is the same kernel.
+TEST(Kernels, BackendsOnOneContextCompileEachPipelineOnce) {
+  auto context = std::make_shared<vulkan::Context>(vulkan::ContextOptions{.validation = true});
+  MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 4, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 1));
+  Tensor x = random_tensor({2, 5, 16}, 2);
+  Tensor first;
+  {
+    VulkanBackend gpu(context);
+    first = mha.forward(gpu, x).output;
+  }
+  const size_t made = context->kernels().size();
+  EXPECT_GE(made, 5u) << "the projections, attention and out_proj";
+  {
+    VulkanBackend gpu(context);
+    EXPECT_EQ(mha.forward(gpu, x).output.data, first.data);
+  }
+  EXPECT_EQ(context->kernels().size(), made) << "the second backend compiled its own pipelines";
+
+  auto& kernels = context->kernels();
+  const uint32_t push = sizeof(vulkan::HeadsParams);
+  const auto& at64 = kernels.get(*context, "split_heads", 2, push, 64, std::vector<uint32_t>{1});
+  EXPECT_EQ(&kernels.get(*context, "split_heads", 2, push, 64, std::vector<uint32_t>{1}), &at64);
+  EXPECT_NE(&kernels.get(*context, "split_heads", 2, push, 128, std::vector<uint32_t>{1}), &at64);
+  EXPECT_EQ(at64.workgroup_size(), 64u);
+  EXPECT_EQ(context->validation_message_count(), 0u) << context->last_validation_message();
 }
 
 class Recording : public testing::GpuTest {};

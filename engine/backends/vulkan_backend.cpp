@@ -83,7 +83,6 @@ struct VulkanBackend::State {
   std::map<std::string, int64_t> decoding_parts;  // flash_decoding's key split
   vulkan::Recorder recorder;
   std::shared_ptr<vulkan::BufferPool> buffers;  // tensors' buffers; Storage holds it weakly
-  std::map<std::string, std::unique_ptr<vulkan::Kernel>> kernels;
   // flash_attention's measured speed, multiply-adds a second (0: not measured yet)
   double flash_rate = 0;
 };
@@ -348,14 +347,8 @@ const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bi
                                             std::vector<uint32_t> specialization, uint32_t workgroup_size,
                                             uint32_t texel_bindings, uint32_t lanes) {
   if (workgroup_size == 0) workgroup_size = s_->options.workgroup_size;
-  std::string key = name + "@" + std::to_string(workgroup_size) + "/" + std::to_string(lanes);
-  for (uint32_t v : specialization) key += ":" + std::to_string(v);
-  auto& slot = s_->kernels[key];
-  if (!slot) {
-    slot = std::make_unique<vulkan::Kernel>(*s_->context, name, bindings, push_bytes, workgroup_size, specialization,
-                                            texel_bindings, lanes);
-  }
-  return *slot;
+  return s_->context->kernels().get(*s_->context, name, bindings, push_bytes, workgroup_size, specialization,
+                                    texel_bindings, lanes);
 }
 
 template <class Params>

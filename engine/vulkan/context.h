@@ -99,6 +99,8 @@ struct ContextOptions {
   static ContextOptions from_environment();
 };
 
+class Kernels;  // kernel.h
+
 class Context {
  public:
   explicit Context(const ContextOptions& options = ContextOptions::from_environment());
@@ -120,6 +122,8 @@ class Context {
   // backends on several threads share this context's queue. vk::SystemError when it fails.
   void submit(const vk::SubmitInfo& info, vk::Fence fence) const;
   uint32_t queue_family() const { return device_report().compute_queue_family; }
+  // The compute pipelines made on this device, shared by every backend on it (kernel.h).
+  Kernels& kernels() const { return *kernels_; }
   // A memory type index with all `required` flags, preferring one that also has `preferred`.
   uint32_t memory_type(uint32_t type_bits, vk::MemoryPropertyFlags required, vk::MemoryPropertyFlags preferred) const;
 
@@ -154,6 +158,7 @@ class Context {
   vk::PhysicalDeviceMemoryProperties memory_{};
   vk::raii::Device device_ = nullptr;
   vk::raii::Queue queue_ = nullptr;
+  std::unique_ptr<Kernels> kernels_;  // made after the device, gone before it
   bool debug_utils_ = false;
   mutable std::atomic<uint64_t> buffers_created_{0};
   mutable std::atomic<uint64_t> staging_buffers_created_{0};

@@ -54,4 +54,28 @@ Kernel::Kernel(const Context& context, std::string name, uint32_t bindings, uint
   pipeline_ = vk::raii::Pipeline(device, nullptr, vk::ComputePipelineCreateInfo({}, stage, *layout_));
 }
 
+const Kernel& Kernels::get(const Context& context, const std::string& name, uint32_t bindings,
+                           uint32_t push_constant_bytes, uint32_t workgroup_size,
+                           std::span<const uint32_t> specialization, uint32_t texel_bindings, uint32_t lanes) {
+  // "softmax@256/0 b2 t0 p16:1:0"
+  std::string key = name + "@" + std::to_string(workgroup_size) + "/" + std::to_string(lanes) + " b" +
+                    std::to_string(bindings) + " t" + std::to_string(texel_bindings) + " p" +
+                    std::to_string(push_constant_bytes);
+  for (uint32_t v : specialization) key += ":" + std::to_string(v);
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = kernels_.find(key); it != kernels_.end()) return *it->second;
+  }
+  // compiled outside the lock: other threads' kernels need not wait for this one
+  auto made = std::make_unique<Kernel>(context, name, bindings, push_constant_bytes, workgroup_size, specialization,
+                                       texel_bindings, lanes);
+  std::lock_guard lock(mutex_);
+  return *kernels_.try_emplace(std::move(key), std::move(made)).first->second;
+}
+
+size_t Kernels::size() const {
+  std::lock_guard lock(mutex_);
+  return kernels_.size();
+}
+
 }  // namespace vkattn::vulkan

@@ -5,6 +5,9 @@
 // are the shader's own. A kernel that counts lanes is made with `lanes` > 0: the pipeline requires
 // subgroups of exactly that size with every lane active (lanes.h says when a device allows it).
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 
@@ -41,6 +44,24 @@ class Kernel {
   vk::raii::DescriptorSetLayout set_layout_ = nullptr;
   vk::raii::PipelineLayout layout_ = nullptr;
   vk::raii::Pipeline pipeline_ = nullptr;
+};
+
+// Every Kernel made on one context, by all that shapes it (shader, workgroup, lanes, bindings,
+// push constants, specialization), so that the backends sharing a context — a test binary's, the
+// throwaway backends of tuning, a Python session's modules — compile each pipeline once. On
+// lavapipe with its shader cache off (the width runs of the tests) a compile costs 10–100 ms.
+// The context owns it (Context::kernels()): a Kernel lives as long as the device. Thread-safe; two
+// threads asking for the same new kernel at once may both compile it, and one copy is kept.
+class Kernels {
+ public:
+  const Kernel& get(const Context& context, const std::string& name, uint32_t bindings, uint32_t push_constant_bytes,
+                    uint32_t workgroup_size, std::span<const uint32_t> specialization = {}, uint32_t texel_bindings = 0,
+                    uint32_t lanes = 0);
+  size_t size() const;  // kernels made so far
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<Kernel>> kernels_;
 };
 
 }  // namespace vkattn::vulkan
