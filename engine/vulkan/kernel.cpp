@@ -62,20 +62,23 @@ const Kernel& Kernels::get(const Context& context, const std::string& name, uint
                     std::to_string(bindings) + " t" + std::to_string(texel_bindings) + " p" +
                     std::to_string(push_constant_bytes);
   for (uint32_t v : specialization) key += ":" + std::to_string(v);
+  std::shared_ptr<Slot> slot;
   {
     std::lock_guard lock(mutex_);
-    if (auto it = kernels_.find(key); it != kernels_.end()) return *it->second;
+    auto& entry = slots_[key];
+    if (!entry) entry = std::make_shared<Slot>();
+    slot = entry;
   }
-  // compiled outside the lock: other threads' kernels need not wait for this one
-  auto made = std::make_unique<Kernel>(context, name, bindings, push_constant_bytes, workgroup_size, specialization,
-                                       texel_bindings, lanes);
-  std::lock_guard lock(mutex_);
-  return *kernels_.try_emplace(std::move(key), std::move(made)).first->second;
+  // compiled outside the map's lock: other threads' kernels need not wait for this one
+  std::lock_guard lock(slot->mutex);
+  if (!slot->kernel) {
+    slot->kernel = std::make_unique<Kernel>(context, name, bindings, push_constant_bytes, workgroup_size, specialization,
+                                            texel_bindings, lanes);
+    ++made_;
+  }
+  return *slot->kernel;
 }
 
-size_t Kernels::size() const {
-  std::lock_guard lock(mutex_);
-  return kernels_.size();
-}
+size_t Kernels::size() const { return made_.load(); }
 
 }  // namespace vkattn::vulkan

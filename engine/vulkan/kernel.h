@@ -4,6 +4,7 @@
 // that shape the code are specialization constants: constant 0 is the workgroup size, constants 1…
 // are the shader's own. A kernel that counts lanes is made with `lanes` > 0: the pipeline requires
 // subgroups of exactly that size with every lane active (lanes.h says when a device allows it).
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,8 +51,9 @@ class Kernel {
 // push constants, specialization), so that the backends sharing a context — a test binary's, the
 // throwaway backends of tuning, a Python session's modules — compile each pipeline once. On
 // lavapipe with its shader cache off (the width runs of the tests) a compile costs 10–100 ms.
-// The context owns it (Context::kernels()): a Kernel lives as long as the device. Thread-safe; two
-// threads asking for the same new kernel at once may both compile it, and one copy is kept.
+// The context owns it (Context::kernels()): a Kernel lives as long as the device. Thread-safe:
+// threads asking for different new kernels compile them at once; a second thread asking for one
+// being compiled waits for it (a kernel is made exactly once, so no copy is ever thrown away).
 class Kernels {
  public:
   const Kernel& get(const Context& context, const std::string& name, uint32_t bindings, uint32_t push_constant_bytes,
@@ -60,8 +62,13 @@ class Kernels {
   size_t size() const;  // kernels made so far
 
  private:
-  mutable std::mutex mutex_;
-  std::map<std::string, std::unique_ptr<Kernel>> kernels_;
+  struct Slot {
+    std::mutex mutex;                // held while the kernel compiles
+    std::unique_ptr<Kernel> kernel;  // null until made (a compile that throws leaves it null)
+  };
+  mutable std::mutex mutex_;  // the map's
+  std::map<std::string, std::shared_ptr<Slot>> slots_;
+  std::atomic<size_t> made_{0};
 };
 
 }  // namespace vkattn::vulkan
