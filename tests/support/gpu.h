@@ -28,7 +28,7 @@ class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override;
   void TearDown() override;
-  // A VulkanBackend on the shared context (pipelines are rebuilt per backend; tests are small).
+  // A VulkanBackend of its own on the shared context (whose pipelines every test's backend shares).
   VulkanBackend& gpu() { return *gpu_; }
   ReferenceBackend& cpu() { return cpu_; }
 
