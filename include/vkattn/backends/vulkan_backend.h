@@ -176,7 +176,8 @@ class VulkanBackend final : public Backend {
 
  private:
   // The pipeline for the shader build `name` with these extra specialization constants, made once
-  // per context (vulkan::Kernels); `workgroup_size` 0 means options_.workgroup_size; `lanes` > 0 requires that subgroup size.
+  // per context (vulkan::Kernels); `workgroup_size` 0 means options_.workgroup_size; `lanes` > 0
+  // requires that subgroup size.
   const vulkan::Kernel& kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
                                std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
                                uint32_t texel_bindings = 0, uint32_t lanes = 0);
