@@ -347,8 +347,7 @@ const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bi
                                             std::vector<uint32_t> specialization, uint32_t workgroup_size,
                                             uint32_t texel_bindings, uint32_t lanes) {
   if (workgroup_size == 0) workgroup_size = s_->options.workgroup_size;
-  return s_->context->kernels().get(*s_->context, name, bindings, push_bytes, workgroup_size, specialization,
-                                    texel_bindings, lanes);
+  return s_->context->kernels().get(name, bindings, push_bytes, workgroup_size, specialization, texel_bindings, lanes);
 }
 
 template <class Params>

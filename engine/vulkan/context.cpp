@@ -358,7 +358,7 @@ Context::Context(const ContextOptions& options) : loader_((init_logging(), make_
   if (chosen.size_control) device_info.pNext = &size_control;
   device_ = vk::raii::Device(physical, device_info);
   queue_ = vk::raii::Queue(device_, chosen.compute_queue_family, 0);
-  kernels_ = std::make_unique<Kernels>();
+  kernels_ = std::make_unique<Kernels>(*this);
   spdlog::debug("using device {} '{}' ({}), validation {}", chosen.index, chosen.name, device_type_name(chosen.type),
                 validation_ ? "on" : "off");
 }

@@ -54,9 +54,9 @@ Kernel::Kernel(const Context& context, std::string name, uint32_t bindings, uint
   pipeline_ = vk::raii::Pipeline(device, nullptr, vk::ComputePipelineCreateInfo({}, stage, *layout_));
 }
 
-const Kernel& Kernels::get(const Context& context, const std::string& name, uint32_t bindings,
-                           uint32_t push_constant_bytes, uint32_t workgroup_size,
-                           std::span<const uint32_t> specialization, uint32_t texel_bindings, uint32_t lanes) {
+const Kernel& Kernels::get(const std::string& name, uint32_t bindings, uint32_t push_constant_bytes,
+                           uint32_t workgroup_size, std::span<const uint32_t> specialization, uint32_t texel_bindings,
+                           uint32_t lanes) {
   // "softmax@256/0 b2 t0 p16:1:0"
   std::string key = name + "@" + std::to_string(workgroup_size) + "/" + std::to_string(lanes) + " b" +
                     std::to_string(bindings) + " t" + std::to_string(texel_bindings) + " p" +
@@ -72,8 +72,8 @@ const Kernel& Kernels::get(const Context& context, const std::string& name, uint
   // compiled outside the map's lock: other threads' kernels need not wait for this one
   std::lock_guard lock(slot->mutex);
   if (!slot->kernel) {
-    slot->kernel = std::make_unique<Kernel>(context, name, bindings, push_constant_bytes, workgroup_size, specialization,
-                                            texel_bindings, lanes);
+    slot->kernel = std::make_unique<Kernel>(context_, name, bindings, push_constant_bytes, workgroup_size,
+                                            specialization, texel_bindings, lanes);
     ++made_;
   }
   return *slot->kernel;

@@ -57,9 +57,9 @@ class Kernel {
 // being compiled waits for it (a kernel is made exactly once, so no copy is ever thrown away).
 class Kernels {
  public:
-  const Kernel& get(const Context& context, const std::string& name, uint32_t bindings, uint32_t push_constant_bytes,
-                    uint32_t workgroup_size, std::span<const uint32_t> specialization = {}, uint32_t texel_bindings = 0,
-                    uint32_t lanes = 0);
+  explicit Kernels(const Context& context) : context_(context) {}
+  const Kernel& get(const std::string& name, uint32_t bindings, uint32_t push_constant_bytes, uint32_t workgroup_size,
+                    std::span<const uint32_t> specialization = {}, uint32_t texel_bindings = 0, uint32_t lanes = 0);
   size_t size() const;  // kernels made so far
 
  private:
@@ -67,6 +67,7 @@ class Kernels {
     std::mutex mutex;                // held while the kernel compiles
     std::unique_ptr<Kernel> kernel;  // null until made (a compile that throws leaves it null)
   };
+  const Context& context_;  // the owner
   mutable std::mutex mutex_;  // the map's
   std::map<std::string, std::shared_ptr<Slot>> slots_;
   std::atomic<size_t> made_{0};
