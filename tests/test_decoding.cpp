@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <ostream>
 #include <tuple>
 
+#include "engine/vulkan/faults.h"
 #include "reference/reference.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
@@ -258,6 +260,57 @@ TEST_F(Decoding, BadInputIsATypedOneLineError) {
   testing::expect_error<ConfigError>([&] { model.decode(cpu(), random_ids(1, 2, 11, 1), cache); }, {"KVCache: the cache was made on another backend; make one on 'cpu'"});
   testing::expect_error<ConfigError>([&] { model.make_cache(gpu(), 1, 17); }, {"CausalLM: a cache of capacity 17 is longer than the 16 positions the model has rows for"});
   EXPECT_EQ(cache.length(), 0) << "a refused step leaves the cache as it was";
+}
+
+// ---- the weights a cache keeps between steps ----------------------------------------------------
+// The device copy each kept weight points at, by scoped name.
+std::map<std::string, const Storage*> kept_copies(KVCache& cache, const Backend& backend) {
+  std::map<std::string, const Storage*> copies;
+  for (const auto& [name, value] : cache.kept_weights(backend)->values) copies[name] = value.storage.get();
+  return copies;
+}
+
+TEST_F(Decoding, TheFirstStepUploadsTheWeightsAndTheNextOnesReadThemWhereTheyAre) {
+  CausalLM model = small_model(16, 4, 32, true, Activation::gelu);
+  KVCache cache = model.make_cache(gpu(), 2, 16);
+  EXPECT_TRUE(cache.kept_weights(gpu())->values.empty());
+  EXPECT_EQ(cache.kept_weights(cpu()), nullptr) << "the cache keeps nothing for another backend";
+  model.decode(gpu(), random_ids(2, 5, 11, 1), cache);
+  const auto first = kept_copies(cache, gpu());
+  for (const char* name : {"token_embedding.weight", "layers.0.self_attn.out_proj.weight", "layers.1.norm2.bias",
+                           "layers.1.linear2.weight", "norm.weight", "lm_head.weight", "lm_head.bias"}) {
+    EXPECT_TRUE(first.contains(name)) << name << " was not kept";
+  }
+  EXPECT_FALSE(first.contains("position_embedding.weight")) << "the rows of the step's positions change";
+  model.decode(gpu(), random_ids(2, 1, 11, 2), cache);
+  EXPECT_EQ(kept_copies(cache, gpu()), first) << "the second step uploaded weights again";
+}
+
+TEST_F(Decoding, AnotherModelDecodingWithTheCacheUsesItsOwnWeights) {
+  CausalLM model = small_model(16, 4, 32, true, Activation::gelu);
+  const CausalLM other(model.config(), CausalLMWeights::random(model.config(), 8));
+  const Tensor prompt = random_ids(2, 5, 11, 1);
+  KVCache cache = model.make_cache(gpu(), 2, 16);
+  const Tensor mine = model.decode(gpu(), prompt, cache);
+  cache.clear();
+  const Tensor theirs = other.decode(gpu(), prompt, cache);
+  EXPECT_TRUE(all_close(theirs, other.forward(gpu(), prompt), {}, {"b", "t", "v"}));
+  EXPECT_FALSE(all_close(theirs, mine, {}, {"b", "t", "v"})) << "the two models' logits should differ";
+}
+
+TEST_F(Decoding, AStepThatFailsKeepsNoWeightItMayNeverHaveUploaded) {
+  namespace faults = vulkan::faults;
+  CausalLM model = small_model(16, 4, 32, true, Activation::gelu);
+  const Tensor prompt = random_ids(2, 5, 11, 1);
+  KVCache cache = model.make_cache(gpu(), 2, 16);
+  // the queue refuses the step's work: its uploads, recorded, never run
+  faults::inject({.site = faults::Site::submission, .nth = 1, .result = vk::Result::eErrorOutOfDeviceMemory,
+                  .during = "reading back lm_head"});
+  testing::expect_error<DeviceError>([&] { model.decode(gpu(), prompt, cache); }, {"reading back lm_head: "});
+  ASSERT_TRUE(faults::clear()) << "the fault never fired";
+  EXPECT_TRUE(cache.kept_weights(gpu())->values.empty());
+  EXPECT_EQ(cache.length(), 0);
+  EXPECT_TRUE(all_close(model.decode(gpu(), prompt, cache), model.forward(gpu(), prompt), {}, {"b", "t", "v"}));
 }
 
 TEST(CausalLMStateDict, TheShippedModelLoadsAndAMissingKeyIsNamed) {

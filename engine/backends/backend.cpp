@@ -87,6 +87,35 @@ Value Backend::upload(const std::string& name, const Tensor& tensor) {
   return Value{scoped_name, tensor.shape, tensor.dtype, std::move(storage)};
 }
 
+uint64_t new_weights_owner() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
+}
+
+Value Backend::upload_weight(const std::string& name, const Tensor& tensor) {
+  if (!kept_) return upload(name, tensor);
+  auto kept = kept_->values.find(scoped(name));
+  if (kept != kept_->values.end() && kept->second.shape == tensor.shape && kept->second.dtype == tensor.dtype) {
+    return kept->second;
+  }
+  Value value = upload(name, tensor);
+  kept_->values.insert_or_assign(value.name, value);
+  return value;
+}
+
+KeepWeights::KeepWeights(Backend& backend, KeptWeights* kept, uint64_t owner)
+    : backend_(backend),
+      kept_(kept),
+      previous_(backend.keep_weights_in(kept)),
+      exceptions_(std::uncaught_exceptions()) {
+  if (kept && kept->owner != owner) *kept = KeptWeights{owner, {}};
+}
+
+KeepWeights::~KeepWeights() {
+  backend_.keep_weights_in(previous_);
+  if (kept_ && std::uncaught_exceptions() > exceptions_) kept_->values.clear();
+}
+
 Tensor Backend::download(const Value& value) {
   std::vector<float> data;
   at_step("reading back " + value.name, [&] { data = load(*value.storage, element_count(value.shape)); });

@@ -57,8 +57,8 @@ MultiHeadAttentionConfig attention_config(const TransformerEncoderLayerConfig& c
 }
 
 Value norm_step(Backend& backend, const std::string& name, const Value& x, const LayerNormWeights& norm, float eps) {
-  Value weight = backend.upload(name + ".weight", norm.weight);
-  Value bias = backend.upload(name + ".bias", norm.bias);
+  Value weight = backend.upload_weight(name + ".weight", norm.weight);
+  Value bias = backend.upload_weight(name + ".bias", norm.bias);
   return backend.layer_norm(name, x, weight, bias, eps);
 }
 
@@ -76,10 +76,10 @@ Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& 
 Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& c,
                    const Tensor& linear1_weight, const Tensor& linear1_bias, const Tensor& linear2_weight,
                    const Tensor& linear2_bias) {
-  Value w1 = backend.upload("linear1.weight", linear1_weight);
-  Value b1 = backend.upload("linear1.bias", linear1_bias);
-  Value w2 = backend.upload("linear2.weight", linear2_weight);
-  Value b2 = backend.upload("linear2.bias", linear2_bias);
+  Value w1 = backend.upload_weight("linear1.weight", linear1_weight);
+  Value b1 = backend.upload_weight("linear1.bias", linear1_bias);
+  Value w2 = backend.upload_weight("linear2.weight", linear2_weight);
+  Value b2 = backend.upload_weight("linear2.bias", linear2_bias);
   Value hidden = backend.linear("linear1", x, w1, &b1);  // (B, L, F)
   hidden = c.activation == Activation::gelu ? backend.gelu("gelu", hidden) : backend.relu("relu", hidden);
   return backend.linear("linear2", hidden, w2, &b2);  // (B, L, E)

@@ -81,9 +81,10 @@ void CausalLM::check_ids(const std::string& who, const Tensor& ids, int64_t firs
 
 Value CausalLM::embed(Backend& backend, const Value& ids, int64_t first_position) const {
   const int64_t T = ids.dim(1), E = config_.layer.d_model;
-  Value table = backend.upload("token_embedding.weight", weights_.token_embedding);
+  Value table = backend.upload_weight("token_embedding.weight", weights_.token_embedding);
   Value x = backend.embedding("token_embedding", ids, table);  // (B, T, E)
-  // the rows of this step's positions: a cache's step starts past row 0
+  // the rows of this step's positions: a cache's step starts past row 0 (not a weight to keep:
+  // they change from step to step)
   const auto& p = weights_.position_embedding.data;
   Tensor rows({T, E}, std::vector<float>(p.begin() + first_position * E, p.begin() + (first_position + T) * E));
   Value positions = backend.upload("position_embedding.weight", rows);
@@ -91,12 +92,12 @@ Value CausalLM::embed(Backend& backend, const Value& ids, int64_t first_position
 }
 
 Value CausalLM::head(Backend& backend, const Value& x) const {
-  Value weight = backend.upload("norm.weight", weights_.norm.weight);
-  Value bias = backend.upload("norm.bias", weights_.norm.bias);
+  Value weight = backend.upload_weight("norm.weight", weights_.norm.weight);
+  Value bias = backend.upload_weight("norm.bias", weights_.norm.bias);
   Value h = backend.layer_norm("norm", x, weight, bias, config_.layer.layer_norm_eps);  // (B, T, E)
-  Value w = backend.upload("lm_head.weight", weights_.lm_head_weight);
+  Value w = backend.upload_weight("lm_head.weight", weights_.lm_head_weight);
   if (!weights_.lm_head_bias) return backend.linear("lm_head", h, w, nullptr);
-  Value b = backend.upload("lm_head.bias", *weights_.lm_head_bias);
+  Value b = backend.upload_weight("lm_head.bias", *weights_.lm_head_bias);
   return backend.linear("lm_head", h, w, &b);  // (B, T, V)
 }
 
@@ -145,6 +146,7 @@ Tensor CausalLM::decode(Backend& backend, const Tensor& ids, KVCache& cache, con
                      std::to_string(config_.layer.nhead) + " heads and the ids " + std::to_string(B) + " sequences");
   }
   const std::optional<Tensor> mask = options.padding_mask(who, B, position + T);
+  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner_);  // the first step uploads them
   Tensor logits = run_pass(backend, "causal_lm_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);

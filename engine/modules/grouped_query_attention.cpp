@@ -106,14 +106,15 @@ Tensor GroupedQueryAttention::batch_first(const std::string& who, const Tensor& 
 GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x, int64_t position) const {
   const auto& c = config_;
   const auto& w = weights_;
-  auto upload = [&](const char* name, const std::optional<Tensor>& t) {
-    return t ? std::optional<Value>(b.upload(name, *t)) : std::nullopt;
+  auto upload_optional = [&](const char* name, const std::optional<Tensor>& t) {
+    return t ? std::optional<Value>(b.upload_weight(name, *t)) : std::nullopt;
   };
   auto ptr = [](const std::optional<Value>& v) { return v ? &*v : nullptr; };
-  Value wq = b.upload("q_proj.weight", w.q_proj_weight), wk = b.upload("k_proj.weight", w.k_proj_weight);
-  Value wv = b.upload("v_proj.weight", w.v_proj_weight);
-  auto bq = upload("q_proj.bias", w.q_proj_bias), bk = upload("k_proj.bias", w.k_proj_bias);
-  auto bv = upload("v_proj.bias", w.v_proj_bias);
+  Value wq = b.upload_weight("q_proj.weight", w.q_proj_weight);
+  Value wk = b.upload_weight("k_proj.weight", w.k_proj_weight);
+  Value wv = b.upload_weight("v_proj.weight", w.v_proj_weight);
+  auto bq = upload_optional("q_proj.bias", w.q_proj_bias), bk = upload_optional("k_proj.bias", w.k_proj_bias);
+  auto bv = upload_optional("v_proj.bias", w.v_proj_bias);
   Value q = b.linear_split_heads("q_proj", "split_heads_q", x, wq, ptr(bq), c.num_heads);   // (B, H, T, d)
   Value k = b.linear_split_heads("k_proj", "split_heads_k", x, wk, ptr(bk), c.kv_heads());  // (B, H_kv, T, d)
   Value v = b.linear_split_heads("v_proj", "split_heads_v", x, wv, ptr(bv), c.kv_heads());  // (B, H_kv, T, d)
@@ -124,9 +125,9 @@ GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x,
 }
 
 Value GroupedQueryAttention::merge_and_project(Backend& b, const Value& heads) const {
-  Value wo = b.upload("o_proj.weight", weights_.o_proj_weight);
+  Value wo = b.upload_weight("o_proj.weight", weights_.o_proj_weight);
   std::optional<Value> bo;
-  if (weights_.o_proj_bias) bo = b.upload("o_proj.bias", *weights_.o_proj_bias);
+  if (weights_.o_proj_bias) bo = b.upload_weight("o_proj.bias", *weights_.o_proj_bias);
   return b.merge_heads_linear("merge_heads", "o_proj", heads, wo, bo ? &*bo : nullptr);  // (B, T, E)
 }
 
@@ -226,6 +227,7 @@ Tensor GroupedQueryAttention::decode(Backend& backend, const Tensor& x_in, KVCac
   }
   cache.check_room(T);
   const std::optional<Tensor> mask = options.padding_mask(who, B, position + T);
+  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner_);  // the first step uploads them
   Tensor out = run_pass(backend, "grouped_query_attention_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);

@@ -315,8 +315,9 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
   const bool one_input = q_in.storage == k_in.storage && k_in.storage == v_in.storage &&
                          q_in.shape == k_in.shape && k_in.shape == v_in.shape;
   if (options.pack_in_proj && one_input && in_proj_weight_ && !c.add_bias_kv) {
-    Value w_in = backend.upload("in_proj_weight", *in_proj_weight_);
-    auto b_in = upload_optional("in_proj_bias", in_proj_bias_);
+    Value w_in = backend.upload_weight("in_proj_weight", *in_proj_weight_);
+    std::optional<Value> b_in;
+    if (in_proj_bias_) b_in = backend.upload_weight("in_proj_bias", *in_proj_bias_);
     Value qkv = backend.linear("in_proj", q_in, w_in, ptr(b_in));  // (B, L, 3E): q, k, v side by side
     q_in = k_in = v_in = Value();  // done with: the caller's last reference frees their buffers for reuse
     q = backend.split_heads("split_heads_q", qkv, H, 3, 0);
@@ -326,8 +327,8 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
     const Projections p = upload_projections(backend);
     q = p.q_heads(backend, q_in, H);  // (B, H, L, d)
     if (c.add_bias_kv) {  // a row appended to k and v before the split: they are copied
-      Value bias_k = backend.upload("bias_k", *w.bias_k);
-      Value bias_v = backend.upload("bias_v", *w.bias_v);
+      Value bias_k = backend.upload_weight("bias_k", *w.bias_k);
+      Value bias_v = backend.upload_weight("bias_v", *w.bias_v);
       k = backend.append_row("add_bias_k", p.k(backend, k_in), &bias_k);  // (B, S+1, E)
       k = backend.split_heads("split_heads_k", k, H);                     // (B, H, S', d)
       v = backend.append_row("add_bias_v", p.v(backend, v_in), &bias_v);  // (B, S+1, E)
@@ -366,10 +367,11 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
 MultiHeadAttention::Projections MultiHeadAttention::upload_projections(Backend& backend) const {
   const MultiHeadAttentionWeights& w = weights_;
   auto upload_optional = [&](const char* name, const std::optional<Tensor>& t) {
-    return t ? std::optional<Value>(backend.upload(name, *t)) : std::nullopt;
+    return t ? std::optional<Value>(backend.upload_weight(name, *t)) : std::nullopt;
   };
-  Projections p{backend.upload("q_proj_weight", w.q_proj_weight), backend.upload("k_proj_weight", w.k_proj_weight),
-                backend.upload("v_proj_weight", w.v_proj_weight), std::nullopt, std::nullopt, std::nullopt};
+  Projections p{backend.upload_weight("q_proj_weight", w.q_proj_weight),
+                backend.upload_weight("k_proj_weight", w.k_proj_weight),
+                backend.upload_weight("v_proj_weight", w.v_proj_weight), std::nullopt, std::nullopt, std::nullopt};
   p.q_bias = upload_optional("q_proj_bias", w.q_proj_bias);
   p.k_bias = upload_optional("k_proj_bias", w.k_proj_bias);
   p.v_bias = upload_optional("v_proj_bias", w.v_proj_bias);
@@ -377,8 +379,8 @@ MultiHeadAttention::Projections MultiHeadAttention::upload_projections(Backend& 
 }
 
 MultiHeadAttention::OutProj MultiHeadAttention::upload_out_proj(Backend& backend) const {
-  OutProj out{backend.upload("out_proj.weight", weights_.out_proj_weight), std::nullopt};
-  if (weights_.out_proj_bias) out.bias = backend.upload("out_proj.bias", *weights_.out_proj_bias);
+  OutProj out{backend.upload_weight("out_proj.weight", weights_.out_proj_weight), std::nullopt};
+  if (weights_.out_proj_bias) out.bias = backend.upload_weight("out_proj.bias", *weights_.out_proj_bias);
   return out;
 }
 
@@ -428,9 +430,9 @@ Value MultiHeadAttention::attend_memory(Backend& backend, Value x, const KVCache
   check_decodable();
   const int64_t H = config_.num_heads, S = memory.keys.dim(2);
   const OutProj out_proj = upload_out_proj(backend);
-  Value weight = backend.upload("q_proj_weight", weights_.q_proj_weight);
+  Value weight = backend.upload_weight("q_proj_weight", weights_.q_proj_weight);
   std::optional<Value> bias;
-  if (weights_.q_proj_bias) bias = backend.upload("q_proj_bias", *weights_.q_proj_bias);
+  if (weights_.q_proj_bias) bias = backend.upload_weight("q_proj_bias", *weights_.q_proj_bias);
   Value q = backend.linear_split_heads("q_proj", "split_heads_q", x, weight, bias ? &*bias : nullptr, H);
   x = Value();                                                                  // q: (B, H, T, d)
   Value partials = backend.flash_decoding("flash_decoding", q, memory.keys, memory.values, S, key_padding_mask,

@@ -221,6 +221,7 @@ Tensor TransformerDecoder::decode(Backend& backend, const Tensor& tgt, const Dec
     mask = canonical_mask(*tgt_key_padding_mask);
   }
   const Value* memory_padding = memory.key_padding_mask ? &*memory.key_padding_mask : nullptr;
+  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner_);  // the first step uploads them
   Tensor out = run_pass(backend, "transformer_decoder_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("tgt_key_padding_mask", *mask);

@@ -10,12 +10,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "vkattn/errors.h"
@@ -47,6 +50,17 @@ struct Value {
   int64_t dim(int64_t i) const { return shape.at(static_cast<size_t>(i < 0 ? static_cast<int64_t>(shape.size()) + i : i)); }
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
 };
+
+// A module's weights kept on one backend from pass to pass (Backend::upload_weight inside a
+// KeepWeights scope), by scoped name, for the module numbered `owner` (new_weights_owner()). A
+// KVCache holds those of the module decoding with it: each decoding step is a pass of its own.
+struct KeptWeights {
+  uint64_t owner = 0;
+  std::map<std::string, Value> values;
+};
+// A number no other module's weights have had in this process: a module takes one when made
+// (its copies share it, and its weights, which do not change).
+uint64_t new_weights_owner();
 
 // The same numbers under another shape with as many elements, as torch's view: no step, no copy.
 // (B, T, H, d) viewed as (B, T, E) is the same memory. ShapeError when the counts differ.
@@ -88,6 +102,16 @@ class Backend {
 
   // Host -> backend. Does not wait for anything.
   Value upload(const std::string& name, const Tensor& tensor);
+  // upload() for a module's weight, which is the same in every pass. Inside a KeepWeights scope
+  // the backend keeps it, and later passes in such a scope take the kept copy (same owner, scoped
+  // name and shape) instead of uploading it again: a decoder uploads its weights on its first
+  // step only. Elsewhere the same as upload().
+  Value upload_weight(const std::string& name, const Tensor& tensor);
+  // Where upload_weight keeps weights from now on (null: nowhere); returns where it kept them.
+  KeptWeights* keep_weights_in(KeptWeights* kept) {
+    std::swap(kept, kept_);
+    return kept;
+  }
   // Backend -> host. On the GPU this submits everything recorded so far and waits for it.
   Tensor download(const Value& value);
 
@@ -376,6 +400,7 @@ class Backend {
   std::vector<bool> folded_;  // by step index: a layout step folded into a neighbour (no dispatch)
   std::function<void(const Progress&)> progress_;
   std::atomic<std::thread::id> pass_thread_{};  // the thread whose pass is open, or none
+  KeptWeights* kept_ = nullptr;                 // upload_weight's, inside a KeepWeights scope
 };
 
 // Attaches a tracer to a backend for as long as it lives (the tracer must outlive it).
@@ -391,6 +416,24 @@ class AttachedTracer {
  private:
   Backend& backend_;
   Tracer& tracer_;
+};
+
+// For as long as it lives, upload_weight on `backend` keeps `owner`'s weights in `kept` and takes
+// them from there (nothing is kept where `kept` is null). Weights another owner left in `kept`
+// are dropped first. Made around a whole pass (run_pass): left by an exception, it drops every
+// kept weight, since a failed pass's uploads may never have run.
+class KeepWeights {
+ public:
+  KeepWeights(Backend& backend, KeptWeights* kept, uint64_t owner);
+  ~KeepWeights();
+  KeepWeights(const KeepWeights&) = delete;
+  KeepWeights& operator=(const KeepWeights&) = delete;
+
+ private:
+  Backend& backend_;
+  KeptWeights* kept_;
+  KeptWeights* previous_;
+  int exceptions_;  // std::uncaught_exceptions() when made
 };
 
 // Pushes a step scope for as long as it lives.

@@ -74,6 +74,7 @@ class CausalLM {
 
   CausalLMConfig config_;
   CausalLMWeights weights_;
+  uint64_t weights_owner_ = new_weights_owner();  // KeepWeights' owner when decoding
   std::vector<TransformerEncoderLayer> layers_;
 };
 

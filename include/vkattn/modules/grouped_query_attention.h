@@ -108,6 +108,7 @@ class GroupedQueryAttention {
 
   GroupedQueryAttentionConfig config_;
   GroupedQueryAttentionWeights weights_;
+  uint64_t weights_owner_ = new_weights_owner();  // KeepWeights' owner when decoding
 };
 
 }  // namespace vkattn

@@ -7,6 +7,8 @@
 // appends T more (kv_cache_append, in place), attends over length() + T of them (flash_decoding
 // and attention_combine), then advance(T) makes them part of the cache. The device memory is
 // exactly bytes() = 2 · layers · B · H · capacity · d · 4, allocated once, when the cache is made.
+// Beside them the cache keeps the weights of the module decoding with it (kept_weights()): its
+// first step uploads them, the next ones read them where they are.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,7 +46,12 @@ class KVCache {
   void check_room(int64_t tokens) const;
   // The `tokens` positions every layer has appended are now part of the cache.
   void advance(int64_t tokens);
-  // Empty again (the rows stay allocated and are overwritten by the next appends).
+  // The weights of the module decoding with this cache, kept on its backend from step to step
+  // (KeepWeights); null for another backend. They hold the module's size in device memory beside
+  // bytes(), until the cache goes or another module decodes with it.
+  KeptWeights* kept_weights(const Backend& backend) { return &backend == backend_ ? &kept_weights_ : nullptr; }
+  // Empty again (the rows stay allocated and are overwritten by the next appends; the kept
+  // weights stay too).
   void clear() { length_ = 0; }
   // Keeps the first `length` positions and forgets the rest (Hugging Face's DynamicCache.crop):
   // to decode again from there, e.g. another continuation of one prompt. ShapeError when
@@ -56,6 +63,7 @@ class KVCache {
   int64_t batch_, heads_, capacity_, head_dim_;
   int64_t length_ = 0;
   std::vector<Layer> layers_;
+  KeptWeights kept_weights_;
 };
 
 // What a module's decode() takes beside its input and cache (CausalLM, GroupedQueryAttention).

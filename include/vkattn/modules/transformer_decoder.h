@@ -160,6 +160,7 @@ class TransformerDecoder {
   TransformerDecoderConfig config_;
   std::vector<TransformerDecoderLayer> layers_;
   std::optional<LayerNormWeights> norm_;
+  uint64_t weights_owner_ = new_weights_owner();  // KeepWeights' owner when decoding
 };
 
 }  // namespace vkattn
