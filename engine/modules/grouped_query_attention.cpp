@@ -106,15 +106,16 @@ Tensor GroupedQueryAttention::batch_first(const std::string& who, const Tensor& 
 GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x, int64_t position) const {
   const auto& c = config_;
   const auto& w = weights_;
-  auto upload_optional = [&](const char* name, const std::optional<Tensor>& t) {
+  auto upload_optional_weight = [&](const char* name, const std::optional<Tensor>& t) {
     return t ? std::optional<Value>(b.upload_weight(name, *t)) : std::nullopt;
   };
   auto ptr = [](const std::optional<Value>& v) { return v ? &*v : nullptr; };
   Value wq = b.upload_weight("q_proj.weight", w.q_proj_weight);
   Value wk = b.upload_weight("k_proj.weight", w.k_proj_weight);
   Value wv = b.upload_weight("v_proj.weight", w.v_proj_weight);
-  auto bq = upload_optional("q_proj.bias", w.q_proj_bias), bk = upload_optional("k_proj.bias", w.k_proj_bias);
-  auto bv = upload_optional("v_proj.bias", w.v_proj_bias);
+  auto bq = upload_optional_weight("q_proj.bias", w.q_proj_bias);
+  auto bk = upload_optional_weight("k_proj.bias", w.k_proj_bias);
+  auto bv = upload_optional_weight("v_proj.bias", w.v_proj_bias);
   Value q = b.linear_split_heads("q_proj", "split_heads_q", x, wq, ptr(bq), c.num_heads);   // (B, H, T, d)
   Value k = b.linear_split_heads("k_proj", "split_heads_k", x, wk, ptr(bk), c.kv_heads());  // (B, H_kv, T, d)
   Value v = b.linear_split_heads("v_proj", "split_heads_v", x, wv, ptr(bv), c.kv_heads());  // (B, H_kv, T, d)

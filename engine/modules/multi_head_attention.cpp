@@ -366,15 +366,15 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
 
 MultiHeadAttention::Projections MultiHeadAttention::upload_projections(Backend& backend) const {
   const MultiHeadAttentionWeights& w = weights_;
-  auto upload_optional = [&](const char* name, const std::optional<Tensor>& t) {
+  auto upload_optional_weight = [&](const char* name, const std::optional<Tensor>& t) {
     return t ? std::optional<Value>(backend.upload_weight(name, *t)) : std::nullopt;
   };
   Projections p{backend.upload_weight("q_proj_weight", w.q_proj_weight),
                 backend.upload_weight("k_proj_weight", w.k_proj_weight),
                 backend.upload_weight("v_proj_weight", w.v_proj_weight), std::nullopt, std::nullopt, std::nullopt};
-  p.q_bias = upload_optional("q_proj_bias", w.q_proj_bias);
-  p.k_bias = upload_optional("k_proj_bias", w.k_proj_bias);
-  p.v_bias = upload_optional("v_proj_bias", w.v_proj_bias);
+  p.q_bias = upload_optional_weight("q_proj_bias", w.q_proj_bias);
+  p.k_bias = upload_optional_weight("k_proj_bias", w.k_proj_bias);
+  p.v_bias = upload_optional_weight("v_proj_bias", w.v_proj_bias);
   return p;
 }
 
