@@ -235,6 +235,8 @@ TEST_P(DecoderDecode, EqualsTheCausalForwardAtEveryPosition) {
     done += step;
   }
   EXPECT_EQ(cache.length(), T);
+  EXPECT_TRUE(cache.kept_weights(backend)->values.contains("layers.1.multihead_attn.out_proj.weight"))
+      << "the steps' weights were not kept";
   testing::expect_error<ShapeError>([&] { decoder.decode(backend, random_tensor({B, 1, E}, 5), kept, cache); },
                                     {"at most 9 positions (its capacity)"});
 }

@@ -115,6 +115,7 @@ TEST_P(GroupedQueryDecode, TokenByTokenEqualsTheWholeForward) {
     t0 += n;
   }
   EXPECT_TRUE(all_close(decoded, whole, {}, {"b", "t", "f"}));
+  EXPECT_TRUE(cache.kept_weights(backend)->values.contains("o_proj.weight")) << "the steps' weights were not kept";
 }
 INSTANTIATE_TEST_SUITE_P(Fixtures, GroupedQueryDecode,
                          ::testing::Combine(::testing::Values("gqa_half", "mqa_theta500k", "window_padding",
