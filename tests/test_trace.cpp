@@ -4,16 +4,20 @@
 // readbacks, a failed pass that keeps its trace, and the side-by-side table of two passes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <regex>
+#include <sstream>
 
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
 #include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/tracing/check.h"
 #include "vkattn/tracing/side_by_side.h"
 #include "vkattn/tracing/step_table.h"
 #include "vkattn/tracing/trace_dump.h"
@@ -464,6 +468,53 @@ TEST_F(SideBySideTest, AFailedPassShowsHowFarItGotAndNeverAgrees) {
   table.print(out);
   EXPECT_NE(out.str().find("gpu stopped after 10 steps: "), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("disk full while tracing"), std::string::npos) << out.str();
+}
+
+// A check report prints both values of the first differing element, whatever they are: its lines
+// fit 100 columns for values of every width, and NaN and infinities read as Python prints them.
+TEST(CheckReportText, FitsOneHundredColumnsForAnyValueAndPrintsNaNAsPython) {
+  const double tiny = -1.234567890123e-38, huge = -3.402823466e38, nan = std::nan("");
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<double, double>> pairs = {
+      {-0.008269936, -0.08462802}, {tiny, huge}, {huge, tiny}, {nan, -inf}, {inf, nan}, {-1.0 / 3, 2.0 / 3}};
+  for (const auto& [yours, theirs] : pairs) {
+    CheckReport report;
+    report.backend = "gpu";
+    report.device = "llvmpipe (LLVM 15.0.6, 256 bits)";
+    report.atol = report.rtol = 1e-4;
+    StepCheck step;
+    step.index = 13;
+    step.name = "blocks.11.attn.attention_values";
+    step.op = "attention_values";
+    step.shape = {4096, 128, 16384, 16384};
+    step.dims = {"b", "h", "i", "c"};
+    step.yours = step.shape;
+    step.verdict = StepVerdict::differs;
+    step.diff = ValueDiff{};
+    step.diff->mismatches = 4398046511104;
+    step.diff->max_abs_error = std::isnan(yours - theirs) ? inf : std::abs(yours - theirs);
+    step.diff->a_value = static_cast<float>(yours);
+    step.diff->b_value = static_cast<float>(theirs);
+    step.where = "(b=4095, h=127, i=16383, c=16383)";
+    step.diagnosis = "yours is 0.5 × vkattn's everywhere: a constant factor";
+    report.steps = {step};
+    report.first_divergent = 0;
+    const std::string text = report.text();
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      EXPECT_LE(line.size(), 100u) << "yours " << yours << ", vkattn's " << theirs << ":\n" << line;
+    }
+    EXPECT_EQ(text.find("-nan"), std::string::npos) << text;
+    if (std::isnan(yours) || std::isnan(theirs)) {
+      EXPECT_NE(text.find(" nan"), std::string::npos) << text;
+    }
+    if (std::isinf(theirs)) {
+      EXPECT_NE(text.find("vkattn's -inf"), std::string::npos) << text;
+    }
+    if (yours == tiny) {
+      EXPECT_NE(text.find("yours -1.234568e-38"), std::string::npos) << text;
+    }
+  }
 }
 
 }  // namespace

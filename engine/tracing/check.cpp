@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/tracing/grouped_query_diagnosis.h"
+#include "engine/tracing/numbers.h"
 #include "vkattn/errors.h"
 
 namespace vkattn {
@@ -19,11 +20,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // A score at or below this is a blocked one, whatever the code filled it with (-1e9, -1e30, -inf).
 constexpr float kBlockedScore = -1e8f;
 
-std::string fmt(double v, int precision = 4) {
-  std::ostringstream s;
-  s << std::setprecision(precision) << v;
-  return s.str();
-}
+std::string fmt(double v, int digits = 4) { return number_text(v, digits); }
 
 std::string axes_string(const std::vector<std::string>& names) {
   std::string s = "(";
@@ -481,27 +478,37 @@ bool CheckReport::ok() const {
 
 std::string CheckReport::text() const {
   std::ostringstream out;
+  // Columns: the step's index and name (at most 30 wide), vkattn's shape, yours, the largest
+  // error; a cell wider than its column pushes the rest right, and a row that would pass 100
+  // columns goes on below its name.
   size_t width = 6;
-  for (const auto& s : steps) width = std::max(width, s.name.size() + 2);
+  for (const auto& s : steps) width = std::min<size_t>(std::max(width, s.name.size() + 2), 30);
+  auto cell = [](const std::string& text, size_t w) {
+    return text + std::string(w > text.size() ? w - text.size() : 1, ' ');
+  };
   out << "your steps against vkattn's recipe on " << backend << " (" << device << ")\n"
       << "agreeing means |yours - vkattn's| <= atol " << atol << " + rtol " << rtol << " * |vkattn's|\n\n"
-      << std::left << std::setw(4) << "#" << std::setw(static_cast<int>(width)) << "step" << std::setw(26)
-      << "vkattn's shape" << std::setw(18) << "yours" << "max |yours - vkattn's|\n";
+      << cell("#", 4) << cell("step", width) << cell("vkattn's shape", 26) << cell("yours", 18) << "max error\n";
   size_t recorded = 0;
   for (const auto& s : steps) {
-    out << std::setw(4) << s.index << std::setw(static_cast<int>(width)) << s.name << std::setw(26)
-        << named_shape(s.shape, s.dims);
+    const std::string head = cell(std::to_string(s.index), 4) + cell(s.name, width);
+    std::string rest = cell(named_shape(s.shape, s.dims), 26);
     if (!s.yours) {
-      out << "not recorded\n";
-      continue;
+      rest += "not recorded";
+    } else {
+      ++recorded;
+      // The error means something only between tensors of one shape.
+      std::string error = !s.diff || !shaped_alike(*s.yours, s.shape) ? "-"
+                          : s.infinite_error                            ? "inf"
+                                                                        : fmt(s.diff->max_abs_error, 3);
+      rest += cell(shape_string(*s.yours), 18) + cell(error, 11) +
+              (s.verdict == StepVerdict::agrees ? "agrees" : "DIFFERS");
     }
-    ++recorded;
-    out << std::setw(18) << shape_string(*s.yours);
-    // The error means something only between tensors of one shape.
-    std::string error = !s.diff || !shaped_alike(*s.yours, s.shape) ? "-"
-                        : s.infinite_error                            ? "inf"
-                                                                      : fmt(s.diff->max_abs_error, 3);
-    out << std::setw(11) << error << (s.verdict == StepVerdict::agrees ? "agrees" : "DIFFERS") << "\n";
+    if (head.size() + rest.size() <= 100) {
+      out << head << rest << "\n";
+    } else {
+      out << head << "\n" << wrap(rest, 98, "      ") << "\n";
+    }
   }
   for (const auto& s : steps) {
     if (s.verdict == StepVerdict::agrees && !s.diagnosis.empty()) {
@@ -515,8 +522,12 @@ std::string CheckReport::text() const {
     const StepCheck& s = steps[*first_divergent];
     out << "\nfirst divergent step: " << s.index << " " << s.name << " (" << s.op << ")\n";
     if (s.diff && s.diff->mismatches && shaped_alike(*s.yours, s.shape)) {
-      out << "  " << s.diff->mismatches << " of " << element_count(s.shape) << " elements differ, first at "
-          << s.where << ": yours " << fmt(s.diff->a_value, 7) << ", vkattn's " << fmt(s.diff->b_value, 7) << "\n";
+      // wrapped: the index and the values' widths vary (up to 14 characters a value)
+      out << wrap(std::to_string(s.diff->mismatches) + " of " + std::to_string(element_count(s.shape)) +
+                      " elements differ, first at " + s.where + ": yours " + fmt(s.diff->a_value, 7) +
+                      ", vkattn's " + fmt(s.diff->b_value, 7),
+                  98, "  ")
+          << "\n";
     }
     if (!s.diagnosis.empty()) out << wrap(s.diagnosis, 98, "  ") << "\n";
     bool agreed_before = std::any_of(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(*first_divergent),

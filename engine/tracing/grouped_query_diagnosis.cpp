@@ -7,17 +7,14 @@
 #include <sstream>
 #include <vector>
 
+#include "engine/tracing/numbers.h"
 #include "reference/reference.h"
 #include "vkattn/tracing/compare.h"
 
 namespace vkattn::diagnosis {
 namespace {
 
-std::string fmt(double v, int precision = 3) {
-  std::ostringstream s;
-  s << std::setprecision(precision) << v;
-  return s.str();
-}
+std::string fmt(double v, int digits = 3) { return number_text(v, digits); }
 
 bool same(const std::vector<float>& a, const std::vector<float>& b, double atol, double rtol) {
   if (a.size() != b.size()) return false;
