@@ -134,5 +134,8 @@ void rotary_embedding(const float* x, const float* inv_freq, float* y, int64_t N
                       int64_t offset, int64_t rotary_dims, bool pairs);
 // 1 / θ^(2i / r) in float32, as torch computes RoPE's inv_freq
 float rotary_inverse_frequency(int64_t i, int64_t rotary_dims, float theta);
+// cos_sin (T, r/2, 2): cos φ and sin φ of pair i at position offset + t, φ as rotary_embedding
+// forms it (the table a GPU's rotary_embedding reads instead of its approximate cos and sin)
+void rotary_cos_sin(const float* inv_freq, float* cos_sin, int64_t T, int64_t offset, int64_t rotary_dims);
 
 }  // namespace vkattn::reference

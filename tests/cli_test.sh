@@ -6,6 +6,8 @@ vkattn=$1
 passed=0 failed=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# As a newcomer runs it: tuning on, no plan remembered yet (the suite's tests run with it off)
+export VKATTN_TUNE=on XDG_CACHE_HOME=$tmp/cache
 
 # expect CODE DESCRIPTION -- ARGS…: runs vkattn ARGS, checks the exit code, and for errors that
 # stderr is exactly one line.

@@ -44,11 +44,18 @@ class CliRun : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("vkattn_cli_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    plans_ = dir_.string() + "_plans";
+    fs::remove_all(plans_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    fs::remove_all(dir_.string() + "_plans");
+  }
 
   Exit vkattn(const std::vector<std::string>& args) const {
-    std::string command = "'" VKATTN_CLI "'";
+    // as a newcomer runs it: tuning on, no plan remembered before the test (the suite's other
+    // tests run with tuning off)
+    std::string command = "VKATTN_TUNE=on XDG_CACHE_HOME='" + plans_.string() + "' '" VKATTN_CLI "'";
     for (const auto& a : args) command += " '" + a + "'";
     command += " >'" + (dir_ / "stdout").string() + "' 2>'" + (dir_ / "stderr").string() + "'";
     int status = std::system(command.c_str());
@@ -69,6 +76,7 @@ class CliRun : public ::testing::Test {
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   fs::path dir_;
+  fs::path plans_;  // XDG_CACHE_HOME of the runs: where their plans are remembered
 };
 
 // ---- every CLI fixture, both backends ----
@@ -855,7 +863,7 @@ TEST_F(CliRun, BenchPrintsAReportAndRefusesBadShapes) {
 // ---- vkattn tune, and the plans vkattn devices shows ------------------------------------------------
 TEST_F(CliRun, TuneMeasuresEveryClassOnceRemembersItAndDevicesListsThePlans) {
   const std::string cache = path("cache");
-  ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  plans_ = cache;
   Exit e = vkattn({"tune", "--shapes", "2x128x256x4:causal"});
   ASSERT_EQ(e.code, 0) << e.err;
   for (const char* shape_class : {"linear: rows ≤ 256, n ≤ 256, k ≤ 256", "attention_scores: rows ≤ 1024, n ≤ 128, k ≤ 64",
@@ -884,7 +892,6 @@ TEST_F(CliRun, TuneMeasuresEveryClassOnceRemembersItAndDevicesListsThePlans) {
   e = vkattn({"tune", "--shapes", "2x128x256x4:causal", "--again"});
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_NE(e.err.find("tuning flash_attention"), std::string::npos) << e.err;
-  ::unsetenv("XDG_CACHE_HOME");
   for (const char* bad : {"S9", "2x128x256x3", "0x1x4x1", "2x128"}) {
     e = vkattn({"tune", "--shapes", bad});
     EXPECT_EQ(e.code, 2) << bad << ": " << e.err;

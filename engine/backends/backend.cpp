@@ -357,7 +357,8 @@ Value Backend::kv_cache_append(const std::string& step_name, const Value& cache,
   return out;
 }
 
-int64_t Backend::decoding_parts(int64_t rows, int64_t length, int64_t /*d*/) {
+int64_t Backend::decoding_parts(int64_t rows, int64_t length, int64_t /*d*/, int64_t /*queries*/,
+                                int64_t /*key_rows*/) {
   constexpr int64_t kMinKeys = 32;  // fewer keys a part would cost more in attention_combine than they save
   const int64_t wanted = std::max<int64_t>(1, decoding_lanes() / std::max<int64_t>(rows, 1));
   return std::max<int64_t>(1, std::min(wanted, (length + kMinKeys - 1) / kMinKeys));
@@ -386,7 +387,7 @@ Value Backend::flash_decoding(const std::string& step_name, const Value& q, cons
     require(key_padding_mask->shape == Shape{B, S}, step,
             "key_padding_mask " + describe(*key_padding_mask) + " must be (B, S) = " + shape_string({B, S}));
   }
-  if (parts == 0) parts = decoding_parts(B * H * L, S, d);
+  if (parts == 0) parts = decoding_parts(B * H * L, S, d, L, B * H / group);
   require(parts >= 1 && parts <= S, step,
           "parts=" + std::to_string(parts) + " must be between 1 and the " + std::to_string(S) + " keys");
   Value out = make_output(step, {B, H, L, parts, d + 2});
@@ -601,9 +602,12 @@ Value Backend::rotary_embedding(const std::string& step_name, const Value& x, in
   Tensor frequencies({r / 2});
   for (int64_t i = 0; i < r / 2; ++i) frequencies.data[static_cast<size_t>(i)] = reference::rotary_inverse_frequency(i, r, theta);
   const Value inv_freq = upload(step_name + ".inv_freq", frequencies);
+  Tensor table({T, r / 2, 2});
+  reference::rotary_cos_sin(frequencies.data.data(), table.data.data(), T, offset, r);
+  const Value cos_sin = upload(step_name + ".cos_sin", table);
   Value y = make_output(step, x.shape);
   timed(step, [&] {
-    run_rotary_embedding(step, *x.storage, *inv_freq.storage, *y.storage, B * H, T, d, offset, r,
+    run_rotary_embedding(step, *x.storage, *inv_freq.storage, *cos_sin.storage, *y.storage, B * H, T, d, offset, r,
                          convention == RotaryConvention::pairs);
   });
   report(step, "rotary_embedding", infos({&x, &inv_freq}), y, {"b", "h", "t", "c"});

@@ -147,9 +147,9 @@ void ReferenceBackend::run_positional_encoding(const std::string&, const Storage
   reference::positional_encoding(in(x), in(table), out(y), B, T, E);
 }
 
-void ReferenceBackend::run_rotary_embedding(const std::string&, const Storage& x, const Storage& inv_freq, Storage& y,
-                                            int64_t N, int64_t T, int64_t d, int64_t offset, int64_t rotary_dims,
-                                            bool pairs) {
+void ReferenceBackend::run_rotary_embedding(const std::string&, const Storage& x, const Storage& inv_freq,
+                                            const Storage& /*cos_sin*/, Storage& y, int64_t N, int64_t T, int64_t d,
+                                            int64_t offset, int64_t rotary_dims, bool pairs) {
   reference::rotary_embedding(in(x), in(inv_freq), out(y), N, T, d, offset, rotary_dims, pairs);
 }
 

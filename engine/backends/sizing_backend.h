@@ -80,8 +80,8 @@ class SizingBackend final : public Backend {
   void run_positional_encoding(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
                                int64_t) override {}
   void run_mean_pool(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
-  void run_rotary_embedding(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t, int64_t,
-                            int64_t, int64_t, bool) override {}
+  void run_rotary_embedding(const std::string&, const Storage&, const Storage&, const Storage&, Storage&, int64_t,
+                            int64_t, int64_t, int64_t, int64_t, bool) override {}
 
  private:
   // Buffers by exact size, as vulkan::BufferPool keeps them; shared with every storage, which

@@ -45,6 +45,9 @@ constexpr double kTurnSeconds = 0.02;
 constexpr const char* kMeasured = "measured fastest on this device";
 constexpr const char* kRemembered = "measured fastest on this device (remembered)";
 
+// A candidate left out for its values, not for the device's refusal
+constexpr const char* kDiffers = "differs from the reference by ";
+
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // One problem to run on any backend: its inputs as tensors, the step that runs them.
@@ -109,7 +112,7 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
       const Tensor got = t.backend->download(check.run(*t.backend, upload_all(*t.backend, check.inputs)));
       const ValueDiff diff = compare_values(got, expected, atol, rtol);
       if (diff.mismatches > 0) {
-        t.left_out = "differs from the reference by " + std::to_string(diff.max_abs_error);
+        t.left_out = kDiffers + std::to_string(diff.max_abs_error);
         t.backend.reset();
       }
     } catch (const DeviceError& e) {  // a pipeline the driver refuses, memory: not this plan
@@ -163,8 +166,20 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
   }
   if (best == 0) {
     std::string why;
-    for (const Trial& t : trials) why += "; " + t.plan + ": " + t.left_out;
-    throw DeviceError("tuning " + what + ": no plan matched the reference" + why);
+    bool refused_only = true;  // by the device (its limits, its compiler), none wrong
+    for (const Trial& t : trials) {
+      why += "; " + t.plan + ": " + t.left_out;
+      refused_only = refused_only && t.left_out.rfind(kDiffers, 0) != 0;
+    }
+    if (!refused_only) throw DeviceError("tuning " + what + ": no plan matched the reference" + why);
+    // Nothing measured: the first candidate (the rule's plan), and why, for the caller to say
+    Outcome outcome;
+    for (const Trial& t : trials) outcome.candidates.push_back({t.plan, 0, t.left_out});
+    outcome.chosen = outcome.rule = plans.front();
+    outcome.none_ran = "no candidate could run (" + trials.front().plan + ": " + trials.front().left_out + ")";
+    outcome.seconds = seconds_since(start);
+    chosen = 0;
+    return outcome;
   }
   const int reps = std::clamp(int(kTurnSeconds * 1e3 / best), 1, kMaxReps);
   for (int turn = 0; turn < kTurns; ++turn) {  // in turns, so that a busy machine's drift falls on all alike
@@ -439,8 +454,10 @@ nlohmann::json Outcome::to_json() const {
   for (const auto& c : candidates) {
     measured[c.plan] = c.left_out.empty() ? nlohmann::json(c.ms) : nlohmann::json(c.left_out);
   }
-  return {{"plan", plan}, {"describe", chosen}, {"rule", rule}, {"problem", problem},
-          {"measured_ms", measured}, {"seconds", seconds}};
+  nlohmann::json entry = {{"plan", plan},         {"describe", chosen},       {"rule", rule},
+                          {"problem", problem},   {"measured_ms", measured}, {"seconds", seconds}};
+  if (!none_ran.empty()) entry["none_ran"] = none_ran;
+  return entry;
 }
 
 Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
@@ -557,11 +574,14 @@ Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanB
 Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                       const DecodingProblem& problem, const std::vector<int64_t>& candidates,
                       const Progress& progress) {
-  // The problem itself (a decode step is small), checked on at most 3 of its rows: every count
-  // then splits the same keys as when it is timed
-  auto runnable = [&](uint64_t rows, int64_t parts) {
-    const auto r = int64_t(rows), s = int64_t(problem.keys), d = int64_t(problem.d);
-    return Runnable{{uniform({1, r, 1, d}, 1), uniform({1, r, s, d}, 2), uniform({1, r, s, d}, 3)},
+  // The step's own problem (a decode step is small: no larger than what the pass itself holds, its
+  // query heads sharing their cached keys as the pass's do), checked on one head of keys and at
+  // most 3 queries: every count then splits the same keys as when it is timed
+  const uint64_t group = std::max<uint64_t>(problem.query_heads() / problem.key_heads(), 1);
+  auto runnable = [&](uint64_t key_heads, uint64_t queries, int64_t parts) {
+    const auto h = int64_t(key_heads * group), l = int64_t(queries), kh = int64_t(key_heads),
+               s = int64_t(problem.keys), d = int64_t(problem.d);
+    return Runnable{{uniform({1, h, l, d}, 1), uniform({1, kh, s, d}, 2), uniform({1, kh, s, d}, 3)},
                     [s, parts](Backend& be, const std::vector<Value>& in) {
                       const Value partials =
                           be.flash_decoding("flash_decoding", in[0], in[1], in[2], s, nullptr, false, 0, parts);
@@ -572,8 +592,8 @@ Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const Vul
   std::vector<Runnable> checks, timeds;
   for (int64_t parts : candidates) {
     plans.push_back(decoding_text(parts));
-    checks.push_back(runnable(std::min<uint64_t>(problem.rows, 3), parts));
-    timeds.push_back(runnable(problem.rows, parts));
+    checks.push_back(runnable(1, std::min<uint64_t>(problem.queries, 3), parts));
+    timeds.push_back(runnable(problem.key_heads(), problem.queries, parts));
   }
   const std::string text = std::to_string(problem.rows) + " rows, S " + std::to_string(problem.keys) + ", d " +
                            std::to_string(problem.d);

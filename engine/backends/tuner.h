@@ -25,6 +25,7 @@
 // class are fastest under the same plan, and a model meets few classes. Candidates are measured on
 // the first problem of the class (its batch cut down to about 0.2 GFLOP), in turns, each checked
 // first against the reference on a small problem of the class (odd sizes, edges included).
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,9 +60,13 @@ struct RowProblem {
   double multiply_adds() const { return 4.0 * double(rows) * double(cols); }  // about: a few passes a row
 };
 
-// A decode step: `rows` (B·H·L) query rows of d against `keys` cached keys and values.
+// A decode step: `rows` (B·H·L) query rows of d against `keys` cached keys and values, `queries`
+// (L) rows a query head, over `key_rows` (B·H_kv, a divisor of the B·H query heads; 0: one a
+// query head) heads of cached keys.
 struct DecodingProblem {
-  uint64_t rows = 1, keys = 1, d = 1;
+  uint64_t rows = 1, keys = 1, d = 1, queries = 1, key_rows = 0;
+  uint64_t query_heads() const { return std::max<uint64_t>(rows / std::max<uint64_t>(queries, 1), 1); }
+  uint64_t key_heads() const { return key_rows ? key_rows : query_heads(); }
   double multiply_adds() const { return 2.0 * double(rows) * double(keys) * double(d); }
 };
 
@@ -108,6 +113,9 @@ struct Outcome {
   std::string rule;     // the rule's plan's describe()
   std::vector<Candidate> candidates;
   double seconds = 0;  // tuning took
+  // Why no candidate ran, each refused by the device (memory, its limits): `plan` is then the
+  // first candidate's (the rule's), unmeasured. Empty when one was measured.
+  std::string none_ran;
   nlohmann::json to_json() const;  // the cache's entry
 };
 
@@ -115,7 +123,9 @@ struct Outcome {
 using Progress = std::function<void(const std::string& what, double done)>;
 
 // Measures `candidates` on `problem`, each on its own backend on `context` made with `options`
-// (tuning off, the candidate forced). Throws DeviceError when no candidate matches the reference.
+// (tuning off, the candidate forced). Throws DeviceError when a candidate differs from the
+// reference and none matches it; when the device refuses every one, the outcome says so
+// (none_ran) and holds the first.
 Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                   const GemmProblem& problem, const std::vector<vulkan::GemmPlan>& candidates,
                   const Progress& progress);

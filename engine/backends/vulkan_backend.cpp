@@ -134,6 +134,15 @@ std::optional<Plan> remembered(vulkan::PlanCache& cache, const std::string& shap
   }
 }
 
+// Keeps what tuning `shape_class` measured. Where the device refused every candidate, the rule's
+// plan runs and the user is told, once: the cache remembers it, so a later run measures nothing.
+void remember(vulkan::PlanCache& cache, const std::string& shape_class, const tuning::Outcome& outcome) {
+  if (!outcome.none_ran.empty()) {
+    spdlog::warn("tuning {}: {}; the fixed rule's plan runs", shape_class, outcome.none_ran);
+  }
+  cache.remember(shape_class, outcome.to_json());
+}
+
 }  // namespace
 
 vulkan::GemmPlan VulkanBackend::gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N,
@@ -150,7 +159,7 @@ vulkan::GemmPlan VulkanBackend::gemm_plan_for(const std::string& name, int64_t b
   const tuning::Outcome outcome =
       tuning::tune_gemm(s_->context, s_->options, problem, tuning::gemm_candidates(s_->device, name),
                         [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
-  s_->cache->remember(shape_class, outcome.to_json());
+  remember(*s_->cache, shape_class, outcome);
   return s_->gemm_plans[shape_class] = tuning::gemm_plan_from_json(outcome.plan);
 }
 
@@ -168,7 +177,7 @@ const vulkan::FlashPlan& VulkanBackend::flash_plan_for(int64_t heads, int64_t L,
   const tuning::Outcome outcome = tuning::tune_flash(
       s_->context, s_->options, problem, tuning::flash_candidates(s_->device, s_->options.workgroup_size),
       [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
-  s_->cache->remember(shape_class, outcome.to_json());
+  remember(*s_->cache, shape_class, outcome);
   return s_->flash_plans[shape_class] = tuning::flash_plan_from_json(outcome.plan);
 }
 
@@ -187,13 +196,14 @@ const vulkan::RowPlan& VulkanBackend::row_plan_for(const std::string& step, int6
   const tuning::Outcome outcome = tuning::tune_rows(
       s_->context, s_->options, problem, tuning::row_candidates(s_->device, workgroup_size),
       [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
-  s_->cache->remember(shape_class, outcome.to_json());
+  remember(*s_->cache, shape_class, outcome);
   return s_->row_plans[shape_class] = tuning::row_plan_from_json(outcome.plan);
 }
 
-int64_t VulkanBackend::decoding_parts(int64_t rows, int64_t length, int64_t d) {
+int64_t VulkanBackend::decoding_parts(int64_t rows, int64_t length, int64_t d, int64_t queries, int64_t key_rows) {
   const int64_t rule = Backend::decoding_parts(rows, length, d);
-  const tuning::DecodingProblem problem{uint64_t(rows), uint64_t(length), uint64_t(d)};
+  const tuning::DecodingProblem problem{uint64_t(rows), uint64_t(length), uint64_t(d), uint64_t(queries),
+                                        uint64_t(key_rows)};
   if (!s_->cache || problem.keys < tuning::kShortestTunedDecoding) return rule;
   const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
   auto it = s_->decoding_parts.find(shape_class);
@@ -204,7 +214,7 @@ int64_t VulkanBackend::decoding_parts(int64_t rows, int64_t length, int64_t d) {
       const tuning::Outcome outcome = tuning::tune_decoding(
           s_->context, s_->options, problem, tuning::decoding_candidates(rule, problem),
           [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
-      s_->cache->remember(shape_class, outcome.to_json());
+      remember(*s_->cache, shape_class, outcome);
       parts = tuning::decoding_parts_from_json(outcome.plan);
     }
     it = s_->decoding_parts.emplace(shape_class, *parts).first;
@@ -239,7 +249,7 @@ bool VulkanBackend::prefers_fused(const AttentionProblem& p) {
         candidate.on_progress([this](const Progress& progress) { report_progress(progress.step, progress.done); });
       },
       [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
-  s_->cache->remember(shape_class, outcome.to_json());
+  remember(*s_->cache, shape_class, outcome);
   return s_->fused_paths[shape_class] = outcome.plan.value("path", "") == "fused";
 }
 
@@ -311,6 +321,10 @@ std::optional<MemoryLimits> VulkanBackend::memory_limits() const {
                                       int64_t K, int64_t a_heads) {
     return int64_t(self->gemm_launch(product, batch, M, N, K, false, group, a_heads).packed_texels) * 4;
   };
+  if (s_->options.buffer_limit_bytes > 0 && s_->options.buffer_limit_bytes < limits.max_tensor_bytes) {
+    limits.max_tensor_bytes = s_->options.buffer_limit_bytes;
+    limits.max_tensor_limit = "the buffer limit set for this backend";
+  }
   if (s_->options.memory_limit_bytes > 0 && s_->options.memory_limit_bytes < limits.max_total_bytes) {
     limits.max_total_bytes = s_->options.memory_limit_bytes;
     limits.max_total_limit = "the memory limit set for this backend";
@@ -614,13 +628,12 @@ void VulkanBackend::run_positional_encoding(const std::string& step, const Stora
            vulkan::PositionalEncodingParams{u32(B * T * E), u32(T * E)}, uint64_t(B) * T * E);
 }
 
-void VulkanBackend::run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq,
-                                         Storage& y, int64_t N, int64_t T, int64_t d, int64_t offset,
-                                         int64_t rotary_dims, bool pairs) {
+void VulkanBackend::run_rotary_embedding(const std::string& step, const Storage& x, const Storage& /*inv_freq*/,
+                                         const Storage& cos_sin, Storage& y, int64_t N, int64_t T, int64_t d,
+                                         int64_t /*offset*/, int64_t rotary_dims, bool pairs) {
   const auto& k = kernel("rotary_embedding", 3, sizeof(vulkan::RotaryEmbeddingParams));
-  dispatch(step, k, {buffer_of(x), buffer_of(inv_freq), buffer_of(y)},
-           vulkan::RotaryEmbeddingParams{u32(N * T * d), u32(T), u32(d), u32(offset), u32(rotary_dims),
-                                         pairs ? 1u : 0u},
+  dispatch(step, k, {buffer_of(x), buffer_of(cos_sin), buffer_of(y)},
+           vulkan::RotaryEmbeddingParams{u32(N * T * d), u32(T), u32(d), u32(rotary_dims), pairs ? 1u : 0u},
            uint64_t(N) * T * d);
 }
 

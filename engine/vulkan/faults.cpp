@@ -95,7 +95,7 @@ std::optional<vk::Result> due(Site site) {
   if (!a.fault->during.empty() && (!current_step || *current_step != a.fault->during)) return std::nullopt;
   if (++a.calls < a.fault->nth) return std::nullopt;
   const vk::Result result = a.fault->result;
-  a.fault.reset();
+  if (a.calls - a.fault->nth + 1 >= a.fault->times) a.fault.reset();
   a.fired = true;
   return result;
 }

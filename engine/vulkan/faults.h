@@ -5,7 +5,7 @@
 //
 // A fault is armed for the nth call from now at its site (1: the next), optionally only while a
 // given step runs or is read back (`during`, the step's name as the trace shows it); it fires
-// once. The sites call due() before the real call and fail as that call would. Built with
+// once, or `times` times in a row. The sites call due() before the real call and fail as that call would. Built with
 // VKATTN_FAULT_INJECTION (on with the tests, CMake option); without it due() is always empty.
 //
 // The environment arms one too, for the command line and Python: VKATTN_FAULT=SITE:N:RESULT[:STEP]
@@ -26,6 +26,7 @@ struct Fault {
   uint64_t nth = 1;                // the nth call at `site` (counted only `during` the step) fails
   vk::Result result = vk::Result::eErrorOutOfDeviceMemory;
   std::string during;              // a step's name; empty: any call
+  uint64_t times = 1;              // calls that fail, one after another from the nth
 };
 
 // Arms `fault` (replacing any armed one). Throws std::logic_error when built without injection.

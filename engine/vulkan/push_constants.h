@@ -126,7 +126,6 @@ struct RotaryEmbeddingParams {  // shaders/rotary_embedding.comp
   glm::uint count;              // N·T·d
   glm::uint tokens;             // T
   glm::uint dim;                // d
-  glm::uint offset;             // the position of row 0
   glm::uint rotary_dims;        // r, even, <= d
   glm::uint pairs;              // 1: pairs (2i, 2i + 1); 0: halves (i, i + r/2)
 };
@@ -141,7 +140,7 @@ static_assert(sizeof(GemmParams) == 32 && sizeof(GemmPackParams) == 12);
 static_assert(sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
 static_assert(sizeof(AttentionMaskParams) == 32 && sizeof(FlashAttentionParams) == 44);
 static_assert(sizeof(KvCacheAppendParams) == 20 && sizeof(FlashDecodingParams) == 44);
-static_assert(sizeof(AttentionCombineParams) == 12 && sizeof(RotaryEmbeddingParams) == 24);
+static_assert(sizeof(AttentionCombineParams) == 12 && sizeof(RotaryEmbeddingParams) == 20);
 static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AverageHeadsParams) == 12);
 static_assert(sizeof(LayerNormParams) == 12 && sizeof(ElementwiseParams) == 4 && sizeof(EmbeddingParams) == 12);
 static_assert(sizeof(PositionalEncodingParams) == 8 && sizeof(MeanPoolParams) == 12);

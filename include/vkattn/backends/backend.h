@@ -189,8 +189,10 @@ class Backend {
   Value attention_combine(const std::string& step, const Value& partials);
   // The parts flash_decoding splits `length` keys into for `rows` (B·H·L) query rows of d: by
   // rule, enough (row, part) pairs to fill decoding_lanes() invocations, each part at least 32
-  // keys; a VulkanBackend that tunes measures the counts once per shape class instead.
-  virtual int64_t decoding_parts(int64_t rows, int64_t length, int64_t d);
+  // keys; a VulkanBackend that tunes measures the counts once per shape class instead, on the
+  // step's own problem: `queries` (L) rows a head, over `key_rows` (B·H_kv) heads of cached keys
+  // (0: one a query head).
+  virtual int64_t decoding_parts(int64_t rows, int64_t length, int64_t d, int64_t queries = 1, int64_t key_rows = 0);
   // The invocations a decode step should offer the device: 256 on a CPU, many more on a GPU.
   virtual int64_t decoding_lanes() const { return 256; }
 
@@ -301,9 +303,12 @@ class Backend {
 
   // The run_<op> hooks: shapes are checked, output allocated; arguments mirror reference.h
   // (group: query heads per key/value head; window: 0 or the causal window W).
-  virtual void run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq, Storage& y,
-                                    int64_t N, int64_t T, int64_t d, int64_t offset, int64_t rotary_dims,
-                                    bool pairs) = 0;
+  // rotary_embedding: `cos_sin` (T, r/2, 2) holds cos φ and sin φ of each position and pair,
+  // computed on the host from inv_freq as the reference computes them (GPUs' cos and sin are
+  // approximate: Vulkan bounds their error only to 2^-11, within [-π, π])
+  virtual void run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq,
+                                    const Storage& cos_sin, Storage& y, int64_t N, int64_t T, int64_t d,
+                                    int64_t offset, int64_t rotary_dims, bool pairs) = 0;
   // How linear's input or output lies when a layout step is folded into it: with heads H > 0,
   // the (N, C) matrix, N = B·T, C = H·d, is kept as (B, H, T, d), T = tokens.
   struct HeadsLayout {

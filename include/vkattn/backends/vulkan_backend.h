@@ -53,6 +53,9 @@ struct VulkanBackendOptions {
   // > 0 caps the device memory a pass may use below the device's largest device-local heap
   // (a GPU shared with other work); preflight() refuses a pass that would need more
   uint64_t memory_limit_bytes = 0;
+  // > 0 caps one tensor's buffer below the device's maxStorageBufferRange (tests make a device
+  // look smaller); allocate() and preflight() refuse a larger one
+  uint64_t buffer_limit_bytes = 0;
   // A tensor this large or larger may take a buffer that recorded commands still read, at the
   // cost of a barrier before its step: a step that size fills the device alone, so nothing is
   // lost by not overlapping it, and the pass holds a tensor fewer (the fused path's memory stays
@@ -88,7 +91,8 @@ class VulkanBackend final : public Backend {
   int64_t decoding_lanes() const override;
   // The rule's count, or where the backend tunes and there are at least 128 keys, the count
   // measured fastest for the shape class (flash_decoding and attention_combine timed together).
-  int64_t decoding_parts(int64_t rows, int64_t length, int64_t d) override;
+  int64_t decoding_parts(int64_t rows, int64_t length, int64_t d, int64_t queries = 1,
+                         int64_t key_rows = 0) override;
   // Fused unless tuning measured the unfused steps faster for this shape class, where the
   // (B, H, L, S) scores fit in an eighth of the device's memory.
   bool prefers_fused(const AttentionProblem& problem) override;
@@ -171,8 +175,9 @@ class VulkanBackend final : public Backend {
   void run_positional_encoding(const std::string& step, const Storage& x, const Storage& table, Storage& y, int64_t B,
                                int64_t T, int64_t E) override;
   void run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
-  void run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq, Storage& y, int64_t N,
-                            int64_t T, int64_t d, int64_t offset, int64_t rotary_dims, bool pairs) override;
+  void run_rotary_embedding(const std::string& step, const Storage& x, const Storage& inv_freq,
+                            const Storage& cos_sin, Storage& y, int64_t N, int64_t T, int64_t d, int64_t offset,
+                            int64_t rotary_dims, bool pairs) override;
 
  private:
   // The pipeline for the shader build `name` with these extra specialization constants, made once
