@@ -72,6 +72,31 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Google's SwiftShader, as Debian's chromium ships it: a second CPU implementation of Vulkan (its
+// own compiler, 4-lane subgroups) that the loader does not list by itself. vkattn adds it to the
+// loader's drivers wherever it is installed, so that every device list (and its indices) holds
+// it; a device is chosen from them as before, lavapipe before it (select_device). The user's own
+// VK_ICD_FILENAMES or VK_DRIVER_FILES (a list that replaces the system's) is left as it is.
+// VKATTN_SWIFTSHADER_ICD names another manifest, or none when empty.
+void add_swiftshader_driver() {
+  const char* manifest = std::getenv("VKATTN_SWIFTSHADER_ICD");
+  if (manifest && !*manifest) return;
+  const std::string path = manifest ? manifest : "/usr/lib/chromium/vk_swiftshader_icd.json";
+  if (std::getenv("VK_ICD_FILENAMES") || std::getenv("VK_DRIVER_FILES")) return;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    std::fclose(f);
+  } else {
+    return;
+  }
+  const char* added = std::getenv("VK_ADD_DRIVER_FILES");
+  const std::string list = added && *added ? added : "";
+  if (list.find(path) != std::string::npos) return;
+  // before the loader scans its drivers (at instance creation), on the thread that makes it
+  ::setenv("VK_ADD_DRIVER_FILES", (list.empty() ? path : list + ":" + path).c_str(), 1);
+}
+
+bool is_swiftshader(const DeviceReport& r) { return r.driver_id == vk::DriverId::eGoogleSwiftshader; }
+
 int rank(vk::PhysicalDeviceType type) {
   switch (type) {
     case vk::PhysicalDeviceType::eDiscreteGpu: return 4;
@@ -226,6 +251,7 @@ InstanceSetup instance_setup(const vk::raii::Context& loader, bool validation) {
 }
 
 vk::raii::Context make_loader() {
+  add_swiftshader_driver();  // before the loader scans its drivers
   try {
     return vk::raii::Context();
   } catch (const std::exception& e) {
@@ -292,7 +318,13 @@ size_t select_device(const std::vector<DeviceReport>& reports, const std::string
   }
   std::optional<size_t> best;
   for (size_t i : candidates) {
-    if (reports[i].suitable && (!best || rank(reports[i].type) > rank(reports[*best].type))) best = i;
+    // the most capable type; between equals lavapipe before SwiftShader, listed or not
+    if (!reports[i].suitable) continue;
+    if (!best || rank(reports[i].type) > rank(reports[*best].type) ||
+        (rank(reports[i].type) == rank(reports[*best].type) && is_swiftshader(reports[*best]) &&
+         !is_swiftshader(reports[i]))) {
+      best = i;
+    }
   }
   if (!best) throw unusable(reports[candidates.front()]);
   return *best;
