@@ -28,6 +28,12 @@ expect() {
 
 expect 0 "devices lists lavapipe" -- devices
 grep -q llvmpipe "$tmp/out" || { echo "FAIL devices: llvmpipe not listed"; failed=$((failed + 1)); }
+# every line within 100 columns, whatever numbers the devices' limits are
+if wide=$(/usr/bin/python3 -c 'import sys
+print("\n".join(l for l in open(sys.argv[1], encoding="utf-8").read().splitlines() if len(l) > 100))' "$tmp/out") &&
+  [[ -n $wide ]]; then
+  echo "FAIL devices: lines over 100 columns:"; echo "$wide"; failed=$((failed + 1))
+fi
 expect 0 "demo: GPU matches the reference" -- demo
 grep -q "every step agrees: gpu and cpu within" "$tmp/out" || { echo "FAIL demo: no agreement line"; failed=$((failed + 1)); }
 expect 0 "demo: causal cross-attention, awkward sizes" -- demo --batch 3 --seq 17 --kv-seq 113 --embed 24 --heads 6 --causal

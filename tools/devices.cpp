@@ -3,6 +3,8 @@
 // why; and the backend a command asks for.
 #include <iostream>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/plan_cache.h"
@@ -30,6 +32,21 @@ void print_wrapped(const std::string& indent, const std::string& text) {
     }
     line += (line.size() > indent.size() && line.back() != ' ' ? " " : "") + word;
     at = end + 1;
+  }
+  std::cout << line << "\n";
+}
+
+// `items` joined by ", " after `indent`, a line broken only between two items (a number keeps its
+// unit) where the next would pass 100 columns.
+void print_items(const std::string& indent, const std::vector<std::string>& items) {
+  std::string line = indent;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string item = items[i] + (i + 1 < items.size() ? "," : "");
+    if (line.size() > indent.size() && line.size() + 1 + item.size() > 100) {
+      std::cout << line << "\n";
+      line = indent + "  ";
+    }
+    line += (line.size() > indent.size() && line.back() != ' ' ? " " : "") + item;
   }
   std::cout << line << "\n";
 }
@@ -90,12 +107,17 @@ int run_devices() {
       std::cout << "     unusable: it " << r.rejection << "\n";
       continue;
     }
-    std::cout << "     workgroups: count " << r.max_workgroup_count[0] << " x " << r.max_workgroup_count[1] << " x "
-              << r.max_workgroup_count[2] << ", size x <= " << r.max_workgroup_size_x << ", invocations <= "
-              << r.max_workgroup_invocations << ", shared memory " << r.max_shared_memory_bytes << " B\n"
-              << "     storage buffer range " << r.max_storage_buffer_range << " B, push constants "
-              << r.max_push_constants_bytes << " B, device-local heap " << (r.device_local_bytes >> 20) << " MiB\n"
-              << "     16-bit storage " << (r.storage_buffer_16bit ? "yes" : "no") << ", RGBA32F texel buffers "
+    // broken between items where needed: a device's limits are numbers of any width
+    using std::to_string;
+    print_items("     ", {"workgroups: count " + to_string(r.max_workgroup_count[0]) + " x " +
+                              to_string(r.max_workgroup_count[1]) + " x " + to_string(r.max_workgroup_count[2]),
+                          "size x <= " + to_string(r.max_workgroup_size_x),
+                          "invocations <= " + to_string(r.max_workgroup_invocations),
+                          "shared memory " + to_string(r.max_shared_memory_bytes) + " B"});
+    print_items("     ", {"storage buffer range " + to_string(r.max_storage_buffer_range) + " B",
+                          "push constants " + to_string(r.max_push_constants_bytes) + " B",
+                          "device-local heap " + to_string(r.device_local_bytes >> 20) + " MiB"});
+    std::cout << "     16-bit storage " << (r.storage_buffer_16bit ? "yes" : "no") << ", RGBA32F texel buffers "
               << (r.texel_rgba32f ? "yes" : "no") << ", timestamps " << (r.timestamps ? "yes" : "no") << "\n";
     print_wrapped("     ", subgroup_line(r));
     print_wrapped("     ", "switches: " + switch_text("subgroups", r.switches.subgroups, r.switches.subgroups_why) +
