@@ -282,6 +282,23 @@ TEST(DeviceSelection, PrefersDiscreteThenIntegratedThenCpu) {
   EXPECT_EQ(vulkan::select_device(devices, ""), 0u);  // lavapipe is a valid device
 }
 
+// SwiftShader, listed wherever chromium is installed, in whatever order the loader gives: lavapipe
+// stays the default CPU device, and SwiftShader is taken when named.
+TEST(DeviceSelection, LavapipeBeforeSwiftShaderUnlessItIsNamed) {
+  vulkan::DeviceReport swiftshader, lavapipe;
+  swiftshader.name = "SwiftShader Device (Subzero)";
+  swiftshader.driver_id = vk::DriverId::eGoogleSwiftshader;
+  lavapipe.name = "llvmpipe (LLVM 15)";
+  lavapipe.driver_id = vk::DriverId::eMesaLlvmpipe;
+  for (auto* r : {&swiftshader, &lavapipe}) r->type = vk::PhysicalDeviceType::eCpu, r->suitable = true;
+  swiftshader.index = 0, lavapipe.index = 1;
+  EXPECT_EQ(vulkan::select_device({swiftshader, lavapipe}, ""), 1u);
+  EXPECT_EQ(vulkan::select_device({swiftshader, lavapipe}, "swiftshader"), 0u);
+  swiftshader.index = 1, lavapipe.index = 0;
+  EXPECT_EQ(vulkan::select_device({lavapipe, swiftshader}, ""), 0u);
+  EXPECT_EQ(vulkan::select_device({lavapipe, swiftshader}, "SwiftShader"), 1u);
+}
+
 TEST(DeviceSelection, ByIndexOrCaseInsensitiveName) {
   auto devices = fake_devices();
   EXPECT_EQ(vulkan::select_device(devices, "0"), 0u);
