@@ -503,7 +503,7 @@ TEST_F(Tuning, TheDecodingSplitIsTimedOnNoMoreThanThePassHolds) {
 TEST_F(Tuning, WhenTheDeviceRefusesEveryCandidateTheRulesPlanRunsAndItIsSaidOnce) {
   const auto& device = testing::shared_context()->device_report();
   VulkanBackendOptions small = options();
-  small.buffer_limit_bytes = 64 << 10;  // 16 Ki floats: the timed (400, 256) A is 400 Ki
+  small.buffer_limit_bytes = 64 << 10;  // 64 KiB: B (256, 256) alone is 256 KiB
   const tuning::GemmProblem problem{"linear", 1, 400, 256, 256};
   const auto candidates = tuning::gemm_candidates(device);
   const tuning::Outcome outcome = tuning::tune_gemm(testing::shared_context(), small, problem, candidates, nullptr);
