@@ -55,7 +55,7 @@ class CliRun : public ::testing::Test {
   Exit vkattn(const std::vector<std::string>& args) const {
     // as a newcomer runs it: tuning on, no plan remembered before the test (the suite's other
     // tests run with tuning off); Mesa's compiled shaders stay where they were, for they are not
-    // plans (each test compiled every pipeline again: 300 s of the suite in a fresh Debian 13 root)
+    // plans (each test compiled every pipeline again)
     std::string command =
         "MESA_SHADER_CACHE_DIR=\"${MESA_SHADER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}}\" VKATTN_TUNE=on "
         "XDG_CACHE_HOME='" + plans_.string() + "' '" VKATTN_CLI "'";
