@@ -1,4 +1,4 @@
-"""The README's numpy-only safetensors writer (Debian's python3-torch has no safetensors)."""
+"""docs/models.md's numpy-only safetensors writer (Debian's python3-torch has no safetensors)."""
 import json
 import struct
 

@@ -36,7 +36,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def save_safetensors(tensors, path, metadata=None, dtype="F32"):
-    """A numpy-only safetensors writer (README: "Using your PyTorch weights").
+    """A numpy-only safetensors writer (docs/models.md: "Using your PyTorch weights").
 
     `tensors` maps names to torch tensors; dtype F32, F16 or BF16."""
     header, blobs, offset = {}, [], 0
