@@ -16,6 +16,7 @@
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/io/state_dict.h"
 #include "vkattn/modules/causal_lm.h"
 
 namespace vkattn {
@@ -315,7 +316,7 @@ TEST_F(Decoding, AStepThatFailsKeepsNoWeightItMayNeverHaveUploaded) {
 
 TEST(CausalLMStateDict, TheShippedModelLoadsAndAMissingKeyIsNamed) {
   const std::string path = VKATTN_SOURCE_DIR "/models/tiny_char/model.safetensors";
-  CausalLMState state = load_causal_lm(path);
+  io::CausalLMState state = io::load_causal_lm(path);
   EXPECT_EQ(state.config.num_layers, 2);
   EXPECT_EQ(state.config.layer.d_model, 64);
   EXPECT_EQ(state.config.layer.nhead, 4);
@@ -324,11 +325,11 @@ TEST(CausalLMStateDict, TheShippedModelLoadsAndAMissingKeyIsNamed) {
   EXPECT_EQ(state.config.max_positions, 128);
   io::Safetensors file = io::read_safetensors(path);
   file.tensors.erase("layers.1.linear2.weight");
-  testing::expect_error<FileError>([&] { causal_lm_from_state_dict(file, "model"); },
+  testing::expect_error<FileError>([&] { io::causal_lm_from_state_dict(file, "model"); },
                                    {"model: missing tensor 'layers.1.linear2.weight'"});
   file = io::read_safetensors(path);
   file.tensors.erase("lm_head.weight");
-  testing::expect_error<FileError>([&] { causal_lm_from_state_dict(file, "model"); },
+  testing::expect_error<FileError>([&] { io::causal_lm_from_state_dict(file, "model"); },
                                    {"model: missing tensor 'lm_head.weight'"});
 }
 

@@ -10,6 +10,9 @@
 #include "tests/support/tolerance.h"
 #include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
+#include "vkattn/backends/reference_backend.h"
+#include "vkattn/modules/causal_lm.h"
+#include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/modules/transformer_encoder.h"
 
@@ -327,6 +330,59 @@ TEST(MakeBackend, NamesWhatIsWrong) {
   expect_error<ConfigError>([] { make_backend("tpu"); }, {"'tpu'", "neither gpu nor cpu"});
   expect_error<ConfigError>([] { make_backend("cpu", "0"); }, {"('0')", "does not apply to the cpu backend"});
   expect_error<ConfigError>([] { make_backend("gpu", "nosuchgpu"); }, {"'nosuchgpu'", "matches no device", "devices: 0 '"});
+}
+
+
+// The modules share their checks (engine/modules/checks.h): one mistake, one message, whichever
+// module is given it.
+TEST(ModuleChecks, EveryModuleNamesAnInt64OrMisshapenPaddingMaskAlike) {
+  ReferenceBackend cpu;
+  const Tensor x = random_tensor({2, 3, 8}, 1);
+  const Tensor int64_mask({2, 3}, DType::int64), short_mask({2, 2}, DType::boolean);
+  MultiHeadAttention mha({.embed_dim = 8, .num_heads = 2, .batch_first = true});
+  TransformerEncoderLayer layer({.d_model = 8, .nhead = 2, .dim_feedforward = 16});
+  GroupedQueryAttention gqa({.hidden_size = 8, .num_heads = 2, .num_kv_heads = 1});
+  CausalLMConfig lm_config{.vocab_size = 5, .max_positions = 4, .layer = {.d_model = 8, .nhead = 2, .dim_feedforward = 16}};
+  CausalLM lm(lm_config, CausalLMWeights::random(lm_config, 1));
+  const Tensor ids({2, 3}, DType::int64);
+  auto both = [&](const std::function<void(const Tensor&)>& run, const std::string& who, const std::string& name,
+                  const std::string& shape_rule) {
+    expect_error<ShapeError>([&] { run(int64_mask); }, {who + ": " + name + " is int64 but must be bool or float32"});
+    expect_error<ShapeError>([&] { run(short_mask); }, {who + ": " + name + " (2, 2) must be " + shape_rule});
+  };
+  both([&](const Tensor& m) { mha.forward(cpu, x, x, x, {.key_padding_mask = m}); }, "MultiHeadAttention.forward",
+       "key_padding_mask", "(B, S) = (2, 3)");
+  both([&](const Tensor& m) { layer.forward(cpu, x, {.src_key_padding_mask = m}); }, "TransformerEncoderLayer.forward",
+       "src_key_padding_mask", "(B, L) = (2, 3) for src (2, 3, 8)");
+  both([&](const Tensor& m) { gqa.forward(cpu, x, {.key_padding_mask = m}); }, "GroupedQueryAttention.forward",
+       "key_padding_mask", "(B, T) = (2, 3)");
+  both([&](const Tensor& m) { lm.forward(cpu, ids, m); }, "CausalLM.forward", "key_padding_mask", "(B, T) = (2, 3)");
+}
+
+TEST(ModuleChecks, EveryModuleNamesAWeightItsConfigDoesNotWantAlike) {
+  MultiHeadAttentionConfig mha{.embed_dim = 8, .num_heads = 2, .bias = false};
+  auto mha_weights = MultiHeadAttentionWeights::random(mha, 1);
+  mha_weights.q_proj_bias = Tensor({8});
+  expect_error<ShapeError>([&] { MultiHeadAttention(mha, mha_weights); },
+                           {"MultiHeadAttention: weight q_proj_bias is given but bias is off"});
+  mha_weights = MultiHeadAttentionWeights::random(mha, 1);
+  mha_weights.out_proj_weight = Tensor({8, 4});
+  expect_error<ShapeError>([&] { MultiHeadAttention(mha, mha_weights); },
+                           {"MultiHeadAttention: weight out_proj.weight is float32 (8, 4) but the config needs "
+                            "float32 (E, E) = (8, 8)"});
+
+  GroupedQueryAttentionConfig gqa{.hidden_size = 8, .num_heads = 2, .attention_bias = true};
+  auto gqa_weights = GroupedQueryAttentionWeights::random(gqa, 1);
+  gqa_weights.k_proj_bias.reset();
+  expect_error<ShapeError>([&] { GroupedQueryAttention(gqa, gqa_weights); },
+                           {"GroupedQueryAttention: weight k_proj.bias is missing but attention_bias is on"});
+
+  CausalLMConfig lm{.vocab_size = 5, .max_positions = 4, .layer = {.d_model = 8, .nhead = 2, .dim_feedforward = 16},
+                    .lm_head_bias = false};
+  auto lm_weights = CausalLMWeights::random(lm, 1);
+  lm_weights.lm_head_bias = Tensor({5});
+  expect_error<ShapeError>([&] { CausalLM(lm, lm_weights); },
+                           {"CausalLM: weight lm_head.bias is given but lm_head_bias is off"});
 }
 
 }  // namespace

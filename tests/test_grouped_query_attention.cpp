@@ -305,7 +305,7 @@ TEST(GroupedQueryErrors, BadConfigurationsNameWhatIsWrong) {
   KVCache cache = module.make_cache(cpu, 2, 8);
   expect_error<ShapeError>(
       [&] { module.decode(cpu, random_tensor({2, 1, 32}, 4), cache, {.key_padding_mask = Tensor({2, 3})}); },
-      {"GroupedQueryAttention.decode: key_padding_mask (2, 3) must be bool or float (B, S) = (2, 1)"});
+      {"GroupedQueryAttention.decode: key_padding_mask (2, 3) must be (B, S) = (2, 1), S the cache's length after"});
   EXPECT_EQ(cache.length(), 0);
   KVCache wrong = KVCache(cpu, 1, 2, 4, 8, 8);
   expect_error<ShapeError>([&] { module.decode(cpu, random_tensor({2, 1, 32}, 4), wrong); },

@@ -17,6 +17,7 @@
 #include "tools/commands.h"
 #include "tools/validators.h"
 #include "vkattn/errors.h"
+#include "vkattn/io/state_dict.h"
 #include "vkattn/modules/causal_lm.h"
 
 namespace vkattn::cli {
@@ -123,7 +124,7 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
 }
 
 int run_generate(const GenerateArgs& a) {
-  CausalLMState state = load_causal_lm(a.weights);
+  io::CausalLMState state = io::load_causal_lm(a.weights);
   auto vocab_it = state.metadata.find("vocab");
   if (vocab_it == state.metadata.end()) {
     throw FileError(a.weights + ": __metadata__ has no vocab (the characters of token ids 0, 1, …)");

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "tutorials/lesson.h"
+#include "vkattn/io/state_dict.h"
 #include "vkattn/modules/causal_lm.h"
 
 using namespace vkattn;
@@ -29,7 +30,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The model's vocabulary (ASCII characters, token id = index) from its __metadata__
-std::string vocabulary(const CausalLMState& state) {
+std::string vocabulary(const io::CausalLMState& state) {
   const std::string& vocab = state.metadata.at("vocab");
   if (std::any_of(vocab.begin(), vocab.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; })) {
     throw std::runtime_error("lesson 09 reads a model whose vocabulary is ASCII");
@@ -65,7 +66,7 @@ double median_ms(int reps, const std::function<void()>& run) {
 
 int main(int argc, char** argv) {
   return tutorial::run(argc, argv, "Lesson 09: generating with a KV cache", [](tutorial::Lesson& lesson) {
-    CausalLMState state = load_causal_lm(VKATTN_TUTORIAL_DATA "/model.safetensors");
+    io::CausalLMState state = io::load_causal_lm(VKATTN_TUTORIAL_DATA "/model.safetensors");
     const std::string vocab = vocabulary(state);
     const CausalLM model(state.config, std::move(state.weights));
     const auto& c = model.config();

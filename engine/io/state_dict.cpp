@@ -514,4 +514,81 @@ GroupedQueryState load_grouped_query(const std::filesystem::path& path, GroupedQ
   return grouped_query_from_state_dict(read_safetensors(path), config, path.string());
 }
 
+CausalLMState causal_lm_from_state_dict(const Safetensors& file, const std::string& source) {
+  auto error = [&](const std::string& what) { return FileError(source + ": " + what); };
+  Safetensors blocks;  // layers.N.… and norm.…: a TransformerEncoder's names
+  blocks.metadata = file.metadata;
+  for (const auto& [name, tensor] : file.tensors) {
+    if (name.starts_with("layers.") || name.starts_with("norm.")) {
+      blocks.tensors.emplace(name, tensor);
+    } else if (name != "token_embedding.weight" && name != "position_embedding.weight" && name != "lm_head.weight" &&
+               name != "lm_head.bias") {
+      throw error("unexpected tensor '" + name + "' " + shape_string(tensor.shape) +
+                  " in a CausalLM state_dict (token_embedding, position_embedding, layers.N, norm, lm_head)");
+    }
+  }
+  if (blocks.tensors.count("layers.0.self_attn.out_proj.weight") == 0) {
+    throw error("missing tensor 'layers.0.self_attn.out_proj.weight': a CausalLM has at least one layer");
+  }
+  EncoderState encoder = encoder_from_state_dict(blocks, num_heads(file, 0, source), source);
+  if (!encoder.weights.norm) throw error("missing tensor 'norm.weight', the final LayerNorm (E,)");
+
+  CausalLMState state;
+  state.metadata = file.metadata;
+  auto& c = state.config;
+  c.layer = encoder.config.layer;
+  c.num_layers = encoder.config.num_layers;
+  auto meta = [&](const char* key) -> const std::string* {
+    auto it = file.metadata.find(key);
+    return it == file.metadata.end() ? nullptr : &it->second;
+  };
+  if (const auto* a = meta("activation")) {
+    if (*a != "relu" && *a != "gelu") throw error("__metadata__ activation is '" + *a + "', not relu or gelu");
+    c.layer.activation = *a == "gelu" ? Activation::gelu : Activation::relu;
+  }
+  if (const auto* n = meta("norm_first")) {
+    if (*n != "true" && *n != "false") throw error("__metadata__ norm_first is '" + *n + "', not true or false");
+    c.layer.norm_first = *n == "true";
+  }
+  if (const auto* e = meta("layer_norm_eps")) {
+    try {
+      c.layer.layer_norm_eps = std::stof(*e);
+    } catch (const std::exception&) {
+      throw error("__metadata__ layer_norm_eps is '" + *e + "', not a number");
+    }
+  }
+  const int64_t E = c.layer.d_model;
+  auto take = [&](const std::string& name, int64_t rows) {
+    auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) throw error("missing tensor '" + name + "', expected shape (·, " + std::to_string(E) + ")");
+    const Tensor& t = it->second;
+    if (t.dtype != DType::float32 || t.rank() != 2 || t.dim(1) != E || (rows > 0 && t.dim(0) != rows)) {
+      throw error("tensor '" + name + "' is " + dtype_name(t.dtype) + " " + shape_string(t.shape) + ", expected float32 (" +
+                  (rows > 0 ? std::to_string(rows) : std::string("·")) + ", " + std::to_string(E) + ")");
+    }
+    return t;
+  };
+  auto& w = state.weights;
+  w.token_embedding = take("token_embedding.weight", 0);
+  c.vocab_size = w.token_embedding.dim(0);
+  w.position_embedding = take("position_embedding.weight", 0);
+  c.max_positions = w.position_embedding.dim(0);
+  w.lm_head_weight = take("lm_head.weight", c.vocab_size);
+  if (auto it = file.tensors.find("lm_head.bias"); it != file.tensors.end()) {
+    if (it->second.shape != Shape{c.vocab_size} || it->second.dtype != DType::float32) {
+      throw error("tensor 'lm_head.bias' is " + shape_string(it->second.shape) + ", expected float32 (" +
+                  std::to_string(c.vocab_size) + ",)");
+    }
+    w.lm_head_bias = it->second;
+  }
+  c.lm_head_bias = w.lm_head_bias.has_value();
+  w.layers = std::move(encoder.weights.layers);
+  w.norm = *encoder.weights.norm;
+  return state;
+}
+
+CausalLMState load_causal_lm(const std::filesystem::path& path) {
+  return causal_lm_from_state_dict(read_safetensors(path), path.string());
+}
+
 }  // namespace vkattn::io

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/modules/checks.h"
 #include "engine/modules/random_weights.h"
 #include "vkattn/errors.h"
 
@@ -12,17 +13,9 @@ Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng) {
   return uniform(std::move(shape), -bound, bound, rng);
 }
 
-void check_weight(const std::string& who, const std::string& name, const Tensor& t, const Shape& expected,
-                  const std::string& dims) {
-  if (t.shape != expected || t.dtype != DType::float32 || element_count(t.shape) != t.size()) {
-    throw ShapeError(who + ": weight " + name + " is " + dtype_name(t.dtype) + " " + shape_string(t.shape) +
-                     " but the config needs float32 " + dims + " = " + shape_string(expected));
-  }
-}
-
 void check_norm(const std::string& who, const std::string& name, const LayerNormWeights& norm, int64_t E) {
-  check_weight(who, name + ".weight", norm.weight, {E}, "(E,)");
-  check_weight(who, name + ".bias", norm.bias, {E}, "(E,)");
+  checks::weight(who, name + ".weight", norm.weight, {E}, "(E,)");
+  checks::weight(who, name + ".bias", norm.bias, {E}, "(E,)");
 }
 
 void check_layer_config(const std::string& who, const TransformerEncoderLayerConfig& c) {

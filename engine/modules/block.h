@@ -19,9 +19,7 @@ namespace vkattn::block {
 // torch.nn.Linear's weight (out, in) or bias (out,): U(-1/√in, 1/√in)
 Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng);
 
-// ShapeError "<who>: weight <name> is … but the config needs float32 <dims> = (…)"
-void check_weight(const std::string& who, const std::string& name, const Tensor& t, const Shape& expected,
-                  const std::string& dims);
+// A LayerNorm's weight and bias, (E,) each: checks::weight's ShapeError
 void check_norm(const std::string& who, const std::string& name, const LayerNormWeights& norm, int64_t E);
 // The config checks every layer shares (dim_feedforward, layer_norm_eps): ConfigError
 void check_layer_config(const std::string& who, const TransformerEncoderLayerConfig& config);

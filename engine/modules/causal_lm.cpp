@@ -3,21 +3,16 @@
 #include <cmath>
 #include <random>
 
+#include "engine/modules/checks.h"
 #include "engine/modules/pass.h"
 #include "engine/modules/random_weights.h"
 #include "vkattn/errors.h"
-#include "vkattn/io/state_dict.h"
 #include "vkattn/modules/multi_head_attention.h"
 
 namespace vkattn {
 namespace {
 
-void check_weight(const std::string& name, const Tensor& t, const Shape& expected, const std::string& dims) {
-  if (t.shape != expected || t.dtype != DType::float32) {
-    throw ShapeError("CausalLM: weight " + name + " is " + dtype_name(t.dtype) + " " + shape_string(t.shape) +
-                     " but the config needs float32 " + dims + " = " + shape_string(expected));
-  }
-}
+const std::string kWho = "CausalLM";
 
 }  // namespace
 
@@ -45,16 +40,12 @@ CausalLM::CausalLM(CausalLMConfig config, CausalLMWeights weights) : config_(con
   }
   const int64_t E = c.layer.d_model, V = c.vocab_size;
   const auto& w = weights_;
-  check_weight("token_embedding.weight", w.token_embedding, {V, E}, "(V, E)");
-  check_weight("position_embedding.weight", w.position_embedding, {c.max_positions, E}, "(P, E)");
-  check_weight("norm.weight", w.norm.weight, {E}, "(E,)");
-  check_weight("norm.bias", w.norm.bias, {E}, "(E,)");
-  check_weight("lm_head.weight", w.lm_head_weight, {V, E}, "(V, E)");
-  if (c.lm_head_bias != w.lm_head_bias.has_value()) {
-    throw ShapeError(std::string("CausalLM: lm_head.bias is ") + (c.lm_head_bias ? "missing" : "given") +
-                     " but lm_head_bias is " + (c.lm_head_bias ? "on" : "off"));
-  }
-  if (w.lm_head_bias) check_weight("lm_head.bias", *w.lm_head_bias, {V}, "(V,)");
+  checks::weight(kWho, "token_embedding.weight", w.token_embedding, {V, E}, "(V, E)");
+  checks::weight(kWho, "position_embedding.weight", w.position_embedding, {c.max_positions, E}, "(P, E)");
+  checks::weight(kWho, "norm.weight", w.norm.weight, {E}, "(E,)");
+  checks::weight(kWho, "norm.bias", w.norm.bias, {E}, "(E,)");
+  checks::weight(kWho, "lm_head.weight", w.lm_head_weight, {V, E}, "(V, E)");
+  checks::optional_weight(kWho, "lm_head.bias", w.lm_head_bias, c.lm_head_bias, "lm_head_bias", {V}, "(V,)");
   if (static_cast<int64_t>(w.layers.size()) != c.num_layers) {
     throw ShapeError("CausalLM: " + std::to_string(w.layers.size()) + " layers of weights for num_layers=" +
                      std::to_string(c.num_layers));
@@ -108,11 +99,8 @@ Tensor CausalLM::forward(Backend& backend, const Tensor& ids, const std::optiona
   attention.need_weights = false;
   attention.is_causal = true;
   if (key_padding_mask) {
-    if (key_padding_mask->shape != ids.shape || key_padding_mask->dtype == DType::int64) {
-      throw ShapeError(who + ": key_padding_mask " + shape_string(key_padding_mask->shape) +
-                       " must be bool or float (B, T) = " + shape_string(ids.shape));
-    }
-    attention.key_padding_mask = canonical_mask(*key_padding_mask);
+    attention.key_padding_mask =
+        checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
   }
   return run_pass(backend, "causal_lm", [&](Backend& b) {
     Value x = embed(b, b.upload("ids", ids), 0);
@@ -160,83 +148,6 @@ Tensor CausalLM::decode(Backend& backend, const Tensor& ids, KVCache& cache, con
   });
   cache.advance(T);
   return logits;
-}
-
-CausalLMState causal_lm_from_state_dict(const io::Safetensors& file, const std::string& source) {
-  auto error = [&](const std::string& what) { return FileError(source + ": " + what); };
-  io::Safetensors blocks;  // layers.N.… and norm.…: a TransformerEncoder's names
-  blocks.metadata = file.metadata;
-  for (const auto& [name, tensor] : file.tensors) {
-    if (name.starts_with("layers.") || name.starts_with("norm.")) {
-      blocks.tensors.emplace(name, tensor);
-    } else if (name != "token_embedding.weight" && name != "position_embedding.weight" && name != "lm_head.weight" &&
-               name != "lm_head.bias") {
-      throw error("unexpected tensor '" + name + "' " + shape_string(tensor.shape) +
-                  " in a CausalLM state_dict (token_embedding, position_embedding, layers.N, norm, lm_head)");
-    }
-  }
-  if (blocks.tensors.count("layers.0.self_attn.out_proj.weight") == 0) {
-    throw error("missing tensor 'layers.0.self_attn.out_proj.weight': a CausalLM has at least one layer");
-  }
-  io::EncoderState encoder = io::encoder_from_state_dict(blocks, io::num_heads(file, 0, source), source);
-  if (!encoder.weights.norm) throw error("missing tensor 'norm.weight', the final LayerNorm (E,)");
-
-  CausalLMState state;
-  state.metadata = file.metadata;
-  auto& c = state.config;
-  c.layer = encoder.config.layer;
-  c.num_layers = encoder.config.num_layers;
-  auto meta = [&](const char* key) -> const std::string* {
-    auto it = file.metadata.find(key);
-    return it == file.metadata.end() ? nullptr : &it->second;
-  };
-  if (const auto* a = meta("activation")) {
-    if (*a != "relu" && *a != "gelu") throw error("__metadata__ activation is '" + *a + "', not relu or gelu");
-    c.layer.activation = *a == "gelu" ? Activation::gelu : Activation::relu;
-  }
-  if (const auto* n = meta("norm_first")) {
-    if (*n != "true" && *n != "false") throw error("__metadata__ norm_first is '" + *n + "', not true or false");
-    c.layer.norm_first = *n == "true";
-  }
-  if (const auto* e = meta("layer_norm_eps")) {
-    try {
-      c.layer.layer_norm_eps = std::stof(*e);
-    } catch (const std::exception&) {
-      throw error("__metadata__ layer_norm_eps is '" + *e + "', not a number");
-    }
-  }
-  const int64_t E = c.layer.d_model;
-  auto take = [&](const std::string& name, int64_t rows) {
-    auto it = file.tensors.find(name);
-    if (it == file.tensors.end()) throw error("missing tensor '" + name + "', expected shape (·, " + std::to_string(E) + ")");
-    const Tensor& t = it->second;
-    if (t.dtype != DType::float32 || t.rank() != 2 || t.dim(1) != E || (rows > 0 && t.dim(0) != rows)) {
-      throw error("tensor '" + name + "' is " + dtype_name(t.dtype) + " " + shape_string(t.shape) + ", expected float32 (" +
-                  (rows > 0 ? std::to_string(rows) : std::string("·")) + ", " + std::to_string(E) + ")");
-    }
-    return t;
-  };
-  auto& w = state.weights;
-  w.token_embedding = take("token_embedding.weight", 0);
-  c.vocab_size = w.token_embedding.dim(0);
-  w.position_embedding = take("position_embedding.weight", 0);
-  c.max_positions = w.position_embedding.dim(0);
-  w.lm_head_weight = take("lm_head.weight", c.vocab_size);
-  if (auto it = file.tensors.find("lm_head.bias"); it != file.tensors.end()) {
-    if (it->second.shape != Shape{c.vocab_size} || it->second.dtype != DType::float32) {
-      throw error("tensor 'lm_head.bias' is " + shape_string(it->second.shape) + ", expected float32 (" +
-                  std::to_string(c.vocab_size) + ",)");
-    }
-    w.lm_head_bias = it->second;
-  }
-  c.lm_head_bias = w.lm_head_bias.has_value();
-  w.layers = std::move(encoder.weights.layers);
-  w.norm = *encoder.weights.norm;
-  return state;
-}
-
-CausalLMState load_causal_lm(const std::filesystem::path& path) {
-  return causal_lm_from_state_dict(io::read_safetensors(path), path.string());
 }
 
 }  // namespace vkattn

@@ -4,6 +4,8 @@
 #include <random>
 
 #include "engine/modules/block.h"
+#include "engine/modules/attention_core.h"
+#include "engine/modules/checks.h"
 #include "engine/modules/pass.h"
 #include "vkattn/errors.h"
 
@@ -73,22 +75,14 @@ GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config,
   const auto& c = config_;
   const int64_t E = c.hidden_size, Hd = c.num_heads * c.dim(), KVd = c.kv_heads() * c.dim();
   const auto& w = weights_;
-  block::check_weight(kWho, "q_proj.weight", w.q_proj_weight, {Hd, E}, "(H·d, E)");
-  block::check_weight(kWho, "k_proj.weight", w.k_proj_weight, {KVd, E}, "(H_kv·d, E)");
-  block::check_weight(kWho, "v_proj.weight", w.v_proj_weight, {KVd, E}, "(H_kv·d, E)");
-  block::check_weight(kWho, "o_proj.weight", w.o_proj_weight, {E, Hd}, "(E, H·d)");
-  for (auto [name, bias, wanted, size, dims] :
-       {std::tuple{"q_proj.bias", &w.q_proj_bias, c.attention_bias, Hd, "(H·d,)"},
-        std::tuple{"k_proj.bias", &w.k_proj_bias, c.attention_bias, KVd, "(H_kv·d,)"},
-        std::tuple{"v_proj.bias", &w.v_proj_bias, c.attention_bias, KVd, "(H_kv·d,)"},
-        std::tuple{"o_proj.bias", &w.o_proj_bias, c.o_proj_bias, E, "(E,)"}}) {
-    if (bias->has_value() != wanted) {
-      throw ShapeError(kWho + ": weight " + name + " is " + (wanted ? "missing" : "given") + " but " +
-                       (std::string(name) == "o_proj.bias" ? "o_proj_bias" : "attention_bias") + " is " +
-                       (wanted ? "on" : "off"));
-    }
-    if (*bias) block::check_weight(kWho, name, **bias, {size}, dims);
-  }
+  checks::weight(kWho, "q_proj.weight", w.q_proj_weight, {Hd, E}, "(H·d, E)");
+  checks::weight(kWho, "k_proj.weight", w.k_proj_weight, {KVd, E}, "(H_kv·d, E)");
+  checks::weight(kWho, "v_proj.weight", w.v_proj_weight, {KVd, E}, "(H_kv·d, E)");
+  checks::weight(kWho, "o_proj.weight", w.o_proj_weight, {E, Hd}, "(E, H·d)");
+  checks::optional_weight(kWho, "q_proj.bias", w.q_proj_bias, c.attention_bias, "attention_bias", {Hd}, "(H·d,)");
+  checks::optional_weight(kWho, "k_proj.bias", w.k_proj_bias, c.attention_bias, "attention_bias", {KVd}, "(H_kv·d,)");
+  checks::optional_weight(kWho, "v_proj.bias", w.v_proj_bias, c.attention_bias, "attention_bias", {KVd}, "(H_kv·d,)");
+  checks::optional_weight(kWho, "o_proj.bias", w.o_proj_bias, c.o_proj_bias, "o_proj_bias", {E}, "(E,)");
 }
 
 Tensor GroupedQueryAttention::batch_first(const std::string& who, const Tensor& x, bool& batched) const {
@@ -96,7 +90,7 @@ Tensor GroupedQueryAttention::batch_first(const std::string& who, const Tensor& 
   auto require = [&](bool ok, const std::string& message) {
     if (!ok) throw ShapeError(who + ": " + message);
   };
-  require(x.dtype == DType::float32, "x is " + std::string(dtype_name(x.dtype)) + " but must be float32");
+  checks::float_input(who, "x", x);
   batched = x.rank() == 3;
   require((x.rank() == 2 || batched) && x.dim(-1) == E,
           "x " + shape_string(x.shape) + " must be (B, T, E) or (T, E) with E = hidden_size = " + std::to_string(E));
@@ -136,27 +130,16 @@ AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* 
                                               const GroupedQueryOptions& options) const {
   const auto& c = config_;
   const bool need_weights = options.need_weights;
-  const AttentionPath path = resolve_attention(options.attention, need_weights);
-  if (path == AttentionPath::fused && need_weights) {
-    throw ConfigError(kWho + ": the fused path (flash_attention) never holds the attention weights; "
-                             "pass need_weights=false");
-  }
+  const AttentionPath path = attention_path(kWho, options.attention, need_weights);
   Heads h = project(b, std::move(x), options.position);
-  Value heads;             // (B, H, T, d)
-  std::optional<Value> p;  // (B, H, T, T), unfused only
-  if (path == AttentionPath::fused) {
-    heads = b.flash_attention("flash_attention", h.q, h.k, h.v, nullptr, key_padding_mask, c.causal, c.sliding_window);
-  } else {
-    Value scores = b.attention_scores("attention_scores", h.q, h.k);  // (B, H, T, T)
-    if (key_padding_mask || c.causal) {
-      scores = b.attention_mask("attention_mask", scores, nullptr, key_padding_mask, c.causal, c.sliding_window);
-    }
-    p = b.softmax("softmax", scores);
-    heads = b.attention_values("attention_values", *p, h.v);
-  }
+  // heads (B, H, T, d); P (B, H, T, T) when the weights are wanted
+  AttentionCore core = attention_core(b, h.q, h.k, h.v, nullptr, key_padding_mask, c.causal, c.sliding_window, path,
+                                      need_weights);
   h = Heads{};
-  AttentionValues result{merge_and_project(b, heads), std::nullopt};  // (B, T, E)
-  if (need_weights) result.weights = options.average_attn_weights ? b.average_heads("average_heads", *p) : *p;
+  AttentionValues result{merge_and_project(b, core.heads), std::nullopt};  // (B, T, E)
+  if (need_weights) {
+    result.weights = options.average_attn_weights ? b.average_heads("average_heads", *core.weights) : *core.weights;
+  }
   return result;
 }
 
@@ -169,13 +152,8 @@ AttentionResult GroupedQueryAttention::forward(Backend& backend, const Tensor& x
   std::optional<Tensor> mask;
   if (options.key_padding_mask) {
     const Tensor& m = *options.key_padding_mask;
-    const Shape expected = batched ? Shape{B, T} : Shape{T};
-    if (m.shape != expected || m.dtype == DType::int64) {
-      throw ShapeError(who + ": key_padding_mask " + shape_string(m.shape) + " must be bool or float " +
-                       (batched ? "(B, T) = " : "(T,) = ") + shape_string(expected));
-    }
-    mask = canonical_mask(m);
-    mask->shape = {B, T};
+    mask = checks::padding_mask(who, "key_padding_mask", m, batched ? Shape{B, T} : Shape{T},
+                                batched ? "(B, T)" : "(T,)", {B, T});
   }
   if (options.position < 0) throw ShapeError(who + ": position=" + std::to_string(options.position) + " must be >= 0");
   AttentionResult result;

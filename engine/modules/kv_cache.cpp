@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "engine/modules/checks.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/multi_head_attention.h"
 
@@ -55,12 +56,8 @@ void KVCache::advance(int64_t tokens) {
 
 std::optional<Tensor> DecodeOptions::padding_mask(const std::string& who, int64_t batch, int64_t keys) const {
   if (!key_padding_mask) return std::nullopt;
-  const Shape expected{batch, keys};
-  if (key_padding_mask->shape != expected || key_padding_mask->dtype == DType::int64) {
-    throw ShapeError(who + ": key_padding_mask " + shape_string(key_padding_mask->shape) +
-                     " must be bool or float (B, S) = " + shape_string(expected) + ", S the cache's length after");
-  }
-  return canonical_mask(*key_padding_mask);
+  return checks::padding_mask(who, "key_padding_mask", *key_padding_mask, {batch, keys}, "(B, S)", {batch, keys},
+                              ", S the cache's length after");
 }
 
 }  // namespace vkattn

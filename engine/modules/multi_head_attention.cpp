@@ -4,6 +4,9 @@
 #include <limits>
 #include <random>
 
+#include "engine/modules/attention_core.h"
+#include "engine/modules/checks.h"
+#include "engine/modules/pass.h"
 #include "vkattn/errors.h"
 
 namespace vkattn {
@@ -23,20 +26,6 @@ Tensor uniform(Shape shape, int64_t fan_in, std::mt19937& rng) {
   Tensor t(std::move(shape));
   for (float& v : t.data) v = dist(rng);
   return t;
-}
-
-void check_weight(const char* name, const Tensor& t, const Shape& expected) {
-  if (t.shape != expected || t.dtype != DType::float32) {
-    throw ShapeError(std::string("MultiHeadAttention: weight ") + name + " is " + dtype_name(t.dtype) + " " +
-                     shape_string(t.shape) + " but the config needs float32 " + shape_string(expected));
-  }
-}
-
-void check_optional(const char* name, const std::optional<Tensor>& t, bool wanted, const Shape& expected,
-                    const char* because) {
-  if (wanted && !t) throw ShapeError(std::string("MultiHeadAttention: weight ") + name + " is missing but " + because);
-  if (!wanted && t) throw ShapeError(std::string("MultiHeadAttention: weight ") + name + " is given but " + because + " is off");
-  if (t) check_weight(name, *t, expected);
 }
 
 // (L, B, C) <-> (B, L, C): swaps the first two dims of a rank-3 tensor.
@@ -136,16 +125,17 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionConfig config, MultiHea
 void MultiHeadAttention::set_weights(MultiHeadAttentionWeights w) {
   const auto& c = config_;
   int64_t E = c.embed_dim;
-  check_weight("q_proj_weight", w.q_proj_weight, {E, E});
-  check_weight("k_proj_weight", w.k_proj_weight, {E, c.key_dim()});
-  check_weight("v_proj_weight", w.v_proj_weight, {E, c.value_dim()});
-  check_weight("out_proj.weight", w.out_proj_weight, {E, E});
-  check_optional("q_proj_bias", w.q_proj_bias, c.bias, {E}, "bias");
-  check_optional("k_proj_bias", w.k_proj_bias, c.bias, {E}, "bias");
-  check_optional("v_proj_bias", w.v_proj_bias, c.bias, {E}, "bias");
-  check_optional("out_proj.bias", w.out_proj_bias, c.bias, {E}, "bias");
-  check_optional("bias_k", w.bias_k, c.add_bias_kv, {E}, "add_bias_kv");
-  check_optional("bias_v", w.bias_v, c.add_bias_kv, {E}, "add_bias_kv");
+  const std::string who = "MultiHeadAttention";
+  checks::weight(who, "q_proj_weight", w.q_proj_weight, {E, E}, "(E, E)");
+  checks::weight(who, "k_proj_weight", w.k_proj_weight, {E, c.key_dim()}, "(E, kdim)");
+  checks::weight(who, "v_proj_weight", w.v_proj_weight, {E, c.value_dim()}, "(E, vdim)");
+  checks::weight(who, "out_proj.weight", w.out_proj_weight, {E, E}, "(E, E)");
+  for (auto [name, t] : {std::pair{"q_proj_bias", &w.q_proj_bias}, {"k_proj_bias", &w.k_proj_bias},
+                         {"v_proj_bias", &w.v_proj_bias}, {"out_proj.bias", &w.out_proj_bias}}) {
+    checks::optional_weight(who, name, *t, c.bias, "bias", {E}, "(E,)");
+  }
+  checks::optional_weight(who, "bias_k", w.bias_k, c.add_bias_kv, "add_bias_kv", {E}, "(E,)");
+  checks::optional_weight(who, "bias_v", w.bias_v, c.add_bias_kv, "add_bias_kv", {E}, "(E,)");
   weights_ = std::move(w);
   in_proj_weight_.reset();
   in_proj_bias_.reset();
@@ -161,17 +151,8 @@ AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& quer
 
 AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& query, const Tensor& key,
                                             const Tensor& value, const ForwardOptions& options) const {
-  // The pass spans the input checks too, so that tracers hear of every failure and keep the
-  // steps reached before it.
-  backend.begin_pass("multi_head_attention");
-  try {
-    AttentionResult result = run_steps(backend, query, key, value, options);
-    backend.end_pass();
-    return result;
-  } catch (const std::exception& e) {
-    backend.end_pass(e.what());
-    throw;
-  }
+  // The pass spans the input checks too: it has two outputs, which run_pass does not read back
+  return in_pass(backend, "multi_head_attention", [&] { return run_steps(backend, query, key, value, options); });
 }
 
 AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& query_in, const Tensor& key_in,
@@ -179,16 +160,10 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   const auto& c = config_;
   const int64_t E = c.embed_dim, H = c.num_heads;
 
-  if (options.attention == AttentionPath::fused && options.need_weights) {
-    throw ConfigError(kForward + ": the fused path (flash_attention) never holds the attention weights; "
-                                 "pass need_weights=false");
-  }
+  (void)attention_path(kForward, options.attention, options.need_weights);
   // ---- inputs: check against PyTorch's rules, then bring to batch-first (B, T, C) -------------
   for (auto [name, t] : {std::pair{"query", &query_in}, {"key", &key_in}, {"value", &value_in}}) {
-    require(t->dtype == DType::float32, std::string(name) + " is " + dtype_name(t->dtype) + " but must be float32");
-    require(element_count(t->shape) == t->size(), std::string(name) + " holds " + std::to_string(t->size()) +
-                                                      " values but its shape " + shape_string(t->shape) + " needs " +
-                                                      std::to_string(element_count(t->shape)));
+    checks::float_input(kForward, name, *t);
   }
   const bool batched = query_in.rank() == 3;
   require(query_in.rank() == 2 || batched,
@@ -226,13 +201,8 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
     attn_mask = canonical_mask(m);
   }
   if (options.key_padding_mask) {
-    const Tensor& m = *options.key_padding_mask;
-    require(m.dtype != DType::int64, "key_padding_mask is int64 but must be bool or float32");
-    Shape expected = batched ? Shape{B, S} : Shape{S};
-    require(m.shape == expected, "key_padding_mask " + shape_string(m.shape) + " must be " +
-                                     (batched ? "(B, S) = " : "(S,) = ") + shape_string(expected));
-    key_padding_mask = canonical_mask(m);
-    key_padding_mask->shape = {B, S};
+    key_padding_mask = checks::padding_mask(kForward, "key_padding_mask", *options.key_padding_mask,
+                                            batched ? Shape{B, S} : Shape{S}, batched ? "(B, S)" : "(S,)", {B, S});
   }
   // ---- the recipe, on the backend ------------------------------------------------------------------
   ForwardOptions masks = options;
@@ -286,11 +256,7 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
                                            const ForwardOptions& options) const {
   const auto& c = config_;
   const int64_t H = c.num_heads;
-  const AttentionPath path = resolve_attention(options.attention, options.need_weights);
-  if (path == AttentionPath::fused && options.need_weights) {
-    throw ConfigError(kForward + ": the fused path (flash_attention) never holds the attention weights; "
-                                 "pass need_weights=false");
-  }
+  const AttentionPath path = attention_path(kForward, options.attention, options.need_weights);
   // masks: additive float, one zero column per appended key position (never blocked)
   std::optional<Tensor> attn_mask, key_padding_mask;
   if (options.attn_mask) attn_mask = canonical_mask(*options.attn_mask);
@@ -343,23 +309,13 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
     k = backend.append_row("add_zero_attn_k", k, nullptr);  // (B, H, S'+1, d)
     v = backend.append_row("add_zero_attn_v", v, nullptr);  // (B, H, S'+1, d)
   }
-  Value heads;             // (B, H, L, d)
-  std::optional<Value> p;  // (B, H, L, S'), unfused only
-  if (path == AttentionPath::fused) {
-    heads = backend.flash_attention("flash_attention", q, k, v, ptr(mask_a), ptr(mask_k), options.is_causal);
-  } else {
-    Value scores = backend.attention_scores("attention_scores", q, k);  // (B, H, L, S')
-    if (mask_a || mask_k || options.is_causal) {
-      scores = backend.attention_mask("attention_mask", scores, ptr(mask_a), ptr(mask_k), options.is_causal);
-    }
-    p = backend.softmax("softmax", scores);                       // (B, H, L, S')
-    heads = backend.attention_values("attention_values", *p, v);  // (B, H, L, d)
-    if (!options.need_weights) p.reset();
-  }
+  // heads (B, H, L, d); P (B, H, L, S') when the weights are wanted
+  AttentionCore core = attention_core(backend, q, k, v, ptr(mask_a), ptr(mask_k), options.is_causal, 0, path,
+                                      options.need_weights);
   q = k = v = Value();  // done with, as above: merge_heads and out_proj take their buffers
-  AttentionValues result{merge_and_project(backend, heads, out_proj), std::nullopt};  // (B, L, E)
+  AttentionValues result{merge_and_project(backend, core.heads, out_proj), std::nullopt};  // (B, L, E)
   if (options.need_weights) {
-    result.weights = options.average_attn_weights ? backend.average_heads("average_heads", *p) : *p;
+    result.weights = options.average_attn_weights ? backend.average_heads("average_heads", *core.weights) : *core.weights;
   }
   return result;
 }

@@ -9,19 +9,28 @@
 
 namespace vkattn {
 
-// `recipe(backend)` returns the pass's result as a Value; it runs twice, sized then for real.
-template <class Recipe>
-Tensor run_pass(Backend& backend, const std::string& pass, const Recipe& recipe) {
+// `work()` inside the pass `pass`: begun before it, ended after it, or ended with the error it
+// throws, so that tracers hear of every failure and keep the steps reached before it.
+template <class Work>
+auto in_pass(Backend& backend, const std::string& pass, const Work& work) {
   backend.begin_pass(pass);
   try {
-    backend.preflight(pass, [&](Backend& b) { recipe(b); });
-    Tensor out = backend.download(recipe(backend));
+    auto result = work();
     backend.end_pass();
-    return out;
+    return result;
   } catch (const std::exception& e) {
     backend.end_pass(e.what());
     throw;
   }
+}
+
+// `recipe(backend)` returns the pass's result as a Value; it runs twice, sized then for real.
+template <class Recipe>
+Tensor run_pass(Backend& backend, const std::string& pass, const Recipe& recipe) {
+  return in_pass(backend, pass, [&] {
+    backend.preflight(pass, [&](Backend& b) { recipe(b); });
+    return backend.download(recipe(backend));
+  });
 }
 
 }  // namespace vkattn

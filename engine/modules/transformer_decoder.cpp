@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/modules/block.h"
+#include "engine/modules/checks.h"
 #include "engine/modules/pass.h"
 #include "engine/modules/random_weights.h"
 #include "vkattn/errors.h"
@@ -63,10 +64,10 @@ TransformerDecoderLayer::TransformerDecoderLayer(TransformerDecoderLayerConfig c
   const auto& w = weights_;
   check_attention(who, "self_attn", w.self_attn);
   check_attention(who, "multihead_attn", w.multihead_attn);
-  block::check_weight(who, "linear1.weight", w.linear1_weight, {F, E}, "(F, E)");
-  block::check_weight(who, "linear1.bias", w.linear1_bias, {F}, "(F,)");
-  block::check_weight(who, "linear2.weight", w.linear2_weight, {E, F}, "(E, F)");
-  block::check_weight(who, "linear2.bias", w.linear2_bias, {E}, "(E,)");
+  checks::weight(who, "linear1.weight", w.linear1_weight, {F, E}, "(F, E)");
+  checks::weight(who, "linear1.bias", w.linear1_bias, {F}, "(F,)");
+  checks::weight(who, "linear2.weight", w.linear2_weight, {E, F}, "(E, F)");
+  checks::weight(who, "linear2.bias", w.linear2_bias, {E}, "(E,)");
   block::check_norm(who, "norm1", w.norm1, E);
   block::check_norm(who, "norm2", w.norm2, E);
   block::check_norm(who, "norm3", w.norm3, E);
@@ -164,12 +165,9 @@ DecoderMemory TransformerDecoder::project_memory(Backend& backend, const Tensor&
   const int64_t B = memory.dim(0), S = memory.dim(1);
   DecoderMemory kept{{}, B, S, std::nullopt};
   if (memory_key_padding_mask) {
-    const Tensor& m = *memory_key_padding_mask;
-    if (m.shape != Shape{B, S} || m.dtype == DType::int64) {
-      throw ShapeError(who + ": memory_key_padding_mask " + shape_string(m.shape) + " must be bool or float (B, S) = " +
-                       shape_string({B, S}));
-    }
-    kept.key_padding_mask = backend.upload("memory_key_padding_mask", canonical_mask(m));
+    kept.key_padding_mask = backend.upload(
+        "memory_key_padding_mask",
+        checks::padding_mask(who, "memory_key_padding_mask", *memory_key_padding_mask, {B, S}, "(B, S)", {B, S}));
   }
   // The pass's result is the last layer's values; every layer's stay alive in `kept`.
   run_pass(backend, "transformer_decoder_memory", [&](Backend& b) {
@@ -214,11 +212,8 @@ Tensor TransformerDecoder::decode(Backend& backend, const Tensor& tgt, const Dec
   std::optional<Tensor> mask;
   if (tgt_key_padding_mask) {
     const Shape expected{B, position + T};
-    if (tgt_key_padding_mask->shape != expected || tgt_key_padding_mask->dtype == DType::int64) {
-      throw ShapeError(who + ": tgt_key_padding_mask " + shape_string(tgt_key_padding_mask->shape) +
-                       " must be bool or float (B, S) = " + shape_string(expected) + ", S the cache's length after");
-    }
-    mask = canonical_mask(*tgt_key_padding_mask);
+    mask = checks::padding_mask(who, "tgt_key_padding_mask", *tgt_key_padding_mask, expected, "(B, S)", expected,
+                                ", S the cache's length after");
   }
   const Value* memory_padding = memory.key_padding_mask ? &*memory.key_padding_mask : nullptr;
   KeepWeights keep(backend, cache.kept_weights(backend), weights_owner_);  // the first step uploads them
@@ -245,21 +240,15 @@ DecoderInput prepare_decoder_input(const std::string& who, const TransformerDeco
     if (!ok) throw ShapeError(who + ": " + message);
   };
   const int64_t E = c.d_model, H = c.nhead;
-  for (auto [name, t] : {std::pair{"tgt", &tgt}, {"memory", &memory}}) {
-    require(t->dtype == DType::float32, std::string(name) + " is " + dtype_name(t->dtype) + " but must be float32");
-    require(element_count(t->shape) == t->size(), std::string(name) + " holds " + std::to_string(t->size()) +
-                                                      " values but its shape " + shape_string(t->shape) + " needs " +
-                                                      std::to_string(element_count(t->shape)));
-  }
+  checks::float_input(who, "tgt", tgt);
+  checks::float_input(who, "memory", memory);
   require(tgt.rank() == 3 || tgt.rank() == 2,
           "tgt " + shape_string(tgt.shape) + " must be (B, T, E) batch-first, or (T, E) unbatched");
   require(memory.rank() == tgt.rank(), "memory " + shape_string(memory.shape) + " must be " +
                                            (tgt.rank() == 3 ? "(B, S, E)" : "(S, E)") + " like tgt " +
                                            shape_string(tgt.shape));
-  require(tgt.dim(-1) == E, "tgt " + shape_string(tgt.shape) + " has " + std::to_string(tgt.dim(-1)) +
-                                " features but d_model=" + std::to_string(E));
-  require(memory.dim(-1) == E, "memory " + shape_string(memory.shape) + " has " + std::to_string(memory.dim(-1)) +
-                                   " features but d_model=" + std::to_string(E));
+  checks::features(who, "tgt", tgt, E, "d_model");
+  checks::features(who, "memory", memory, E, "d_model");
 
   DecoderInput input;
   input.batched = tgt.rank() == 3;
@@ -273,14 +262,9 @@ DecoderInput prepare_decoder_input(const std::string& who, const TransformerDeco
 
   auto padding = [&](const char* name, const std::optional<Tensor>& m, int64_t N, const char* axis) {
     if (!m) return std::optional<Tensor>();
-    Shape expected = input.batched ? Shape{B, N} : Shape{N};
-    require(m->dtype != DType::int64, std::string(name) + " is int64 but must be bool or float32");
-    require(m->shape == expected, std::string(name) + " " + shape_string(m->shape) + " must be " +
-                                      (input.batched ? "(B, " : "(") + axis + (input.batched ? ") = " : ",) = ") +
-                                      shape_string(expected));
-    Tensor batched = *m;
-    batched.shape = {B, N};
-    return std::optional<Tensor>(batched);
+    const std::string dims = input.batched ? std::string("(B, ") + axis + ")" : std::string("(") + axis + ",)";
+    return std::optional<Tensor>(
+        checks::padding_mask(who, name, *m, input.batched ? Shape{B, N} : Shape{N}, dims, {B, N}));
   };
   auto attn_mask = [&](const char* name, const std::optional<Tensor>& m, int64_t N, const char* axis) {
     if (!m) return std::optional<Tensor>();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/modules/block.h"
+#include "engine/modules/checks.h"
 #include "engine/modules/pass.h"
 #include "engine/modules/random_weights.h"
 #include "vkattn/errors.h"
@@ -13,7 +14,6 @@ namespace vkattn {
 namespace {
 
 using block::check_norm;
-using block::check_weight;
 using block::linear_parameter;
 using block::norm_step;
 
@@ -58,10 +58,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerConfig c
   if (!w.self_attn.q_proj_bias || !w.self_attn.out_proj_bias || w.self_attn.bias_k) {
     throw ShapeError(who + ": self_attn must have biases and no bias_k / bias_v, as TransformerEncoderLayer builds it");
   }
-  check_weight(who, "linear1.weight", w.linear1_weight, {F, E}, "(F, E)");
-  check_weight(who, "linear1.bias", w.linear1_bias, {F}, "(F,)");
-  check_weight(who, "linear2.weight", w.linear2_weight, {E, F}, "(E, F)");
-  check_weight(who, "linear2.bias", w.linear2_bias, {E}, "(E,)");
+  checks::weight(who, "linear1.weight", w.linear1_weight, {F, E}, "(F, E)");
+  checks::weight(who, "linear1.bias", w.linear1_bias, {F}, "(F,)");
+  checks::weight(who, "linear2.weight", w.linear2_weight, {E, F}, "(E, F)");
+  checks::weight(who, "linear2.bias", w.linear2_bias, {E}, "(E,)");
   check_norm(who, "norm1", w.norm1, E);
   check_norm(who, "norm2", w.norm2, E);
 }
@@ -130,14 +130,10 @@ EncoderInput prepare_encoder_input(const std::string& who, const TransformerEnco
     if (!ok) throw ShapeError(who + ": " + message);
   };
   const int64_t E = c.d_model, H = c.nhead;
-  require(src.dtype == DType::float32, "src is " + std::string(dtype_name(src.dtype)) + " but must be float32");
-  require(element_count(src.shape) == src.size(), "src holds " + std::to_string(src.size()) + " values but its shape " +
-                                                      shape_string(src.shape) + " needs " +
-                                                      std::to_string(element_count(src.shape)));
+  checks::float_input(who, "src", src);
   require(src.rank() == 3 || src.rank() == 2,
           "src " + shape_string(src.shape) + " must be (B, L, E) batch-first, or (L, E) unbatched");
-  require(src.dim(-1) == E, "src " + shape_string(src.shape) + " has " + std::to_string(src.dim(-1)) +
-                                " features but d_model=" + std::to_string(E));
+  checks::features(who, "src", src, E, "d_model");
 
   EncoderInput input;
   input.batched = src.rank() == 3;
@@ -149,14 +145,10 @@ EncoderInput prepare_encoder_input(const std::string& who, const TransformerEnco
   a.attention = options.attention;
   a.pack_in_proj = options.pack_in_proj;
   if (options.src_key_padding_mask) {
-    const Tensor& m = *options.src_key_padding_mask;
-    Shape expected = input.batched ? Shape{B, L} : Shape{L};
-    require(m.dtype != DType::int64, "src_key_padding_mask is int64 but must be bool or float32");
-    require(m.shape == expected, "src_key_padding_mask " + shape_string(m.shape) + " must be " +
-                                     (input.batched ? "(B, L) = " : "(L,) = ") + shape_string(expected) +
-                                     " for src " + shape_string(src.shape));
-    a.key_padding_mask = m;
-    a.key_padding_mask->shape = {B, L};
+    a.key_padding_mask = checks::padding_mask(who, "src_key_padding_mask", *options.src_key_padding_mask,
+                                              input.batched ? Shape{B, L} : Shape{L},
+                                              input.batched ? "(B, L)" : "(L,)", {B, L},
+                                              " for src " + shape_string(src.shape));
   }
   if (options.mask) {
     const Tensor& m = *options.mask;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "vkattn/io/safetensors.h"
+#include "vkattn/modules/causal_lm.h"
 #include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/modules/transformer.h"
@@ -99,5 +100,17 @@ struct GroupedQueryState {
 GroupedQueryState grouped_query_from_state_dict(const Safetensors& file, GroupedQueryAttentionConfig config,
                                                 const std::string& source, const std::string& prefix = "");
 GroupedQueryState load_grouped_query(const std::filesystem::path& path, GroupedQueryAttentionConfig config);
+
+// A CausalLM's state_dict, under the names <vkattn/modules/causal_lm.h> gives, in a safetensors
+// file. E, F, V, P and the layer count come from the shapes; num_heads, activation ("relu" | "gelu"), norm_first ("true" |
+// "false") and layer_norm_eps from __metadata__ (num_heads is required). A missing, extra or
+// mis-shaped tensor is a FileError naming it.
+struct CausalLMState {
+  CausalLMConfig config;
+  CausalLMWeights weights;
+  std::map<std::string, std::string> metadata;  // the file's, for a tokenizer's vocabulary
+};
+CausalLMState causal_lm_from_state_dict(const Safetensors& file, const std::string& source);
+CausalLMState load_causal_lm(const std::filesystem::path& path);
 
 }  // namespace vkattn::io

@@ -13,14 +13,11 @@
 // token the work is the projections of one row and attention over the cache, instead of the
 // whole sequence again. At each position the two give the same logits (to fp32 rounding).
 #include <cstdint>
-#include <filesystem>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "vkattn/backends/backend.h"
-#include "vkattn/io/safetensors.h"
 #include "vkattn/modules/kv_cache.h"
 #include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
@@ -77,17 +74,5 @@ class CausalLM {
   uint64_t weights_owner_ = new_weights_owner();  // KeepWeights' owner when decoding
   std::vector<TransformerEncoderLayer> layers_;
 };
-
-// A CausalLM's state_dict under the names above (a safetensors file). E, F, V, P and the layer
-// count come from the shapes; num_heads, activation ("relu" | "gelu"), norm_first ("true" |
-// "false") and layer_norm_eps from __metadata__ (num_heads is required). A missing, extra or
-// mis-shaped tensor is a FileError naming it.
-struct CausalLMState {
-  CausalLMConfig config;
-  CausalLMWeights weights;
-  std::map<std::string, std::string> metadata;  // the file's, for a tokenizer's vocabulary
-};
-CausalLMState causal_lm_from_state_dict(const io::Safetensors& file, const std::string& source);
-CausalLMState load_causal_lm(const std::filesystem::path& path);
 
 }  // namespace vkattn
