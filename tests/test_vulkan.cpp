@@ -3,11 +3,15 @@
 // no readback.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <regex>
+#include <span>
 #include <sstream>
 
 #include "engine/vulkan/grid.h"
 #include "engine/vulkan/kernel.h"
+#include "engine/vulkan/ops.h"
+#include "engine/vulkan/shader_registry.h"
 #include "tests/support/gpu.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/multi_head_attention.h"
@@ -55,6 +59,38 @@ TEST(Grid, FoldsPastTheLimitAndCoversEveryWorkgroup) {
 // Backends on one context share its pipelines (vulkan::Kernels): a second backend running the
 // same forward compiles nothing new and gives the same bits; a kernel differing in anything that
 // shapes it (here its workgroup) is one of its own.
+// The descriptor bindings a SPIR-V module declares: one more than the largest Binding decoration.
+uint32_t declared_bindings(std::span<const uint32_t> spirv) {
+  constexpr uint32_t kOpDecorate = 71, kBinding = 33;
+  uint32_t count = 0;
+  for (size_t at = 5; at < spirv.size();) {  // after the header's five words
+    const uint32_t words = spirv[at] >> 16, opcode = spirv[at] & 0xffffu;
+    if (words == 0) break;
+    if (opcode == kOpDecorate && words >= 4 && spirv[at + 2] == kBinding) count = std::max(count, spirv[at + 3] + 1);
+    at += words;
+  }
+  return count;
+}
+
+// The table of ops (engine/vulkan/ops.def) is what the backend and the build read: each row's shader
+// is built, with the bindings the row says (a wrong count would bind the wrong buffers), and each
+// build embedded is one of a row's.
+TEST(OpsTable, EveryRowHasItsShaderWithItsBindingsAndEveryShaderARow) {
+  for (const vulkan::OpInfo& op : vulkan::kOps) {
+    SCOPED_TRACE(std::string(op.name));
+    EXPECT_EQ(declared_bindings(vulkan::shader_spirv(op.name)), op.bindings);
+    EXPECT_EQ(vulkan::op_named(op.name), static_cast<vulkan::Op>(&op - vulkan::kOps));
+  }
+  for (std::string_view build : vulkan::shader_builds()) {
+    std::string base(build);
+    for (const char* suffix : {"_unrolled", "_texel", "_subgroup"}) {
+      if (base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
+    }
+    EXPECT_NO_THROW((void)vulkan::op_named(base)) << build << " is built but no row of ops.def names " << base;
+  }
+  EXPECT_THROW((void)vulkan::op_named("no_such_op"), std::logic_error);
+}
+
 TEST(Kernels, BackendsOnOneContextCompileEachPipelineOnce) {
   auto context = std::make_shared<vulkan::Context>();  // from the environment: validation on, as every test
   MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 4, .batch_first = true};

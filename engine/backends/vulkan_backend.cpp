@@ -12,6 +12,7 @@
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/kernel.h"
+#include "engine/vulkan/ops.h"
 #include "engine/vulkan/plan_cache.h"
 #include "engine/vulkan/push_constants.h"
 #include "engine/vulkan/recorder.h"
@@ -357,11 +358,13 @@ std::vector<float> VulkanBackend::load(const Storage& storage, int64_t count) {
   return data;
 }
 
-const vulkan::Kernel& VulkanBackend::kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
-                                            std::vector<uint32_t> specialization, uint32_t workgroup_size,
-                                            uint32_t texel_bindings, uint32_t lanes) {
+const vulkan::Kernel& VulkanBackend::kernel(vulkan::Op op, std::vector<uint32_t> specialization,
+                                            uint32_t workgroup_size, uint32_t texel_bindings, uint32_t lanes,
+                                            const std::string& build) {
   if (workgroup_size == 0) workgroup_size = s_->options.workgroup_size;
-  return s_->context->kernels().get(name, bindings, push_bytes, workgroup_size, specialization, texel_bindings, lanes);
+  const vulkan::OpInfo& info = vulkan::op_info(op);
+  return s_->context->kernels().get(build.empty() ? std::string(info.name) : build, info.bindings, info.push_bytes,
+                                    workgroup_size, specialization, texel_bindings, lanes);
 }
 
 template <class Params>
@@ -412,12 +415,12 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   if (launch.packed_texels > 0) {
     packed = allocate(step + " (B packed)", int64_t(launch.packed_texels) * 4);
     // a workgroup a block's four k: the subgroup's columns, lanes · tile_n (≤ 16 · 16)
-    const auto& pack = kernel("gemm_pack", 2, sizeof(vulkan::GemmPackParams), {}, plan.lanes * plan.tile_n, 0b1u);
+    const auto& pack = kernel(vulkan::Op::gemm_pack, {}, plan.lanes * plan.tile_n, 0b1u);
     dispatch(step, pack, {buffer_of(b), buffer_of(*packed)},
              vulkan::GemmPackParams{u32(launch.packed_texels), u32(N), u32(K / 4)}, launch.packed_texels);
   }
-  const auto& k = kernel(plan.shader(name, launch.texels), 4, sizeof(vulkan::GemmParams), specialization,
-                         plan.workgroup_size, launch.texels ? 0b11u : 0u, plan.required_lanes());
+  const auto& k = kernel(vulkan::op_named(name), specialization, plan.workgroup_size, launch.texels ? 0b11u : 0u,
+                         plan.required_lanes(), plan.shader(name, launch.texels));
   const HeadsLayout& heads = a_layout.heads > 0 ? a_layout : c_layout;
   vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group), u32(heads.heads), u32(heads.tokens)};
   dispatch(step, k,
@@ -435,7 +438,7 @@ void VulkanBackend::run_linear(const std::string& step, const Storage& x, const 
 void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                                     int64_t H, int64_t d, int64_t chunks, int64_t chunk) {
   const uint32_t width = d % 4 == 0 ? 4 : 1;  // floats per invocation (heads.glsl)
-  const auto& k = kernel("split_heads", 2, sizeof(vulkan::HeadsParams), {width});
+  const auto& k = kernel(vulkan::Op::split_heads, {width});
   dispatch(step, k, {buffer_of(x), buffer_of(y)},
            vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d), u32(chunks), u32(chunk)},
            uint64_t(B) * T * H * d / width);
@@ -443,7 +446,7 @@ void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, S
 
 void VulkanBackend::run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y,
                                    int64_t N, int64_t T, int64_t C) {
-  const auto& k = kernel("append_row", 3, sizeof(vulkan::AppendRowParams), {row ? 1u : 0u});
+  const auto& k = kernel(vulkan::Op::append_row, {row ? 1u : 0u});
   dispatch(step, k, {buffer_of(x), row ? buffer_of(*row) : s_->recorder.placeholder(), buffer_of(y)},
            vulkan::AppendRowParams{u32(N), u32(T), u32(C)}, uint64_t(N) * (T + 1) * C);
 }
@@ -457,7 +460,7 @@ void VulkanBackend::run_attention_scores(const std::string& step, const Storage&
 void VulkanBackend::run_attention_mask(const std::string& step, const Storage& scores, const Storage* attn_mask,
                                        int attn_mask_rank, const Storage* key_padding_mask, bool causal,
                                        int64_t window, Storage& out, int64_t B, int64_t H, int64_t L, int64_t S) {
-  const auto& k = kernel("attention_mask", 4, sizeof(vulkan::AttentionMaskParams), {kMaskRun});
+  const auto& k = kernel(vulkan::Op::attention_mask, {kMaskRun});
   vulkan::AttentionMaskParams params{u32(B), u32(H), u32(L), u32(S), u32(attn_mask_rank),
                                      key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window)};
   dispatch(step, k,
@@ -477,9 +480,8 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   const bool texels = plan.texel_inputs && d % 4 == 0 &&
                       uint64_t(B) * (H / group) * S * d / 4 <= s_->device.max_texel_buffer_elements;
   const bool masked = attn_mask || key_padding_mask;  // else a pipeline that reads no mask
-  const auto& kern = kernel(plan.shader(texels), 6, sizeof(vulkan::FlashAttentionParams),
-                            plan.specialization(u32(d), masked), plan.workgroup_size, texels ? 0b11000u : 0u,
-                            plan.lanes);
+  const auto& kern = kernel(vulkan::Op::flash_attention, plan.specialization(u32(d), masked), plan.workgroup_size,
+                            texels ? 0b11000u : 0u, plan.lanes, plan.shader(texels));
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
                                       key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
   const std::vector<std::shared_ptr<Buffer>> buffers{
@@ -534,7 +536,7 @@ uint64_t VulkanBackend::submission_groups(uint64_t first, uint64_t groups,
 
 void VulkanBackend::run_kv_cache_append(const std::string& step, Storage& cache, const Storage& rows, int64_t N,
                                         int64_t C, int64_t T, int64_t d, int64_t position) {
-  const auto& k = kernel("kv_cache_append", 2, sizeof(vulkan::KvCacheAppendParams));
+  const auto& k = kernel(vulkan::Op::kv_cache_append);
   dispatch(step, k, {buffer_of(rows), buffer_of(cache)},
            vulkan::KvCacheAppendParams{u32(N), u32(T), u32(C), u32(d), u32(position)}, uint64_t(N) * T * d);
 }
@@ -547,7 +549,7 @@ void VulkanBackend::run_flash_decoding(const std::string& step, const Storage& q
                                        const Storage* key_padding_mask, bool causal, int64_t window,
                                        Storage& partials, int64_t B, int64_t H, int64_t L, int64_t C, int64_t S,
                                        int64_t d, int64_t parts, float scale, int64_t group) {
-  const auto& kern = kernel("flash_decoding", 5, sizeof(vulkan::FlashDecodingParams), {u32(d)});
+  const auto& kern = kernel(vulkan::Op::flash_decoding, {u32(d)});
   vulkan::FlashDecodingParams params{u32(B), u32(H), u32(L), u32(C), u32(S), u32(parts), scale,
                                      key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
   dispatch(step, kern,
@@ -558,14 +560,14 @@ void VulkanBackend::run_flash_decoding(const std::string& step, const Storage& q
 
 void VulkanBackend::run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R,
                                           int64_t parts, int64_t d) {
-  const auto& k = kernel("attention_combine", 2, sizeof(vulkan::AttentionCombineParams));
+  const auto& k = kernel(vulkan::Op::attention_combine);
   dispatch(step, k, {buffer_of(partials), buffer_of(out)}, vulkan::AttentionCombineParams{u32(R), u32(parts), u32(d)},
            uint64_t(R) * d);
 }
 
 void VulkanBackend::run_softmax(const std::string& step, const Storage& x, Storage& y, int64_t R, int64_t S) {
   const vulkan::RowPlan& plan = row_plan_for("softmax", R, S);
-  const auto& k = kernel(plan.shader("softmax"), 2, sizeof(vulkan::SoftmaxParams), {}, 0, 0, plan.lanes);
+  const auto& k = kernel(vulkan::Op::softmax, {}, 0, 0, plan.lanes, plan.shader("softmax"));
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::SoftmaxParams{u32(R), u32(S)},
            plan.groups(uint64_t(R), k.workgroup_size()), true);
 }
@@ -578,14 +580,14 @@ void VulkanBackend::run_attention_values(const std::string& step, const Storage&
 void VulkanBackend::run_merge_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t H,
                                     int64_t T, int64_t d) {
   const uint32_t width = d % 4 == 0 ? 4 : 1;  // floats per invocation (heads.glsl)
-  const auto& k = kernel("merge_heads", 2, sizeof(vulkan::HeadsParams), {width});
+  const auto& k = kernel(vulkan::Op::merge_heads, {width});
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::HeadsParams{u32(B), u32(H), u32(T), u32(d), 1, 0},
            uint64_t(B) * H * T * d / width);
 }
 
 void VulkanBackend::run_average_heads(const std::string& step, const Storage& p, Storage& avg, int64_t B, int64_t H,
                                       int64_t plane) {
-  const auto& k = kernel("average_heads", 2, sizeof(vulkan::AverageHeadsParams));
+  const auto& k = kernel(vulkan::Op::average_heads);
   dispatch(step, k, {buffer_of(p), buffer_of(avg)}, vulkan::AverageHeadsParams{u32(B), u32(H), u32(plane)},
            uint64_t(B) * plane);
 }
@@ -593,37 +595,37 @@ void VulkanBackend::run_average_heads(const std::string& step, const Storage& p,
 void VulkanBackend::run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
                                    Storage& y, int64_t N, int64_t E, float eps) {
   const vulkan::RowPlan& plan = row_plan_for("layer_norm", N, E);
-  const auto& k = kernel(plan.shader("layer_norm"), 4, sizeof(vulkan::LayerNormParams), {}, 0, 0, plan.lanes);
+  const auto& k = kernel(vulkan::Op::layer_norm, {}, 0, 0, plan.lanes, plan.shader("layer_norm"));
   dispatch(step, k, {buffer_of(x), buffer_of(weight), buffer_of(bias), buffer_of(y)},
            vulkan::LayerNormParams{u32(N), u32(E), eps}, plan.groups(uint64_t(N), k.workgroup_size()), true);
 }
 
 void VulkanBackend::run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) {
-  const auto& k = kernel("gelu", 2, sizeof(vulkan::ElementwiseParams));
+  const auto& k = kernel(vulkan::Op::gelu);
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
 }
 
 void VulkanBackend::run_relu(const std::string& step, const Storage& x, Storage& y, int64_t n) {
-  const auto& k = kernel("relu", 2, sizeof(vulkan::ElementwiseParams));
+  const auto& k = kernel(vulkan::Op::relu);
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
 }
 
 void VulkanBackend::run_residual_add(const std::string& step, const Storage& x, const Storage& residual, Storage& y,
                                      int64_t n) {
-  const auto& k = kernel("residual_add", 3, sizeof(vulkan::ElementwiseParams));
+  const auto& k = kernel(vulkan::Op::residual_add);
   dispatch(step, k, {buffer_of(x), buffer_of(residual), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
 }
 
 void VulkanBackend::run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y,
                                   int64_t N, int64_t V, int64_t E) {
-  const auto& k = kernel("embedding", 3, sizeof(vulkan::EmbeddingParams));
+  const auto& k = kernel(vulkan::Op::embedding);
   dispatch(step, k, {buffer_of(ids), buffer_of(table), buffer_of(y)}, vulkan::EmbeddingParams{u32(N), u32(V), u32(E)},
            uint64_t(N) * E);
 }
 
 void VulkanBackend::run_positional_encoding(const std::string& step, const Storage& x, const Storage& table,
                                             Storage& y, int64_t B, int64_t T, int64_t E) {
-  const auto& k = kernel("positional_encoding", 3, sizeof(vulkan::PositionalEncodingParams));
+  const auto& k = kernel(vulkan::Op::positional_encoding);
   dispatch(step, k, {buffer_of(x), buffer_of(table), buffer_of(y)},
            vulkan::PositionalEncodingParams{u32(B * T * E), u32(T * E)}, uint64_t(B) * T * E);
 }
@@ -631,7 +633,7 @@ void VulkanBackend::run_positional_encoding(const std::string& step, const Stora
 void VulkanBackend::run_rotary_embedding(const std::string& step, const Storage& x, const Storage& /*inv_freq*/,
                                          const Storage& cos_sin, Storage& y, int64_t N, int64_t T, int64_t d,
                                          int64_t /*offset*/, int64_t rotary_dims, bool pairs) {
-  const auto& k = kernel("rotary_embedding", 3, sizeof(vulkan::RotaryEmbeddingParams));
+  const auto& k = kernel(vulkan::Op::rotary_embedding);
   dispatch(step, k, {buffer_of(x), buffer_of(cos_sin), buffer_of(y)},
            vulkan::RotaryEmbeddingParams{u32(N * T * d), u32(T), u32(d), u32(rotary_dims), pairs ? 1u : 0u},
            uint64_t(N) * T * d);
@@ -639,7 +641,7 @@ void VulkanBackend::run_rotary_embedding(const std::string& step, const Storage&
 
 void VulkanBackend::run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                                   int64_t E) {
-  const auto& k = kernel("mean_pool", 2, sizeof(vulkan::MeanPoolParams));
+  const auto& k = kernel(vulkan::Op::mean_pool);
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::MeanPoolParams{u32(B), u32(T), u32(E)}, uint64_t(B) * E);
 }
 

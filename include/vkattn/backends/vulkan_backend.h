@@ -24,6 +24,7 @@ class Recorder;
 struct GemmPlan;
 struct RowPlan;
 struct FlashPlan;
+enum class Op : uint8_t;  // engine/vulkan/ops.h
 }  // namespace vulkan
 
 struct VulkanBackendOptions {
@@ -180,12 +181,12 @@ class VulkanBackend final : public Backend {
                             int64_t rotary_dims, bool pairs) override;
 
  private:
-  // The pipeline for the shader build `name` with these extra specialization constants, made once
-  // per context (vulkan::Kernels); `workgroup_size` 0 means options_.workgroup_size; `lanes` > 0
-  // requires that subgroup size.
-  const vulkan::Kernel& kernel(const std::string& name, uint32_t bindings, uint32_t push_bytes,
-                               std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
-                               uint32_t texel_bindings = 0, uint32_t lanes = 0);
+  // The pipeline for `op` with these extra specialization constants, made once per context
+  // (vulkan::Kernels), its bindings and push constants as the table of ops says (ops.def);
+  // `workgroup_size` 0 means options_.workgroup_size; `lanes` > 0 requires that subgroup size;
+  // `build` names another build of the op's shader ("linear_subgroup_texel"; empty: the op's own).
+  const vulkan::Kernel& kernel(vulkan::Op op, std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
+                               uint32_t texel_bindings = 0, uint32_t lanes = 0, const std::string& build = {});
   // The GEMM plan for C (batch, M, N) = A (batch, M, K) · B through `name`'s shader: measured or
   // remembered for the problem's shape class when tuning is on, else gemm_plan() with B packed
   // only for enough rows (GemmPlan::for_rows); a plan asked for (options.gemm) as it is.
