@@ -42,13 +42,12 @@
 //
 // MASKED (constant 5) is false where neither attn_mask nor key_padding_mask is given: the
 // pipeline then has no mask read at all (on lavapipe a read under a branch costs a loop over the
-// lanes even when no lane takes it: S1's flash_attention took 26.1 ms with the reads, 20.5 without).
+// lanes even when no lane takes it).
 // UNROLL_TILES (the flash_attention_subgroup…_unrolled builds, which the host takes at 8 lanes or
 // fewer, as the GEMM's): every loop within a block unrolled by [[unroll]], so that the block's
 // scores, weights and accumulators are registers, not arrays in memory. Mesa 22 unrolls them
-// unasked; Mesa 25 does not (Debian 13, 8 lanes: S1's flash_attention 48.0 ms rolled, 23.4
-// unrolled; S4's 915 and 411). At 16 lanes LLVM 19 compiles the unrolled kernel in 11 s more and
-// it runs no faster (298 ms against 260 at B 32, L 128).
+// unasked; Mesa 25 does not, and runs the rolled kernel at half speed. At 16 lanes LLVM 19
+// compiles the unrolled kernel for seconds more and it runs no faster (docs/lavapipe.md, "The measurements behind the plans").
 #ifdef UNROLL_TILES
 #extension GL_EXT_control_flow_attributes : require
 #define UNROLL [[unroll]]

@@ -42,10 +42,9 @@
 // uses those only with VEC4, the buffers then holding whole texels.
 // UNROLL_TILES (the <step>_subgroup…_unrolled builds): the broadcast tiling's loops over its tile
 // are unrolled by [[unroll]], so that its accumulators live in registers. Mesa 25's NIR stops
-// unrolling on its own past a cost, and then indexes them in memory: lavapipe (LLVM 19) ran the
-// 16-row tiles at 15–18 GFLOP/s instead of 54 (docs/lavapipe.md). Mesa 22 unrolls them unasked.
-// The host takes these builds at 8 lanes or fewer: at 16, LLVM 19 takes ~10 s a pipeline to
-// compile the unrolled tile (9× the rolled one), which the run does not repay on a first use.
+// unrolling on its own past a cost, and then indexes them in memory, three times slower. Mesa 22
+// unrolls them unasked. The host takes these builds at 8 lanes or fewer: at 16, LLVM 19 compiles
+// the unrolled tile for seconds, which a run does not repay (docs/lavapipe.md, "The measurements behind the plans").
 #ifdef UNROLL_TILES
 #extension GL_EXT_control_flow_attributes : require
 #define UNROLL [[unroll]]
@@ -157,10 +156,9 @@ vec4 load_b_col(uint n, uint j, uint k) {
 
 // C[n, i, j] = scale · value (+ bias[j]) at `at`; nothing past the edge. `at` is
 // (n·M + i)·N + j, or with C_HEADS heads_row(i, N) + heads_col(j, N). The callers write the plain
-// index out at each store: computed as a row part plus a column part, as the heads index is, it
-// cost the projection GEMM ~10 % on lavapipe (bench_gemm, Debian 12 and 13); and with d a
-// multiple of 4 the heads index is a quad's start + t (C_HEADS = 4), which on Debian 13 took a
-// folded projection from 1.4× the plain one's time to the same.
+// index out at each store, cheaper than a row part plus a column part; with d a multiple of 4 the
+// heads index is a quad's start + t (C_HEADS = 4), so a folded projection costs what a plain one
+// does (docs/lavapipe.md, "The measurements behind the plans").
 void store_c(uint i, uint j, uint at, float value) {
   if (i >= p.rows || j >= p.cols) return;
   value *= p.scale;

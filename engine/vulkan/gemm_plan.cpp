@@ -87,15 +87,13 @@ GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested) {
       throw DeviceError("the broadcast GEMM needs 4 to 16 guaranteed lanes with subgroup shuffles; '" + device.name +
                         "' has none: " + lanes.why);
     }
-    // (3200, 512) · (512, 512)ᵀ on lavapipe with texel inputs (bench_gemm): 8 rows × 8 columns a
-    // lane 38–40 GFLOP/s, × 16 columns 46–55, 16 rows × 16 columns 50–66; 32 rows no better (and
-    // at 16 lanes 32 rows take lavapipe tens of seconds to compile): 16 rows, or the lanes if more
+    // 16 rows × 16 columns a lane, or the lanes' rows if more: the fastest tile on lavapipe that
+    // compiles in seconds at every width (docs/lavapipe.md, "The measurements behind the plans")
     plan.lanes = lanes.count;
     plan.tile_m = std::max(lanes.count, std::min(2 * lanes.count, 16u));
     plan.tile_n = 16;
     plan.workgroup_size = lanes.count * std::min(kBroadcastSubgroups, device.max_workgroup_invocations / lanes.count);
-    // B packed where it is read as texels: (3200, 512) · (512, 512)ᵀ on Debian 12 lavapipe at 8
-    // lanes (bench_gemm), 16×128 60 → 82 GFLOP/s, 32×64 67 → 78, the packing pass included
+    // B packed where it is read as texels: faster, the packing pass included (docs/lavapipe.md, "The measurements behind the plans")
     plan.packed_b = plan.texel_inputs;
   } else {
     // 16 × 16 invocations where the device allows 256, else 8 × 8 (every device allows 64)

@@ -33,9 +33,8 @@ struct GemmPlan {
   bool texel_inputs = false;
   // broadcast with texel inputs: B stored (N, K) (x·Wᵀ, Q·Kᵀ) is first rewritten in the order the
   // lanes read it (shaders/gemm_pack.comp). The rule packs it where it serves kPackedRowBlocks row
-  // blocks (for_rows): tuning on lavapipe (S1, Debian 12) measured linear's (400, 512)·(512, 512)ᵀ,
-  // 25 row blocks, at 3.56 → 3.07 ms, and attention_scores' 256 × (100, 64)·(64, 100), 7, at
-  // 10.7 → 13.4; a plan tuning chose, or one asked for, packs wherever it says so.
+  // blocks (for_rows), where the packing pass is repaid (docs/lavapipe.md, "The measurements behind the plans"); a plan tuning
+  // chose, or one asked for, packs wherever it says so.
   bool packed_b = false;
   static constexpr uint64_t kPackedRowBlocks = 16;
   std::string why;  // why this variant on this device (plan_gemm)

@@ -49,9 +49,8 @@ class Kernel {
 
 // Every Kernel made on one context, by all that shapes it (shader, workgroup, lanes, bindings,
 // push constants, specialization), so that the backends sharing a context — a test binary's, the
-// throwaway backends of tuning, a Python session's modules — compile each pipeline once (on
-// lavapipe with its shader cache off, as in the tests' width runs, ops_lanes4 took 296 s when each
-// backend compiled its own and 78 s with them shared).
+// throwaway backends of tuning, a Python session's modules — compile each pipeline once: on
+// lavapipe, compiling is most of a first run's time.
 // The context owns it (Context::kernels()): a Kernel lives as long as the device. Thread-safe:
 // threads asking for different new kernels compile them at once; a second thread asking for one
 // being compiled waits for it (a kernel is made exactly once, so no copy is ever thrown away).

@@ -14,8 +14,8 @@ uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 // flash_attention_subgroup's workgroup: this many subgroups, as the device allows
 constexpr uint32_t kFlashSubgroups = 8;
 // flash_attention_subgroup's block of keys on a CPU device: each broadcast of a query's four dims
-// then serves 16 / lanes keys a lane. S1's flash_attention on lavapipe (8 lanes, 16 rows): a key
-// a lane 23.6 ms, two 20.2, four 22.7 (a block past L = 100 keys wasted); at L = 128 33.2, 25.7, 25.7.
+// then serves 16 / lanes keys a lane; larger blocks waste the keys past a short row's end
+// (docs/lavapipe.md, "The measurements behind the plans").
 constexpr uint32_t kFlashCpuBlock = 16;
 
 }  // namespace
@@ -77,8 +77,8 @@ FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32
   const uint32_t subgroups = std::min({kFlashSubgroups, device.max_workgroup_invocations / lanes.count,
                                        device.max_workgroup_subgroups ? device.max_workgroup_subgroups : kFlashSubgroups});
   plan.workgroup_size = lanes.count * std::max(subgroups, 1u);
-  // Rows per subgroup: two per lane on a CPU device (S3's flash_attention on lavapipe: 8 rows
-  // 32.9 ms, 16 rows 26.6, 24 rows 27.0), at most 8 on a GPU
+  // Rows per subgroup: two per lane on a CPU device (the fastest on lavapipe: docs/lavapipe.md, "The measurements behind the plans"),
+  // at most 8 on a GPU
   const bool cpu = device.type == vk::PhysicalDeviceType::eCpu;
   plan.rows = rows > 0 ? rows : cpu ? 2 * lanes.count : std::min(lanes.count, 8u);
   plan.keys = cpu ? std::max(kFlashCpuBlock / lanes.count, 1u) : 1u;
