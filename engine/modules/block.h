@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "engine/modules/random_weights.h"
 #include "vkattn/backends/backend.h"
@@ -58,5 +59,18 @@ Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& 
 Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& config,
                    const Tensor& linear1_weight, const Tensor& linear1_bias, const Tensor& linear2_weight,
                    const Tensor& linear2_bias);
+
+// A stack's steps on x (B, T, E): layer i's, `step(layer, out)`, under the scope "layers.i", each
+// on the last's output; then the final norm, when there is one.
+template <class Layer, class Step>
+Value stack_steps(Backend& backend, const std::vector<Layer>& layers, const std::optional<LayerNormWeights>& norm,
+                  float eps, Value x, const Step& step) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    StepScope scope(backend, "layers." + std::to_string(i));
+    x = step(layers[i], x);  // (B, T, E)
+  }
+  if (norm) x = norm_step(backend, "norm", x, *norm, eps);
+  return x;
+}
 
 }  // namespace vkattn::block

@@ -137,13 +137,10 @@ TransformerDecoder::TransformerDecoder(TransformerDecoderConfig config, Transfor
 
 Value TransformerDecoder::steps(Backend& backend, const Value& x, const Value& memory,
                                 const ForwardOptions& self_attention, const ForwardOptions& cross_attention) const {
-  Value out = x;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    StepScope scope(backend, "layers." + std::to_string(i));
-    out = layers_[i].steps(backend, out, memory, self_attention, cross_attention);  // (B, T, E)
-  }
-  if (norm_) out = block::norm_step(backend, "norm", out, *norm_, config_.layer.layer_norm_eps);
-  return out;
+  return block::stack_steps(backend, layers_, norm_, config_.layer.layer_norm_eps, x,
+                            [&](const TransformerDecoderLayer& layer, const Value& in) {
+                              return layer.steps(backend, in, memory, self_attention, cross_attention);
+                            });
 }
 
 Tensor TransformerDecoder::forward(Backend& backend, const Tensor& tgt, const Tensor& memory,

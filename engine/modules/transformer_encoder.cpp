@@ -15,7 +15,6 @@ namespace {
 
 using block::check_norm;
 using block::linear_parameter;
-using block::norm_step;
 
 // One traced pass of `steps(backend, src)` on src (B, L, E), back to the caller's layout.
 template <class Steps>
@@ -109,13 +108,10 @@ TransformerEncoder::TransformerEncoder(TransformerEncoderConfig config, Transfor
 }
 
 Value TransformerEncoder::steps(Backend& backend, const Value& x, const ForwardOptions& attention) const {
-  Value out = x;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    StepScope scope(backend, "layers." + std::to_string(i));
-    out = layers_[i].steps(backend, out, attention);  // (B, L, E)
-  }
-  if (norm_) out = norm_step(backend, "norm", out, *norm_, config_.layer.layer_norm_eps);
-  return out;
+  return block::stack_steps(backend, layers_, norm_, config_.layer.layer_norm_eps, x,
+                            [&](const TransformerEncoderLayer& layer, const Value& in) {
+                              return layer.steps(backend, in, attention);
+                            });
 }
 
 Tensor TransformerEncoder::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
