@@ -9,7 +9,8 @@ trap 'rm -rf "$tmp"' EXIT
 # As a newcomer runs it: tuning on, no plan remembered yet (the suite's tests run with it off)
 # (Mesa's compiled shaders stay where they were: they are not plans, and compiling them all again
 # is what would cost)
-export MESA_SHADER_CACHE_DIR=${MESA_SHADER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}}
+cache_home=${XDG_CACHE_HOME:-${HOME:+$HOME/.cache}}
+[[ -n ${MESA_SHADER_CACHE_DIR:-} || -z $cache_home ]] || export MESA_SHADER_CACHE_DIR=$cache_home
 export VKATTN_TUNE=on XDG_CACHE_HOME=$tmp/cache
 
 # expect CODE DESCRIPTION -- ARGS…: runs vkattn ARGS, checks the exit code, and for errors that

@@ -56,9 +56,6 @@ TEST(Grid, FoldsPastTheLimitAndCoversEveryWorkgroup) {
   EXPECT_THROW(vulkan::fold_grid(126, small), DeviceError);
 }
 
-// Backends on one context share its pipelines (vulkan::Kernels): a second backend running the
-// same forward compiles nothing new and gives the same bits; a kernel differing in anything that
-// shapes it (here its workgroup) is one of its own.
 // The descriptor bindings a SPIR-V module declares: one more than the largest Binding decoration.
 uint32_t declared_bindings(std::span<const uint32_t> spirv) {
   constexpr uint32_t kOpDecorate = 71, kBinding = 33;
@@ -91,6 +88,9 @@ TEST(OpsTable, EveryRowHasItsShaderWithItsBindingsAndEveryShaderARow) {
   EXPECT_THROW((void)vulkan::op_named("no_such_op"), std::logic_error);
 }
 
+// Backends on one context share its pipelines (vulkan::Kernels): a second backend running the
+// same forward compiles nothing new and gives the same bits; a kernel differing in anything that
+// shapes it (here its workgroup) is one of its own.
 TEST(Kernels, BackendsOnOneContextCompileEachPipelineOnce) {
   auto context = std::make_shared<vulkan::Context>();  // from the environment: validation on, as every test
   MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 4, .batch_first = true};

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <random>
 
-#include "engine/modules/block.h"
 #include "engine/modules/attention_core.h"
+#include "engine/modules/block.h"
 #include "engine/modules/checks.h"
 #include "engine/modules/pass.h"
 #include "vkattn/errors.h"

@@ -22,12 +22,11 @@ struct OpInfo {
   std::string_view name;  // shaders/<name>.comp; for an op also reference/<name>.cpp and the trace's "op"
   uint32_t bindings;      // descriptor bindings 0 … bindings - 1
   uint32_t push_bytes;    // sizeof its push constants
-  bool helper;            // a plan's shader, not an op (no reference, no step)
 };
 
 inline constexpr OpInfo kOps[] = {
-#define VKATTN_OP(name, bindings, Params) {#name, bindings, sizeof(Params), false},
-#define VKATTN_HELPER(name, bindings, Params) {#name, bindings, sizeof(Params), true},
+#define VKATTN_OP(name, bindings, Params) {#name, bindings, sizeof(Params)},
+#define VKATTN_HELPER(name, bindings, Params) {#name, bindings, sizeof(Params)},
 #include "engine/vulkan/ops.def"
 #undef VKATTN_OP
 #undef VKATTN_HELPER
