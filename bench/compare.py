@@ -145,19 +145,25 @@ def blas_warning():
               "comparison", file=sys.stderr)
 
 
-def projection_gemm(vkattn_binary, rounds):
-    """S1's projection, x (3200, 512) · Wᵀ (512, 512): torch's sgemm (F.linear) against the plan
-    vkattn's tuning chose (bench_gemm's `t` line), taking turns."""
+def projection_gemm(vkattn_binary, rounds, device):
+    """S1's projection, x (3200, 512) · Wᵀ (512, 512): torch's sgemm (F.linear; on CUDA with TF32
+    off, fp32 as vkattn's) against the plan vkattn's tuning chose (bench_gemm's `t` line), taking
+    turns."""
     m, n, k = 3200, 512, 512
     bench_gemm = os.path.join(os.path.dirname(vkattn_binary), "bench_gemm")
-    x, w = torch.randn(m, k), torch.randn(n, k)
+    x, w = torch.randn(m, k, device=device), torch.randn(n, k, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
     torch_gflops, vkattn_gflops = [], []
     for _ in range(rounds):
         with torch.no_grad():
             torch.nn.functional.linear(x, w)
+            sync()
             start = time.perf_counter()
             for _ in range(8):
                 torch.nn.functional.linear(x, w)
+            sync()
             torch_gflops.append(2 * m * n * k * 8 / (time.perf_counter() - start) / 1e9)
         done = subprocess.run([bench_gemm, "--m", str(m), "--n", str(n), "--k", str(k), "--rounds", "1",
                                "--skip-shared"], capture_output=True, text=True, env=dict(os.environ, VKATTN_TUNE="on"))
@@ -197,6 +203,7 @@ def main():
     paths = {n: [label(p, r) for p, r in runs if p in SHAPES[n]["paths"]] for n in names}
     results = {n: {"torch": [], **{p: [] for p in paths[n]}} for n in names}
     memory = {}
+    steps_ms = {(n, p): [] for n in names for p in paths[n]}  # the device's time of the steps alone
     for r in range(args.rounds):
         for n in names:  # torch, then each vkattn path, shape by shape, round after round
             s = SHAPES[n]
@@ -206,28 +213,34 @@ def main():
                     continue
                 out = vkattn_run(args.vkattn, s, p, args.iters, variant)
                 results[n][label(p, variant)].append(out["total_ms"])
+                steps_ms[(n, label(p, variant))].append(
+                    sum(step["time_us"] or 0 for step in out["steps"]) / 1e3)
                 memory[(n, label(p, variant))] = out["peak_device_bytes"]
             print(f"round {r + 1}/{args.rounds}: {n} done", file=sys.stderr, flush=True)
 
     where = torch.cuda.get_device_name() if args.torch_device == "cuda" else f"{CORES} threads"
     print(f"torch {torch.__version__} on {where} against vkattn bench (median of {args.rounds} "
           f"turns of {args.iters} forwards each; ratio = torch_ms / vkattn_ms)")
-    print(f"{'shape':6} {'path':14} {'torch ms':>9} {'vkattn ms':>10} {'GFLOP/s':>8} {'peak MiB':>9} {'ratio':>7}")
+    print("vkattn ms: a forward from the host (input and weights uploaded, output read back);")
+    print("steps ms: its steps' own time on the device (timestamps), without the transfers")
+    print(f"{'shape':6} {'path':14} {'torch ms':>9} {'vkattn ms':>10} {'GFLOP/s':>8} {'peak MiB':>9} {'ratio':>7} "
+          f"{'steps ms':>9} {'ratio':>7}")
     table = []
     for n in names:
         s = SHAPES[n]
         t = statistics.median(results[n]["torch"])
         for p in paths[n]:
             v = statistics.median(results[n][p])
+            d = statistics.median(steps_ms[(n, p)])
             row = dict(shape=n, path=p, torch_ms=t, vkattn_ms=v, gflops=flops(s) / (v * 1e6),
-                       peak_device_bytes=memory[(n, p)], ratio=t / v)
+                       peak_device_bytes=memory[(n, p)], ratio=t / v, steps_ms=d, steps_ratio=t / d if d else None)
             table.append(row)
-            print(f"{n:6} {p:14} {t:9.1f} {v:10.1f} {row['gflops']:8.2f} {row['peak_device_bytes'] / 2**20:9.1f} "
-                  f"{row['ratio']:7.3f}")
+            print(f"{n:6} {p:14} {t:9.2f} {v:10.2f} {row['gflops']:8.2f} {row['peak_device_bytes'] / 2**20:9.1f} "
+                  f"{row['ratio']:7.3f} {d:9.2f} {(t / d if d else float('nan')):7.3f}")
         if "unfused" in s["paths"] and "fused" in s["paths"]:
             u, f = statistics.median(results[n]["unfused"]), statistics.median(results[n]["fused"])
             print(f"{n:6} fused is {u / f:.2f}x the unfused path's speed")
-    projection_gemm(args.vkattn, args.rounds)
+    projection_gemm(args.vkattn, args.rounds, args.torch_device)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": table, "raw": results}, f, indent=1)

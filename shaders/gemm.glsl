@@ -16,8 +16,10 @@
 //     columns follow from LANES, so the host runs it only with LANES required as the subgroup
 //     size, with full subgroups (engine/vulkan/lanes.h).
 //   <step>: shared-memory tiles (GPUs: coalesced loads, reuse from shared memory; any device). A
-//     workgroup of SIDE² invocations owns a 4·SIDE square block of C; each invocation a 4 × 4
-//     register tile; K is walked 16 at a time through shared memory.
+//     workgroup of SIDE² invocations owns a (SIDE·TILE_M) × (SIDE·TILE_N) block of C, each
+//     invocation a TILE_M × TILE_N register tile (4 or 8 each: 8 × 8 over 128 × 128 blocks is
+//     what today's fp32 GEMMs on GPUs hold); K is walked DEPTH at a time through double-buffered
+//     shared tiles, read as vec4.
 //
 // VEC4 (constant 1) reads A and B as vec4: the host sets it when K (and, for (K, N) storage, N)
 // is a multiple of 4, so every row starts on a vec4. Rows and columns past the edge are clamped
@@ -64,14 +66,17 @@
 
 layout(constant_id = 1) const bool VEC4 = false;     // rows of A and B are whole vec4s
 layout(constant_id = 2) const bool HAS_BIAS = false; // add bias[j]
-layout(constant_id = 3) const uint TILE_M = 8;       // broadcast: rows per subgroup, a multiple of LANES
-layout(constant_id = 4) const uint TILE_N = 8;       // broadcast: columns per lane, a multiple of 4
+// an invocation's outputs: TILE_M rows × TILE_N columns (broadcast: TILE_M a multiple of LANES,
+// all its subgroup's rows; shared: TILE_M a multiple of 4); TILE_N a multiple of 4
+layout(constant_id = 3) const uint TILE_M = 8;
+layout(constant_id = 4) const uint TILE_N = 8;
 layout(constant_id = 5) const uint SIDE = 16;        // shared: the workgroup is SIDE × SIDE
 layout(constant_id = 6) const uint LANES = 8;        // broadcast: the required subgroup size
 layout(constant_id = 7) const uint C_HEADS = 0u;     // store C (B·T, H·d) as (B, H, T, d): 1, or
                                                      // 4 where d is a multiple of 4
 layout(constant_id = 8) const bool A_HEADS = false;  // read A (B·T, H·d) from (B, H, T, d)
 layout(constant_id = 9) const bool PACKED_B = false; // broadcast, B (N, K): B as gemm_pack wrote it
+layout(constant_id = 10) const uint DEPTH = 16;      // shared: k per shared tile, a multiple of 4
 const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
@@ -245,58 +250,111 @@ void gemm_broadcast() {
 #else
 // ---- shared-memory tiles ------------------------------------------------------------------------
 
-const uint BLOCK = 4u * SIDE;  // C block per workgroup: BLOCK × BLOCK
-const uint DEPTH = 16u;        // k per shared tile
+// A workgroup of SIDE² invocations owns a BLOCK_M × BLOCK_N block of C; invocation (ti, tj) the
+// TILE_M × TILE_N outputs at rows 4·ti + 4·SIDE·qa + r, columns 4·tj + 4·SIDE·qb + t (quads SIDE
+// apart, so that a subgroup's reads of a k row of the tiles are neighbouring vec4s). K is walked
+// DEPTH at a time through two tiles of each input in shared memory: while the workgroup computes
+// on one, its loads of the next are in flight (one barrier a step).
+const uint BLOCK_M = SIDE * TILE_M, BLOCK_N = SIDE * TILE_N;
+const uint QUADS_M = TILE_M / 4u, QUADS_N = TILE_N / 4u;  // vec4s of A and of B an invocation reads per k
+const uint INVOCATIONS = SIDE * SIDE;
+// vec4s of each tile and how many each invocation loads
+const uint A_QUADS = BLOCK_M * DEPTH / 4u, B_QUADS = BLOCK_N * DEPTH / 4u;
+const uint A_LOADS = (A_QUADS + INVOCATIONS - 1u) / INVOCATIONS, B_LOADS = (B_QUADS + INVOCATIONS - 1u) / INVOCATIONS;
 
-shared float tile_a[DEPTH][BLOCK];  // tile_a[k][i] = A[n, i0 + i, k0 + k]
-shared float tile_b[DEPTH][BLOCK];  // tile_b[k][j] = B(n, k0 + k, j0 + j)
+shared vec4 tile_a[2][DEPTH][BLOCK_M / 4u];  // tile_a[s][k][i / 4][i % 4] = A[n, i0 + i, k0 + k]
+shared vec4 tile_b[2][DEPTH][BLOCK_N / 4u];  // tile_b[s][k][j / 4][j % 4] = B(n, k0 + k, j0 + j)
+
+// Quad `e` of the A tile at k0: A[n, i0 + row, k0 + 4·kq .. + 3], row = e / (DEPTH / 4): a row's
+// DEPTH k are neighbouring lanes' loads
+vec4 fetch_a(uint n, uint i0, uint k0, uint e) {
+  uint k = k0 + e % (DEPTH / 4u) * 4u;
+  if (e >= A_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
+  return load_a(a_row(n, min(i0 + e / (DEPTH / 4u), p.rows - 1u)), k);
+}
+void stash_a(uint s, uint e, vec4 v) {
+  if (e >= A_QUADS) return;
+  uint i = e / (DEPTH / 4u), k = e % (DEPTH / 4u) * 4u;
+  for (uint t = 0u; t < 4u; ++t) tile_a[s][k + t][i / 4u][i % 4u] = v[t];
+}
+
+#ifdef B_IS_K_BY_N
+// Quad `e` of the B tile: B[n, k0 + kb, j0 + 4·jq .. + 3], kb = e / (BLOCK_N / 4): a k row's
+// columns are neighbouring lanes' loads
+vec4 fetch_b(uint n, uint j0, uint k0, uint e) {
+  uint k = k0 + e / (BLOCK_N / 4u);
+  if (e >= B_QUADS || k >= p.inner) return vec4(0.0);
+  return load_b_row(n, k, min(j0 + e % (BLOCK_N / 4u) * 4u, (p.cols - 1u) & ~3u));
+}
+void stash_b(uint s, uint e, vec4 v) {
+  if (e < B_QUADS) tile_b[s][e / (BLOCK_N / 4u)][e % (BLOCK_N / 4u)] = v;
+}
+#else
+// Quad `e` of the B tile: B[n, j0 + col, k0 + 4·kq .. + 3], as A's
+vec4 fetch_b(uint n, uint j0, uint k0, uint e) {
+  uint k = k0 + e % (DEPTH / 4u) * 4u;
+  if (e >= B_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
+  return load_b_col(n, min(j0 + e / (DEPTH / 4u), p.cols - 1u), k);
+}
+void stash_b(uint s, uint e, vec4 v) {
+  if (e >= B_QUADS) return;
+  uint j = e / (DEPTH / 4u), k = e % (DEPTH / 4u) * 4u;
+  for (uint t = 0u; t < 4u; ++t) tile_b[s][k + t][j / 4u][j % 4u] = v[t];
+}
+#endif
 
 void gemm_shared() {
-  uint row_blocks = (p.rows + BLOCK - 1u) / BLOCK;
-  uint col_blocks = (p.cols + BLOCK - 1u) / BLOCK;
+  uint row_blocks = (p.rows + BLOCK_M - 1u) / BLOCK_M;
+  uint col_blocks = (p.cols + BLOCK_N - 1u) / BLOCK_N;
   uint unit = flat_workgroup_id();
   if (unit >= p.batch * row_blocks * col_blocks) return;  // uniform per workgroup
   uint n = unit / (row_blocks * col_blocks);
-  uint i0 = (unit / col_blocks) % row_blocks * BLOCK;
-  uint j0 = unit % col_blocks * BLOCK;
+  uint i0 = (unit / col_blocks) % row_blocks * BLOCK_M;
+  uint j0 = unit % col_blocks * BLOCK_N;
   uint lane = gl_LocalInvocationID.x;
-  uint ti = lane / SIDE, tj = lane % SIDE;  // this invocation's outputs: rows ti + SIDE·r, cols tj + SIDE·s
+  uint ti = lane / SIDE, tj = lane % SIDE;
 
-  float acc[4][4];
-  for (uint r = 0u; r < 4u; ++r) {
-    for (uint s = 0u; s < 4u; ++s) acc[r][s] = 0.0;
+  vec4 acc[TILE_M][QUADS_N];  // acc[4·qa + r][qb] = C[n, i0 + 4·(ti + SIDE·qa) + r, j0 + 4·(tj + SIDE·qb) .. + 3]
+  for (uint r = 0u; r < TILE_M; ++r) {
+    for (uint q = 0u; q < QUADS_N; ++q) acc[r][q] = vec4(0.0);
   }
+  vec4 next_a[A_LOADS], next_b[B_LOADS];  // the next tiles' quads, loaded while computing
+  for (uint l = 0u; l < A_LOADS; ++l) stash_a(0u, lane + l * INVOCATIONS, fetch_a(n, i0, 0u, lane + l * INVOCATIONS));
+  for (uint l = 0u; l < B_LOADS; ++l) stash_b(0u, lane + l * INVOCATIONS, fetch_b(n, j0, 0u, lane + l * INVOCATIONS));
+  barrier();
+  uint s = 0u;
   for (uint k0 = 0u; k0 < p.inner; k0 += DEPTH) {
-    // SIDE² invocations fill DEPTH × BLOCK floats of each tile
-    for (uint e = lane; e < DEPTH * BLOCK; e += SIDE * SIDE) {
-      uint kk = e % DEPTH, ii = e / DEPTH;  // consecutive lanes walk k: A's and (N, K) B's rows
-      uint k = k0 + kk;
-      tile_a[kk][ii] = (k < p.inner && i0 + ii < p.rows) ? a_at(a_row(n, i0 + ii) + a_col(k)) : 0.0;
-#ifdef B_IS_K_BY_N
-      uint jj = e % BLOCK, kb = e / BLOCK;  // consecutive lanes walk j: (K, N) B's rows
-      tile_b[kb][jj] = (k0 + kb < p.inner && j0 + jj < p.cols) ? b_at((n / p.group * p.inner + k0 + kb) * p.cols + j0 + jj) : 0.0;
-#else
-      tile_b[kk][ii] = (k < p.inner && j0 + ii < p.cols) ? b_at((n / p.group * p.cols + j0 + ii) * p.inner + k) : 0.0;
-#endif
+    bool more = k0 + DEPTH < p.inner;  // uniform
+    if (more) {
+      for (uint l = 0u; l < A_LOADS; ++l) next_a[l] = fetch_a(n, i0, k0 + DEPTH, lane + l * INVOCATIONS);
+      for (uint l = 0u; l < B_LOADS; ++l) next_b[l] = fetch_b(n, j0, k0 + DEPTH, lane + l * INVOCATIONS);
     }
-    barrier();
     for (uint kk = 0u; kk < DEPTH; ++kk) {
-      float ar[4], bs[4];
-      for (uint r = 0u; r < 4u; ++r) ar[r] = tile_a[kk][ti + SIDE * r];
-      for (uint s = 0u; s < 4u; ++s) bs[s] = tile_b[kk][tj + SIDE * s];
-      for (uint r = 0u; r < 4u; ++r) {
-        for (uint s = 0u; s < 4u; ++s) acc[r][s] += ar[r] * bs[s];
+      vec4 av[QUADS_M], bv[QUADS_N];
+      for (uint q = 0u; q < QUADS_M; ++q) av[q] = tile_a[s][kk][ti + SIDE * q];
+      for (uint q = 0u; q < QUADS_N; ++q) bv[q] = tile_b[s][kk][tj + SIDE * q];
+      for (uint r = 0u; r < TILE_M; ++r) {
+        float x = av[r / 4u][r % 4u];
+        for (uint q = 0u; q < QUADS_N; ++q) acc[r][q] += x * bv[q];
       }
     }
+    // the other tiles were last read before the previous step's barrier: free to overwrite
+    if (more) {
+      for (uint l = 0u; l < A_LOADS; ++l) stash_a(s ^ 1u, lane + l * INVOCATIONS, next_a[l]);
+      for (uint l = 0u; l < B_LOADS; ++l) stash_b(s ^ 1u, lane + l * INVOCATIONS, next_b[l]);
+    }
     barrier();
+    s ^= 1u;
   }
-  for (uint r = 0u; r < 4u; ++r) {
-    uint i = i0 + ti + SIDE * r;
-    for (uint s = 0u; s < 4u; ++s) {
-      uint j = j0 + tj + SIDE * s;
-      uint at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) + heads_col(min(j, p.cols - 1u), p.cols)
-                              : (n * p.rows + i) * p.cols + j;
-      store_c(i, j, at, acc[r][s]);
+  for (uint r = 0u; r < TILE_M; ++r) {
+    uint i = i0 + 4u * (ti + SIDE * (r / 4u)) + r % 4u;
+    for (uint q = 0u; q < QUADS_N; ++q) {
+      for (uint t = 0u; t < 4u; ++t) {
+        uint j = j0 + 4u * (tj + SIDE * q) + t;
+        uint at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) + heads_col(min(j, p.cols - 1u), p.cols)
+                                : (n * p.rows + i) * p.cols + j;
+        store_c(i, j, at, acc[r][q][t]);
+      }
     }
   }
 }

@@ -393,14 +393,28 @@ INSTANTIATE_TEST_SUITE_P(Sizes, Workgroup, Values(1u, 48u, 64u, 256u));
 // Whatever the device would pick, each tiling of gemm.glsl must give the reference's numbers:
 // K a multiple of 4 (vec4 loads, and texel inputs where asked) and not, M and N inside one tile,
 // on its edge and past it.
-// Broadcast: (tile_n, rows of A per lane); shared: (side, 1).
+// Broadcast: tile_n and the rows of A per lane; shared: the side, an invocation's tile and k per
+// shared tile (the GPU's 8 × 8 among them: 128 × 128 blocks, which the small products here leave
+// mostly empty, and k tiles shorter and longer than K).
 // Inputs: 0 storage buffers, 1 texel buffers, 2 texel buffers with B packed (broadcast only).
-class GemmTiling
-    : public ::testing::TestWithParam<std::tuple<std::tuple<vulkan::GemmVariant, uint32_t, uint32_t>, int>> {};
+struct GemmTilingCase {
+  vulkan::GemmVariant variant;
+  uint32_t size;      // broadcast: tile_n; shared: side
+  uint32_t row_sets;  // broadcast: rows of A per lane
+  uint32_t tile_m = 4, tile_n = 4, depth = 16;  // shared
+  std::string name() const {
+    const std::string at = std::to_string(size);
+    if (variant == vulkan::GemmVariant::broadcast) return "broadcast_rows" + std::to_string(row_sets) + "_tile_n" + at;
+    return "shared_side" + at + "_" + std::to_string(tile_m) + "x" + std::to_string(tile_n) + "_depth" +
+           std::to_string(depth);
+  }
+};
+void PrintTo(const GemmTilingCase& c, std::ostream* out) { *out << c.name(); }
+class GemmTiling : public ::testing::TestWithParam<std::tuple<GemmTilingCase, int>> {};
 TEST_P(GemmTiling, MatchesReference) {
   auto [tiling, inputs] = GetParam();
   const bool texel_inputs = inputs > 0;
-  auto [variant, size, row_sets] = tiling;
+  const auto [variant, size, row_sets, tile_m, tile_n, depth] = tiling;
   const auto& device = testing::shared_context()->device_report();
   const vulkan::Lanes lanes = vulkan::guaranteed_lanes(device, vulkan::SubgroupOps::shuffle, 16);
   if (variant == vulkan::GemmVariant::broadcast && (!lanes || lanes.count < 4)) {
@@ -427,6 +441,9 @@ TEST_P(GemmTiling, MatchesReference) {
   if (variant == vulkan::GemmVariant::shared) {
     plan.side = size;
     plan.workgroup_size = size * size;
+    plan.tile_m = tile_m;
+    plan.tile_n = tile_n;
+    plan.depth = depth;
   }
   uint64_t before = testing::shared_context()->validation_message_count();
   VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)});
@@ -449,18 +466,18 @@ TEST_P(GemmTiling, MatchesReference) {
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 INSTANTIATE_TEST_SUITE_P(Plans, GemmTiling,
-                         Combine(Values(std::tuple{vulkan::GemmVariant::broadcast, 4u, 1u}, std::tuple{vulkan::GemmVariant::broadcast, 8u, 2u},
-                                        std::tuple{vulkan::GemmVariant::broadcast, 16u, 1u}, std::tuple{vulkan::GemmVariant::broadcast, 16u, 2u},
-                                        std::tuple{vulkan::GemmVariant::shared, 8u, 1u}, std::tuple{vulkan::GemmVariant::shared, 16u, 1u}),
+                         Combine(Values(GemmTilingCase{vulkan::GemmVariant::broadcast, 4, 1}, GemmTilingCase{vulkan::GemmVariant::broadcast, 8, 2},
+                                        GemmTilingCase{vulkan::GemmVariant::broadcast, 16, 1}, GemmTilingCase{vulkan::GemmVariant::broadcast, 16, 2},
+                                        GemmTilingCase{vulkan::GemmVariant::shared, 8, 0}, GemmTilingCase{vulkan::GemmVariant::shared, 16, 0},
+                                        GemmTilingCase{vulkan::GemmVariant::shared, 16, 0, 8, 8, 16},
+                                        GemmTilingCase{vulkan::GemmVariant::shared, 16, 0, 8, 8, 8},
+                                        GemmTilingCase{vulkan::GemmVariant::shared, 8, 0, 8, 4, 32},
+                                        GemmTilingCase{vulkan::GemmVariant::shared, 8, 0, 4, 8, 4}),
                                  Values(0, 1, 2)),
                          [](const auto& case_info) {
-                           const auto& tiling = std::get<0>(case_info.param);
-                           const std::string size = std::to_string(std::get<1>(tiling));
-                           std::string name = std::get<0>(tiling) == vulkan::GemmVariant::broadcast
-                                                  ? "broadcast_rows" + std::to_string(std::get<2>(tiling)) + "_tile_n" + size
-                                                  : "shared_side" + size;
                            const int inputs = std::get<1>(case_info.param);
-                           return name + (inputs == 0 ? "_storage" : inputs == 1 ? "_texel" : "_texel_packed");
+                           return std::get<0>(case_info.param).name() +
+                                  (inputs == 0 ? "_storage" : inputs == 1 ? "_texel" : "_texel_packed");
                          });
 
 TEST(GemmPlan, ABadPlanIsRefusedWithWhatTheDeviceLacks) {

@@ -319,11 +319,25 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
       add(plan);
     }
   } else {
-    for (uint32_t side : {16u, 8u}) {
+    // a CPU device: the rule's 4 × 4 an invocation at either side; a GPU: blocks of 64 to 128 rows
+    // and columns, 4 × 4 to 8 × 8 an invocation, 8 or 16 k a tile (a small product fills more of
+    // the GPU with small blocks)
+    struct Shape {
+      uint32_t side, tile_m, tile_n, depth;
+    };
+    const bool cpu = device.type == vk::PhysicalDeviceType::eCpu;
+    const std::vector<Shape> shapes =
+        cpu ? std::vector<Shape>{{16, 4, 4, 16}, {8, 4, 4, 16}}
+            : std::vector<Shape>{{16, 8, 8, 16}, {16, 8, 8, 8}, {16, 8, 4, 16}, {16, 4, 4, 16}, {8, 8, 8, 16}, {8, 4, 4, 16}};
+    for (const Shape& shape : shapes) {
       vulkan::GemmPlan plan = rule;
-      plan.side = side;
-      plan.workgroup_size = side * side;
-      if (plan.workgroup_size > device.max_workgroup_invocations || plan.workgroup_size > device.max_workgroup_size_x) {
+      plan.side = shape.side;
+      plan.workgroup_size = shape.side * shape.side;
+      plan.tile_m = shape.tile_m;
+      plan.tile_n = shape.tile_n;
+      plan.depth = shape.depth;
+      if (plan.workgroup_size > device.max_workgroup_invocations || plan.workgroup_size > device.max_workgroup_size_x ||
+          plan.shared_bytes() > device.max_shared_memory_bytes) {
         continue;
       }
       add(plan);
@@ -382,6 +396,7 @@ nlohmann::json to_json(const vulkan::GemmPlan& p) {
           {"tile_m", p.tile_m},
           {"tile_n", p.tile_n},
           {"side", p.side},
+          {"depth", p.depth},
           {"texel_inputs", p.texel_inputs},
           {"packed_b", p.packed_b}};
 }
@@ -420,6 +435,7 @@ vulkan::GemmPlan gemm_plan_from_json(const nlohmann::json& j) {
   p.tile_m = field<uint32_t>(j, "tile_m");
   p.tile_n = field<uint32_t>(j, "tile_n");
   p.side = field<uint32_t>(j, "side");
+  p.depth = field<uint32_t>(j, "depth");
   p.texel_inputs = field<bool>(j, "texel_inputs");
   p.packed_b = field<bool>(j, "packed_b");
   p.why = kRemembered;

@@ -411,6 +411,7 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   specialization.push_back(c_layout.heads == 0 ? 0u : quads ? 4u : 1u);  // C_HEADS
   specialization.push_back(a_layout.heads > 0 ? 1u : 0u);                // A_HEADS
   specialization.push_back(launch.packed_texels > 0 ? 1u : 0u);          // PACKED_B
+  specialization.push_back(plan.depth);                                   // DEPTH
   std::shared_ptr<Storage> packed;  // given back to the pool when this step is recorded
   if (launch.packed_texels > 0) {
     packed = allocate(step + " (B packed)", int64_t(launch.packed_texels) * 4);

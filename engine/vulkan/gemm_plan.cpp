@@ -29,6 +29,8 @@ GemmPlan GemmPlan::fitted(uint64_t cols) const {
   GemmPlan plan = *this;
   if (variant == GemmVariant::broadcast) {
     while (plan.tile_n % 8 == 0 && uint64_t(plan.lanes) * plan.tile_n / 2 >= cols) plan.tile_n /= 2;
+  } else if (variant == GemmVariant::shared) {
+    if (plan.tile_n == 8 && uint64_t(plan.side) * plan.tile_n / 2 >= cols) plan.tile_n = 4;
   }
   return plan;
 }
@@ -44,8 +46,7 @@ uint64_t GemmPlan::groups(uint64_t batch, uint64_t rows, uint64_t cols) const {
     uint64_t units = batch * ceil_div(rows, tile_m) * ceil_div(cols, uint64_t(lanes) * tile_n);
     return ceil_div(units, workgroup_size / lanes);  // one unit per subgroup
   }
-  const uint64_t block = 4ull * side;
-  return batch * ceil_div(rows, block) * ceil_div(cols, block);
+  return batch * ceil_div(rows, uint64_t(side) * tile_m) * ceil_div(cols, uint64_t(side) * tile_n);
 }
 
 std::vector<uint32_t> GemmPlan::specialization(bool vec4, bool has_bias) const {
@@ -64,8 +65,9 @@ std::string GemmPlan::describe() const {
     return "broadcast: " + std::to_string(tile_m) + "×" + std::to_string(lanes * tile_n) + " per subgroup, workgroup " +
            std::to_string(workgroup_size) + inputs;
   }
-  return "shared: " + std::to_string(4 * side) + "×" + std::to_string(4 * side) + " per workgroup of " +
-         std::to_string(workgroup_size) + inputs;
+  return "shared: " + std::to_string(side * tile_m) + "×" + std::to_string(side * tile_n) + " per workgroup of " +
+         std::to_string(workgroup_size) + ", " + std::to_string(tile_m) + "×" + std::to_string(tile_n) +
+         " each, " + std::to_string(depth) + " k a tile" + inputs;
 }
 
 GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested) {
@@ -96,9 +98,15 @@ GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested) {
     // B packed where it is read as texels: faster, the packing pass included (docs/lavapipe.md, "The measurements behind the plans")
     plan.packed_b = plan.texel_inputs;
   } else {
-    // 16 × 16 invocations where the device allows 256, else 8 × 8 (every device allows 64)
+    // 16 × 16 invocations where the device allows 256, else 8 × 8 (every device allows 64); on a
+    // GPU 8 × 8 outputs an invocation, as today's fp32 GEMMs hold, 16 k a tile where shared memory
+    // has room; a CPU device keeps 4 × 4 (its registers are a vector unit's)
     plan.side = device.max_workgroup_invocations >= 256 && device.max_workgroup_size_x >= 256 ? 16 : 8;
     plan.workgroup_size = plan.side * plan.side;
+    plan.tile_m = plan.tile_n = cpu ? 4 : 8;
+    plan.depth = 16;
+    if (plan.shared_bytes() > device.max_shared_memory_bytes) plan.depth = 8;
+    if (plan.shared_bytes() > device.max_shared_memory_bytes) plan.tile_m = plan.tile_n = 4;
   }
   return plan;
 }
@@ -123,6 +131,14 @@ void check_gemm_plan(const GemmPlan& plan, const DeviceReport& device) {
     }
   } else if (plan.variant == GemmVariant::shared) {
     if (plan.side == 0 || plan.workgroup_size != plan.side * plan.side) fail("workgroup must be side × side");
+    for (uint32_t tile : {plan.tile_m, plan.tile_n}) {
+      if (tile != 4 && tile != 8) fail("tile_m and tile_n must be 4 or 8");
+    }
+    if (plan.depth == 0 || plan.depth % 4 != 0 || plan.depth > 64) fail("depth must be a multiple of 4, at most 64");
+    if (plan.shared_bytes() > device.max_shared_memory_bytes) {
+      fail("needs " + std::to_string(plan.shared_bytes()) + " bytes of shared memory; '" + device.name + "' has " +
+           std::to_string(device.max_shared_memory_bytes));
+    }
   } else {
     fail("is not a variant (automatic is resolved by plan_gemm)");
   }

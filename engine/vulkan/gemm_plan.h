@@ -8,8 +8,9 @@
 //               lanes: it runs only where the device guarantees them (lanes.h), as the
 //               <step>_subgroup shader with that required subgroup size.
 //   shared    — for GPUs, and for any device without guaranteed lanes: a workgroup of side²
-//               invocations owns a (4·side)² block of the output, staged through shared memory
-//               16 k at a time, each invocation a 4 × 4 register tile. No subgroup instruction.
+//               invocations owns a (side·tile_m) × (side·tile_n) block of the output, staged
+//               through double-buffered shared tiles `depth` k at a time, each invocation a
+//               tile_m × tile_n register tile (4 or 8 each). No subgroup instruction.
 // Either reads its inputs from storage buffers or, on CPU devices, from texel buffers.
 #include <cstdint>
 #include <string>
@@ -25,9 +26,12 @@ struct GemmPlan {
   GemmVariant variant = GemmVariant::shared;
   uint32_t workgroup_size = 256;
   uint32_t lanes = 8;    // broadcast: the required subgroup size
-  uint32_t tile_m = 8;   // broadcast: rows per subgroup, a multiple of lanes
-  uint32_t tile_n = 16;  // broadcast: columns per lane
+  // an invocation's outputs, tile_m rows × tile_n columns. broadcast: tile_m is its subgroup's
+  // rows, a multiple of lanes; shared: 4 or 8 each
+  uint32_t tile_m = 8;
+  uint32_t tile_n = 16;
   uint32_t side = 16;    // shared: invocations per side of the workgroup's square
+  uint32_t depth = 16;   // shared: k per shared tile, a multiple of 4
   // A and B read as RGBA32F uniform texel buffers (the <step>_texel shaders) where rows are
   // whole vec4s and both fit in maxTexelBufferElements: what lavapipe loads fastest
   bool texel_inputs = false;
@@ -40,8 +44,8 @@ struct GemmPlan {
   std::string why;  // why this variant on this device (plan_gemm)
 
   // This plan for an output of `cols` columns: broadcast halves tile_n (while it stays a
-  // multiple of 4) where a subgroup's columns would be more than twice `cols`, so that a narrow
-  // product (P·V's d columns) does not leave lanes idle.
+  // multiple of 4) where a subgroup's columns would be more than twice `cols`, and shared where a
+  // workgroup's would, so that a narrow product (P·V's d columns) does not leave lanes idle.
   GemmPlan fitted(uint64_t cols) const;
   // Workgroups for a (batch, M, N) output.
   uint64_t groups(uint64_t batch, uint64_t rows, uint64_t cols) const;
@@ -56,11 +60,16 @@ struct GemmPlan {
   GemmPlan for_rows(uint64_t rows) const;
   // The subgroup size the pipeline must require: the lanes of broadcast, 0 for shared.
   uint32_t required_lanes() const { return variant == GemmVariant::broadcast ? lanes : 0; }
-  std::string describe() const;  // "broadcast: 8×64 per subgroup, workgroup 64"
+  // "broadcast: 8×64 per subgroup, workgroup 64", "shared: 128×128 per workgroup of 256, 8×8 each,
+  // 16 k a tile"
+  std::string describe() const;
+  // Shared memory the shared tiling takes: two tiles of each input
+  uint64_t shared_bytes() const { return 2ull * depth * side * (tile_m + tile_n) * sizeof(float); }
 };
 
 // `requested` automatic picks broadcast on CPU devices that guarantee 4…16 lanes with subgroup
-// shuffles (lanes.h), and shared elsewhere; texel inputs on CPU devices that have RGBA32F texel
+// shuffles (lanes.h), and shared elsewhere: on a GPU 8 × 8 an invocation over 128 × 128 blocks,
+// on a CPU device 4 × 4 over 64 × 64; texel inputs on CPU devices that have RGBA32F texel
 // buffers, unless the texel_inputs switch is off. Throws DeviceError when the device cannot run the
 // requested variant.
 GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested = GemmVariant::automatic);
