@@ -25,9 +25,13 @@ uint64_t bucket(uint64_t n) {  // the power of two at or above n
   return p;
 }
 
-// Candidates are timed on about this many multiply-adds (a few ms on lavapipe, µs on a GPU)
-constexpr double kTimedWork = 1e8;
-// A GEMM's rows are cut no lower than this for kTimedWork (only below 20 times it): with fewer,
+// Candidates are timed on about this many multiply-adds: a few ms on lavapipe; on a GPU a problem
+// that fills its thousands of lanes (tuned on 10⁸, an H200 chose a 4096² product's plan from 64
+// of its rows: 64 × 64 blocks, at 67 % of the 128 × 128 plan's speed), about a ms there
+double timed_work(const vulkan::Context& context) {
+  return context.device_report().type == vk::PhysicalDeviceType::eCpu ? 1e8 : 1e10;
+}
+// A GEMM's rows are cut no lower than this for timed_work() (only below 20 times it): with fewer,
 // a CPU device's threads share too few workgroups evenly and the tiles of most rows lose for it
 // (Debian 13 lavapipe: linear's (3200, 512)·(512, 512)ᵀ timed at 400 rows chose 8×64, 67 % of
 // the fastest plan's speed at 3200; at 1600 rows, 32×64)
@@ -319,7 +323,7 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
       add(plan);
     }
   } else {
-    // a CPU device: the rule's 4 × 4 an invocation at either side; a GPU: blocks of 64 to 128 rows
+    // a CPU device: the rule's 4 × 4 an invocation at either side; a GPU: blocks of 32 to 128 rows
     // and columns, 4 × 4 to 8 × 8 an invocation, 8 or 16 k a tile (a small product fills more of
     // the GPU with small blocks)
     struct Shape {
@@ -328,7 +332,7 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
     const bool cpu = device.type == vk::PhysicalDeviceType::eCpu;
     const std::vector<Shape> shapes =
         cpu ? std::vector<Shape>{{16, 4, 4, 16}, {8, 4, 4, 16}}
-            : std::vector<Shape>{{16, 8, 8, 16}, {16, 8, 8, 8}, {16, 8, 4, 16}, {16, 4, 4, 16}, {8, 8, 8, 16}, {8, 4, 4, 16}};
+            : std::vector<Shape>{{16, 8, 8, 8}, {16, 8, 8, 16}, {16, 8, 4, 8}, {16, 4, 4, 16}, {8, 8, 8, 8}, {8, 4, 4, 16}};
     for (const Shape& shape : shapes) {
       vulkan::GemmPlan plan = rule;
       plan.side = shape.side;
@@ -479,11 +483,12 @@ nlohmann::json Outcome::to_json() const {
 Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                   const GemmProblem& problem, const std::vector<vulkan::GemmPlan>& candidates,
                   const Progress& progress) {
-  // The timed problem: the class's first, its batch (then rows) cut to about kTimedWork
+  // The timed problem: the class's first, its batch (then rows) cut to about timed_work()
+  const double work = timed_work(*context);
   GemmProblem timed = problem;
-  while (timed.multiply_adds() > 2 * kTimedWork && timed.batch > 1) timed.batch = (timed.batch + 1) / 2;
-  while (timed.multiply_adds() > 2 * kTimedWork && timed.M > 64 &&
-         (timed.M / 2 >= kFewestTimedRows || timed.multiply_adds() > 20 * kTimedWork)) {
+  while (timed.multiply_adds() > 2 * work && timed.batch > 1) timed.batch = (timed.batch + 1) / 2;
+  while (timed.multiply_adds() > 2 * work && timed.M > 64 &&
+         (timed.M / 2 >= kFewestTimedRows || timed.multiply_adds() > 20 * work)) {
     timed.M = (timed.M + 1) / 2;
   }
   // The checked problem: odd rows, at most 2 of the batch
@@ -516,9 +521,10 @@ Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanB
 Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                    const FlashProblem& problem, const std::vector<vulkan::FlashPlan>& candidates,
                    const Progress& progress) {
+  const double work = timed_work(*context);
   FlashProblem timed = problem;
-  while (timed.multiply_adds() > 2 * kTimedWork && timed.heads > 1) timed.heads = (timed.heads + 1) / 2;
-  while (timed.multiply_adds() > 2 * kTimedWork && timed.L > 256) {  // one very long head: fewer rows, or both
+  while (timed.multiply_adds() > 2 * work && timed.heads > 1) timed.heads = (timed.heads + 1) / 2;
+  while (timed.multiply_adds() > 2 * work && timed.L > 256) {  // one very long head: fewer rows, or both
     if (timed.S == timed.L) timed.S = (timed.S + 1) / 2;
     timed.L = (timed.L + 1) / 2;
   }
@@ -555,8 +561,9 @@ Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const Vulkan
 
 Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                   const RowProblem& problem, const std::vector<vulkan::RowPlan>& candidates, const Progress& progress) {
+  const double work = timed_work(*context);
   RowProblem timed = problem;
-  while (timed.multiply_adds() > 2 * kTimedWork && timed.rows > 64) timed.rows = (timed.rows + 1) / 2;
+  while (timed.multiply_adds() > 2 * work && timed.rows > 64) timed.rows = (timed.rows + 1) / 2;
   const bool softmax = problem.step == "softmax";
   auto runnable = [&](uint64_t rows) {
     const auto r = int64_t(rows), c = int64_t(problem.cols);
@@ -637,8 +644,9 @@ Outcome tune_path(const std::shared_ptr<vulkan::Context>& context, const VulkanB
                   const Progress& progress) {
   // The problem itself, unless it is very large: the candidates' own steps are then tuned for
   // the classes the real pass meets, and remembered for it
+  const double work = timed_work(*context);
   FlashProblem timed = problem;
-  while (timed.multiply_adds() > 10 * kTimedWork && timed.heads > 1) timed.heads = (timed.heads + 1) / 2;
+  while (timed.multiply_adds() > 10 * work && timed.heads > 1) timed.heads = (timed.heads + 1) / 2;
   const uint64_t check_l = std::min<uint64_t>(problem.L, 37);
   const uint64_t check_s = problem.S == problem.L ? check_l : std::min<uint64_t>(problem.S, 45);
   const bool causal = problem.causal;

@@ -99,13 +99,13 @@ GemmPlan plan_gemm(const DeviceReport& device, GemmVariant requested) {
     plan.packed_b = plan.texel_inputs;
   } else {
     // 16 × 16 invocations where the device allows 256, else 8 × 8 (every device allows 64); on a
-    // GPU 8 × 8 outputs an invocation, as today's fp32 GEMMs hold, 16 k a tile where shared memory
-    // has room; a CPU device keeps 4 × 4 (its registers are a vector unit's)
+    // GPU 8 × 8 outputs an invocation, as today's fp32 GEMMs hold, 8 k a tile (an H200's fastest
+    // at 4096²: docs/gpu.md); a CPU device keeps 4 × 4, 16 k a tile (its registers are a vector
+    // unit's)
     plan.side = device.max_workgroup_invocations >= 256 && device.max_workgroup_size_x >= 256 ? 16 : 8;
     plan.workgroup_size = plan.side * plan.side;
     plan.tile_m = plan.tile_n = cpu ? 4 : 8;
-    plan.depth = 16;
-    if (plan.shared_bytes() > device.max_shared_memory_bytes) plan.depth = 8;
+    plan.depth = cpu ? 16 : 8;
     if (plan.shared_bytes() > device.max_shared_memory_bytes) plan.tile_m = plan.tile_n = 4;
   }
   return plan;
