@@ -124,11 +124,17 @@ int main(int argc, char** argv) {
       const std::string described = c.plan.fitted(uint64_t(N)).describe();
       const std::string mark = std::string(described == tuned ? "t" : " ") +
                                (described == rule.fitted(uint64_t(N)).describe() ? "r " : "  ");
-      // padded to 63 characters, not bytes (× is two)
-      const auto chars = std::count_if(described.begin(), described.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
-      std::cout << mark << described << std::string(std::max<std::ptrdiff_t>(0, 63 - chars), ' ') << std::fixed
-                << std::setprecision(2) << std::setw(7) << median << " ms " << std::setprecision(1) << std::setw(6)
-                << gflop / median * 1e3 << " / " << gflop / best * 1e3 << " GFLOP/s\n";
+      // padded to the longest plan's characters, not bytes (× is two); GFLOP/s in thousands
+      // without a decimal, so that a GPU's line fits 100 columns as a CPU's
+      const auto chars = [](const std::string& text) {
+        return std::count_if(text.begin(), text.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+      };
+      std::ptrdiff_t widest = 0;
+      for (const auto& other : candidates) widest = std::max(widest, chars(other.plan.fitted(uint64_t(N)).describe()));
+      const double rate = gflop / median * 1e3, best_rate = gflop / best * 1e3;
+      std::cout << mark << described << std::string(size_t(widest + 2 - chars(described)), ' ') << std::fixed
+                << std::setprecision(2) << std::setw(7) << median << " ms " << std::setprecision(best_rate >= 1000 ? 0 : 1)
+                << std::setw(6) << rate << " / " << best_rate << " GFLOP/s\n";
     }
     std::cout << "r = the fixed rule's plan; t = the plan tuning chose for this shape class:\n  " << tuned;
     if (tuned_ms > 0) std::cout << ", " << std::setprecision(0) << 100 * fastest / tuned_ms << " % of the fastest's speed here";
