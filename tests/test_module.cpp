@@ -347,6 +347,67 @@ TEST_F(Module, ASecondForwardOfAShapeAllocatesNothingAndEmptyCacheFreesAll) {
   EXPECT_EQ(context.allocated_bytes(), baseline) << "device buffers outlived the forwards and the cache";
 }
 
+// ---- forwards on tensors on the backend, weights kept there ---------------------------------------
+// Cross-attention with L ≠ S and kdim ≠ vdim ≠ E, on both paths and both backends: the same
+// numbers as the forward from the host, bit for bit (the same steps on the same data), and, once
+// the weights are kept, nothing carried either way.
+TEST_F(Module, AForwardOnTensorsOnTheBackendEqualsTheHostsAndCarriesNothingOnceWeightsAreKept) {
+  MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 2, .kdim = 12, .vdim = 20, .batch_first = true};
+  const MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 30));
+  const Tensor q = random_tensor({2, 17, 16}, 31), k = random_tensor({2, 9, 12}, 32), v = random_tensor({2, 9, 20}, 33);
+  const uint64_t weight_bytes = (16 * 16 + 16 * 12 + 16 * 20 + 16 * 16 + 4 * 16) * sizeof(float);
+  for (Backend* b : {static_cast<Backend*>(&cpu()), static_cast<Backend*>(&gpu())}) {
+    for (AttentionPath path : {AttentionPath::unfused, AttentionPath::fused}) {
+      SCOPED_TRACE(b->name() + " " + attention_path_name(path));
+      const ForwardOptions o{.need_weights = false, .attention = path};
+      const Tensor host = mha.forward(*b, q, k, v, o).output;
+      MultiHeadAttention kept = mha;
+      kept.keep_weights_on(*b);
+      const Value qv = b->upload("query", q), kv = b->upload("key", k), vv = b->upload("value", v);
+      for (int pass = 0; pass < 3; ++pass) {
+        const uint64_t up = b->uploaded_bytes(), down = b->downloaded_bytes();
+        const Value out = kept.forward(*b, qv, kv, vv, o).output;
+        EXPECT_EQ(b->uploaded_bytes() - up, pass == 0 ? weight_bytes : 0) << "pass " << pass;
+        EXPECT_EQ(b->downloaded_bytes(), down) << "the output stays on the backend";
+        EXPECT_EQ(out.shape, (Shape{2, 17, 16}));
+        EXPECT_EQ(b->download(out).data, host.data) << "pass " << pass;
+      }
+      const uint64_t up = b->uploaded_bytes();
+      EXPECT_EQ(kept.forward(*b, q, k, v, o).output.data, host.data) << "a host forward takes the kept weights too";
+      EXPECT_EQ(b->uploaded_bytes() - up, (q.size() + k.size() + v.size()) * sizeof(float)) << "the inputs alone";
+    }
+  }
+}
+
+TEST_F(Module, NewWeightsAndAFailedPassSendTheWeightsAgain) {
+  MultiHeadAttentionConfig c{.embed_dim = 8, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 40));
+  const MultiHeadAttention other(c, MultiHeadAttentionWeights::random(c, 41));
+  const Tensor x = random_tensor({1, 5, 8}, 42);
+  mha.keep_weights_on(gpu());
+  const Value xv = gpu().upload("x", x);
+  const ForwardOptions o{.need_weights = false};
+  mha.forward(gpu(), xv, xv, xv, o);
+  mha.set_weights(other.weights());
+  uint64_t up = gpu().uploaded_bytes();
+  EXPECT_TRUE(all_close(gpu().download(mha.forward(gpu(), xv, xv, xv, o).output), other.forward(cpu(), x, o).output))
+      << "the new weights, not the kept old ones";
+  EXPECT_GT(gpu().uploaded_bytes(), up);
+  // a pass that fails may never have run its uploads: the kept weights go with it
+  const Value flat = gpu().upload("flat", random_tensor({5, 8}, 43));
+  try {
+    mha.forward(gpu(), flat, flat, flat, o);
+    FAIL() << "a (L, E) tensor on the backend was taken";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("query (5, 8) on the backend must be batch-first (B, T, features)"),
+              std::string::npos)
+        << e.what();
+  }
+  up = gpu().uploaded_bytes();
+  mha.forward(gpu(), xv, xv, xv, o);
+  EXPECT_GT(gpu().uploaded_bytes(), up) << "the weights went up again";
+}
+
 TEST_F(Module, AFusedPassHoldsTheProjectionsAndOneMoreActivationAtOnce) {
   // Every tensor may take a buffer still in flight (VulkanBackendOptions::reuse_in_flight_bytes
   // = 0, what tensors of 4 MiB and more do by default): with the layout steps folded, the fused

@@ -84,6 +84,7 @@ Value Backend::upload(const std::string& name, const Tensor& tensor) {
   const std::string scoped_name = scoped(name);
   std::shared_ptr<Storage> storage;
   at_step(scoped_name, [&] { storage = store(scoped_name, tensor); });
+  uploaded_bytes_ += uint64_t(tensor.size()) * sizeof(float);
   return Value{scoped_name, tensor.shape, tensor.dtype, std::move(storage)};
 }
 
@@ -119,6 +120,7 @@ KeepWeights::~KeepWeights() {
 Tensor Backend::download(const Value& value) {
   std::vector<float> data;
   at_step("reading back " + value.name, [&] { data = load(*value.storage, element_count(value.shape)); });
+  downloaded_bytes_ += uint64_t(data.size()) * sizeof(float);
   return Tensor(value.shape, std::move(data), value.dtype);
 }
 

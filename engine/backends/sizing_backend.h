@@ -40,6 +40,9 @@ class SizingBackend final : public Backend {
  protected:
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
   std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
+  Value input(const Value& resident) override {
+    return Value{resident.name, resident.shape, resident.dtype, allocate(resident.name, element_count(resident.shape))};
+  }
   std::vector<float> load(const Storage& storage, int64_t count) override;
 
   void run_linear(const std::string& step, const Storage&, const Storage&, const Storage*, Storage&, int64_t N,

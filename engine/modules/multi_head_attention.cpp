@@ -137,6 +137,7 @@ void MultiHeadAttention::set_weights(MultiHeadAttentionWeights w) {
   checks::optional_weight(who, "bias_k", w.bias_k, c.add_bias_kv, "add_bias_kv", {E}, "(E,)");
   checks::optional_weight(who, "bias_v", w.bias_v, c.add_bias_kv, "add_bias_kv", {E}, "(E,)");
   weights_ = std::move(w);
+  weights_owner_ = new_weights_owner();  // what a backend kept of the old ones is dropped at its next pass
   in_proj_weight_.reset();
   in_proj_bias_.reset();
   if (c.key_dim() == E && c.value_dim() == E) {
@@ -149,10 +150,43 @@ AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& quer
   return forward(backend, query, query, query, options);
 }
 
+void MultiHeadAttention::keep_weights_on(Backend& backend) {
+  resident_ = std::make_shared<Resident>(Resident{&backend, {}});
+}
+
+KeptWeights* MultiHeadAttention::kept_on(const Backend& backend) const {
+  return resident_ && resident_->backend == &backend ? &resident_->kept : nullptr;
+}
+
 AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& query, const Tensor& key,
                                             const Tensor& value, const ForwardOptions& options) const {
   // The pass spans the input checks too: it has two outputs, which run_pass does not read back
-  return in_pass(backend, "multi_head_attention", [&] { return run_steps(backend, query, key, value, options); });
+  return in_pass(backend, "multi_head_attention", [&] {
+    KeepWeights keep(backend, kept_on(backend), weights_owner_);
+    return run_steps(backend, query, key, value, options);
+  });
+}
+
+AttentionValues MultiHeadAttention::forward(Backend& backend, const Value& query, const Value& key,
+                                            const Value& value, const ForwardOptions& options) const {
+  return in_pass(backend, "multi_head_attention", [&] {
+    KeepWeights keep(backend, kept_on(backend), weights_owner_);
+    const std::string wanted = " on the backend must be batch-first (B, T, features), float32";
+    for (auto [name, v] : {std::pair{"query", &query}, {"key", &key}, {"value", &value}}) {
+      require(v->rank() == 3 && v->dtype == DType::float32, name + (" " + shape_string(v->shape)) + wanted);
+    }
+    ForwardOptions resolved = options;
+    resolved.attention = path(backend, query.dim(0), query.dim(1), key.dim(1), options);
+    backend.preflight("multi_head_attention", [&](Backend& b) {
+      // one sized input per distinct tensor, as the pass has them (self-attention's one value
+      // three times is what pack_in_proj looks for)
+      Value q = b.input(query);
+      Value k = key.storage == query.storage ? q : b.input(key);
+      Value v = value.storage == key.storage ? k : value.storage == query.storage ? q : b.input(value);
+      attend(b, std::move(q), std::move(k), std::move(v), resolved);
+    });
+    return attend(backend, query, key, value, resolved);
+  });
 }
 
 AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& query_in, const Tensor& key_in,
@@ -238,15 +272,20 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
 
 AttentionPath MultiHeadAttention::path(Backend& backend, const Tensor& query, const Tensor& key,
                                        const ForwardOptions& options) const {
+  const bool batched = query.rank() == 3;
+  const bool b_first = !batched || config_.batch_first;
+  const int64_t B = batched ? query.dim(b_first ? 0 : 1) : 1;
+  const int64_t L = query.dim(batched && b_first ? 1 : 0), S = key.dim(batched && b_first ? 1 : 0);
+  return path(backend, B, L, S, options);
+}
+
+AttentionPath MultiHeadAttention::path(Backend& backend, int64_t B, int64_t L, int64_t S,
+                                       const ForwardOptions& options) const {
   if (options.attention != AttentionPath::automatic || options.need_weights) {
     return resolve_attention(options.attention, options.need_weights);
   }
   // either path: the one the backend finds faster here (fused, unless it measured otherwise)
   const auto& c = config_;
-  const bool batched = query.rank() == 3;
-  const bool b_first = !batched || c.batch_first;
-  const int64_t B = batched ? query.dim(b_first ? 0 : 1) : 1;
-  const int64_t L = query.dim(batched && b_first ? 1 : 0), S = key.dim(batched && b_first ? 1 : 0);
   const int64_t appended = (c.add_bias_kv ? 1 : 0) + (c.add_zero_attn ? 1 : 0);
   const Backend::AttentionProblem problem{B, c.num_heads, L, S + appended, c.embed_dim / c.num_heads, options.is_causal};
   return backend.prefers_fused(problem) ? AttentionPath::fused : AttentionPath::unfused;

@@ -114,6 +114,13 @@ class Backend {
   }
   // Backend -> host. On the GPU this submits everything recorded so far and waits for it.
   Tensor download(const Value& value);
+  // A tensor already on this backend as a pass's input (a module's forward on device tensors):
+  // the same value. The sizing backend of a preflight counts it as an input of its shape.
+  virtual Value input(const Value& resident) { return resident; }
+  // The bytes upload() and upload_weight() have taken from the host (a kept weight takes none)
+  // and download() has given back, since the backend was made: what crosses between the two.
+  uint64_t uploaded_bytes() const { return uploaded_bytes_; }
+  uint64_t downloaded_bytes() const { return downloaded_bytes_; }
 
   // y = x · Wᵀ + b               x (…, K), weight (M, K), bias (M) or null -> (…, M)
   Value linear(const std::string& step, const Value& x, const Value& weight, const Value* bias);
@@ -406,6 +413,7 @@ class Backend {
   std::function<void(const Progress&)> progress_;
   std::atomic<std::thread::id> pass_thread_{};  // the thread whose pass is open, or none
   KeptWeights* kept_ = nullptr;                 // upload_weight's, inside a KeepWeights scope
+  uint64_t uploaded_bytes_ = 0, downloaded_bytes_ = 0;
 };
 
 // Attaches a tracer to a backend for as long as it lives (the tracer must outlive it).

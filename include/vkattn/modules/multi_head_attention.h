@@ -97,12 +97,27 @@ class MultiHeadAttention {
 
   const MultiHeadAttentionConfig& config() const { return config_; }
   const MultiHeadAttentionWeights& weights() const { return weights_; }
+  // New weights; those kept on a backend (keep_weights_on) go up again at the next pass there.
   void set_weights(MultiHeadAttentionWeights weights);
+
+  // Keeps the weights on `backend` from the next pass there on, as torch's module.to(device):
+  // the first pass uploads them, later passes on that backend take them where they lie (a pass
+  // that fails drops them; the next uploads them again). Copies of the module made after this
+  // share them. Passes on another backend upload theirs as always; calling this again with
+  // another backend moves the kept weights there. `backend` must outlive the module's passes on it.
+  void keep_weights_on(Backend& backend);
 
   AttentionResult forward(Backend& backend, const Tensor& query, const Tensor& key, const Tensor& value,
                           const ForwardOptions& options = {}) const;
   // Self-attention: key = value = query.
   AttentionResult forward(Backend& backend, const Tensor& query, const ForwardOptions& options = {}) const;
+  // A pass on tensors already on `backend` (Backend::upload, or an earlier pass's output), its
+  // results left there (Backend::download reads them back): batch-first query (B, L, E), key
+  // (B, S, kdim), value (B, S, vdim), masks as attend() takes them. With the weights kept on the
+  // backend (keep_weights_on) nothing crosses to or from the host: torch's forward on CUDA
+  // tensors. The steps check the shapes (ShapeError naming the step).
+  AttentionValues forward(Backend& backend, const Value& query, const Value& key, const Value& value,
+                          const ForwardOptions& options = {}) const;
   // The path forward() takes on `backend` for these inputs (query (L, E), (B, L, E) or (L, B, E)
   // as batch_first says; key likewise): options.attention when it names one, else unfused when
   // weights are wanted, else what the backend prefers (Backend::prefers_fused: a tuning GPU may
@@ -174,8 +189,20 @@ class MultiHeadAttention {
   AttentionResult run_steps(Backend& backend, const Tensor& query, const Tensor& key, const Tensor& value,
                             const ForwardOptions& options) const;
 
+  // The path forward() takes on `backend` for B batch items of L queries over S keys.
+  AttentionPath path(Backend& backend, int64_t B, int64_t L, int64_t S, const ForwardOptions& options) const;
+  // The weights kept on `backend` (keep_weights_on), or null: upload_weight's store in a pass.
+  KeptWeights* kept_on(const Backend& backend) const;
+
   MultiHeadAttentionConfig config_;
   MultiHeadAttentionWeights weights_;
+  // keep_weights_on's: the backend and what its passes keep there, shared by copies
+  struct Resident {
+    const Backend* backend = nullptr;
+    KeptWeights kept;
+  };
+  std::shared_ptr<Resident> resident_;
+  uint64_t weights_owner_ = new_weights_owner();  // KeepWeights' owner: new with new weights
   // q/k/v_proj_weight stacked (3E, E) and their biases (3E), when kdim = vdim = E: pack_in_proj's
   std::optional<Tensor> in_proj_weight_, in_proj_bias_;
 };
