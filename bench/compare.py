@@ -8,13 +8,15 @@ memory, and the ratio torch_ms / vkattn_ms (above 1: vkattn is faster).
 
   python3 bench/compare.py [--vkattn build/bin/vkattn] [--rounds 3] [--iters 3] [--shapes S1,S2,S3,S4]
       [--json results.json] [--torch-device cpu|cuda] [--rules] [--copies]
+      [--resident]
 
 It first prints where it runs (Debian release, CPU, Mesa and LLVM, torch and its BLAS), so that
 figures from different machines are never mixed, and runs `vkattn tune` on the shapes, so that
 the timed forwards use the plans measured on this device (and no forward pays for measuring).
 --rules also times each vkattn path under the fixed rules (VKATTN_TUNE=off), in the same turns;
 --copies with split_heads and merge_heads run as copies (vkattn bench --copy-layout-steps) instead
-of folded into the projections.
+of folded into the projections; --resident on tensors and weights kept on the device (vkattn bench
+--resident), as torch's are: like with like where torch runs on a GPU.
 Last, S1's projection GEMM alone: torch's sgemm against the plan vkattn's tuning chose.
 
 With --torch-device cuda (a machine with an NVIDIA GPU and torch built for CUDA) torch runs there,
@@ -76,13 +78,16 @@ PATH_FLAGS = {"unfused": ["--attention", "unfused"], "fused": ["--attention", "f
 
 
 def vkattn_run(binary, s, path, iters, variant=""):
-    """One turn of vkattn bench; variant "rules" (VKATTN_TUNE=off) or "copies" (layout steps copied)."""
+    """One turn of vkattn bench; variant "rules" (VKATTN_TUNE=off), "copies" (layout steps copied)
+    or "resident" (input and weights on the device, output left there)."""
     cmd = [binary, "bench", "--batch", str(s["batch"]), "--seq", str(s["seq"]), "--embed", str(s["embed"]),
            "--heads", str(s["heads"]), *PATH_FLAGS[path], "--iters", str(iters), "--warmup", "1", "--json"]
     if s["causal"]:
         cmd.append("--causal")
     if variant == "copies":
         cmd.append("--copy-layout-steps")
+    if variant == "resident":
+        cmd.append("--resident")
     env = dict(os.environ, VKATTN_TUNE="off" if variant == "rules" else "on")
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -188,6 +193,8 @@ def main():
     parser.add_argument("--rules", action="store_true", help="also time vkattn under the fixed rules (VKATTN_TUNE=off)")
     parser.add_argument("--copies", action="store_true",
                         help="also time vkattn with split_heads and merge_heads as copies, not folded")
+    parser.add_argument("--resident", action="store_true",
+                        help="also time vkattn's forwards on tensors and weights kept on the device, as torch's")
     args = parser.parse_args()
     torch.set_num_threads(CORES)
     names = args.shapes.split(",")
@@ -197,7 +204,8 @@ def main():
 
     environment(args.vkattn, args.torch_device)
     tune(args.vkattn, names)
-    variants = [""] + (["rules"] if args.rules else []) + (["copies"] if args.copies else [])
+    variants = ([""] + (["rules"] if args.rules else []) + (["copies"] if args.copies else []) +
+                (["resident"] if args.resident else []))
     runs = [(p, v) for v in variants for p in ("unfused", "fused", "packed")]
     label = lambda p, variant: p + ("/" + variant if variant else "")  # noqa: E731
     paths = {n: [label(p, r) for p, r in runs if p in SHAPES[n]["paths"]] for n in names}
@@ -221,9 +229,10 @@ def main():
     where = torch.cuda.get_device_name() if args.torch_device == "cuda" else f"{CORES} threads"
     print(f"torch {torch.__version__} on {where} against vkattn bench (median of {args.rounds} "
           f"turns of {args.iters} forwards each; ratio = torch_ms / vkattn_ms)")
-    print("vkattn ms: a forward from the host (input and weights uploaded, output read back);")
+    print("vkattn ms: a forward from the host (input and weights uploaded, output read back), or with")
+    print("/resident on tensors and weights kept on the device, its output left there, as torch's;")
     print("steps ms: its steps' own time on the device (timestamps), without the transfers")
-    print(f"{'shape':6} {'path':14} {'torch ms':>9} {'vkattn ms':>10} {'GFLOP/s':>8} {'peak MiB':>9} {'ratio':>7} "
+    print(f"{'shape':6} {'path':16} {'torch ms':>9} {'vkattn ms':>10} {'GFLOP/s':>8} {'peak MiB':>9} {'ratio':>7} "
           f"{'steps ms':>9} {'ratio':>7}")
     table = []
     for n in names:
@@ -235,11 +244,13 @@ def main():
             row = dict(shape=n, path=p, torch_ms=t, vkattn_ms=v, gflops=flops(s) / (v * 1e6),
                        peak_device_bytes=memory[(n, p)], ratio=t / v, steps_ms=d, steps_ratio=t / d if d else None)
             table.append(row)
-            print(f"{n:6} {p:14} {t:9.2f} {v:10.2f} {row['gflops']:8.2f} {row['peak_device_bytes'] / 2**20:9.1f} "
+            print(f"{n:6} {p:16} {t:9.2f} {v:10.2f} {row['gflops']:8.2f} {row['peak_device_bytes'] / 2**20:9.1f} "
                   f"{row['ratio']:7.3f} {d:9.2f} {(t / d if d else float('nan')):7.3f}")
-        if "unfused" in s["paths"] and "fused" in s["paths"]:
-            u, f = statistics.median(results[n]["unfused"]), statistics.median(results[n]["fused"])
-            print(f"{n:6} fused is {u / f:.2f}x the unfused path's speed")
+        for variant in ("", "resident"):
+            unfused, fused = label("unfused", variant), label("fused", variant)
+            if unfused in results[n] and fused in results[n]:
+                u, f = statistics.median(results[n][unfused]), statistics.median(results[n][fused])
+                print(f"{n:6} {fused} is {u / f:.2f}x {unfused}'s speed")
     projection_gemm(args.vkattn, args.rounds, args.torch_device)
     if args.json:
         with open(args.json, "w") as f:

@@ -849,6 +849,24 @@ TEST_F(CliRun, BenchValidatesTimesAndReportsEveryStepAsJson) {
   EXPECT_TRUE(j["tracing"]["shapes"]["overhead"].is_number());
 }
 
+TEST_F(CliRun, BenchResidentCarriesNothingAndFromTheHostCarriesInputWeightsAndOutput) {
+  // cross-attention B 2, L 7, S 3, E 8: from the host the query, the memory, four (8, 8) weights
+  // and four biases go up and the output comes back; resident, nothing crosses
+  const uint64_t up = (2 * 7 * 8 + 2 * 3 * 8 + 4 * 64 + 4 * 8) * 4, down = 2 * 7 * 8 * 4;
+  for (bool resident : {false, true}) {
+    std::vector<std::string> args{"bench", "--batch", "2", "--seq", "7", "--kv-seq", "3", "--embed", "8", "--heads", "2",
+                                  "--iters", "2", "--json"};
+    if (resident) args.push_back("--resident");
+    Exit e = vkattn(args);
+    ASSERT_EQ(e.code, 0) << e.err;
+    auto j = nlohmann::json::parse(e.out);
+    EXPECT_EQ(j["config"]["resident"], resident);
+    EXPECT_EQ(j["uploaded_bytes"].get<uint64_t>(), resident ? 0 : up) << resident;
+    EXPECT_EQ(j["downloaded_bytes"].get<uint64_t>(), resident ? 0 : down) << resident;
+    EXPECT_LE(j["validation_max_abs_error"].get<double>(), 1e-5) << "the resident output is read back to be checked";
+  }
+}
+
 TEST_F(CliRun, BenchPrintsAReportAndRefusesBadShapes) {
   Exit e = vkattn({"bench", "--batch", "1", "--seq", "5", "--embed", "8", "--heads", "2", "--iters", "2", "--backend", "cpu"});
   ASSERT_EQ(e.code, 0) << e.err;

@@ -63,6 +63,11 @@ class Bench {
     options_.attention = parse_attention_path(a.attention);
     options_.pack_in_proj = a.pack_in_proj;
     if (auto* vulkan = dynamic_cast<VulkanBackend*>(backend_.get())) vulkan->fold_layout_steps(!a.copy_layout_steps);
+    if (a.resident) {  // as torch on a GPU: the module and its input there before the clock starts
+      mha_.keep_weights_on(*backend_);
+      query_value_ = backend_->upload("query", query_);
+      memory_value_ = a.kv_seq ? backend_->upload("memory", memory_) : query_value_;
+    }
   }
 
   Backend& backend() { return *backend_; }
@@ -76,7 +81,12 @@ class Bench {
     if (recorder) backend_->add_tracer(*recorder);
     auto start = std::chrono::steady_clock::now();
     try {
-      last_ = mha_.forward(*backend_, query_, kv(), kv(), options_);
+      if (a_.resident) {
+        last_values_ = mha_.forward(*backend_, query_value_, memory_value_, memory_value_, options_).output;
+        if (auto* vulkan = dynamic_cast<VulkanBackend*>(backend_.get())) vulkan->synchronize();  // to its end
+      } else {
+        last_ = mha_.forward(*backend_, query_, kv(), kv(), options_);
+      }
     } catch (...) {
       if (recorder) backend_->remove_tracer(*recorder);
       throw;
@@ -91,6 +101,7 @@ class Bench {
   // process's first: it makes the pipelines).
   double validate(double& first_ms) {
     first_ms = time_forward("none");
+    if (a_.resident) last_.output = backend_->download(last_values_);
     ReferenceBackend cpu;
     AttentionResult expected = mha_.forward(cpu, query_, kv(), kv(), options_);
     ValueDiff d = compare_values(last_.output, expected.output, 1e-4, 1e-4);  // the reference runs the same path
@@ -110,6 +121,7 @@ class Bench {
   const Tensor& kv() const { return a_.kv_seq ? memory_ : query_; }
   Tensor query_, memory_;
   std::unique_ptr<Backend> backend_;
+  Value query_value_, memory_value_, last_values_;  // --resident: on the backend
   ForwardOptions options_;
   AttentionResult last_;
 };
@@ -136,6 +148,9 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
                 "self-attention: project q, k and v with one in_proj GEMM (B, L, E) -> (B, L, 3E), as PyTorch packs them");
   cmd->add_flag("--copy-layout-steps", a.copy_layout_steps,
                 "run split_heads and merge_heads as copies instead of folding them into the projections (GPU)");
+  cmd->add_flag("--resident", a.resident,
+                "time forwards on tensors already on the backend, as torch's on CUDA: the input uploaded and the "
+                "weights kept before the clock starts, the output left there (each forward timed to its end)");
   cmd->add_option("--iters", a.iters, "timed forwards (per tracing mode with --tracing-overhead)")
       ->capture_default_str()->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", a.warmup, "untimed forwards first")->capture_default_str()->check(CLI::Range(0, 1000));
@@ -174,7 +189,9 @@ int run_bench(const BenchArgs& a) {
   // One more forward, shape-traced, for each step's time and the peak memory.
   StepRecorder steps(false);
   if (bench.gpu()) bench.gpu()->reset_peak();
+  const uint64_t up = bench.backend().uploaded_bytes(), down = bench.backend().downloaded_bytes();
   bench.time_forward("shapes", &steps);
+  const uint64_t carried_up = bench.backend().uploaded_bytes() - up, carried_down = bench.backend().downloaded_bytes() - down;
   const uint64_t peak = bench.gpu() ? bench.gpu()->peak_allocated_bytes() : 0;
   const double flops = forward_flops(a);
   const double gflops = flops / (total_ms * 1e6);
@@ -191,10 +208,12 @@ int run_bench(const BenchArgs& a) {
   if (a.json) {
     json out = {{"config", {{"batch", a.batch}, {"seq", a.seq}, {"kv_seq", S}, {"embed", a.embed}, {"heads", a.heads},
                             {"causal", a.causal}, {"need_weights", false}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), false))},
-                            {"pack_in_proj", a.pack_in_proj}, {"copy_layout_steps", a.copy_layout_steps}}},
+                            {"pack_in_proj", a.pack_in_proj}, {"copy_layout_steps", a.copy_layout_steps},
+                            {"resident", a.resident}}},
                 {"backend", a.backend}, {"device", bench.backend().device_name()}, {"iters", a.iters},
                 {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms}, {"flops", flops}, {"gflops", gflops},
-                {"peak_device_bytes", peak}, {"validation_max_abs_error", validation_error},
+                {"peak_device_bytes", peak}, {"uploaded_bytes", carried_up}, {"downloaded_bytes", carried_down},
+                {"validation_max_abs_error", validation_error},
                 {"first_forward_ms", a.backend == "cpu" ? json() : json(first_ms)},
                 {"step_clock", steps.pass_end().clock}, {"steps", steps_json}};
     if (a.tracing_overhead) {
@@ -220,9 +239,16 @@ int run_bench(const BenchArgs& a) {
               << "first forward (the validation's, not in the times below): " << first_ms
               << " ms; it made the pipelines\n";
   }
-  std::cout << a.iters << " forwards (" << a.warmup << " warm-up, tracer: " << timed << "): median " << total_ms
-            << " ms, fastest " << min_ms << " ms; " << flops / 1e9 << " GFLOP each, " << gflops << " GFLOP/s\n";
+  if (a.resident) std::cout << "resident: the input and the weights on the device before the clock, the output left there\n";
+  std::cout << a.iters << (a.resident ? " resident" : "") << " forwards (" << a.warmup << " warm-up, tracer: " << timed
+            << "): median " << total_ms
+            << " ms, fastest " << min_ms << " ms;" << (a.resident ? "\n  " : " ") << flops / 1e9 << " GFLOP each, "
+            << gflops << " GFLOP/s\n";
   if (bench.gpu()) std::cout << "peak Vulkan memory (device and staging buffers): " << static_cast<double>(peak) / 1048576.0 << " MiB\n";
+  if (bench.gpu()) {
+    std::cout << "carried a forward: " << double(carried_up) / 1048576.0 << " MiB to the device, "
+              << double(carried_down) / 1048576.0 << " MiB back\n";
+  }
   std::cout << "\nstep times (" << steps.pass_end().clock << " clock, one shape-traced forward):\n";
   double step_sum = 0;
   for (const auto& t : steps.pass_end().step_times) step_sum += t.duration_us;

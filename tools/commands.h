@@ -140,6 +140,7 @@ struct BenchArgs {
   std::string attention = "auto";  // or "unfused", "fused"
   bool pack_in_proj = false;       // self-attention's q, k, v projections as one in_proj GEMM
   bool copy_layout_steps = false;  // split_heads and merge_heads as copies, not folded (GPU)
+  bool resident = false;           // input and weights kept on the backend, output left there
   int iters = 10, warmup = 2;
   std::string tracing = "none";   // the tracer on each timed forward: none, shapes, values
   bool tracing_overhead = false;  // time all three, alternating
