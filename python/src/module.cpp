@@ -243,12 +243,18 @@ Inputs inputs(const FloatArray& query, const std::optional<FloatArray>& key, con
 
 class Attention {
  public:
+  // The weights stay on the device from the first forward on, as a torch module's after
+  // .to(device); load_state_dict sends the new ones at the next.
   Attention(MultiHeadAttentionConfig config, const std::string& kind, const std::string& selector)
-      : module_(config), device_(open_device(kind, selector)) {}
+      : module_(config), device_(open_device(kind, selector)) {
+    module_.keep_weights_on(*device_->backend);
+  }
   // The module a state_dict describes (embed_dim, bias, add_bias_kv, kdim and vdim from its tensors).
   Attention(const std::map<std::string, FloatArray>& state, std::optional<int64_t> num_heads, bool batch_first,
             bool add_zero_attn, const std::string& kind, const std::string& selector)
-      : module_(loaded(state, num_heads, batch_first, add_zero_attn)), device_(open_device(kind, selector)) {}
+      : module_(loaded(state, num_heads, batch_first, add_zero_attn)), device_(open_device(kind, selector)) {
+    module_.keep_weights_on(*device_->backend);
+  }
 
   std::string device() const { return device_label(*device_); }
   const MultiHeadAttentionConfig& config() const { return module_.config(); }

@@ -92,6 +92,20 @@ def test_unbatched_without_weights_and_no_bias(device):
     assert_close(vout, out)
 
 
+def test_weights_stay_on_the_device_and_load_state_dict_replaces_them(device):
+    # the first forward leaves the weights on the device; the new ones must go there, not the kept
+    m, v = torch_pair(device, embed_dim=8, num_heads=2, batch_first=True)
+    other = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        want, _ = m(x, x, x, need_weights=False)
+        want_other, _ = other(x, x, x, need_weights=False)
+    for _ in range(2):
+        assert_close(v(x, x, x, need_weights=False)[0], want)
+    v.load_state_dict(other.state_dict())
+    assert_close(v(x, x, x, need_weights=False)[0], want_other)
+
+
 @pytest.mark.parametrize("attention", ["auto", "unfused", "fused"])
 def test_paths_and_is_causal(device, attention):
     m, v = torch_pair(device, embed_dim=16, num_heads=2, batch_first=True)
