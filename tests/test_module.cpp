@@ -10,7 +10,11 @@
 #include "engine/backends/sizing_backend.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/modules/causal_lm.h"
+#include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer.h"
+#include "vkattn/modules/transformer_decoder.h"
 #include "vkattn/modules/transformer_encoder.h"
 
 namespace vkattn {
@@ -406,6 +410,72 @@ TEST_F(Module, NewWeightsAndAFailedPassSendTheWeightsAgain) {
   up = gpu().uploaded_bytes();
   mha.forward(gpu(), xv, xv, xv, o);
   EXPECT_GT(gpu().uploaded_bytes(), up) << "the weights went up again";
+}
+
+// A module that keeps its weights on `gpu`: its first pass there uploads them, later ones carry
+// up only their inputs (`input_bytes`), and each gives what the module without kept weights gives.
+template <class Module, class Forward>
+void expect_keeps_weights(Backend& gpu, Module module, const Forward& forward, uint64_t input_bytes) {
+  const Tensor want = forward(module);
+  module.keep_weights_on(gpu);
+  for (int pass = 0; pass < 3; ++pass) {
+    const uint64_t up = gpu.uploaded_bytes();
+    EXPECT_EQ(forward(module).data, want.data) << "pass " << pass;
+    const uint64_t carried = gpu.uploaded_bytes() - up;
+    if (pass == 0) EXPECT_GT(carried, input_bytes) << "the first pass sends the weights";
+    if (pass > 0) EXPECT_EQ(carried, input_bytes) << "pass " << pass << " sent more than its inputs";
+  }
+}
+
+TEST_F(Module, EveryModuleKeepsItsWeightsOnTheBackendAskedAndSendsOnlyItsInputs) {
+  TransformerEncoderLayerConfig layer{.d_model = 8, .nhead = 2, .dim_feedforward = 16};
+  const Tensor src = random_tensor({2, 5, 8}, 50), tgt = random_tensor({2, 3, 8}, 51);
+  const uint64_t src_bytes = src.size() * 4, tgt_bytes = tgt.size() * 4;
+  {
+    SCOPED_TRACE("TransformerEncoderLayer");
+    expect_keeps_weights(gpu(), TransformerEncoderLayer(layer), [&](const auto& m) { return m.forward(gpu(), src); },
+                         src_bytes);
+  }
+  {
+    SCOPED_TRACE("TransformerEncoder");
+    TransformerEncoderConfig c{layer, 2, true};
+    expect_keeps_weights(gpu(), TransformerEncoder(c, TransformerEncoderWeights::random(c, 52)),
+                         [&](const auto& m) { return m.forward(gpu(), src); }, src_bytes);
+  }
+  {
+    SCOPED_TRACE("TransformerDecoderLayer");
+    expect_keeps_weights(gpu(), TransformerDecoderLayer(layer),
+                         [&](const auto& m) { return m.forward(gpu(), tgt, src); }, src_bytes + tgt_bytes);
+  }
+  {
+    SCOPED_TRACE("TransformerDecoder");
+    TransformerDecoderConfig c{layer, 2, true};
+    expect_keeps_weights(gpu(), TransformerDecoder(c, TransformerDecoderWeights::random(c, 53)),
+                         [&](const auto& m) { return m.forward(gpu(), tgt, src); }, src_bytes + tgt_bytes);
+  }
+  {
+    SCOPED_TRACE("Transformer");
+    TransformerConfig c{layer, 1, 1};
+    expect_keeps_weights(gpu(), Transformer(c, TransformerWeights::random(c, 54)),
+                         [&](const auto& m) { return m.forward(gpu(), src, tgt); }, src_bytes + tgt_bytes);
+  }
+  {
+    SCOPED_TRACE("GroupedQueryAttention");
+    GroupedQueryAttentionConfig c{.hidden_size = 8, .num_heads = 4, .num_kv_heads = 2};
+    // and RoPE's tables for the pass's positions, of q and of k: inv_freq (d/2) and cos_sin (T, d/2, 2)
+    const int64_t d = 2, T = 5;
+    expect_keeps_weights(gpu(), GroupedQueryAttention(c, GroupedQueryAttentionWeights::random(c, 55)),
+                         [&](const auto& m) { return m.forward(gpu(), src).output; },
+                         src_bytes + 2 * (d / 2 + T * d) * 4);
+  }
+  {
+    SCOPED_TRACE("CausalLM");
+    CausalLMConfig c{.vocab_size = 11, .max_positions = 9, .layer = layer, .num_layers = 2};
+    Tensor ids({2, 4}, {1, 2, 3, 4, 5, 6, 7, 10}, DType::int64);
+    // and the position table's rows of the pass's T = 4 positions (CausalLM::embed)
+    expect_keeps_weights(gpu(), CausalLM(c, CausalLMWeights::random(c, 56)),
+                         [&](const auto& m) { return m.forward(gpu(), ids); }, ids.size() * 4 + 4 * 8 * 4);
+  }
 }
 
 TEST_F(Module, AFusedPassHoldsTheProjectionsAndOneMoreActivationAtOnce) {

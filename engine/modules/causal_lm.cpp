@@ -102,6 +102,7 @@ Tensor CausalLM::forward(Backend& backend, const Tensor& ids, const std::optiona
     attention.key_padding_mask =
         checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
   }
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
   return run_pass(backend, "causal_lm", [&](Backend& b) {
     Value x = embed(b, b.upload("ids", ids), 0);
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -134,7 +135,7 @@ Tensor CausalLM::decode(Backend& backend, const Tensor& ids, KVCache& cache, con
                      std::to_string(config_.layer.nhead) + " heads and the ids " + std::to_string(B) + " sequences");
   }
   const std::optional<Tensor> mask = options.padding_mask(who, B, position + T);
-  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner_);  // the first step uploads them
+  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner());  // the first step uploads them
   Tensor logits = run_pass(backend, "causal_lm_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);

@@ -158,6 +158,7 @@ AttentionResult GroupedQueryAttention::forward(Backend& backend, const Tensor& x
   if (options.position < 0) throw ShapeError(who + ": position=" + std::to_string(options.position) + " must be >= 0");
   AttentionResult result;
   std::optional<Value> weights;
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
   result.output = run_pass(backend, "grouped_query_attention", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);
@@ -206,7 +207,7 @@ Tensor GroupedQueryAttention::decode(Backend& backend, const Tensor& x_in, KVCac
   }
   cache.check_room(T);
   const std::optional<Tensor> mask = options.padding_mask(who, B, position + T);
-  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner_);  // the first step uploads them
+  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner());  // the first step uploads them
   Tensor out = run_pass(backend, "grouped_query_attention_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);

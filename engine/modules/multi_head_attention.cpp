@@ -137,7 +137,7 @@ void MultiHeadAttention::set_weights(MultiHeadAttentionWeights w) {
   checks::optional_weight(who, "bias_k", w.bias_k, c.add_bias_kv, "add_bias_kv", {E}, "(E,)");
   checks::optional_weight(who, "bias_v", w.bias_v, c.add_bias_kv, "add_bias_kv", {E}, "(E,)");
   weights_ = std::move(w);
-  weights_owner_ = new_weights_owner();  // what a backend kept of the old ones is dropped at its next pass
+  weights_changed();
   in_proj_weight_.reset();
   in_proj_bias_.reset();
   if (c.key_dim() == E && c.value_dim() == E) {
@@ -150,19 +150,11 @@ AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& quer
   return forward(backend, query, query, query, options);
 }
 
-void MultiHeadAttention::keep_weights_on(Backend& backend) {
-  resident_ = std::make_shared<Resident>(Resident{&backend, {}});
-}
-
-KeptWeights* MultiHeadAttention::kept_on(const Backend& backend) const {
-  return resident_ && resident_->backend == &backend ? &resident_->kept : nullptr;
-}
-
 AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& query, const Tensor& key,
                                             const Tensor& value, const ForwardOptions& options) const {
   // The pass spans the input checks too: it has two outputs, which run_pass does not read back
   return in_pass(backend, "multi_head_attention", [&] {
-    KeepWeights keep(backend, kept_on(backend), weights_owner_);
+    KeepWeights keep(backend, kept_on(backend), weights_owner());
     return run_steps(backend, query, key, value, options);
   });
 }
@@ -170,7 +162,7 @@ AttentionResult MultiHeadAttention::forward(Backend& backend, const Tensor& quer
 AttentionValues MultiHeadAttention::forward(Backend& backend, const Value& query, const Value& key,
                                             const Value& value, const ForwardOptions& options) const {
   return in_pass(backend, "multi_head_attention", [&] {
-    KeepWeights keep(backend, kept_on(backend), weights_owner_);
+    KeepWeights keep(backend, kept_on(backend), weights_owner());
     const std::string wanted = " on the backend must be batch-first (B, T, features), float32";
     for (auto [name, v] : {std::pair{"query", &query}, {"key", &key}, {"value", &value}}) {
       require(v->rank() == 3 && v->dtype == DType::float32, name + (" " + shape_string(v->shape)) + wanted);

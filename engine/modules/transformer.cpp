@@ -47,6 +47,7 @@ Tensor Transformer::forward(Backend& backend, const Tensor& src, const Tensor& t
   // memory has src's shape: its checks are src's, named as torch's forward names them
   DecoderInput target = prepare_decoder_input(who, config_.layer, tgt, src, decoder_options);
 
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
   Tensor out = run_pass(backend, "transformer", [&](Backend& b) {
     Value memory;
     {

@@ -118,6 +118,7 @@ Value TransformerDecoderLayer::steps_cached(Backend& backend, const Value& x, co
 Tensor TransformerDecoderLayer::forward(Backend& backend, const Tensor& tgt, const Tensor& memory,
                                         const DecoderOptions& options) const {
   DecoderInput input = prepare_decoder_input("TransformerDecoderLayer.forward", config_, tgt, memory, options);
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
   return decoder_pass(backend, "transformer_decoder_layer", input, [&](Backend& b, const Value& x, const Value& m) {
     return steps(b, x, m, input.self_attention, input.cross_attention);
   });
@@ -146,6 +147,7 @@ Value TransformerDecoder::steps(Backend& backend, const Value& x, const Value& m
 Tensor TransformerDecoder::forward(Backend& backend, const Tensor& tgt, const Tensor& memory,
                                    const DecoderOptions& options) const {
   DecoderInput input = prepare_decoder_input("TransformerDecoder.forward", config_.layer, tgt, memory, options);
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
   return decoder_pass(backend, "transformer_decoder", input, [&](Backend& b, const Value& x, const Value& m) {
     return steps(b, x, m, input.self_attention, input.cross_attention);
   });
@@ -213,7 +215,7 @@ Tensor TransformerDecoder::decode(Backend& backend, const Tensor& tgt, const Dec
                                 ", S the cache's length after");
   }
   const Value* memory_padding = memory.key_padding_mask ? &*memory.key_padding_mask : nullptr;
-  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner_);  // the first step uploads them
+  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner());  // the first step uploads them
   Tensor out = run_pass(backend, "transformer_decoder_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("tgt_key_padding_mask", *mask);

@@ -91,6 +91,7 @@ Value TransformerEncoderLayer::block(Backend& backend, const Value& x,
 
 Tensor TransformerEncoderLayer::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
   EncoderInput input = prepare_encoder_input("TransformerEncoderLayer.forward", config_, src, options);
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
   return encoder_pass(backend, "transformer_encoder_layer", input,
                       [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
 }
@@ -116,6 +117,7 @@ Value TransformerEncoder::steps(Backend& backend, const Value& x, const ForwardO
 
 Tensor TransformerEncoder::forward(Backend& backend, const Tensor& src, const EncoderOptions& options) const {
   EncoderInput input = prepare_encoder_input("TransformerEncoder.forward", config_.layer, src, options);
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
   return encoder_pass(backend, "transformer_encoder", input,
                       [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/modules/keeps_weights.h"
 #include "vkattn/modules/kv_cache.h"
 #include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
@@ -43,7 +44,7 @@ struct CausalLMWeights {
   static CausalLMWeights random(const CausalLMConfig& config, uint32_t seed);
 };
 
-class CausalLM {
+class CausalLM : public KeepsWeights {
  public:
   // Validates the config (ConfigError) and every weight's shape (ShapeError naming it).
   CausalLM(CausalLMConfig config, CausalLMWeights weights);
@@ -71,7 +72,6 @@ class CausalLM {
 
   CausalLMConfig config_;
   CausalLMWeights weights_;
-  uint64_t weights_owner_ = new_weights_owner();  // KeepWeights' owner when decoding
   std::vector<TransformerEncoderLayer> layers_;
 };
 

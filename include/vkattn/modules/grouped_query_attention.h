@@ -19,6 +19,7 @@
 #include <string>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/modules/keeps_weights.h"
 #include "vkattn/modules/kv_cache.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tensor.h"
@@ -65,7 +66,7 @@ struct GroupedQueryOptions {
   int64_t position = 0;  // the position of x's first row: RoPE's offset
 };
 
-class GroupedQueryAttention {
+class GroupedQueryAttention : public KeepsWeights {
  public:
   // Validates the config (ConfigError: H_kv dividing H, d·H and the rotary dims) and the weights'
   // shapes (ShapeError naming the tensor); without weights, random ones (seed 0).
@@ -108,7 +109,6 @@ class GroupedQueryAttention {
 
   GroupedQueryAttentionConfig config_;
   GroupedQueryAttentionWeights weights_;
-  uint64_t weights_owner_ = new_weights_owner();  // KeepWeights' owner when decoding
 };
 
 }  // namespace vkattn

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/modules/keeps_weights.h"
 #include "vkattn/modules/kv_cache.h"
 #include "vkattn/tensor.h"
 
@@ -88,7 +89,8 @@ struct AttentionValues {
   std::optional<Value> weights;  // (B, L, S) averaged or (B, H, L, S), when need_weights
 };
 
-class MultiHeadAttention {
+// keep_weights_on(backend) (KeepsWeights) keeps its weights on a backend between passes.
+class MultiHeadAttention : public KeepsWeights {
  public:
   // Validates the config (ConfigError) and draws weights with MultiHeadAttentionWeights::random(seed 0).
   explicit MultiHeadAttention(MultiHeadAttentionConfig config);
@@ -100,12 +102,6 @@ class MultiHeadAttention {
   // New weights; those kept on a backend (keep_weights_on) go up again at the next pass there.
   void set_weights(MultiHeadAttentionWeights weights);
 
-  // Keeps the weights on `backend` from the next pass there on, as torch's module.to(device):
-  // the first pass uploads them, later passes on that backend take them where they lie (a pass
-  // that fails drops them; the next uploads them again). Copies of the module made after this
-  // share them. Passes on another backend upload theirs as always; calling this again with
-  // another backend moves the kept weights there. `backend` must outlive the module's passes on it.
-  void keep_weights_on(Backend& backend);
 
   AttentionResult forward(Backend& backend, const Tensor& query, const Tensor& key, const Tensor& value,
                           const ForwardOptions& options = {}) const;
@@ -191,18 +187,9 @@ class MultiHeadAttention {
 
   // The path forward() takes on `backend` for B batch items of L queries over S keys.
   AttentionPath path(Backend& backend, int64_t B, int64_t L, int64_t S, const ForwardOptions& options) const;
-  // The weights kept on `backend` (keep_weights_on), or null: upload_weight's store in a pass.
-  KeptWeights* kept_on(const Backend& backend) const;
 
   MultiHeadAttentionConfig config_;
   MultiHeadAttentionWeights weights_;
-  // keep_weights_on's: the backend and what its passes keep there, shared by copies
-  struct Resident {
-    const Backend* backend = nullptr;
-    KeptWeights kept;
-  };
-  std::shared_ptr<Resident> resident_;
-  uint64_t weights_owner_ = new_weights_owner();  // KeepWeights' owner: new with new weights
   // q/k/v_proj_weight stacked (3E, E) and their biases (3E), when kdim = vdim = E: pack_in_proj's
   std::optional<Tensor> in_proj_weight_, in_proj_bias_;
 };

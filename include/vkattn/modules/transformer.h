@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/modules/keeps_weights.h"
 #include "vkattn/modules/transformer_decoder.h"
 #include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
@@ -41,7 +42,7 @@ struct TransformerOptions {
   AttentionPath attention = AttentionPath::automatic;
 };
 
-class Transformer {
+class Transformer : public KeepsWeights {
  public:
   // Validates like its encoder and decoder (ConfigError, ShapeError naming the tensor).
   Transformer(TransformerConfig config, TransformerWeights weights);

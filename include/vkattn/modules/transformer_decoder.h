@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/modules/keeps_weights.h"
 #include "vkattn/modules/kv_cache.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/modules/transformer_encoder.h"
@@ -81,7 +82,7 @@ struct DecoderMemory {
   std::optional<Value> key_padding_mask;  // (B, S) additive, when memory has padding
 };
 
-class TransformerDecoderLayer {
+class TransformerDecoderLayer : public KeepsWeights {
  public:
   // Validates the config (ConfigError) and the weights' shapes (ShapeError naming the tensor).
   TransformerDecoderLayer(TransformerDecoderLayerConfig config, TransformerDecoderLayerWeights weights);
@@ -127,7 +128,7 @@ struct TransformerDecoderWeights {
   static TransformerDecoderWeights random(const TransformerDecoderConfig& config, uint32_t seed);
 };
 
-class TransformerDecoder {
+class TransformerDecoder : public KeepsWeights {
  public:
   // Validates: num_layers >= 1, one weight set per layer, norm given exactly when final_norm.
   TransformerDecoder(TransformerDecoderConfig config, TransformerDecoderWeights weights);
@@ -160,7 +161,6 @@ class TransformerDecoder {
   TransformerDecoderConfig config_;
   std::vector<TransformerDecoderLayer> layers_;
   std::optional<LayerNormWeights> norm_;
-  uint64_t weights_owner_ = new_weights_owner();  // KeepWeights' owner when decoding
 };
 
 }  // namespace vkattn

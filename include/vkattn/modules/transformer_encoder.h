@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "vkattn/backends/backend.h"
+#include "vkattn/modules/keeps_weights.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tensor.h"
 
@@ -67,7 +68,7 @@ struct EncoderOptions {
   bool pack_in_proj = false;  // each self_attn's q, k, v as one in_proj GEMM (ForwardOptions')
 };
 
-class TransformerEncoderLayer {
+class TransformerEncoderLayer : public KeepsWeights {
  public:
   // Validates the config (ConfigError) and the weights' shapes (ShapeError naming the tensor).
   TransformerEncoderLayer(TransformerEncoderLayerConfig config, TransformerEncoderLayerWeights weights);
@@ -110,7 +111,7 @@ struct TransformerEncoderWeights {
   static TransformerEncoderWeights random(const TransformerEncoderConfig& config, uint32_t seed);
 };
 
-class TransformerEncoder {
+class TransformerEncoder : public KeepsWeights {
  public:
   // Validates: num_layers >= 1, one weight set per layer, norm given exactly when final_norm.
   TransformerEncoder(TransformerEncoderConfig config, TransformerEncoderWeights weights);
