@@ -244,7 +244,7 @@ Inputs inputs(const FloatArray& query, const std::optional<FloatArray>& key, con
 class Attention {
  public:
   // The weights stay on the device from the first forward on, as a torch module's after
-  // .to(device); load_state_dict sends the new ones at the next.
+  // .to(device); load_state_dict sends the new ones at the next. So do every module's here.
   Attention(MultiHeadAttentionConfig config, const std::string& kind, const std::string& selector)
       : module_(config), device_(open_device(kind, selector)) {
     module_.keep_weights_on(*device_->backend);
@@ -341,7 +341,9 @@ class GroupedQuery {
                const std::string& rope, double rope_theta, int64_t rotary_dims, bool causal, int64_t sliding_window,
                const std::string& kind, const std::string& selector)
       : module_(loaded(state, num_heads, num_kv_heads, rope, rope_theta, rotary_dims, causal, sliding_window)),
-        device_(open_device(kind, selector)) {}
+        device_(open_device(kind, selector)) {
+    module_.keep_weights_on(*device_->backend);  // as Attention's
+  }
 
   std::string device() const { return device_label(*device_); }
 
@@ -422,9 +424,10 @@ class Encoder {
                {"activation", activation}, {"norm_first", norm_first}, {"layer_norm_eps", eps},
                {"num_layers", loaded.config.num_layers}, {"final_norm", loaded.config.final_norm}};
     if (loaded.single_layer) {
-      module_.emplace<TransformerEncoderLayer>(layer, std::move(loaded.weights.layers.front()));
+      module_.emplace<TransformerEncoderLayer>(layer, std::move(loaded.weights.layers.front()))
+          .keep_weights_on(*device_->backend);  // as Attention's
     } else {
-      module_.emplace<TransformerEncoder>(loaded.config, std::move(loaded.weights));
+      module_.emplace<TransformerEncoder>(loaded.config, std::move(loaded.weights)).keep_weights_on(*device_->backend);
     }
   }
 
