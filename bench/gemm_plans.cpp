@@ -1,7 +1,7 @@
 // bench_gemm: the projection GEMM (linear: x (M, K) · Wᵀ (N, K)) under every GEMM plan tuning
 // measures on the device (tuning::gemm_candidates: on a CPU device broadcast tiles, storage or
 // texel inputs, B packed or not, and the shared tiling beside them; on a GPU shared tilings of
-// 64 to 128 rows and columns a workgroup) — taking turns round after round so that a shared
+// 32 to 128 rows and columns a workgroup) — taking turns round after round so that a shared
 // machine's drift falls on all alike. Each plan's output is checked against the CPU reference
 // first (on 64 of its rows). Prints each plan's median and best GFLOP/s, the plan
 // the fixed rule gives the device, and the plan tuning chose for the product's shape class
@@ -20,9 +20,9 @@
 #include <memory>
 #include <vector>
 
+#include "engine/backends/tuner.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/gemm_plan.h"
-#include "engine/backends/tuner.h"
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/errors.h"
@@ -113,6 +113,12 @@ int main(int argc, char** argv) {
     std::cout << "linear (" << M << ", " << K << ") · (" << N << ", " << K << ")ᵀ on " << device.name << ", "
               << gflop << " GFLOP\n"
               << "time: the median of " << rounds << " turns of " << reps << " (to the last one's end); speed: the median's / the best's\n";
+    // lines padded to the longest plan's characters, not bytes (× is two)
+    const auto chars = [](const std::string& text) {
+      return std::count_if(text.begin(), text.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+    };
+    std::ptrdiff_t widest = 0;
+    for (const auto& c : candidates) widest = std::max(widest, chars(c.plan.fitted(uint64_t(N)).describe()));
     double fastest = 1e300, tuned_ms = 0;
     for (auto& c : candidates) {
       std::sort(c.ms.begin(), c.ms.end());
@@ -124,13 +130,7 @@ int main(int argc, char** argv) {
       const std::string described = c.plan.fitted(uint64_t(N)).describe();
       const std::string mark = std::string(described == tuned ? "t" : " ") +
                                (described == rule.fitted(uint64_t(N)).describe() ? "r " : "  ");
-      // padded to the longest plan's characters, not bytes (× is two); GFLOP/s in thousands
-      // without a decimal, so that a GPU's line fits 100 columns as a CPU's
-      const auto chars = [](const std::string& text) {
-        return std::count_if(text.begin(), text.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
-      };
-      std::ptrdiff_t widest = 0;
-      for (const auto& other : candidates) widest = std::max(widest, chars(other.plan.fitted(uint64_t(N)).describe()));
+      // GFLOP/s in thousands without a decimal, so that a GPU's line fits 100 columns as a CPU's
       const double rate = gflop / median * 1e3, best_rate = gflop / best * 1e3;
       std::cout << mark << described << std::string(size_t(widest + 2 - chars(described)), ' ') << std::fixed
                 << std::setprecision(2) << std::setw(7) << median << " ms " << std::setprecision(best_rate >= 1000 ? 0 : 1)
