@@ -110,6 +110,8 @@ void layer_norm(const float* x, const float* weight, const float* bias, float* y
 
 // y = x · Φ(x) = x/2 · (1 + erf(x/√2)), torch's exact GELU      x, y (n)
 void gelu(const float* x, float* y, int64_t n);
+// x/2 · (1 + tanh(√(2/π) · (x + 0.044715 · x³))): torch's gelu(approximate='tanh'), GPT-2's gelu_new
+void gelu_tanh(const float* x, float* y, int64_t n);
 
 // y = max(x, 0)      x, y (n)
 void relu(const float* x, float* y, int64_t n);

@@ -297,7 +297,7 @@ TEST_F(Ops, LayerNormNormalisesEachRow) {
   }
 }
 
-// gelu / relu / residual_add over lengths that are not multiples of the workgroup size, with
+// gelu / gelu_tanh / relu / residual_add over lengths that are not multiples of the workgroup size, with
 // values out to ±8 (gelu's tails) and exact zeros.
 class Elementwise : public Ops, public ::testing::WithParamInterface<int> {};
 TEST_P(Elementwise, MatchesReference) {
@@ -305,6 +305,7 @@ TEST_P(Elementwise, MatchesReference) {
   Tensor x = random_tensor({n}, 23);
   for (int i = 0; i < n; ++i) x.data[i] = i % 7 == 0 ? 0.0f : x.data[i] * 8.0f;
   EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.gelu("gelu", v[0]); }, {"i"}));
+  EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.gelu_tanh("gelu_tanh", v[0]); }, {"i"}));
   EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.relu("relu", v[0]); }, {"i"}));
   EXPECT_TRUE(check({x, random_tensor({n}, 24)},
                     [](Backend& b, const std::vector<Value>& v) { return b.residual_add("residual_add1", v[0], v[1]); }, {"i"}));

@@ -157,6 +157,21 @@ TEST(Reference, GeluIsXTimesTheNormalCdf) {
   EXPECT_FLOAT_EQ(y[5], 10.0f);
 }
 
+TEST(Reference, GeluTanhIsTorchsTanhApproximation) {
+  const float x[] = {0, 1, -1, 3, -10, 10, -5};
+  float y[7];
+  reference::gelu_tanh(x, y, 7);
+  // torch.nn.functional.gelu(torch.tensor([0., 1, -1, 3, -10, 10, -5], dtype=torch.float64),
+  //                          approximate='tanh')
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_FLOAT_EQ(y[1], 0.8411919906082768f);
+  EXPECT_FLOAT_EQ(y[2], -0.15880800939172324f);
+  EXPECT_FLOAT_EQ(y[3], 2.996362607918227f);
+  EXPECT_NEAR(y[4], 0.0f, 1e-30f);  // torch's 1 + tanh form cancels to -0
+  EXPECT_FLOAT_EQ(y[5], 10.0f);
+  EXPECT_NEAR(y[6], -2.2917961972623857e-07f, 1e-12f);
+}
+
 TEST(Reference, ReluAndResidualAdd) {
   const float x[] = {-2, 0, 3}, r[] = {1, 1, -4};
   float y[3];

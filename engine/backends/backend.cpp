@@ -536,6 +536,15 @@ Value Backend::gelu(const std::string& step_name, const Value& x) {
   return y;
 }
 
+Value Backend::gelu_tanh(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_gelu_tanh(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "gelu_tanh", infos({&x}), y, {"b", "t", "f"});
+  return y;
+}
+
 Value Backend::relu(const std::string& step_name, const Value& x) {
   const std::string step = scoped(step_name);
   require_float(step, x);

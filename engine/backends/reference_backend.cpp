@@ -128,6 +128,10 @@ void ReferenceBackend::run_gelu(const std::string&, const Storage& x, Storage& y
   reference::gelu(in(x), out(y), n);
 }
 
+void ReferenceBackend::run_gelu_tanh(const std::string&, const Storage& x, Storage& y, int64_t n) {
+  reference::gelu_tanh(in(x), out(y), n);
+}
+
 void ReferenceBackend::run_relu(const std::string&, const Storage& x, Storage& y, int64_t n) {
   reference::relu(in(x), out(y), n);
 }

@@ -76,6 +76,7 @@ class SizingBackend final : public Backend {
   void run_layer_norm(const std::string&, const Storage&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
                       float) override {}
   void run_gelu(const std::string&, const Storage&, Storage&, int64_t) override {}
+  void run_gelu_tanh(const std::string&, const Storage&, Storage&, int64_t) override {}
   void run_relu(const std::string&, const Storage&, Storage&, int64_t) override {}
   void run_residual_add(const std::string&, const Storage&, const Storage&, Storage&, int64_t) override {}
   void run_embedding(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t,

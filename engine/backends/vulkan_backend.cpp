@@ -606,6 +606,11 @@ void VulkanBackend::run_gelu(const std::string& step, const Storage& x, Storage&
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
 }
 
+void VulkanBackend::run_gelu_tanh(const std::string& step, const Storage& x, Storage& y, int64_t n) {
+  const auto& k = kernel(vulkan::Op::gelu_tanh);
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
+}
+
 void VulkanBackend::run_relu(const std::string& step, const Storage& x, Storage& y, int64_t n) {
   const auto& k = kernel(vulkan::Op::relu);
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));

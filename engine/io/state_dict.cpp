@@ -543,8 +543,9 @@ CausalLMState causal_lm_from_state_dict(const Safetensors& file, const std::stri
     return it == file.metadata.end() ? nullptr : &it->second;
   };
   if (const auto* a = meta("activation")) {
-    if (*a != "relu" && *a != "gelu") throw error("__metadata__ activation is '" + *a + "', not relu or gelu");
-    c.layer.activation = *a == "gelu" ? Activation::gelu : Activation::relu;
+    const auto activation = activation_from_name(*a);
+    if (!activation) throw error("__metadata__ activation is '" + *a + "', not relu, gelu or gelu_tanh");
+    c.layer.activation = *activation;
   }
   if (const auto* n = meta("norm_first")) {
     if (*n != "true" && *n != "false") throw error("__metadata__ norm_first is '" + *n + "', not true or false");

@@ -74,7 +74,11 @@ Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLay
   Value w2 = backend.upload_weight("linear2.weight", linear2_weight);
   Value b2 = backend.upload_weight("linear2.bias", linear2_bias);
   Value hidden = backend.linear("linear1", x, w1, &b1);  // (B, L, F)
-  hidden = c.activation == Activation::gelu ? backend.gelu("gelu", hidden) : backend.relu("relu", hidden);
+  switch (c.activation) {
+    case Activation::gelu: hidden = backend.gelu("gelu", hidden); break;
+    case Activation::gelu_tanh: hidden = backend.gelu_tanh("gelu_tanh", hidden); break;
+    case Activation::relu: hidden = backend.relu("relu", hidden); break;
+  }
   return backend.linear("linear2", hidden, w2, &b2);  // (B, L, E)
 }
 

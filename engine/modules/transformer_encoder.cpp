@@ -26,7 +26,21 @@ Tensor encoder_pass(Backend& backend, const std::string& pass, const EncoderInpu
 
 }  // namespace
 
-const char* activation_name(Activation activation) { return activation == Activation::gelu ? "gelu" : "relu"; }
+const char* activation_name(Activation activation) {
+  switch (activation) {
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
+    case Activation::relu: break;
+  }
+  return "relu";
+}
+
+std::optional<Activation> activation_from_name(std::string_view name) {
+  for (Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
+    if (name == activation_name(a)) return a;
+  }
+  return std::nullopt;
+}
 
 TransformerEncoderLayerWeights TransformerEncoderLayerWeights::random(const TransformerEncoderLayerConfig& c,
                                                                       uint32_t seed) {

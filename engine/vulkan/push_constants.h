@@ -107,7 +107,7 @@ struct LayerNormParams {  // shaders/layer_norm.comp
   float eps;
 };
 
-struct ElementwiseParams {  // shaders/unary.glsl (gelu, relu), shaders/residual_add.comp
+struct ElementwiseParams {  // shaders/unary.glsl (gelu, gelu_tanh, relu), shaders/residual_add.comp
   glm::uint count;          // n
 };
 

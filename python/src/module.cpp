@@ -413,10 +413,9 @@ class Encoder {
       : device_(open_device(kind, selector)) {
     auto loaded = io::encoder_from_state_dict(to_state(state, nhead), 0, "state_dict");
     auto& layer = loaded.config.layer;
-    if (activation != "relu" && activation != "gelu") {
-      throw ConfigError("activation '" + activation + "' is neither relu nor gelu");
-    }
-    layer.activation = activation == "gelu" ? Activation::gelu : Activation::relu;
+    const auto parsed = activation_from_name(activation);
+    if (!parsed) throw ConfigError("activation '" + activation + "' is not relu, gelu or gelu_tanh");
+    layer.activation = *parsed;
     layer.norm_first = norm_first;
     layer.layer_norm_eps = static_cast<float>(eps);
     config_ = {{"module", loaded.single_layer ? "nn.TransformerEncoderLayer" : "nn.TransformerEncoder"},

@@ -144,6 +144,18 @@ def test_encoder_layer_and_encoder_from_torch(device):
     assert_close(got, expected, atol=2e-5, rtol=2e-5)
 
 
+def test_an_encoder_layer_with_the_tanh_gelu_runs_gelu_tanh(device):
+    # torch marks nn.GELU(approximate='tanh') as a gelu (activation_relu_or_gelu == 2), and its
+    # fast path (eval, no grad) then runs the exact gelu; the layer's own definition, which the
+    # path with grad runs, is the tanh one (outputs ~1e-4 apart)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True,
+                                             activation=torch.nn.GELU(approximate="tanh")).eval()
+    x = 3 * torch.randn(2, 5, 16)
+    expected = layer(x).detach()
+    assert_close(vkattn.TransformerEncoderLayer.from_torch(layer, device=device)(x), expected,
+                 atol=2e-5, rtol=2e-5)
+
+
 def test_devices_and_device_choice():
     listed = vkattn.devices()
     assert listed and any(d.chosen for d in listed)

@@ -162,15 +162,21 @@ class GroupedQueryAttention:
 
 
 def _activation(layer):
-    """relu or gelu: torch keeps it as activation_relu_or_gelu (1.12+) or as the function."""
+    """relu, gelu or gelu_tanh (nn.GELU(approximate='tanh')), the step's name. torch keeps a
+    relu or gelu as activation_relu_or_gelu (1.12+) — a tanh GELU too, so its approximate is
+    read first — or as the function."""
+    approximate = getattr(layer.activation, "approximate", "none")
+    if approximate == "tanh":
+        return "gelu_tanh"
+    if approximate != "none":
+        raise _vkattn.ConfigError(f"activation gelu(approximate={approximate!r}): vkattn runs "
+                                  "the exact gelu and its tanh approximation")
     kind = getattr(layer, "activation_relu_or_gelu", 0)
     if kind:
         return "relu" if kind == 1 else "gelu"
     name = getattr(layer.activation, "__name__", type(layer.activation).__name__).lower()
     if name not in ("relu", "gelu"):
-        raise _vkattn.ConfigError(f"activation {name!r}: vkattn runs relu and exact gelu")
-    if getattr(layer.activation, "approximate", "none") != "none":
-        raise _vkattn.ConfigError("activation gelu(approximate='tanh'): vkattn runs the exact gelu")
+        raise _vkattn.ConfigError(f"activation {name!r}: vkattn runs relu, gelu and gelu_tanh")
     return name
 
 

@@ -230,6 +230,9 @@ class Backend {
   Value layer_norm(const std::string& step, const Value& x, const Value& weight, const Value& bias, float eps);
   // x · Φ(x) = x/2 · (1 + erf(x/√2)): torch's exact GELU (approximate='none'). Any shape.
   Value gelu(const std::string& step, const Value& x);
+  // x/2 · (1 + tanh(√(2/π) · (x + 0.044715 · x³))): torch's gelu(approximate='tanh'), GPT-2's
+  // gelu_new. Any shape.
+  Value gelu_tanh(const std::string& step, const Value& x);
   // max(x, 0). Any shape.
   Value relu(const std::string& step, const Value& x);
   // x + residual, two tensors of one shape: the skip connection around a sub-block.
@@ -357,6 +360,7 @@ class Backend {
   virtual void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
                               Storage& y, int64_t N, int64_t E, float eps) = 0;
   virtual void run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
+  virtual void run_gelu_tanh(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
   virtual void run_relu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
   virtual void run_residual_add(const std::string& step, const Storage& x, const Storage& residual, Storage& y,
                                 int64_t n) = 0;

@@ -169,6 +169,7 @@ class VulkanBackend final : public Backend {
   void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias, Storage& y,
                       int64_t N, int64_t E, float eps) override;
   void run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) override;
+  void run_gelu_tanh(const std::string& step, const Storage& x, Storage& y, int64_t n) override;
   void run_relu(const std::string& step, const Storage& x, Storage& y, int64_t n) override;
   void run_residual_add(const std::string& step, const Storage& x, const Storage& residual, Storage& y, int64_t n) override;
   void run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y, int64_t N, int64_t V,

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "vkattn/backends/backend.h"
@@ -26,9 +27,11 @@
 
 namespace vkattn {
 
-enum class Activation { relu, gelu };
-// "relu" / "gelu": torch's activation names, and the step's.
+enum class Activation { relu, gelu, gelu_tanh };
+// "relu" / "gelu" / "gelu_tanh": the step's name (torch's relu, gelu, gelu(approximate='tanh')).
 const char* activation_name(Activation activation);
+// The activation of that name; nullopt for any other.
+std::optional<Activation> activation_from_name(std::string_view name);
 
 struct TransformerEncoderLayerConfig {
   int64_t d_model = 0;             // E
