@@ -1,0 +1,216 @@
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "engine/io/file.h"
+#include "engine/text/pre_tokenize.h"
+#include "vkattn/errors.h"
+#include "vkattn/text/tokenizer.h"
+
+namespace vkattn::text {
+namespace {
+
+std::string utf8(char32_t c) {
+  std::string s;
+  if (c < 0x80) {
+    s += static_cast<char>(c);
+  } else {  // the stand-ins are below U+0800: two bytes
+    s += static_cast<char>(0xc0 | (c >> 6));
+    s += static_cast<char>(0x80 | (c & 0x3f));
+  }
+  return s;
+}
+
+// GPT-2's bytes_to_unicode: each byte's printable stand-in. The printable bytes ('!'…'~',
+// '¡'…'¬', '®'…'ÿ') stand for themselves; the other 68 for U+0100 onwards, in byte order — so
+// that a space is 'Ġ' (U+0120) and a newline 'Ċ'.
+const std::array<std::string, 256>& byte_stand_ins() {
+  static const std::array<std::string, 256> table = [] {
+    std::array<std::string, 256> t;
+    char32_t next = 0x100;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+      t[static_cast<size_t>(b)] = utf8(printable ? static_cast<char32_t>(b) : next++);
+    }
+    return t;
+  }();
+  return table;
+}
+
+// stand-in (UTF-8) -> byte
+const std::unordered_map<std::string, unsigned char>& stand_in_bytes() {
+  static const std::unordered_map<std::string, unsigned char> table = [] {
+    std::unordered_map<std::string, unsigned char> t;
+    for (int b = 0; b < 256; ++b) t[byte_stand_ins()[static_cast<size_t>(b)]] = static_cast<unsigned char>(b);
+    return t;
+  }();
+  return table;
+}
+
+std::string pair_key(const std::string& a, const std::string& b) { return a + ' ' + b; }
+
+std::string text_of(const std::filesystem::path& path) {
+  const auto bytes = io::read_file(path);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+}  // namespace
+
+ByteLevelBPE::ByteLevelBPE(std::unordered_map<std::string, int64_t> vocab,
+                           std::vector<std::pair<std::string, std::string>> merges, std::vector<std::string> special,
+                           const std::string& source, std::string merges_source)
+    : vocab_(std::move(vocab)), special_(std::move(special)) {
+  if (merges_source.empty()) merges_source = source;
+  tokens_.resize(vocab_.size());
+  std::vector<bool> seen(vocab_.size());
+  for (const auto& [token, id] : vocab_) {
+    if (id < 0 || id >= static_cast<int64_t>(vocab_.size()) || seen[static_cast<size_t>(id)]) {
+      throw FileError(source + ": token '" + token + "' has id " + std::to_string(id) + ", but the " +
+                      std::to_string(vocab_.size()) + " ids must be 0 … " + std::to_string(vocab_.size() - 1) +
+                      ", each once");
+    }
+    seen[static_cast<size_t>(id)] = true;
+    tokens_[static_cast<size_t>(id)] = token;
+  }
+  for (const auto& stand_in : byte_stand_ins()) {
+    if (!vocab_.contains(stand_in)) {
+      throw FileError(source + ": the vocabulary lacks the byte token '" + stand_in + "' (byte-level BPE has all 256)");
+    }
+  }
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [a, b] = merges[rank];
+    if (!vocab_.contains(a + b)) {
+      throw FileError(merges_source + ": merge " + std::to_string(rank + 1) + " '" + a + " " + b + "' makes '" + a + b +
+                      "', which is not in the vocabulary");
+    }
+    ranks_.emplace(pair_key(a, b), rank);  // a repeated merge keeps its first rank
+  }
+  for (const auto& token : special_) {
+    if (!vocab_.contains(token)) throw FileError(source + ": special token '" + token + "' is not in the vocabulary");
+  }
+  // the longest first, so that a special token that starts another does not split it
+  std::sort(special_.begin(), special_.end(), [](const auto& x, const auto& y) { return x.size() > y.size(); });
+}
+
+ByteLevelBPE ByteLevelBPE::from_files(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt) {
+  std::unordered_map<std::string, int64_t> vocab;
+  try {
+    const nlohmann::json file = nlohmann::json::parse(text_of(vocab_json));
+    if (!file.is_object()) throw FileError(vocab_json.string() + ": not a JSON object of token: id");
+    for (const auto& [token, id] : file.items()) vocab[token] = id.get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw FileError(vocab_json.string() + ": not a JSON object of token: id (" + e.what() + ")");
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  const std::string lines = text_of(merges_txt);
+  size_t line_number = 0;
+  for (size_t begin = 0; begin < lines.size();) {
+    size_t end = lines.find('\n', begin);
+    if (end == std::string::npos) end = lines.size();
+    std::string line = lines.substr(begin, end - begin);
+    begin = end + 1;
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_number == 1 && line.starts_with("#version"))) continue;
+    const size_t space = line.find(' ');
+    if (space == std::string::npos || space == 0 || line.find(' ', space + 1) != std::string::npos ||
+        space + 1 == line.size()) {
+      throw FileError(merges_txt.string() + ": line " + std::to_string(line_number) + " '" + line +
+                      "' is not two tokens split by one space");
+    }
+    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  std::vector<std::string> special;
+  if (vocab.contains("<|endoftext|>")) special.push_back("<|endoftext|>");
+  return ByteLevelBPE(std::move(vocab), std::move(merges), std::move(special), vocab_json.string(),
+                      merges_txt.string());
+}
+
+std::vector<std::string> ByteLevelBPE::merge(std::vector<std::string> symbols) const {
+  // Merge the adjacent pair of the lowest rank, every occurrence left to right, until no pair has
+  // a rank: GPT-2's bpe().
+  while (symbols.size() > 1) {
+    size_t best = std::numeric_limits<size_t>::max();
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      auto it = ranks_.find(pair_key(symbols[i], symbols[i + 1]));
+      if (it != ranks_.end()) best = std::min(best, it->second);
+    }
+    if (best == std::numeric_limits<size_t>::max()) break;
+    std::vector<std::string> merged;
+    for (size_t i = 0; i < symbols.size(); ++i) {
+      if (i + 1 < symbols.size()) {
+        auto it = ranks_.find(pair_key(symbols[i], symbols[i + 1]));
+        if (it != ranks_.end() && it->second == best) {
+          merged.push_back(symbols[i] + symbols[i + 1]);
+          ++i;
+          continue;
+        }
+      }
+      merged.push_back(symbols[i]);
+    }
+    symbols = std::move(merged);
+  }
+  return symbols;
+}
+
+std::vector<int64_t> ByteLevelBPE::encode(std::string_view text) const {
+  check_utf8(text, "the text");
+  std::vector<int64_t> ids;
+  auto encode_plain = [&](std::string_view part) {
+    for (const std::string& piece : pre_tokenize(part)) {
+      std::vector<std::string> symbols;
+      for (unsigned char byte : piece) symbols.push_back(byte_stand_ins()[byte]);
+      for (const std::string& symbol : merge(std::move(symbols))) ids.push_back(vocab_.at(symbol));
+    }
+  };
+  size_t begin = 0;
+  while (begin < text.size()) {
+    // the first special token at or after `begin` (the longest where several start there)
+    size_t found = std::string_view::npos;
+    const std::string* which = nullptr;
+    for (const auto& token : special_) {
+      const size_t at = text.find(token, begin);
+      if (at < found) found = at, which = &token;
+    }
+    encode_plain(text.substr(begin, found == std::string_view::npos ? std::string_view::npos : found - begin));
+    if (!which) break;
+    ids.push_back(vocab_.at(*which));
+    begin = found + which->size();
+  }
+  return ids;
+}
+
+std::string ByteLevelBPE::decode(std::span<const int64_t> ids) const {
+  std::string bytes;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    if (id < 0 || id >= vocab_size()) {
+      throw ShapeError("token id " + std::to_string(id) + " at index " + std::to_string(i) +
+                       " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+    }
+    const std::string& token = tokens_[static_cast<size_t>(id)];
+    if (std::find(special_.begin(), special_.end(), token) != special_.end()) {
+      bytes += token;
+      continue;
+    }
+    for (size_t k = 0; k < token.size();) {  // each stand-in: 1 or 2 bytes of UTF-8
+      const size_t length = static_cast<unsigned char>(token[k]) < 0x80 ? 1 : 2;
+      auto it = stand_in_bytes().find(token.substr(k, length));
+      if (it == stand_in_bytes().end()) {  // a token of other characters (an added token): as it is
+        bytes += token.substr(k);
+        break;
+      }
+      bytes += static_cast<char>(it->second);
+      k += length;
+    }
+  }
+  return bytes;
+}
+
+int64_t ByteLevelBPE::token_id(const std::string& token) const {
+  auto it = vocab_.find(token);
+  return it == vocab_.end() ? -1 : it->second;
+}
+
+}  // namespace vkattn::text

@@ -1,0 +1,155 @@
+// The tokenizers against their own implementations' ids: GPT-2's byte-level BPE matches every id
+// gpt-3-encoder (OpenAI's encoder in JavaScript) gives the texts of tests/data/gpt2_tokenizer,
+// from vocab.json + merges.txt and from the same vocabulary as a tokenizer.json; text and files
+// that are not what they claim are one-line errors naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/text/pre_tokenize.h"
+#include "tests/support/expect_error.h"
+#include "vkattn/errors.h"
+#include "vkattn/text/tokenizer.h"
+
+namespace vkattn {
+namespace {
+
+using nlohmann::json;
+using testing::expect_error;
+namespace fs = std::filesystem;
+
+const fs::path kGpt2 = fs::path(VKATTN_SOURCE_DIR) / "tests/data/gpt2_tokenizer";
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+const text::Tokenizer& gpt2() {
+  static const auto tokenizer = text::load_tokenizer(kGpt2);
+  return *tokenizer;
+}
+
+// A fresh folder under the test's temporary directory.
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("vkattn_test_tokenizer_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+void expect_every_fixture_id(const text::Tokenizer& tokenizer) {
+  const json fixture = read_json(kGpt2 / "fixture.json");
+  ASSERT_GE(fixture["cases"].size(), 20u);
+  for (const auto& c : fixture["cases"]) {
+    const std::string text = c["text"];
+    const auto expected = c["ids"].get<std::vector<int64_t>>();
+    EXPECT_EQ(tokenizer.encode(text), expected) << text;
+    EXPECT_EQ(tokenizer.decode(expected), text);
+  }
+}
+
+TEST(Gpt2Tokenizer, MatchesEveryIdOfGpt2sOwnEncoder) {
+  EXPECT_EQ(gpt2().vocab_size(), 50257);
+  expect_every_fixture_id(gpt2());
+}
+
+TEST(Gpt2Tokenizer, PreTokensKeepTheirLeadingSpaceAndTheLastSpaceBeforeAWord) {
+  EXPECT_EQ(text::pre_tokenize("I'm  here 42x!?\n"),
+            (std::vector<std::string>{"I", "'m", " ", " here", " 42", "x", "!?", "\n"}));
+  EXPECT_EQ(text::pre_tokenize("caf\xc3\xa9 \xe6\x97\xa5"), (std::vector<std::string>{"caf\xc3\xa9", " \xe6\x97\xa5"}));
+  EXPECT_TRUE(text::pre_tokenize("").empty());
+}
+
+TEST(Gpt2Tokenizer, SpecialTokensAreMatchedBeforeTheTextIsSplit) {
+  const int64_t end = gpt2().token_id("<|endoftext|>");
+  EXPECT_EQ(end, 50256);
+  EXPECT_EQ(gpt2().encode("Hello world<|endoftext|> Hi"), (std::vector<int64_t>{15496, 995, end, 15902}));
+  EXPECT_EQ(gpt2().encode("<|endoftext|><|endoftext|>"), (std::vector<int64_t>{end, end}));
+  EXPECT_EQ(gpt2().decode(std::vector<int64_t>{15496, end}), "Hello<|endoftext|>");
+  EXPECT_EQ(gpt2().token_id("no such token"), -1);
+}
+
+TEST(Gpt2Tokenizer, DecodesAPartOfACharacterToItsBytes) {
+  const auto ids = gpt2().encode("\xf0\x9f\x98\x80");  // 😀: several byte tokens
+  ASSERT_GT(ids.size(), 1u);
+  const std::string first = gpt2().decode(std::span(ids).first(1));
+  EXPECT_EQ(first, std::string("\xf0\x9f\x98\x80").substr(0, first.size()));
+}
+
+TEST(Gpt2Tokenizer, BadTextAndIdsAreOneLineErrors) {
+  expect_error<ShapeError>([] { gpt2().encode("ok \xff here"); }, {"not UTF-8", "byte 3"});
+  expect_error<ShapeError>([] { gpt2().encode("cut \xe6\x97"); }, {"not UTF-8", "byte 4"});
+  expect_error<ShapeError>([] { gpt2().decode(std::vector<int64_t>{1, 50257}); },
+                           {"token id 50257", "index 1", "[0, 50257)"});
+  expect_error<ShapeError>([] { gpt2().decode(std::vector<int64_t>{-1}); }, {"token id -1"});
+}
+
+// GPT-2's vocabulary and merges as tokenizers' one file (merges as "a b" strings and as pairs,
+// both written by the library's versions): the same ids.
+TEST(TokenizerJson, AByteLevelBpeFileGivesTheSameIds) {
+  const json vocab = read_json(kGpt2 / "vocab.json");
+  std::ifstream merges_in(kGpt2 / "merges.txt");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(merges_in, line);) {
+    if (!line.empty() && !line.starts_with("#version")) lines.push_back(line);
+  }
+  for (bool pairs : {false, true}) {
+    json merges = json::array();
+    for (const auto& line : lines) {
+      const size_t space = line.find(' ');
+      merges.push_back(pairs ? json::array({line.substr(0, space), line.substr(space + 1)}) : json(line));
+    }
+    json regular = vocab;
+    regular.erase("<|endoftext|>");
+    const json file = {{"version", "1.0"},
+                       {"added_tokens", json::array({{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}})},
+                       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+                       {"model", {{"type", "BPE"}, {"vocab", regular}, {"merges", merges}}}};
+    const fs::path dir = scratch(pairs ? "pairs" : "strings");
+    write(dir / "tokenizer.json", file.dump());
+    const auto tokenizer = text::load_tokenizer(dir);
+    expect_every_fixture_id(*tokenizer);
+    EXPECT_EQ(tokenizer->encode("a<|endoftext|>"), (std::vector<int64_t>{64, 50256}));
+  }
+}
+
+TEST(TokenizerFiles, WhatIsWrongIsNamed) {
+  const fs::path empty = scratch("empty");
+  expect_error<FileError>([&] { text::load_tokenizer(empty); }, {empty.string(), "no tokenizer", "tokenizer.json"});
+
+  const fs::path wordpiece = scratch("wordpiece");
+  write(wordpiece / "tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {}}})");
+  expect_error<FileError>([&] { text::load_tokenizer(wordpiece); }, {"tokenizer.json", "WordPiece"});
+
+  const fs::path metaspace = scratch("metaspace");
+  write(metaspace / "tokenizer.json",
+        R"({"pre_tokenizer": {"type": "Metaspace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
+  expect_error<FileError>([&] { text::load_tokenizer(metaspace); }, {"pre-tokenizer is Metaspace"});
+
+  // vocab.json + merges.txt: the 256 byte tokens "!" … and the stand-ins, then a made-up merge
+  json bytes_only = json::object();
+  const json vocab = read_json(kGpt2 / "vocab.json");
+  for (const auto& [token, id] : vocab.items()) {
+    if (id.get<int64_t>() < 256) bytes_only[token] = id;
+  }
+  const fs::path files = scratch("files");
+  write(files / "vocab.json", bytes_only.dump());
+  write(files / "merges.txt", "#version: 0.2\nh e\n");
+  expect_error<FileError>([&] { text::load_tokenizer(files); }, {"merges.txt", "merge 1", "'he'", "not in the vocabulary"});
+  write(files / "merges.txt", "#version: 0.2\nhe\n");
+  expect_error<FileError>([&] { text::load_tokenizer(files); }, {"merges.txt", "line 2", "two tokens"});
+  bytes_only.erase("!");
+  write(files / "vocab.json", bytes_only.dump());
+  write(files / "merges.txt", "#version: 0.2\n");
+  expect_error<FileError>([&] { text::load_tokenizer(files); }, {"vocab.json", "ids must be 0"});
+  write(files / "vocab.json", "[1, 2]");
+  expect_error<FileError>([&] { text::load_tokenizer(files); }, {"vocab.json"});
+}
+
+}  // namespace
+}  // namespace vkattn
