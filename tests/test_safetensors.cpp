@@ -32,6 +32,8 @@ TEST(Safetensors, ReadsEveryDtypeAndTheMetadata) {
                      raw<uint16_t>({0x3F80, 0xC0A0}) + raw<double>({0.125}) + std::string("\x01\x00", 2);
   auto file = io::parse_safetensors(safetensors(header, data), "w.safetensors");
   EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"format", "pt"}, {"num_heads", "4"}}));
+  EXPECT_EQ(file.stored_dtypes, (std::map<std::string, std::string>{
+                                    {"a", "F32"}, {"b", "F16"}, {"c", "BF16"}, {"d", "F64"}, {"e", "BOOL"}, {"f", "F32"}}));
   ASSERT_EQ(file.tensors.size(), 6u);
   EXPECT_EQ(file.tensors["a"].shape, (Shape{2, 2}));
   EXPECT_EQ(file.tensors["a"].data, (std::vector<float>{1, 2, 3, 4}));

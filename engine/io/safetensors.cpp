@@ -29,6 +29,7 @@ std::optional<StoredType> stored_type(const std::string& dtype) {
 struct Entry {
   std::string name;
   StoredType type;
+  std::string dtype;  // as the file spells it
   Shape shape;
   uint64_t begin, end;
 };
@@ -91,6 +92,7 @@ Safetensors parse_safetensors(std::span<const std::byte> bytes, const std::strin
     auto type = stored_type(dtype);
     if (!type) throw bad("dtype " + dtype + " is not supported (F32, F16, BF16, F64 and BOOL are)");
     e.type = *type;
+    e.dtype = dtype;
     uint64_t count = 1;
     for (const auto& d : info["shape"]) {
       if (!d.is_number_unsigned()) throw bad("its shape holds something other than a non-negative integer");
@@ -138,6 +140,7 @@ Safetensors parse_safetensors(std::span<const std::byte> bytes, const std::strin
   for (const Entry& e : entries) {
     auto values = decode_elements(e.type, buffer.subspan(e.begin, e.end - e.begin), source + ": tensor '" + e.name + "'");
     out.tensors.emplace(e.name, Tensor(e.shape, std::move(values), engine_dtype(e.type)));
+    out.stored_dtypes.emplace(e.name, e.dtype);
   }
   return out;
 }

@@ -9,7 +9,9 @@
 //                     grouped_query_attention.h (Llama's: shared key/value heads, RoPE, windows)
 //   vkattn/tracing/   tracer.h (every step's tensors), trace_dump.h (trace.json + .npy per step),
 //                     compare.h (tensor against tensor), side_by_side.h (GPU against CPU)
-//   vkattn/io/        npy.h, safetensors.h, state_dict.h (PyTorch's names), heatmap.h
+//   vkattn/io/        npy.h, safetensors.h, state_dict.h (PyTorch's names), pretrained.h (the
+//                     hub's checkpoint folders), heatmap.h
+//   vkattn/text/      tokenizer.h (GPT-2's byte-level BPE)
 // Everything else (the Vulkan plumbing, the plans, push constants) is internal and not installed.
 #include "vkattn/backends/backend.h"
 #include "vkattn/backends/make_backend.h"
@@ -18,6 +20,7 @@
 #include "vkattn/errors.h"
 #include "vkattn/io/heatmap.h"
 #include "vkattn/io/npy.h"
+#include "vkattn/io/pretrained.h"
 #include "vkattn/io/safetensors.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/log.h"
@@ -29,6 +32,7 @@
 #include "vkattn/modules/transformer_decoder.h"
 #include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
+#include "vkattn/text/tokenizer.h"
 #include "vkattn/tracing/check.h"
 #include "vkattn/tracing/compare.h"
 #include "vkattn/tracing/report.h"

@@ -19,6 +19,7 @@ namespace vkattn::io {
 struct Safetensors {
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> metadata;  // "__metadata__"; safetensors keeps strings only
+  std::map<std::string, std::string> stored_dtypes;  // each tensor's dtype in the file: "F32", "BF16", …
 };
 
 // `source` names the bytes in error messages (the path, usually).

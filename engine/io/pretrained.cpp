@@ -1,0 +1,126 @@
+// A hub checkpoint folder: config.json picks the architecture, the safetensors files hold the
+// weights (one file or shards), the tokenizer files the tokenizer.
+#include "vkattn/io/pretrained.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/io/checkpoints.h"
+#include "engine/io/file.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/safetensors.h"
+
+namespace vkattn::io {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+json read_json(const fs::path& path) {
+  const auto bytes = read_file(path);
+  try {
+    return json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  } catch (const json::exception& e) {
+    throw FileError(path.string() + ": not JSON (" + e.what() + ")");
+  }
+}
+
+// The shards model.safetensors.index.json names, and which tensor each holds.
+std::map<std::string, std::string> weight_map(const fs::path& index) {
+  const json file = read_json(index);
+  if (!file.contains("weight_map") || !file["weight_map"].is_object()) {
+    throw FileError(index.string() + ": no weight_map {\"tensor\": \"shard file\"}");
+  }
+  std::map<std::string, std::string> map;
+  for (const auto& [tensor, shard] : file["weight_map"].items()) {
+    if (!shard.is_string() || shard.get<std::string>().find('/') != std::string::npos) {
+      throw FileError(index.string() + ": weight_map's '" + tensor + "' is " + shard.dump() +
+                      ", not a file name in the folder");
+    }
+    map[tensor] = shard.get<std::string>();
+  }
+  return map;
+}
+
+}  // namespace
+
+std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::string* stored_dtype,
+                                                      uint64_t* stored_bytes) {
+  std::vector<std::string> shards;
+  std::map<std::string, std::string> expected;  // tensor -> shard, from the index
+  if (fs::exists(dir / "model.safetensors")) {
+    shards = {"model.safetensors"};
+  } else if (fs::exists(dir / "model.safetensors.index.json")) {
+    expected = weight_map(dir / "model.safetensors.index.json");
+    std::set<std::string> distinct;
+    for (const auto& [tensor, shard] : expected) distinct.insert(shard);
+    shards.assign(distinct.begin(), distinct.end());
+  } else if (fs::exists(dir / "pytorch_model.bin")) {
+    throw FileError(dir.string() + ": the weights are pytorch_model.bin (a pickle); vkattn reads model.safetensors " +
+                    "(save_pretrained(..., safe_serialization=True) writes it)");
+  } else {
+    throw FileError(dir.string() + ": no model.safetensors or model.safetensors.index.json");
+  }
+  std::map<std::string, Tensor> tensors;
+  std::set<std::string> dtypes;
+  uint64_t bytes = 0;
+  for (const auto& shard : shards) {
+    Safetensors file = read_safetensors(dir / shard);
+    for (auto& [name, t] : file.tensors) {
+      if (!expected.empty() && expected[name] != shard) {
+        throw FileError((dir / shard).string() + ": tensor '" + name + "' is not where the index puts it (" +
+                        (expected[name].empty() ? std::string("nowhere") : expected[name]) + ")");
+      }
+      const std::string& dtype = file.stored_dtypes.at(name);
+      dtypes.insert(dtype);
+      bytes += static_cast<uint64_t>(t.data.size()) * (dtype == "F64" ? 8 : dtype == "F32" ? 4 : dtype == "BOOL" ? 1 : 2);
+      if (!tensors.emplace(name, std::move(t)).second) {
+        throw FileError((dir / shard).string() + ": tensor '" + name + "' is in another shard too");
+      }
+    }
+  }
+  for (const auto& [name, shard] : expected) {
+    if (!tensors.contains(name)) {
+      throw FileError((dir / shard).string() + ": the index puts tensor '" + name + "' here, but it is not");
+    }
+  }
+  if (stored_dtype) *stored_dtype = dtypes.size() == 1 ? *dtypes.begin() : dtypes.empty() ? "none" : "mixed";
+  if (stored_bytes) *stored_bytes = bytes;
+  return tensors;
+}
+
+Pretrained load_pretrained(const fs::path& dir) {
+  if (!fs::is_directory(dir)) throw FileError(dir.string() + ": not a folder (a checkpoint is config.json and its files)");
+  const json config = read_json(dir / "config.json");
+  if (!config.is_object()) throw FileError((dir / "config.json").string() + ": not a JSON object");
+  const std::string model_type = config.value("model_type", "");
+  std::string architecture = model_type;
+  if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty() &&
+      config["architectures"][0].is_string()) {
+    architecture = config["architectures"][0].get<std::string>();
+  }
+  const bool gpt2 = architecture == "GPT2LMHeadModel" || architecture == "GPT2Model" || architecture == "gpt2";
+  if (!gpt2) {
+    throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
+                      model_type + "') is not one vkattn runs yet (GPT2LMHeadModel)");
+  }
+  std::string dtype;
+  uint64_t bytes = 0;
+  auto tensors = read_checkpoint_tensors(dir, &dtype, &bytes);
+  CausalLMState state = checkpoints::gpt2(config, std::move(tensors), dir.string());
+  auto tokenizer = text::load_tokenizer(dir);
+  if (tokenizer->vocab_size() > state.config.vocab_size) {
+    throw FileError(dir.string() + ": the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                    " tokens but the model's embedding only " + std::to_string(state.config.vocab_size) + " rows");
+  }
+  auto id = [&](const char* key) { return config.contains(key) && config[key].is_number_integer() ? config[key].get<int64_t>() : -1; };
+  return Pretrained{.architecture = architecture,
+                    .model = CausalLM(state.config, std::move(state.weights)),
+                    .tokenizer = std::move(tokenizer),
+                    .bos_token_id = id("bos_token_id"),
+                    .eos_token_id = id("eos_token_id"),
+                    .stored_dtype = dtype,
+                    .stored_bytes = bytes};
+}
+
+}  // namespace vkattn::io
