@@ -234,6 +234,7 @@ TEST_P(CliBadInput, ExitsTwoWithOneLineAndWritesNothing) {
     for (auto [key, value] : {std::pair{"{dir}", dir_.string()}, std::pair{"{g}", fixture.dir.string()},
                               std::pair{"{e}", std::string(VKATTN_GOLDEN_ENCODER_DIR "/encoder2_post_gelu_norm_padding")},
                               std::pair{"{m}", std::string(VKATTN_SOURCE_DIR "/models/tiny_char")},
+                              std::pair{"{models}", std::string(VKATTN_SOURCE_DIR "/models")},
                               std::pair{"{d}", std::string(VKATTN_GOLDEN_DECODER_DIR "/decoder2_post_gelu_norm_padding")},
                               std::pair{"{q}", std::string(VKATTN_GOLDEN_GROUPED_QUERY_DIR "/gqa_half")}}) {
       if (auto at = a.find(key); at != std::string::npos) a.replace(at, std::string(key).size(), value);
@@ -435,7 +436,15 @@ const std::vector<BadRun> kGenerateBadInputs = {
            "(position_embedding.weight's rows)"},
     BadRun{"weights_of_encoder", good_generate({"--weights", "{e}/weights.safetensors"}),
            "missing tensor 'token_embedding.weight'"},
-    BadRun{"negative_temperature", good_generate({"--temperature", "-1"}), "--temperature"}};
+    BadRun{"negative_temperature", good_generate({"--temperature", "-1"}), "--temperature"},
+    BadRun{"model_and_weights", good_generate({"--model", "{models}/tiny_gpt2"}), "--model excludes --weights"},
+    BadRun{"neither_model_nor_weights", {"generate", "--prompt", "Alice"},
+           "generate needs --model DIR or --weights M.safetensors"},
+    BadRun{"prompt_not_utf8", {"generate", "--model", "{models}/tiny_gpt2", "--prompt", "Alice\xff"},
+           "--prompt: the text is not UTF-8 at byte 5"},
+    BadRun{"model_not_a_checkpoint", {"generate", "--model", "{models}", "--prompt", "Alice"},
+           "models: no config.json (a checkpoint folder as the hub lays it out has config.json, model.safetensors "
+           "and the tokenizer's files)"}};
 INSTANTIATE_TEST_SUITE_P(CliGenerate, CliBadInput, ::testing::ValuesIn(kGenerateBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -944,6 +953,24 @@ TEST_F(CliRun, GenerateGreedyEqualsTorchTokenForToken) {
       EXPECT_EQ(out["cache_bytes"], cache ? 2 * 2 * 4 * (prompt.size() + expected["new_tokens"].get<size_t>()) * 16 * 4 : 0);
     }
   }
+}
+
+// models/tiny_gpt2, a folder as the hub lays out GPT-2: torch's tokens, through vkattn's tokenizer
+TEST_F(CliRun, GenerateFromAHubFolderEqualsTorchTokenForToken) {
+  const std::string model = VKATTN_SOURCE_DIR "/models/tiny_gpt2";
+  const auto expected = nlohmann::json::parse(slurp(model + "/expected.json"));
+  const std::string prompt = expected["prompt"], n = std::to_string(expected["new_tokens"].get<int>());
+  for (const char* backend : {"gpu", "cpu"}) {
+    auto out = generated(vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", n, "--backend",
+                                 backend, "--json"}));
+    EXPECT_EQ(out["prompt_tokens"], expected["prompt_ids"].size());
+    EXPECT_EQ(out["tokens"], expected["tokens"]) << backend;
+    EXPECT_EQ(out["text"], expected["text"]);
+    EXPECT_EQ(out["stopped_at_end_of_text"], false);
+  }
+  const Exit text = vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", "3"});
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("GPT2LMHeadModel: 0.14 M parameters, 551.2 KiB as F32 in the files"), std::string::npos) << text.out;
 }
 
 TEST_F(CliRun, GenerateSamplesTheSameTextFromTheSameSeed) {

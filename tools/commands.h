@@ -96,7 +96,7 @@ CLI::App* add_decode(CLI::App& app, DecodeArgs& args);
 int run_decode(const DecodeArgs& args);
 
 struct GenerateArgs {
-  std::string weights, prompt;
+  std::string model, weights, prompt;  // --model DIR or --weights FILE
   int64_t max_new_tokens = 100;
   double temperature = 0.0;  // 0: greedy
   int64_t top_k = 0;         // 0: every token

@@ -1,5 +1,6 @@
-// vkattn generate: a small causal language model (CausalLM, include/vkattn/modules/causal_lm.h)
-// from a safetensors file continues a prompt, one character-token at a time, with the KV cache
+// vkattn generate: a causal language model continues a prompt, one token at a time — a checkpoint
+// folder as the Hugging Face hub lays it out (--model: GPT-2, <vkattn/io/pretrained.h>) or a
+// CausalLM's safetensors with its characters for tokens (--weights, models/tiny_char) — with the KV cache
 // (each new token computes only its own row) or, with --no-cache, recomputing every position
 // each time, as a model without a cache must. Greedy by default; --temperature and --top-k sample,
 // reproducibly from --seed.
@@ -17,8 +18,10 @@
 #include "tools/commands.h"
 #include "tools/validators.h"
 #include "vkattn/errors.h"
+#include "vkattn/io/pretrained.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/causal_lm.h"
+#include "vkattn/text/tokenizer.h"
 
 namespace vkattn::cli {
 
@@ -64,6 +67,91 @@ std::string utf8(char32_t c) {
   return s;
 }
 
+std::string bytes_text(uint64_t bytes) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1);
+  if (bytes >= (uint64_t{1} << 20)) out << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  else out << static_cast<double>(bytes) / 1024 << " KiB";
+  return out.str();
+}
+
+// models/tiny_char's tokenizer: one token a character, the characters in its __metadata__ vocab.
+class CharVocabulary : public text::Tokenizer {
+ public:
+  explicit CharVocabulary(std::vector<char32_t> characters) : characters_(std::move(characters)) {}
+  std::vector<int64_t> encode(std::string_view text) const override {
+    std::vector<int64_t> ids;
+    const auto prompt = code_points(std::string(text), "--prompt");
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      auto it = std::find(characters_.begin(), characters_.end(), prompt[i]);
+      if (it == characters_.end()) {
+        throw UsageError("--prompt: character '" + utf8(prompt[i]) + "' at " + std::to_string(i) +
+                         " is not in the model's vocabulary of " + std::to_string(characters_.size()) + " characters");
+      }
+      ids.push_back(it - characters_.begin());
+    }
+    return ids;
+  }
+  std::string decode(std::span<const int64_t> ids) const override {
+    std::string text;
+    for (int64_t id : ids) text += utf8(characters_.at(static_cast<size_t>(id)));
+    return text;
+  }
+  int64_t vocab_size() const override { return static_cast<int64_t>(characters_.size()); }
+  int64_t token_id(const std::string&) const override { return -1; }
+
+ private:
+  std::vector<char32_t> characters_;
+};
+
+// A model, its tokenizer, and the lines that say what they are.
+struct Loaded {
+  CausalLM model;
+  std::unique_ptr<text::Tokenizer> tokenizer;
+  std::string name;        // "GPT2LMHeadModel", "CausalLM"
+  std::string weights;     // "0.13 M parameters, 0.54 MiB as F32 in the files"
+  int64_t eos_token_id = -1;  // generation stops there
+};
+
+// The parameters of a CausalLM; a head tied to the token embedding (GPT-2's) adds none of its own.
+uint64_t parameter_count(const CausalLMConfig& c, bool tied_head) {
+  const auto& l = c.layer;
+  const auto E = static_cast<uint64_t>(l.d_model), F = static_cast<uint64_t>(l.dim_feedforward);
+  const auto V = static_cast<uint64_t>(c.vocab_size), P = static_cast<uint64_t>(c.max_positions);
+  const uint64_t layer = 4 * E * E + 4 * E + 2 * E * F + F + E + 4 * E;  // attention, feed-forward, two norms
+  const uint64_t head = tied_head ? 0 : V * E + (c.lm_head_bias ? V : 0);
+  return (V + P) * E + static_cast<uint64_t>(c.num_layers) * layer + 2 * E + head;
+}
+
+std::string weights_line(uint64_t parameters, uint64_t stored_bytes, const std::string& dtype) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(2) << static_cast<double>(parameters) / 1e6 << " M parameters, "
+      << bytes_text(stored_bytes) << " as " << dtype << " in the files";
+  return out.str();
+}
+
+Loaded load(const GenerateArgs& a) {
+  if (!a.model.empty()) {
+    io::Pretrained p = io::load_pretrained(a.model);
+    std::string weights = weights_line(parameter_count(p.model.config(), true), p.stored_bytes, p.stored_dtype);
+    return Loaded{std::move(p.model), std::move(p.tokenizer), p.architecture, weights, p.eos_token_id};
+  }
+  io::CausalLMState state = io::load_causal_lm(a.weights);
+  auto vocab_it = state.metadata.find("vocab");
+  if (vocab_it == state.metadata.end()) {
+    throw FileError(a.weights + ": __metadata__ has no vocab (the characters of token ids 0, 1, …)");
+  }
+  std::vector<char32_t> vocab = code_points(vocab_it->second, a.weights + ": __metadata__ vocab");
+  if (static_cast<int64_t>(vocab.size()) != state.config.vocab_size) {
+    throw FileError(a.weights + ": __metadata__ vocab has " + std::to_string(vocab.size()) +
+                    " characters but token_embedding.weight has " + std::to_string(state.config.vocab_size) + " rows");
+  }
+  const uint64_t parameters = parameter_count(state.config, false);
+  std::string weights = weights_line(parameters, parameters * 4, "F32");
+  return Loaded{CausalLM(state.config, std::move(state.weights)), std::make_unique<CharVocabulary>(std::move(vocab)),
+                "CausalLM", weights, -1};
+}
+
 // The next token from the last position's logits: the largest (the first of equals, as
 // torch.argmax) when greedy, else drawn from softmax(logits / temperature) over the top k.
 int64_t next_token(std::vector<float> logits, double temperature, int64_t top_k, std::mt19937_64& rng) {
@@ -87,23 +175,20 @@ int64_t next_token(std::vector<float> logits, double temperature, int64_t top_k,
   return best - logits.begin();  // rounding left u past the end: the likeliest
 }
 
-std::string bytes_text(uint64_t bytes) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(1);
-  if (bytes >= (uint64_t{1} << 20)) out << static_cast<double>(bytes) / (1 << 20) << " MiB";
-  else out << static_cast<double>(bytes) / 1024 << " KiB";
-  return out.str();
-}
 
 }  // namespace
 
 CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
   auto* cmd = app.add_subcommand("generate", "continue a prompt with a small causal language model, token by token");
-  cmd->add_option("--weights", a.weights,
-                  "M.safetensors: a CausalLM's state_dict (token_embedding, position_embedding, layers.N, norm, "
-                  "lm_head) with num_heads and its vocabulary in __metadata__, as models/tiny_char/train.py writes")
-      ->required();
-  cmd->add_option("--prompt", a.prompt, "the text to continue (characters of the model's vocabulary)")->required();
+  auto* model = cmd->add_option("--model", a.model,
+                                "DIR: a checkpoint folder as the Hugging Face hub lays it out (config.json, "
+                                "model.safetensors, its tokenizer): GPT-2 (models/tiny_gpt2)");
+  auto* weights = cmd->add_option("--weights", a.weights,
+                                  "M.safetensors: a CausalLM's state_dict (token_embedding, position_embedding, "
+                                  "layers.N, norm, lm_head) with num_heads and its vocabulary in __metadata__, as "
+                                  "models/tiny_char/train.py writes");
+  model->excludes(weights);
+  cmd->add_option("--prompt", a.prompt, "the text to continue")->required();
   cmd->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
@@ -124,34 +209,22 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
 }
 
 int run_generate(const GenerateArgs& a) {
-  io::CausalLMState state = io::load_causal_lm(a.weights);
-  auto vocab_it = state.metadata.find("vocab");
-  if (vocab_it == state.metadata.end()) {
-    throw FileError(a.weights + ": __metadata__ has no vocab (the characters of token ids 0, 1, …)");
-  }
-  const std::vector<char32_t> vocab = code_points(vocab_it->second, a.weights + ": __metadata__ vocab");
-  if (static_cast<int64_t>(vocab.size()) != state.config.vocab_size) {
-    throw FileError(a.weights + ": __metadata__ vocab has " + std::to_string(vocab.size()) +
-                    " characters but token_embedding.weight has " + std::to_string(state.config.vocab_size) + " rows");
-  }
+  if (a.model.empty() == a.weights.empty()) throw UsageError("generate needs --model DIR or --weights M.safetensors");
+  Loaded loaded = load(a);
+  const CausalLM& model = loaded.model;
   std::vector<int64_t> tokens;
-  const auto prompt = code_points(a.prompt, "--prompt");
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    auto it = std::find(vocab.begin(), vocab.end(), prompt[i]);
-    if (it == vocab.end()) {
-      throw UsageError("--prompt: character '" + utf8(prompt[i]) + "' at " + std::to_string(i) +
-                       " is not in the model's vocabulary of " + std::to_string(vocab.size()) + " characters");
-    }
-    tokens.push_back(it - vocab.begin());
+  try {
+    tokens = loaded.tokenizer->encode(a.prompt);
+  } catch (const ShapeError& e) {  // not UTF-8
+    throw UsageError("--prompt: " + std::string(e.what()));
   }
   if (tokens.empty()) throw UsageError("--prompt is empty: give at least one character to continue");
-  const int64_t P = state.config.max_positions, length = static_cast<int64_t>(tokens.size()) + a.max_new_tokens;
+  const int64_t P = model.config().max_positions, length = static_cast<int64_t>(tokens.size()) + a.max_new_tokens;
   if (length > P) {
     throw UsageError("--max-new-tokens " + std::to_string(a.max_new_tokens) + " after a prompt of " +
                      std::to_string(tokens.size()) + " tokens needs " + std::to_string(length) +
                      " positions; the model has " + std::to_string(P) + " (position_embedding.weight's rows)");
   }
-  const CausalLM model(state.config, std::move(state.weights));
   auto backend = make_backend(a.backend, a.device);
   std::optional<KVCache> cache;
   if (!a.no_cache) cache.emplace(model.make_cache(*backend, 1, length));
@@ -179,12 +252,19 @@ int run_generate(const GenerateArgs& a) {
   std::string text;
   std::vector<int64_t> generated;
   std::vector<double> forward_ms;  // each forward after the first token
+  bool stopped = false;  // at the end-of-text token
   for (int64_t n = 0; n < a.max_new_tokens; ++n) {
     const int64_t token = next_token(logits, a.temperature, a.top_k, rng);
+    if (token == loaded.eos_token_id) {
+      stopped = true;
+      break;
+    }
     tokens.push_back(token);
     generated.push_back(token);
-    text += utf8(vocab[static_cast<size_t>(token)]);
-    if (!a.json) std::cout << utf8(vocab[static_cast<size_t>(token)]) << std::flush;
+    // a token may end inside a character: its bytes go out as they are, the terminal joins them
+    const std::string piece = loaded.tokenizer->decode(std::span(&token, 1));
+    text += piece;
+    if (!a.json) std::cout << piece << std::flush;
     if (progress) {
       std::cerr << "\r\x1b[K" << "[token " << n + 1 << "/" << a.max_new_tokens << ", "
                 << std::fixed << std::setprecision(1) << static_cast<double>(n + 1) / (ms_since(start) / 1000) << " tokens/s]"
@@ -207,7 +287,8 @@ int run_generate(const GenerateArgs& a) {
   const std::string mode = std::string(a.temperature == 0.0 ? "greedy" : "sampled") +
                            (a.no_cache ? ", recomputing every position (--no-cache)" : ", with the KV cache");
   if (a.json) {
-    nlohmann::json out = {{"prompt", a.prompt}, {"text", text}, {"tokens", generated},
+    nlohmann::json out = {{"prompt", a.prompt}, {"prompt_tokens", tokens.size() - generated.size()},
+                          {"text", text}, {"tokens", generated}, {"stopped_at_end_of_text", stopped},
                           {"prompt_ms", prompt_ms}, {"ms_per_token", per_token_ms}, {"first_forward_ms", first_forward_ms},
                           {"tokens_per_second", per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0},
                           {"cache", !a.no_cache}, {"cache_bytes", cache ? cache->bytes() : 0},
@@ -217,13 +298,15 @@ int run_generate(const GenerateArgs& a) {
   }
   std::cout << "\n\n"
             << backend->name() << " backend: " << backend->device_name() << "\n"
-            << "CausalLM: vocab " << model.config().vocab_size << ", " << model.config().max_positions
+            << loaded.name << ": " << loaded.weights << "\n"
+            << "  vocab " << model.config().vocab_size << ", " << model.config().max_positions
             << " positions, " << model.config().num_layers << " × TransformerEncoderLayer(d_model=" << l.d_model
             << ", nhead=" << l.nhead << ",\n  dim_feedforward=" << l.dim_feedforward << ", "
             << activation_name(l.activation) << (l.norm_first ? ", pre-norm" : ", post-norm") << ")\n"
-            << std::fixed << std::setprecision(1) << "prompt: " << prompt.size() << " tokens in " << prompt_ms
+            << std::fixed << std::setprecision(1) << "prompt: " << tokens.size() - generated.size() << " tokens in " << prompt_ms
             << " ms (the first pass also makes the pipelines)\n"
-            << "generated: " << a.max_new_tokens << " tokens, " << mode << "\n"
+            << "generated: " << generated.size() << " tokens, " << mode
+            << (stopped ? " (stopped at the end-of-text token)" : "") << "\n"
             << std::setprecision(2) << "  " << per_token_ms << " ms per token = " << std::setprecision(1)
             << (per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0) << " tokens/s (the median of " << forwards
             << " forwards; the first took " << std::setprecision(2) << first_forward_ms << " ms)\n";

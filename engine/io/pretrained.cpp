@@ -91,6 +91,10 @@ std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::
 
 Pretrained load_pretrained(const fs::path& dir) {
   if (!fs::is_directory(dir)) throw FileError(dir.string() + ": not a folder (a checkpoint is config.json and its files)");
+  if (!fs::exists(dir / "config.json")) {
+    throw FileError(dir.string() + ": no config.json (a checkpoint folder as the hub lays it out has config.json, " +
+                    "model.safetensors and the tokenizer's files)");
+  }
   const json config = read_json(dir / "config.json");
   if (!config.is_object()) throw FileError((dir / "config.json").string() + ": not a JSON object");
   const std::string model_type = config.value("model_type", "");
