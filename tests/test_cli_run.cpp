@@ -160,6 +160,8 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     write("fortran.npy", fortran);
     write("empty.npy", "");
     write("text.npy", "query,values\n1,2\n");
+    fs::create_directories(dir_ / "llama");  // a checkpoint folder of an architecture vkattn does not run
+    write("llama/config.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})");
     auto with_descr = [&](const std::string& descr) {
       std::string t = text;
       t.replace(t.find("<f4"), 3, descr);
@@ -218,7 +220,7 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     dump("not_a_dump", R"({"format": "something else"})");
   }
   std::set<std::string> inputs_ = {"bool.npy", "rank4.npy", "e7.npy", "nan.npy", "mask_wrong.npy", "mask_nan.npy",
-                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "big_endian.npy",
+                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "llama", "big_endian.npy",
                                    "int16.npy", "header_past_end.npy", "malformed.npy",
                                    "offsets_past_end.safetensors", "overlap.safetensors", "dtype.safetensors",
                                    "size_mismatch.safetensors", "missing_tensor.safetensors", "misshaped.safetensors",
@@ -427,6 +429,18 @@ std::vector<std::string> good_generate(const std::vector<std::string>& change) {
   return changed({"generate", "--weights", "{m}/model.safetensors", "--prompt", "Alice", "--max-new-tokens", "5"}, change);
 }
 
+// `vkattn run --model` ({models}: the repository's models/)
+const std::vector<BadRun> kRunModelBadInputs = {
+    BadRun{"model_without_text", {"run", "--model", "{models}/tiny_gpt2"}, "--model requires --text"},
+    BadRun{"model_with_query", {"run", "--model", "{models}/tiny_gpt2", "--text", "Alice", "--query", "{g}/query.npy"},
+           "--query configures an attention module's run; --model"},
+    BadRun{"model_text_empty", {"run", "--model", "{models}/tiny_gpt2", "--text", ""},
+           "--text is empty: give the model at least one token"},
+    BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/llama", "--text", "Alice"},
+           "architecture 'LlamaForCausalLM' (model_type 'llama') is not one vkattn runs yet (GPT2LMHeadModel)"}};
+INSTANTIATE_TEST_SUITE_P(CliRunModel, CliBadInput, ::testing::ValuesIn(kRunModelBadInputs),
+                         [](const auto& p) { return std::string(p.param.name); });
+
 const std::vector<BadRun> kGenerateBadInputs = {
     BadRun{"prompt_outside_vocabulary", good_generate({"--prompt", "Alice~"}),
            "--prompt: character '~' at 5 is not in the model's vocabulary of 54 characters"},
@@ -480,7 +494,8 @@ TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
     rows[line.substr(3, end - 3)] = line;
   }
   std::set<std::string> cases;
-  for (const auto* list : {&kRunBadInputs, &kEncodeBadInputs, &kDecodeBadInputs, &kGenerateBadInputs, &kReportBadInputs}) {
+  for (const auto* list : {&kRunBadInputs, &kRunModelBadInputs, &kEncodeBadInputs, &kDecodeBadInputs, &kGenerateBadInputs,
+                           &kReportBadInputs}) {
     for (const BadRun& bad : *list) {
       const std::string name = bad.args[0] + "/" + bad.name;
       cases.insert(name);
@@ -971,6 +986,34 @@ TEST_F(CliRun, GenerateFromAHubFolderEqualsTorchTokenForToken) {
   const Exit text = vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", "3"});
   EXPECT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("GPT2LMHeadModel: 0.14 M parameters, 551.2 KiB as F32 in the files"), std::string::npos) << text.out;
+}
+
+// `vkattn run --model`: every step of GPT-2 traced, both backends agreeing, torch's logits out
+TEST_F(CliRun, RunAHubFolderOnATextTracesEveryStepOfTheModel) {
+  const std::string model = VKATTN_SOURCE_DIR "/models/tiny_gpt2";
+  const auto expected = nlohmann::json::parse(slurp(model + "/expected.json"));
+  Exit e = vkattn({"run", "--model", model, "--text", expected["prompt"], "--side-by-side", "--trace", path("dump"),
+                   "--out", path("logits.npy")});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("every step agrees"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("GPT2LMHeadModel: 2 layers, d_model=64, 4 heads, vocab 513; the text is 7 tokens"),
+            std::string::npos) << e.out;
+  std::ifstream in(dir_ / "dump" / "gpu" / "trace.json");
+  const auto trace = nlohmann::json::parse(in);
+  EXPECT_EQ(trace.at("config").at("module"), "GPT2LMHeadModel");
+  EXPECT_EQ(trace.at("config").at("ids"), expected["prompt_ids"]);
+  std::vector<std::string> names;
+  for (const auto& step : trace.at("steps")) names.push_back(step.at("name"));
+  // embeddings, 2 pre-norm layers of 16 steps, the final norm and the head
+  ASSERT_EQ(names.size(), 2u + 2u * 16u + 2u);
+  EXPECT_EQ(names.front(), "token_embedding");
+  EXPECT_EQ(names[2 + 13], "layers.0.gelu_tanh");  // after the two embeddings, the layer's 14th step
+  EXPECT_EQ(names.back(), "lm_head");
+  const Tensor logits = io::read_npy(path("logits.npy"));  // (1, T, V)
+  ASSERT_EQ(logits.shape, (Shape{1, 7, 513}));
+  const auto torch_last = expected["last_logits"].get<std::vector<float>>();
+  const std::vector<float> last(logits.data.end() - 513, logits.data.end());
+  EXPECT_TRUE(testing::all_close(Tensor({513}, last), Tensor({513}, torch_last), {.atol = 1e-4f, .rtol = 0.0f}));
 }
 
 TEST_F(CliRun, GenerateSamplesTheSameTextFromTheSameSeed) {

@@ -40,6 +40,7 @@ int run_demo(const DemoArgs& args);
 
 struct RunArgs {
   AttentionArgs inputs;
+  std::string model, text;   // instead of the inputs: a hub checkpoint folder on a text
   GroupedQueryArgs grouped;  // a grouped-query attention's RoPE, key/value heads and window
   std::string backend = "gpu";
   std::string device;

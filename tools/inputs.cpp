@@ -63,9 +63,9 @@ void require_finite(const Tensor& t, const char* what) {
   }
 }
 
-void add_attention_args(CLI::App& cmd, AttentionArgs& a) {
-  cmd.add_option("--weights", a.weights, "W.safetensors: the module's state_dict under PyTorch's names")->required();
-  cmd.add_option("--query", a.query, "Q.npy: float (B, L, E) batch-first, or unbatched (L, E)")->required();
+void add_attention_args(CLI::App& cmd, AttentionArgs& a, bool optional) {
+  cmd.add_option("--weights", a.weights, "W.safetensors: the module's state_dict under PyTorch's names")->required(!optional);
+  cmd.add_option("--query", a.query, "Q.npy: float (B, L, E) batch-first, or unbatched (L, E)")->required(!optional);
   auto* key = cmd.add_option("--key", a.key, "K.npy: (B, S, kdim); with --value; default: the query");
   auto* value = cmd.add_option("--value", a.value, "V.npy: (B, S, vdim); with --key; default: the query");
   key->needs(value);

@@ -23,8 +23,9 @@ struct AttentionArgs {
   bool causal = false;
   std::string key_padding_mask, attn_mask;
 };
-// --weights, --query, --key, --value, --heads, --causal, --key-padding-mask, --attn-mask.
-void add_attention_args(CLI::App& cmd, AttentionArgs& args);
+// --weights, --query, --key, --value, --heads, --causal, --key-padding-mask, --attn-mask;
+// --weights and --query required unless `optional` (a command that checks them itself).
+void add_attention_args(CLI::App& cmd, AttentionArgs& args, bool optional = false);
 
 // What those name, read and checked.
 struct AttentionInputs {

@@ -1,6 +1,7 @@
 // vkattn run: a PyTorch nn.MultiheadAttention, from its state_dict in a safetensors file — or a
 // Llama-style grouped-query attention, from Hugging Face's q_proj … o_proj names — on batch-first
-// .npy inputs, on the GPU (or the CPU reference with --backend cpu). Outputs are
+// .npy inputs; or a checkpoint folder as the Hugging Face hub lays it out (--model, GPT-2) on a
+// text; on the GPU (or the CPU reference with --backend cpu). Outputs are
 // written whole or not at all: every file is finished under a temporary name before any is
 // renamed into place.
 #include <exception>
@@ -22,6 +23,7 @@
 #include "vkattn/errors.h"
 #include "vkattn/io/heatmap.h"
 #include "vkattn/io/npy.h"
+#include "vkattn/io/pretrained.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tracing/report.h"
@@ -53,6 +55,8 @@ struct Runnable {
   // steps), for every later forward, so that both passes of a side by side take it; returns its
   // name. Empty where the module has no such choice.
   std::function<std::string(Backend&)> settle_path;
+  std::string output = "output";  // what the output is, for the summary
+  std::string source;             // the file or folder the module came from
 };
 
 // An nn.MultiheadAttention state_dict (PyTorch's names) on its inputs.
@@ -112,13 +116,56 @@ Runnable grouped_query_run(const RunArgs& a) {
   return {[module, x, options](Backend& b) { return module->forward(b, *x, options); }, repr.str(), trace};
 }
 
+// A hub checkpoint folder (GPT-2) on a text: its logits (1, T, V), every step of the model traced.
+Runnable model_run(const RunArgs& a) {
+  const auto& in = a.inputs;
+  for (auto [given, flag] : {std::pair{!in.weights.empty(), "--weights"}, {!in.query.empty(), "--query"},
+                             {!in.key.empty(), "--key"}, {!in.key_padding_mask.empty(), "--key-padding-mask"},
+                             {!in.attn_mask.empty(), "--attn-mask"}, {in.causal, "--causal"}, {in.heads != 0, "--heads"},
+                             {!a.attn_weights.empty(), "--attn-weights"}, {a.pack_in_proj, "--pack-in-proj"},
+                             {a.grouped.given(), "--kv-heads, --rope, --rope-theta, --rotary-dims or --window"}}) {
+    if (given) {
+      throw UsageError(std::string(flag) + " configures an attention module's run; --model " + a.model +
+                       " runs the checkpoint on --text (its config.json says the rest)");
+    }
+  }
+  auto p = std::make_shared<io::Pretrained>(io::load_pretrained(a.model));
+  std::vector<int64_t> ids;
+  try {
+    ids = p->tokenizer->encode(a.text);
+  } catch (const ShapeError& e) {  // not UTF-8
+    throw UsageError("--text: " + std::string(e.what()));
+  }
+  if (ids.empty()) throw UsageError("--text is empty: give the model at least one token");
+  auto tokens = std::make_shared<Tensor>(Shape{1, static_cast<int64_t>(ids.size())},
+                                         std::vector<float>(ids.begin(), ids.end()), DType::int64);
+  const auto& c = p->model.config();
+  const auto& l = c.layer;
+  std::ostringstream repr;
+  repr << p->architecture << ": " << c.num_layers << " layers, d_model=" << l.d_model << ", " << l.nhead
+       << " heads, vocab " << c.vocab_size << "; the text is " << ids.size() << " tokens";
+  nlohmann::json trace = {{"module", p->architecture}, {"model", a.model}, {"text", a.text}, {"ids", ids},
+                          {"vocab_size", c.vocab_size}, {"num_layers", c.num_layers}, {"d_model", l.d_model},
+                          {"nhead", l.nhead}, {"dim_feedforward", l.dim_feedforward},
+                          {"activation", activation_name(l.activation)}, {"stored_dtype", p->stored_dtype}};
+  return {[p, tokens](Backend& b) { return AttentionResult{p->model.forward(b, *tokens), std::nullopt}; },
+          repr.str(), trace, nullptr, "logits (B, T, vocab)", a.model};
+}
+
 }  // namespace
 
 CLI::App* add_run(CLI::App& app, RunArgs& a) {
   auto* cmd = app.add_subcommand("run", "run a PyTorch nn.MultiheadAttention state_dict (or a grouped-query "
-                                        "attention's: q_proj … o_proj) on .npy inputs");
-  add_attention_args(*cmd, a.inputs);
+                                        "attention's: q_proj … o_proj) on .npy inputs, or a hub checkpoint "
+                                        "folder (--model) on a text");
+  add_attention_args(*cmd, a.inputs, true);
   add_grouped_query_args(*cmd, a.grouped);
+  auto* model = cmd->add_option("--model", a.model,
+                                "DIR: instead of --weights and --query, a checkpoint folder as the Hugging Face hub "
+                                "lays it out (GPT-2: config.json, model.safetensors, its tokenizer) on --text");
+  auto* text = cmd->add_option("--text", a.text, "with --model: the text the model reads (its tokenizer's ids)");
+  model->needs(text);
+  text->needs(model);
   cmd->add_option("--attention", a.attention,
                   "auto (fused when no weights are written, else unfused), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")
       ->check(CLI::IsMember({"auto", "unfused", "fused"}))
@@ -153,12 +200,17 @@ int run_run(const RunArgs& a) {
   for (const auto& path : {a.out, a.attn_weights, a.report})
     if (!path.empty()) io::check_output_path(path);
 
-  const bool grouped = is_grouped_query_file(a.inputs.weights);
-  if (!grouped && a.grouped.given()) {
+  if (a.model.empty()) {
+    if (a.inputs.weights.empty()) throw UsageError("--weights is required (or --model DIR with --text)");
+    if (a.inputs.query.empty()) throw UsageError("--query is required");
+  }
+  const bool grouped = a.model.empty() && is_grouped_query_file(a.inputs.weights);
+  if (a.model.empty() && !grouped && a.grouped.given()) {
     throw UsageError("--kv-heads, --rope, --rope-theta, --rotary-dims and --window configure a grouped-query "
                      "attention (q_proj … o_proj); " + a.inputs.weights + " holds an nn.MultiheadAttention");
   }
-  Runnable module = grouped ? grouped_query_run(a) : multi_head_run(a);
+  Runnable module = !a.model.empty() ? model_run(a) : grouped ? grouped_query_run(a) : multi_head_run(a);
+  if (module.source.empty()) module.source = a.inputs.weights;
 
   // One pass, or two side by side (the GPU's is the result; the reference checks it).
   std::vector<std::unique_ptr<Backend>> backends;
@@ -195,7 +247,7 @@ int run_run(const RunArgs& a) {
   if (!a.report.empty()) {  // also when the passes disagree: that is when the page helps most
     ReportSection section{.title = module.repr, .pass = recorders[0].get(), .pass_label = backends[0]->name()};
     if (a.side_by_side) section.against = recorders[1].get(), section.against_label = backends[1]->name();
-    write_report(a.report, {section}, {.title = "vkattn run " + a.inputs.weights, .atol = a.atol, .rtol = a.rtol});
+    write_report(a.report, {section}, {.title = "vkattn run " + module.source, .atol = a.atol, .rtol = a.rtol});
   }
   if (a.side_by_side) {
     SideBySide table(*recorders[0], *recorders[1], a.atol, a.rtol);
@@ -211,7 +263,7 @@ int run_run(const RunArgs& a) {
   }
   const AttentionResult& result = *result_of_first;  // the GPU's, side by side
   const Backend& backend = *backends.front();
-  require_finite(result.output, "output");
+  require_finite(result.output, module.output.c_str());
   if (result.weights) require_finite(*result.weights, "attention weights");
 
   stop_if_interrupted();
@@ -230,8 +282,8 @@ int run_run(const RunArgs& a) {
   }
 
   std::cout << backend.name() << " backend: " << backend.device_name() << (a.side_by_side ? ", checked by the cpu reference" : "") << "\n"
-            << module.repr << "\n  from " << a.inputs.weights << "\n";
-  print_summary(result.output, "output", a.out);
+            << module.repr << "\n  from " << module.source << "\n";
+  print_summary(result.output, module.output, a.out);
   if (result.weights) {
     print_summary(*result.weights, a.per_head_weights ? "attention weights per head" : "attention weights averaged over heads",
                   a.attn_weights);
