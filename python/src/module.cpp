@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -461,6 +462,71 @@ class Encoder {
   nlohmann::json config_;
 };
 
+// A checkpoint folder as the hub lays it out (io::load_pretrained): its model, kept on the device,
+// and its tokenizer.
+class Pretrained {
+ public:
+  Pretrained(const std::filesystem::path& dir, const std::string& kind, const std::string& selector)
+      : device_(open_device(kind, selector)), loaded_(io::load_pretrained(dir)) {
+    loaded_.model.keep_weights_on(*device_->backend);
+    const auto& c = loaded_.model.config();
+    config_ = {{"module", loaded_.architecture}, {"architecture", loaded_.architecture}, {"path", dir.string()},
+               {"vocab_size", c.vocab_size}, {"max_positions", c.max_positions}, {"num_layers", c.num_layers},
+               {"d_model", c.layer.d_model}, {"nhead", c.layer.nhead}, {"dim_feedforward", c.layer.dim_feedforward},
+               {"activation", activation_name(c.layer.activation)}, {"layer_norm_eps", c.layer.layer_norm_eps},
+               {"bos_token_id", loaded_.bos_token_id}, {"eos_token_id", loaded_.eos_token_id},
+               {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}};
+  }
+
+  std::string device() const { return device_label(*device_); }
+  const nlohmann::json& config() const { return config_; }
+  std::vector<int64_t> encode(const std::string& text) const { return loaded_.tokenizer->encode(text); }
+  py::bytes decode(const std::vector<int64_t>& ids) const { return loaded_.tokenizer->decode(ids); }
+
+  // ids (B, T) int64 -> logits (B, T, V); with the trace, (logits, recorded).
+  py::object forward(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids, bool trace,
+                     std::optional<bool> fold_layout_steps) {
+    Tensor t(shape_of(ids), DType::int64);
+    for (py::ssize_t k = 0; k < ids.size(); ++k) t.data[static_cast<size_t>(k)] = static_cast<float>(ids.data()[k]);
+    auto run = [&](Backend& backend) { return loaded_.model.forward(backend, t); };
+    if (!trace) return to_array(on_device(*device_, run));
+    auto [result, recorded] = traced(*device_, config_, run, fold_layout_steps);
+    return py::make_tuple(to_array(std::move(result)), recorded);
+  }
+
+  // Greedy decoding with the KV cache: `max_new_tokens` ids after `prompt`, fewer where the model
+  // gives its end-of-text token (not returned).
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens) {
+    if (prompt.empty()) throw ShapeError("generate: the prompt is empty: give at least one token");
+    if (max_new_tokens < 0) throw ConfigError("generate: max_new_tokens=" + std::to_string(max_new_tokens) + " is negative");
+    const int64_t length = static_cast<int64_t>(prompt.size()) + max_new_tokens;
+    if (length > loaded_.model.config().max_positions) {
+      throw ShapeError("generate: " + std::to_string(prompt.size()) + " prompt tokens and " +
+                       std::to_string(max_new_tokens) + " new ones need " + std::to_string(length) +
+                       " positions; the model has " + std::to_string(loaded_.model.config().max_positions));
+    }
+    return on_device(*device_, [&](Backend& backend) {
+      KVCache cache = loaded_.model.make_cache(backend, 1, length);
+      std::vector<int64_t> step = prompt, out;
+      while (static_cast<int64_t>(out.size()) < max_new_tokens) {
+        Tensor ids({1, static_cast<int64_t>(step.size())}, std::vector<float>(step.begin(), step.end()), DType::int64);
+        const Tensor logits = loaded_.model.decode(backend, ids, cache);
+        const auto last = logits.data.end() - logits.dim(2);
+        const int64_t token = std::max_element(last, logits.data.end()) - last;
+        if (token == loaded_.eos_token_id) break;
+        out.push_back(token);
+        step = {token};
+      }
+      return out;
+    });
+  }
+
+ private:
+  std::shared_ptr<Device> device_;
+  io::Pretrained loaded_;
+  nlohmann::json config_;
+};
+
 py::list device_list() {
   py::list out;
   for (const auto& d : devices()) {
@@ -618,6 +684,16 @@ PYBIND11_MODULE(_vkattn, m) {
       .def_property_readonly("device", &Encoder::device)
       .def("forward", &Encoder::forward, py::arg("src"), py::arg("mask"), py::arg("src_key_padding_mask"),
            py::arg("is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none());
+
+  py::class_<Pretrained>(m, "_Pretrained")
+      .def(py::init<const std::filesystem::path&, const std::string&, const std::string&>(), py::arg("path"),
+           py::arg("kind"), py::arg("selector"))
+      .def_property_readonly("device", &Pretrained::device)
+      .def_property_readonly("config", [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
+      .def("encode", &Pretrained::encode, py::arg("text"))
+      .def("decode", &Pretrained::decode, py::arg("ids"))
+      .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"));
 
   py::class_<CheckReport>(m, "_CheckReport")
       .def_property_readonly("ok", &CheckReport::ok)

@@ -5,6 +5,7 @@
     out, weights = mha(x, x, x)                                # numpy arrays, as nn.MultiheadAttention
     out, weights, trace = mha.trace(x, x, x)                   # every step's tensor
     report = vkattn.check(rec, weights=torch_mha, query=x)     # your own attention, step by step
+    gpt2 = vkattn.from_pretrained("models/tiny_gpt2")          # a hub checkpoint folder
 
 Arrays go in as numpy arrays or CPU torch tensors of any float dtype, and come out as float32
 numpy arrays. `device=` is None (the default GPU), "cpu" (the C++ reference), an index into
@@ -18,11 +19,13 @@ from ._vkattn import (ConfigError, DeviceError, Error, FileError, ShapeError, __
 from .check import STEPS, CheckReport, Recorder, attention_weights, check
 from .devices import devices
 from .modules import GroupedQueryAttention, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from .pretrained import PretrainedModel, from_pretrained
 from .trace import Step, Trace, load_trace
 
 # Vulkan devices go before the interpreter unloads the extension.
 atexit.register(_release_devices)
 
-__all__ = ["MultiheadAttention", "GroupedQueryAttention", "TransformerEncoderLayer", "TransformerEncoder", "Trace", "Step",
+__all__ = ["MultiheadAttention", "GroupedQueryAttention", "TransformerEncoderLayer", "TransformerEncoder",
+           "from_pretrained", "PretrainedModel", "Trace", "Step",
            "load_trace", "Recorder", "check", "attention_weights", "CheckReport", "STEPS", "devices", "heatmap_svg",
            "Error", "ShapeError", "ConfigError", "FileError", "DeviceError", "__version__"]
