@@ -87,6 +87,7 @@ ByteLevelBPE::ByteLevelBPE(std::unordered_map<std::string, int64_t> vocab,
     ranks_.emplace(pair_key(a, b), rank);  // a repeated merge keeps its first rank
   }
   for (const auto& token : special_) {
+    if (token.empty()) throw FileError(source + ": a special token is empty");
     if (!vocab_.contains(token)) throw FileError(source + ": special token '" + token + "' is not in the vocabulary");
   }
   // the longest first, so that a special token that starts another does not split it

@@ -11,15 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-json parse(const std::filesystem::path& path) {
-  const auto bytes = io::read_file(path);
-  try {
-    return json::parse(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-  } catch (const json::exception& e) {
-    throw FileError(path.string() + ": not JSON (" + e.what() + ")");
-  }
-}
-
 // The pre-tokenizer's type, or "none"; a Sequence's members joined by '+'.
 std::string pre_tokenizer_kind(const json& pre) {
   if (!pre.is_object()) return "none";
@@ -32,11 +23,18 @@ std::string pre_tokenizer_kind(const json& pre) {
   return "Sequence(" + kinds + ")";
 }
 
+}  // namespace
+
 // tokenizer.json with a BPE model and the ByteLevel pre-tokenizer: GPT-2's algorithm, its vocab
 // and merges in one file, the added tokens beside them.
-std::unique_ptr<Tokenizer> from_tokenizer_json(const std::filesystem::path& path) {
-  const json file = parse(path);
-  const std::string source = path.string();
+std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std::string& source) {
+  json file;
+  try {
+    file = json::parse(text);
+  } catch (const json::exception& e) {
+    throw FileError(source + ": not JSON (" + e.what() + ")");
+  }
+  if (!file.is_object()) throw FileError(source + ": not a JSON object");
   try {
     const json& model = file.at("model");
     const std::string type = model.value("type", "?");
@@ -75,10 +73,12 @@ std::unique_ptr<Tokenizer> from_tokenizer_json(const std::filesystem::path& path
   }
 }
 
-}  // namespace
-
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir) {
-  if (std::filesystem::exists(dir / "tokenizer.json")) return from_tokenizer_json(dir / "tokenizer.json");
+  if (std::filesystem::exists(dir / "tokenizer.json")) {
+    const auto bytes = io::read_file(dir / "tokenizer.json");
+    return parse_tokenizer_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                                (dir / "tokenizer.json").string());
+  }
   if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt")) {
     return std::make_unique<ByteLevelBPE>(ByteLevelBPE::from_files(dir / "vocab.json", dir / "merges.txt"));
   }

@@ -60,5 +60,7 @@ class ByteLevelBPE : public Tokenizer {
 // A checkpoint folder's tokenizer: tokenizer.json when there is one, else vocab.json +
 // merges.txt. A FileError names the folder when it has neither, and the model when it is not BPE.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir);
+// tokenizer.json's text; errors start with `source`.
+std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std::string& source);
 
 }  // namespace vkattn::text
