@@ -107,6 +107,8 @@ void average_heads(const float* p, float* avg, int64_t B, int64_t H, int64_t pla
 // y = (x - mean) / √(var + eps) · weight + bias over each row; var the biased variance (÷ E)
 //   x, y (N, E)  weight, bias (E)
 void layer_norm(const float* x, const float* weight, const float* bias, float* y, int64_t N, int64_t E, float eps);
+// y = x / √(mean(x²) + eps) · weight over each row: Llama's RMSNorm      x, y (N, E)  weight (E)
+void rms_norm(const float* x, const float* weight, float* y, int64_t N, int64_t E, float eps);
 
 // y = x · Φ(x) = x/2 · (1 + erf(x/√2)), torch's exact GELU      x, y (n)
 void gelu(const float* x, float* y, int64_t n);
@@ -118,6 +120,10 @@ void relu(const float* x, float* y, int64_t n);
 
 // y = x + residual      x, residual, y (n)
 void residual_add(const float* x, const float* residual, float* y, int64_t n);
+// y = x · sigmoid(x): torch's silu, Llama's act_fn      x, y (n)
+void silu(const float* x, float* y, int64_t n);
+// y = x · other, element by element (SwiGLU's gate times up)      x, other, y (n)
+void multiply(const float* x, const float* other, float* y, int64_t n);
 
 // y[n, :] = table[ids[n], :]   ids (N) integer-valued floats, table (V, E), y (N, E); an id
 // outside [0, V) gives a row of NaN

@@ -279,6 +279,10 @@ TEST_P(LayerNorm, MatchesReference) {
   EXPECT_TRUE(gpu_matches_reference(gpu, cpu(), in,
                                     [](Backend& b, const std::vector<Value>& v) { return b.layer_norm("norm1", v[0], v[1], v[2], 1e-5f); },
                                     {"n", "e"}));
+  // RMSNorm on the same rows (its plan is layer_norm's)
+  EXPECT_TRUE(gpu_matches_reference(gpu, cpu(), {x, in[1]},
+                                    [](Backend& b, const std::vector<Value>& v) { return b.rms_norm("input_layernorm", v[0], v[1], 1e-6f); },
+                                    {"n", "e"}));
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, LayerNorm, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 63, 64, 65, 113, 1000), Bool()));
 
@@ -297,7 +301,7 @@ TEST_F(Ops, LayerNormNormalisesEachRow) {
   }
 }
 
-// gelu / gelu_tanh / relu / residual_add over lengths that are not multiples of the workgroup size, with
+// gelu / gelu_tanh / relu / silu / residual_add / multiply over lengths that are not multiples of the workgroup size, with
 // values out to ±8 (gelu's tails) and exact zeros.
 class Elementwise : public Ops, public ::testing::WithParamInterface<int> {};
 TEST_P(Elementwise, MatchesReference) {
@@ -307,8 +311,11 @@ TEST_P(Elementwise, MatchesReference) {
   EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.gelu("gelu", v[0]); }, {"i"}));
   EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.gelu_tanh("gelu_tanh", v[0]); }, {"i"}));
   EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.relu("relu", v[0]); }, {"i"}));
+  EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.silu("silu", v[0]); }, {"i"}));
   EXPECT_TRUE(check({x, random_tensor({n}, 24)},
                     [](Backend& b, const std::vector<Value>& v) { return b.residual_add("residual_add1", v[0], v[1]); }, {"i"}));
+  EXPECT_TRUE(check({x, random_tensor({n}, 25)},
+                    [](Backend& b, const std::vector<Value>& v) { return b.multiply("multiply", v[0], v[1]); }, {"i"}));
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, Elementwise, Values(1, 3, 17, 63, 64, 65, 113, 1000));
 

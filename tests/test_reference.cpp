@@ -172,6 +172,30 @@ TEST(Reference, GeluTanhIsTorchsTanhApproximation) {
   EXPECT_NEAR(y[6], -2.2917961972623857e-07f, 1e-12f);
 }
 
+TEST(Reference, RmsNormScalesEachRowByItsRootMeanSquare) {
+  const float x[] = {1, 2, 3, 4, -0.5f, 0, 0.5f, 10}, w[] = {1, 0.5f, 2, -1};
+  float y[8];
+  reference::rms_norm(x, w, y, 2, 4, 1e-6f);
+  // x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, in float64
+  const double expected[] = {0.3651483473268884, 0.3651483473268884, 2.1908900839613303, -1.4605933893075536,
+                             -0.09975093162567014, 0.0, 0.19950186325134028, -1.995018632513403};
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(y[i], static_cast<float>(expected[i])) << i;
+}
+
+TEST(Reference, SiluIsXTimesItsSigmoidAndMultiplyIsElementwise) {
+  const float x[] = {0, 1, -1, 3, -20, 20, -100};
+  float y[7];
+  reference::silu(x, y, 7);
+  // torch.nn.functional.silu(torch.tensor([0., 1, -1, 3, -20, 20, -100], dtype=torch.float64))
+  const double expected[] = {0.0, 0.7310585786300049, -0.2689414213699951, 2.8577223804672998, -4.122307236380407e-08,
+                             19.999999958776925, -3.720075976020836e-42};
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(y[i], static_cast<float>(expected[i])) << i;
+  EXPECT_NEAR(y[6], 0.0f, 1e-38f);
+  const float a[] = {2, -3, 0.5f}, b[] = {4, 5, -2};
+  reference::multiply(a, b, y, 3);
+  EXPECT_EQ(std::vector<float>(y, y + 3), (std::vector<float>{8, -15, -1}));
+}
+
 TEST(Reference, ReluAndResidualAdd) {
   const float x[] = {-2, 0, 3}, r[] = {1, 1, -4};
   float y[3];

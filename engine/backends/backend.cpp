@@ -527,6 +527,20 @@ Value Backend::layer_norm(const std::string& step_name, const Value& x, const Va
   return y;
 }
 
+Value Backend::rms_norm(const std::string& step_name, const Value& x, const Value& weight, float eps) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim to normalise over");
+  int64_t E = x.dim(-1), N = element_count(x.shape) / E;
+  require_rank(step, weight, 1, "(E,)");
+  require(weight.dim(0) == E, step, describe(weight) + " must have " + std::to_string(E) + " elements, one per feature of " + describe(x));
+  require(eps > 0.0f && std::isfinite(eps), step, "eps " + std::to_string(eps) + " must be a positive finite number");
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_rms_norm(step, *x.storage, *weight.storage, *y.storage, N, E, eps); });
+  report(step, "rms_norm", infos({&x, &weight}), y, {"b", "t", "f"});
+  return y;
+}
+
 Value Backend::gelu(const std::string& step_name, const Value& x) {
   const std::string step = scoped(step_name);
   require_float(step, x);
@@ -562,6 +576,26 @@ Value Backend::residual_add(const std::string& step_name, const Value& x, const 
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_residual_add(step, *x.storage, *residual.storage, *y.storage, element_count(x.shape)); });
   report(step, "residual_add", infos({&x, &residual}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::silu(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_silu(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "silu", infos({&x}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::multiply(const std::string& step_name, const Value& x, const Value& other) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  require_float(step, other);
+  require(x.shape == other.shape, step, describe(x) + " and " + describe(other) + " must have the same shape");
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_multiply(step, *x.storage, *other.storage, *y.storage, element_count(x.shape)); });
+  report(step, "multiply", infos({&x, &other}), y, {"b", "t", "f"});
   return y;
 }
 

@@ -136,6 +136,19 @@ void ReferenceBackend::run_relu(const std::string&, const Storage& x, Storage& y
   reference::relu(in(x), out(y), n);
 }
 
+void ReferenceBackend::run_rms_norm(const std::string&, const Storage& x, const Storage& weight, Storage& y, int64_t N,
+                                    int64_t E, float eps) {
+  reference::rms_norm(in(x), in(weight), out(y), N, E, eps);
+}
+
+void ReferenceBackend::run_silu(const std::string&, const Storage& x, Storage& y, int64_t n) {
+  reference::silu(in(x), out(y), n);
+}
+
+void ReferenceBackend::run_multiply(const std::string&, const Storage& x, const Storage& other, Storage& y, int64_t n) {
+  reference::multiply(in(x), in(other), out(y), n);
+}
+
 void ReferenceBackend::run_residual_add(const std::string&, const Storage& x, const Storage& residual, Storage& y,
                                         int64_t n) {
   reference::residual_add(in(x), in(residual), out(y), n);

@@ -622,6 +622,25 @@ void VulkanBackend::run_residual_add(const std::string& step, const Storage& x, 
   dispatch(step, k, {buffer_of(x), buffer_of(residual), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
 }
 
+// rms_norm shares layer_norm's row plan: the same rows, one reduction fewer.
+void VulkanBackend::run_rms_norm(const std::string& step, const Storage& x, const Storage& weight, Storage& y, int64_t N,
+                                 int64_t E, float eps) {
+  const vulkan::RowPlan& plan = row_plan_for("layer_norm", N, E);
+  const auto& k = kernel(vulkan::Op::rms_norm, {}, 0, 0, plan.lanes, plan.shader("rms_norm"));
+  dispatch(step, k, {buffer_of(x), buffer_of(weight), buffer_of(y)}, vulkan::LayerNormParams{u32(N), u32(E), eps},
+           plan.groups(uint64_t(N), k.workgroup_size()), true);
+}
+
+void VulkanBackend::run_silu(const std::string& step, const Storage& x, Storage& y, int64_t n) {
+  const auto& k = kernel(vulkan::Op::silu);
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
+}
+
+void VulkanBackend::run_multiply(const std::string& step, const Storage& x, const Storage& other, Storage& y, int64_t n) {
+  const auto& k = kernel(vulkan::Op::multiply);
+  dispatch(step, k, {buffer_of(x), buffer_of(other), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
+}
+
 void VulkanBackend::run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y,
                                   int64_t N, int64_t V, int64_t E) {
   const auto& k = kernel(vulkan::Op::embedding);

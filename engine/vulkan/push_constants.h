@@ -101,13 +101,13 @@ struct AverageHeadsParams {  // shaders/average_heads.comp
   glm::uint plane;           // L·S
 };
 
-struct LayerNormParams {  // shaders/layer_norm.comp
+struct LayerNormParams {  // shaders/layer_norm.comp, shaders/rms_norm.comp
   glm::uint rows;         // N
   glm::uint cols;         // E
   float eps;
 };
 
-struct ElementwiseParams {  // shaders/unary.glsl (gelu, gelu_tanh, relu), shaders/residual_add.comp
+struct ElementwiseParams {  // shaders/unary.glsl (gelu, gelu_tanh, relu, silu), residual_add.comp, multiply.comp
   glm::uint count;          // n
 };
 

@@ -228,6 +228,9 @@ class Backend {
   // Normalised over the last dim with its biased variance, eps inside the square root, then
   // scaled and shifted: torch's LayerNorm.   x (…, E), weight and bias (E) -> (…, E)
   Value layer_norm(const std::string& step, const Value& x, const Value& weight, const Value& bias, float eps);
+  // x / √(mean(x²) + eps) · weight over the last dim: Llama's RMSNorm (no mean, no bias).
+  //   x (…, E), weight (E) -> (…, E)
+  Value rms_norm(const std::string& step, const Value& x, const Value& weight, float eps);
   // x · Φ(x) = x/2 · (1 + erf(x/√2)): torch's exact GELU (approximate='none'). Any shape.
   Value gelu(const std::string& step, const Value& x);
   // x/2 · (1 + tanh(√(2/π) · (x + 0.044715 · x³))): torch's gelu(approximate='tanh'), GPT-2's
@@ -237,6 +240,10 @@ class Backend {
   Value relu(const std::string& step, const Value& x);
   // x + residual, two tensors of one shape: the skip connection around a sub-block.
   Value residual_add(const std::string& step, const Value& x, const Value& residual);
+  // x · sigmoid(x): torch's silu (Llama's act_fn). Any shape.
+  Value silu(const std::string& step, const Value& x);
+  // x · other, two tensors of one shape: SwiGLU's silu(gate) · up.
+  Value multiply(const std::string& step, const Value& x, const Value& other);
   // Rows of `table` picked by token id: ids (B, T) int64, table (V, E) -> (B, T, E). An id
   // outside [0, V) gives a row of NaN (modules check ids on the host before they upload them).
   Value embedding(const std::string& step, const Value& ids, const Value& table);
@@ -359,6 +366,10 @@ class Backend {
                                      int64_t parts, int64_t d) = 0;
   virtual void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,
                               Storage& y, int64_t N, int64_t E, float eps) = 0;
+  virtual void run_rms_norm(const std::string& step, const Storage& x, const Storage& weight, Storage& y, int64_t N,
+                            int64_t E, float eps) = 0;
+  virtual void run_silu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
+  virtual void run_multiply(const std::string& step, const Storage& x, const Storage& other, Storage& y, int64_t n) = 0;
   virtual void run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
   virtual void run_gelu_tanh(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
   virtual void run_relu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;

@@ -56,6 +56,10 @@ class ReferenceBackend final : public Backend {
   void run_gelu_tanh(const std::string&, const Storage& x, Storage& y, int64_t n) override;
   void run_relu(const std::string&, const Storage& x, Storage& y, int64_t n) override;
   void run_residual_add(const std::string&, const Storage& x, const Storage& residual, Storage& y, int64_t n) override;
+  void run_rms_norm(const std::string&, const Storage& x, const Storage& weight, Storage& y, int64_t N, int64_t E,
+                    float eps) override;
+  void run_silu(const std::string&, const Storage& x, Storage& y, int64_t n) override;
+  void run_multiply(const std::string&, const Storage& x, const Storage& other, Storage& y, int64_t n) override;
   void run_embedding(const std::string&, const Storage& ids, const Storage& table, Storage& y, int64_t N, int64_t V,
                      int64_t E) override;
   void run_positional_encoding(const std::string&, const Storage& x, const Storage& table, Storage& y, int64_t B,

@@ -172,6 +172,10 @@ class VulkanBackend final : public Backend {
   void run_gelu_tanh(const std::string& step, const Storage& x, Storage& y, int64_t n) override;
   void run_relu(const std::string& step, const Storage& x, Storage& y, int64_t n) override;
   void run_residual_add(const std::string& step, const Storage& x, const Storage& residual, Storage& y, int64_t n) override;
+  void run_rms_norm(const std::string& step, const Storage& x, const Storage& weight, Storage& y, int64_t N, int64_t E,
+                    float eps) override;
+  void run_silu(const std::string& step, const Storage& x, Storage& y, int64_t n) override;
+  void run_multiply(const std::string& step, const Storage& x, const Storage& other, Storage& y, int64_t n) override;
   void run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y, int64_t N, int64_t V,
                      int64_t E) override;
   void run_positional_encoding(const std::string& step, const Storage& x, const Storage& table, Storage& y, int64_t B,
