@@ -160,8 +160,8 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     write("fortran.npy", fortran);
     write("empty.npy", "");
     write("text.npy", "query,values\n1,2\n");
-    fs::create_directories(dir_ / "llama");  // a checkpoint folder of an architecture vkattn does not run
-    write("llama/config.json", R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})");
+    fs::create_directories(dir_ / "bert");  // a checkpoint folder of an architecture vkattn does not run
+    write("bert/config.json", R"({"architectures": ["BertModel"], "model_type": "bert"})");
     auto with_descr = [&](const std::string& descr) {
       std::string t = text;
       t.replace(t.find("<f4"), 3, descr);
@@ -220,7 +220,7 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     dump("not_a_dump", R"({"format": "something else"})");
   }
   std::set<std::string> inputs_ = {"bool.npy", "rank4.npy", "e7.npy", "nan.npy", "mask_wrong.npy", "mask_nan.npy",
-                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "llama", "big_endian.npy",
+                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "bert", "big_endian.npy",
                                    "int16.npy", "header_past_end.npy", "malformed.npy",
                                    "offsets_past_end.safetensors", "overlap.safetensors", "dtype.safetensors",
                                    "size_mismatch.safetensors", "missing_tensor.safetensors", "misshaped.safetensors",
@@ -436,8 +436,9 @@ const std::vector<BadRun> kRunModelBadInputs = {
            "--query configures an attention module's run; --model"},
     BadRun{"model_text_empty", {"run", "--model", "{models}/tiny_gpt2", "--text", ""},
            "--text is empty: give the model at least one token"},
-    BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/llama", "--text", "Alice"},
-           "architecture 'LlamaForCausalLM' (model_type 'llama') is not one vkattn runs yet (GPT2LMHeadModel)"}};
+    BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/bert", "--text", "Alice"},
+           "architecture 'BertModel' (model_type 'bert') is not one vkattn runs yet (GPT2LMHeadModel, "
+           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)"}};
 INSTANTIATE_TEST_SUITE_P(CliRunModel, CliBadInput, ::testing::ValuesIn(kRunModelBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -446,8 +447,7 @@ const std::vector<BadRun> kGenerateBadInputs = {
            "--prompt: character '~' at 5 is not in the model's vocabulary of 54 characters"},
     BadRun{"prompt_empty", good_generate({"--prompt", ""}), "--prompt is empty: give at least one character to continue"},
     BadRun{"past_the_positions", good_generate({"--max-new-tokens", "124"}),
-           "--max-new-tokens 124 after a prompt of 5 tokens needs 129 positions; the model has 128 "
-           "(position_embedding.weight's rows)"},
+           "--max-new-tokens 124 after a prompt of 5 tokens needs 129 positions; the model has 128"},
     BadRun{"weights_of_encoder", good_generate({"--weights", "{e}/weights.safetensors"}),
            "missing tensor 'token_embedding.weight'"},
     BadRun{"negative_temperature", good_generate({"--temperature", "-1"}), "--temperature"},
@@ -970,19 +970,24 @@ TEST_F(CliRun, GenerateGreedyEqualsTorchTokenForToken) {
   }
 }
 
-// models/tiny_gpt2, a folder as the hub lays out GPT-2: torch's tokens, through vkattn's tokenizer
+// models/tiny_gpt2 and tiny_llama, folders as the hub lays out GPT-2 and Llama: torch's tokens,
+// through vkattn's tokenizers (vocab.json + merges.txt, tokenizer.json)
 TEST_F(CliRun, GenerateFromAHubFolderEqualsTorchTokenForToken) {
-  const std::string model = VKATTN_SOURCE_DIR "/models/tiny_gpt2";
-  const auto expected = nlohmann::json::parse(slurp(model + "/expected.json"));
-  const std::string prompt = expected["prompt"], n = std::to_string(expected["new_tokens"].get<int>());
-  for (const char* backend : {"gpu", "cpu"}) {
-    auto out = generated(vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", n, "--backend",
-                                 backend, "--json"}));
-    EXPECT_EQ(out["prompt_tokens"], expected["prompt_ids"].size());
-    EXPECT_EQ(out["tokens"], expected["tokens"]) << backend;
-    EXPECT_EQ(out["text"], expected["text"]);
-    EXPECT_EQ(out["stopped_at_end_of_text"], false);
+  for (const char* name : {"tiny_gpt2", "tiny_llama"}) {
+    const std::string model = VKATTN_SOURCE_DIR "/models/" + std::string(name);
+    const auto expected = nlohmann::json::parse(slurp(model + "/expected.json"));
+    const std::string prompt = expected["prompt"], n = std::to_string(expected["new_tokens"].get<int>());
+    for (const char* backend : {"gpu", "cpu"}) {
+      auto out = generated(vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", n,
+                                   "--backend", backend, "--json"}));
+      EXPECT_EQ(out["prompt_tokens"], expected["prompt_ids"].size());
+      EXPECT_EQ(out["tokens"], expected["tokens"]) << name << " on " << backend;
+      EXPECT_EQ(out["text"], expected["text"]);
+      EXPECT_EQ(out["stopped_at_end_of_text"], false);
+    }
   }
+  const std::string model = VKATTN_SOURCE_DIR "/models/tiny_gpt2";
+  const std::string prompt = "Alice was beginning";
   const Exit text = vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", "3"});
   EXPECT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("GPT2LMHeadModel: 0.14 M parameters, 551.2 KiB as F32 in the files"), std::string::npos) << text.out;
@@ -996,7 +1001,8 @@ TEST_F(CliRun, RunAHubFolderOnATextTracesEveryStepOfTheModel) {
                    "--out", path("logits.npy")});
   ASSERT_EQ(e.code, 0) << e.out << e.err;
   EXPECT_NE(e.out.find("every step agrees"), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("GPT2LMHeadModel: 2 layers, d_model=64, 4 heads, vocab 513; the text is 7 tokens"),
+  EXPECT_NE(e.out.find("GPT2LMHeadModel: the text's 7 tokens through\n  vocab 513, 128 positions, 2 × "
+                       "TransformerEncoderLayer(d_model=64"),
             std::string::npos) << e.out;
   std::ifstream in(dir_ / "dump" / "gpu" / "trace.json");
   const auto trace = nlohmann::json::parse(in);

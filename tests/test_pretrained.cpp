@@ -1,7 +1,8 @@
 // Checkpoint folders as the Hugging Face hub lays them out: models/tiny_gpt2 (GPT-2's
-// architecture, saved as save_pretrained saves it) against torch's own logits and greedy tokens,
-// on the GPU and the reference; the same weights under GPT2Model's names, in shards and in BF16;
-// and a one-line error naming the file and tensor for each way a folder can be wrong.
+// architecture) and models/tiny_llama (Llama's, BF16, a tokenizer.json), each saved as
+// save_pretrained saves it, against torch's own logits and greedy tokens, on the GPU and the
+// reference; the same weights under other names, in shards, in BF16, as Qwen2 and Mistral read
+// them; and a one-line error naming the file and tensor for each way a folder can be wrong.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,6 +15,8 @@
 #include "vkattn/errors.h"
 #include "vkattn/io/pretrained.h"
 #include "vkattn/io/safetensors.h"
+#include "vkattn/modules/causal_lm.h"
+#include "vkattn/modules/llama.h"
 
 namespace vkattn {
 namespace {
@@ -23,25 +26,29 @@ using testing::expect_error;
 namespace fs = std::filesystem;
 
 const fs::path kTinyGpt2 = fs::path(VKATTN_SOURCE_DIR) / "models/tiny_gpt2";
+const fs::path kTinyLlama = fs::path(VKATTN_SOURCE_DIR) / "models/tiny_llama";
 
-json expected() {
-  std::ifstream in(kTinyGpt2 / "expected.json");
+json expected(const fs::path& model = kTinyGpt2) {
+  std::ifstream in(model / "expected.json");
   return json::parse(in);
 }
 
-// A copy of tiny_gpt2's folder under the temporary directory, its weights replaced by `tensors`
-// (nothing: the same file).
-fs::path copy_of_tiny_gpt2(const std::string& name) {
+// A copy of a model's folder under the temporary directory, to change.
+fs::path copy_of(const fs::path& model, const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("vkattn_test_pretrained_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
-  for (const char* file : {"config.json", "vocab.json", "merges.txt", "model.safetensors"}) {
-    fs::copy_file(kTinyGpt2 / file, dir / file);
+  for (const auto& file : fs::directory_iterator(model)) {
+    if (file.path().extension() != ".py") fs::copy_file(file.path(), dir / file.path().filename());
   }
   return dir;
 }
+fs::path copy_of_tiny_gpt2(const std::string& name) { return copy_of(kTinyGpt2, name); }
 
-std::map<std::string, Tensor> tiny_gpt2_tensors() { return io::read_safetensors(kTinyGpt2 / "model.safetensors").tensors; }
+std::map<std::string, Tensor> tensors_of(const fs::path& model) {
+  return io::read_safetensors(model / "model.safetensors").tensors;
+}
+std::map<std::string, Tensor> tiny_gpt2_tensors() { return tensors_of(kTinyGpt2); }
 
 void rewrite_config(const fs::path& dir, const std::function<void(json&)>& change) {
   json config;
@@ -51,11 +58,29 @@ void rewrite_config(const fs::path& dir, const std::function<void(json&)>& chang
 }
 
 // The logits of the prompt's last position.
-std::vector<float> last_logits(Backend& backend, const io::Pretrained& p, const std::vector<int64_t>& ids) {
+std::vector<float> last_logits(Backend& backend, const LanguageModel& model, const std::vector<int64_t>& ids) {
   Tensor input({1, static_cast<int64_t>(ids.size())}, std::vector<float>(ids.begin(), ids.end()), DType::int64);
-  Tensor logits = p.model.forward(backend, input);
+  Tensor logits = model.forward(backend, input);
   const int64_t V = logits.dim(2);
   return std::vector<float>(logits.data.end() - V, logits.data.end());
+}
+
+std::vector<float> last_logits(Backend& backend, const io::Pretrained& p, const std::vector<int64_t>& ids) {
+  return last_logits(backend, *p.model, ids);
+}
+
+// The greedy tokens after `prompt`, one at a time through the KV cache.
+std::vector<int64_t> greedy(Backend& backend, const LanguageModel& model, const std::vector<int64_t>& prompt, size_t n) {
+  KVCache cache = model.make_cache(backend, 1, static_cast<int64_t>(prompt.size() + n));
+  std::vector<int64_t> step = prompt, got;
+  for (size_t i = 0; i < n; ++i) {
+    Tensor ids({1, static_cast<int64_t>(step.size())}, std::vector<float>(step.begin(), step.end()), DType::int64);
+    Tensor logits = model.decode(backend, ids, cache);
+    const auto last = logits.data.end() - logits.dim(2);
+    got.push_back(std::max_element(last, logits.data.end()) - last);
+    step = {got.back()};
+  }
+  return got;
 }
 
 float max_difference(const std::vector<float>& a, const std::vector<float>& b) {
@@ -72,7 +97,7 @@ TEST_F(Pretrained, TinyGpt2MatchesTorchsLogitsAndGreedyTokensOnBothBackends) {
   const json e = expected();
   EXPECT_EQ(p.architecture, "GPT2LMHeadModel");
   EXPECT_EQ(p.stored_dtype, "F32");
-  EXPECT_EQ(p.model.config().layer.activation, Activation::gelu_tanh);
+  EXPECT_EQ(dynamic_cast<const CausalLM&>(*p.model).config().layer.activation, Activation::gelu_tanh);
   EXPECT_EQ(p.eos_token_id, p.tokenizer->token_id("<|endoftext|>"));
   const auto prompt = p.tokenizer->encode(e["prompt"].get<std::string>());
   ASSERT_EQ(prompt, e["prompt_ids"].get<std::vector<int64_t>>());  // the C++ BPE on merges learnt in Python
@@ -82,16 +107,7 @@ TEST_F(Pretrained, TinyGpt2MatchesTorchsLogitsAndGreedyTokensOnBothBackends) {
   }
   // greedy with the KV cache: torch's tokens, one at a time
   const auto want = e["tokens"].get<std::vector<int64_t>>();
-  KVCache cache = p.model.make_cache(gpu(), 1, static_cast<int64_t>(prompt.size() + want.size()));
-  std::vector<int64_t> step = prompt, got;
-  for (size_t i = 0; i < want.size(); ++i) {
-    Tensor ids({1, static_cast<int64_t>(step.size())}, std::vector<float>(step.begin(), step.end()), DType::int64);
-    Tensor logits = p.model.decode(gpu(), ids, cache);
-    const int64_t V = logits.dim(2);
-    const auto last = logits.data.end() - V;
-    got.push_back(std::max_element(last, logits.data.end()) - last);
-    step = {got.back()};
-  }
+  const auto got = greedy(gpu(), *p.model, prompt, want.size());
   EXPECT_EQ(got, want);
   EXPECT_EQ(p.tokenizer->decode(got), e["text"].get<std::string>());
 }
@@ -135,12 +151,76 @@ TEST_F(Pretrained, GPT2ModelsNamesShardsAndBF16AreTheSameModel) {
   EXPECT_LT(difference, 0.25f);
 }
 
+// tiny_llama: grouped-query attention with RoPE, RMSNorm, SwiGLU, BF16 weights, tokenizer.json
+TEST_F(Pretrained, TinyLlamaMatchesTorchsLogitsAndGreedyTokensOnBothBackends) {
+  const io::Pretrained p = io::load_pretrained(kTinyLlama);
+  const json e = expected(kTinyLlama);
+  EXPECT_EQ(p.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(p.stored_dtype, "BF16");
+  const auto& config = dynamic_cast<const Llama&>(*p.model).config();
+  EXPECT_EQ(config.attention.kv_heads(), 2);
+  EXPECT_FALSE(config.tie_word_embeddings);
+  const auto prompt = p.tokenizer->encode(e["prompt"].get<std::string>());
+  ASSERT_EQ(prompt, e["prompt_ids"].get<std::vector<int64_t>>());
+  const auto torch_logits = e["last_logits"].get<std::vector<float>>();
+  for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    EXPECT_LT(max_difference(last_logits(*backend, p, prompt), torch_logits), 1e-4f) << backend->name();
+  }
+  const auto want = e["tokens"].get<std::vector<int64_t>>();
+  EXPECT_EQ(greedy(gpu(), *p.model, prompt, want.size()), want);
+}
+
+// The same weights as Qwen2 reads them (q/k/v biases, here zero), as Mistral with a window longer
+// than the text, and tied (lm_head from embed_tokens): each the logits it must give.
+TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {
+  const io::Pretrained llama = io::load_pretrained(kTinyLlama);
+  const auto ids = llama.tokenizer->encode("Alice was beginning to get");
+  const auto logits = last_logits(cpu(), llama, ids);
+
+  auto qwen2 = copy_of(kTinyLlama, "qwen2");
+  rewrite_config(qwen2, [](json& c) { c["architectures"] = {"Qwen2ForCausalLM"}, c["model_type"] = "qwen2"; });
+  auto weights = tensors_of(kTinyLlama);
+  for (int layer : {0, 1}) {
+    for (const auto& [proj, size] : {std::pair{"q_proj", 64}, {"k_proj", 32}, {"v_proj", 32}}) {
+      weights["model.layers." + std::to_string(layer) + ".self_attn." + proj + ".bias"] = Tensor({size});
+    }
+  }
+  testing::write_safetensors(qwen2 / "model.safetensors", weights);
+  const io::Pretrained q = io::load_pretrained(qwen2);
+  EXPECT_TRUE(dynamic_cast<const Llama&>(*q.model).config().attention.attention_bias);
+  EXPECT_FALSE(dynamic_cast<const Llama&>(*q.model).config().attention.o_proj_bias);
+  EXPECT_LT(max_difference(last_logits(cpu(), q, ids), logits), 1e-6f);
+  // Qwen2's q/k/v_proj always have biases: Llama's file, read as Qwen2's, lacks them
+  fs::copy_file(kTinyLlama / "model.safetensors", qwen2 / "model.safetensors", fs::copy_options::overwrite_existing);
+  expect_error<FileError>([&] { io::load_pretrained(qwen2); }, {"missing tensor 'layers.0.self_attn.q_proj.bias'"});
+
+  auto mistral = copy_of(kTinyLlama, "mistral");
+  rewrite_config(mistral, [](json& c) { c["architectures"] = {"MistralForCausalLM"}, c["sliding_window"] = 64; });
+  const io::Pretrained m = io::load_pretrained(mistral);
+  EXPECT_EQ(dynamic_cast<const Llama&>(*m.model).config().attention.sliding_window, 64);
+  EXPECT_LT(max_difference(last_logits(gpu(), m, ids), logits), 1e-4f);
+  rewrite_config(mistral, [](json& c) { c["sliding_window"] = 2; });  // each query sees 2 keys: other logits
+  EXPECT_GT(max_difference(last_logits(cpu(), io::load_pretrained(mistral), ids), logits), 1e-2f);
+
+  auto tied = copy_of(kTinyLlama, "tied");
+  rewrite_config(tied, [](json& c) { c["tie_word_embeddings"] = true; });
+  weights = tensors_of(kTinyLlama);
+  weights.erase("lm_head.weight");
+  testing::write_safetensors(tied / "model.safetensors", weights);
+  const io::Pretrained t = io::load_pretrained(tied);
+  weights["lm_head.weight"] = weights["model.embed_tokens.weight"];  // untied, the same rows
+  auto untied = copy_of(kTinyLlama, "untied");
+  testing::write_safetensors(untied / "model.safetensors", weights);
+  EXPECT_EQ(last_logits(cpu(), t, ids), last_logits(cpu(), io::load_pretrained(untied), ids));
+  EXPECT_EQ(t.model->parameter_count() + 513 * 64, llama.model->parameter_count());
+}
+
 TEST(PretrainedFolders, WhatIsWrongIsNamed) {
   expect_error<FileError>([] { io::load_pretrained("/nonexistent/vkattn"); }, {"/nonexistent/vkattn", "not a folder"});
 
-  auto llama = copy_of_tiny_gpt2("llama");
-  rewrite_config(llama, [](json& c) { c["architectures"] = {"LlamaForCausalLM"}, c["model_type"] = "llama"; });
-  expect_error<ConfigError>([&] { io::load_pretrained(llama); }, {"config.json", "LlamaForCausalLM", "llama", "GPT2LMHeadModel"});
+  auto bert = copy_of_tiny_gpt2("bert");
+  rewrite_config(bert, [](json& c) { c["architectures"] = {"BertModel"}, c["model_type"] = "bert"; });
+  expect_error<ConfigError>([&] { io::load_pretrained(bert); }, {"config.json", "BertModel", "bert", "GPT2LMHeadModel"});
 
   auto config = copy_of_tiny_gpt2("config");
   rewrite_config(config, [](json& c) { c.erase("n_embd"); });
@@ -163,6 +243,16 @@ TEST(PretrainedFolders, WhatIsWrongIsNamed) {
   weights["transformer.h.2.ln_1.weight"] = Tensor({64});
   testing::write_safetensors(tensors / "model.safetensors", weights);
   expect_error<FileError>([&] { io::load_pretrained(tensors); }, {"unexpected tensor 'h.2.ln_1.weight'", "2 layers"});
+
+  auto scaled = copy_of(kTinyLlama, "scaled");
+  rewrite_config(scaled, [](json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
+  expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"config.json", "rope_scaling", "llama3", "not supported"});
+  rewrite_config(scaled, [](json& c) { c.erase("rope_scaling"), c["hidden_act"] = "gelu"; });
+  expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"hidden_act 'gelu'"});
+  rewrite_config(scaled, [](json& c) { c["hidden_act"] = "silu", c["num_key_value_heads"] = 3; });
+  expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"num_attention_heads 4 is not a multiple of num_key_value_heads 3"});
+  rewrite_config(scaled, [](json& c) { c["num_key_value_heads"] = 4; });  // the file's k_proj has 2 heads
+  expect_error<FileError>([&] { io::load_pretrained(scaled); }, {"'layers.0.self_attn.k_proj.weight'", "(32, 64)", "(H_kv·d, E) = (64, 64)"});
 
   auto pickle = copy_of_tiny_gpt2("pickle");
   fs::rename(pickle / "model.safetensors", pickle / "pytorch_model.bin");

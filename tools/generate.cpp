@@ -1,5 +1,5 @@
 // vkattn generate: a causal language model continues a prompt, one token at a time — a checkpoint
-// folder as the Hugging Face hub lays it out (--model: GPT-2, <vkattn/io/pretrained.h>) or a
+// folder as the Hugging Face hub lays it out (--model: GPT-2, Llama, <vkattn/io/pretrained.h>) or a
 // CausalLM's safetensors with its characters for tokens (--weights, models/tiny_char) — with the KV cache
 // (each new token computes only its own row) or, with --no-cache, recomputing every position
 // each time, as a model without a cache must. Greedy by default; --temperature and --top-k sample,
@@ -106,22 +106,12 @@ class CharVocabulary : public text::Tokenizer {
 
 // A model, its tokenizer, and the lines that say what they are.
 struct Loaded {
-  CausalLM model;
+  std::unique_ptr<LanguageModel> model;
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::string name;        // "GPT2LMHeadModel", "CausalLM"
   std::string weights;     // "0.13 M parameters, 0.54 MiB as F32 in the files"
   int64_t eos_token_id = -1;  // generation stops there
 };
-
-// The parameters of a CausalLM; a head tied to the token embedding (GPT-2's) adds none of its own.
-uint64_t parameter_count(const CausalLMConfig& c, bool tied_head) {
-  const auto& l = c.layer;
-  const auto E = static_cast<uint64_t>(l.d_model), F = static_cast<uint64_t>(l.dim_feedforward);
-  const auto V = static_cast<uint64_t>(c.vocab_size), P = static_cast<uint64_t>(c.max_positions);
-  const uint64_t layer = 4 * E * E + 4 * E + 2 * E * F + F + E + 4 * E;  // attention, feed-forward, two norms
-  const uint64_t head = tied_head ? 0 : V * E + (c.lm_head_bias ? V : 0);
-  return (V + P) * E + static_cast<uint64_t>(c.num_layers) * layer + 2 * E + head;
-}
 
 std::string weights_line(uint64_t parameters, uint64_t stored_bytes, const std::string& dtype) {
   std::ostringstream out;
@@ -133,7 +123,7 @@ std::string weights_line(uint64_t parameters, uint64_t stored_bytes, const std::
 Loaded load(const GenerateArgs& a) {
   if (!a.model.empty()) {
     io::Pretrained p = io::load_pretrained(a.model);
-    std::string weights = weights_line(parameter_count(p.model.config(), true), p.stored_bytes, p.stored_dtype);
+    std::string weights = weights_line(p.model->parameter_count(), p.stored_bytes, p.stored_dtype);
     return Loaded{std::move(p.model), std::move(p.tokenizer), p.architecture, weights, p.eos_token_id};
   }
   io::CausalLMState state = io::load_causal_lm(a.weights);
@@ -146,10 +136,9 @@ Loaded load(const GenerateArgs& a) {
     throw FileError(a.weights + ": __metadata__ vocab has " + std::to_string(vocab.size()) +
                     " characters but token_embedding.weight has " + std::to_string(state.config.vocab_size) + " rows");
   }
-  const uint64_t parameters = parameter_count(state.config, false);
-  std::string weights = weights_line(parameters, parameters * 4, "F32");
-  return Loaded{CausalLM(state.config, std::move(state.weights)), std::make_unique<CharVocabulary>(std::move(vocab)),
-                "CausalLM", weights, -1};
+  auto model = std::make_unique<CausalLM>(state.config, std::move(state.weights));
+  std::string weights = weights_line(model->parameter_count(), model->parameter_count() * 4, "F32");
+  return Loaded{std::move(model), std::make_unique<CharVocabulary>(std::move(vocab)), "CausalLM", weights, -1};
 }
 
 // The next token from the last position's logits: the largest (the first of equals, as
@@ -211,7 +200,7 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
 int run_generate(const GenerateArgs& a) {
   if (a.model.empty() == a.weights.empty()) throw UsageError("generate needs --model DIR or --weights M.safetensors");
   Loaded loaded = load(a);
-  const CausalLM& model = loaded.model;
+  const LanguageModel& model = *loaded.model;
   std::vector<int64_t> tokens;
   try {
     tokens = loaded.tokenizer->encode(a.prompt);
@@ -219,11 +208,11 @@ int run_generate(const GenerateArgs& a) {
     throw UsageError("--prompt: " + std::string(e.what()));
   }
   if (tokens.empty()) throw UsageError("--prompt is empty: give at least one character to continue");
-  const int64_t P = model.config().max_positions, length = static_cast<int64_t>(tokens.size()) + a.max_new_tokens;
+  const int64_t P = model.max_positions(), length = static_cast<int64_t>(tokens.size()) + a.max_new_tokens;
   if (length > P) {
     throw UsageError("--max-new-tokens " + std::to_string(a.max_new_tokens) + " after a prompt of " +
                      std::to_string(tokens.size()) + " tokens needs " + std::to_string(length) +
-                     " positions; the model has " + std::to_string(P) + " (position_embedding.weight's rows)");
+                     " positions; the model has " + std::to_string(P));
   }
   auto backend = make_backend(a.backend, a.device);
   std::optional<KVCache> cache;
@@ -283,7 +272,6 @@ int run_generate(const GenerateArgs& a) {
   const double first_forward_ms = forwards > 0 ? forward_ms.front() : 0.0;
   std::sort(forward_ms.begin(), forward_ms.end());
   const double per_token_ms = forwards > 0 ? forward_ms[forward_ms.size() / 2] : 0.0;
-  const auto& l = model.config().layer;
   const std::string mode = std::string(a.temperature == 0.0 ? "greedy" : "sampled") +
                            (a.no_cache ? ", recomputing every position (--no-cache)" : ", with the KV cache");
   if (a.json) {
@@ -299,10 +287,7 @@ int run_generate(const GenerateArgs& a) {
   std::cout << "\n\n"
             << backend->name() << " backend: " << backend->device_name() << "\n"
             << loaded.name << ": " << loaded.weights << "\n"
-            << "  vocab " << model.config().vocab_size << ", " << model.config().max_positions
-            << " positions, " << model.config().num_layers << " × TransformerEncoderLayer(d_model=" << l.d_model
-            << ", nhead=" << l.nhead << ",\n  dim_feedforward=" << l.dim_feedforward << ", "
-            << activation_name(l.activation) << (l.norm_first ? ", pre-norm" : ", post-norm") << ")\n"
+            << "  " << model.describe() << "\n"
             << std::fixed << std::setprecision(1) << "prompt: " << tokens.size() - generated.size() << " tokens in " << prompt_ms
             << " ms (the first pass also makes the pipelines)\n"
             << "generated: " << generated.size() << " tokens, " << mode
@@ -311,8 +296,8 @@ int run_generate(const GenerateArgs& a) {
             << (per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0) << " tokens/s (the median of " << forwards
             << " forwards; the first took " << std::setprecision(2) << first_forward_ms << " ms)\n";
   if (cache) {
-    std::cout << "KV cache: 2 (keys, values) × " << model.config().num_layers << " layers × 1 × " << l.nhead
-              << " heads × " << cache->capacity() << " positions × " << l.d_model / l.nhead << " dims × 4 bytes\n"
+    std::cout << "KV cache: 2 (keys, values) × " << cache->layers() << " layers × 1 × " << cache->heads()
+              << " heads × " << cache->capacity() << " positions × " << cache->head_dim() << " dims × 4 bytes\n"
               << "  = " << cache->bytes() << " bytes (" << bytes_text(cache->bytes()) << ")\n";
   }
   return 0;

@@ -139,17 +139,12 @@ Runnable model_run(const RunArgs& a) {
   if (ids.empty()) throw UsageError("--text is empty: give the model at least one token");
   auto tokens = std::make_shared<Tensor>(Shape{1, static_cast<int64_t>(ids.size())},
                                          std::vector<float>(ids.begin(), ids.end()), DType::int64);
-  const auto& c = p->model.config();
-  const auto& l = c.layer;
-  std::ostringstream repr;
-  repr << p->architecture << ": " << c.num_layers << " layers, d_model=" << l.d_model << ", " << l.nhead
-       << " heads, vocab " << c.vocab_size << "; the text is " << ids.size() << " tokens";
+  const std::string repr = p->architecture + ": the text's " + std::to_string(ids.size()) + " tokens through\n  " +
+                           p->model->describe();
   nlohmann::json trace = {{"module", p->architecture}, {"model", a.model}, {"text", a.text}, {"ids", ids},
-                          {"vocab_size", c.vocab_size}, {"num_layers", c.num_layers}, {"d_model", l.d_model},
-                          {"nhead", l.nhead}, {"dim_feedforward", l.dim_feedforward},
-                          {"activation", activation_name(l.activation)}, {"stored_dtype", p->stored_dtype}};
-  return {[p, tokens](Backend& b) { return AttentionResult{p->model.forward(b, *tokens), std::nullopt}; },
-          repr.str(), trace, nullptr, "logits (B, T, vocab)", a.model};
+                          {"config", p->config}, {"stored_dtype", p->stored_dtype}};
+  return {[p, tokens](Backend& b) { return AttentionResult{p->model->forward(b, *tokens), std::nullopt}; },
+          repr, trace, nullptr, "logits (B, T, vocab)", a.model};
 }
 
 }  // namespace

@@ -7,9 +7,6 @@
 //   ln_f                     norm
 //   lm_head                  tied to wte: wte's rows, no bias
 // Conv1D stores its weight (in, out) and computes x · W + b; torch's Linear stores (out, in).
-#include <optional>
-#include <set>
-
 #include "engine/io/checkpoints.h"
 #include "vkattn/errors.h"
 
@@ -32,80 +29,29 @@ Tensor elements(const Tensor& t, int64_t begin, int64_t count) {
   return Tensor({count}, std::vector<float>(t.data.begin() + begin, t.data.begin() + begin + count));
 }
 
-class Gpt2Config {
- public:
-  Gpt2Config(const json& config, const std::string& source) : config_(config), source_(source + "/config.json") {}
-
-  // A positive integer entry; `fallback` when absent (or null) and given.
-  int64_t size(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
-    const auto it = config_.find(key);
-    if (it == config_.end() || it->is_null()) {
-      if (fallback) return *fallback;
-      throw ConfigError(source_ + ": no " + key + ", which GPT-2's config has");
-    }
-    if (!it->is_number_integer() || it->get<int64_t>() < 1) {
-      throw ConfigError(source_ + ": " + key + " is " + it->dump() + ", not a positive integer");
-    }
-    return it->get<int64_t>();
-  }
-  float number(const char* key, float fallback) const {
-    const auto it = config_.find(key);
-    if (it == config_.end()) return fallback;
-    if (!it->is_number()) throw ConfigError(source_ + ": " + key + " is " + it->dump() + ", not a number");
-    return it->get<float>();
-  }
-  bool flag(const char* key, bool fallback) const {
-    const auto it = config_.find(key);
-    if (it == config_.end()) return fallback;
-    if (!it->is_boolean()) throw ConfigError(source_ + ": " + key + " is " + it->dump() + ", not true or false");
-    return it->get<bool>();
-  }
-  Activation activation() const {
-    const std::string name = config_.value("activation_function", "gelu_new");
-    if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::gelu_tanh;
-    if (auto a = activation_from_name(name)) return *a;
-    throw ConfigError(source_ + ": activation_function '" + name + "' is not one vkattn runs (gelu_new, " +
-                      "gelu_pytorch_tanh, gelu, relu)");
-  }
-  // A setting vkattn does not run, refused by name when it is not `supported`.
-  void require(const char* key, bool supported, bool fallback) const {
-    if (flag(key, fallback) != supported) {
-      throw ConfigError(source_ + ": " + key + " = " + (supported ? "false" : "true") + " is not supported by vkattn");
-    }
-  }
-
- private:
-  const json& config_;
-  std::string source_;
-};
+// gelu_new and gelu_pytorch_tanh are the tanh approximation: gelu_tanh.
+Activation activation(const ConfigReader& config) {
+  const std::string name = config.text("activation_function", "gelu_new");
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::gelu_tanh;
+  if (auto a = activation_from_name(name)) return *a;
+  throw config.error("activation_function '" + name + "' is not one vkattn runs (gelu_new, gelu_pytorch_tanh, gelu, relu)");
+}
 
 }  // namespace
 
-CausalLMState gpt2(const json& config_json, std::map<std::string, Tensor> file, const std::string& source) {
-  const Gpt2Config config(config_json, source);
+CausalLMState gpt2(const json& config_json, std::map<std::string, Tensor> file, const std::string& dir) {
+  const ConfigReader config(config_json, dir);
   config.require("scale_attn_weights", true, true);
   config.require("scale_attn_by_inverse_layer_idx", false, false);
   config.require("add_cross_attention", false, false);
   const int64_t E = config.size("n_embd"), H = config.size("n_head"), V = config.size("vocab_size");
   const int64_t P = config.size("n_positions"), F = config.size("n_inner", 4 * E), layers = config.size("n_layer");
+  if (E % H != 0) throw config.error("n_embd " + std::to_string(E) + " is not a multiple of n_head " + std::to_string(H));
 
   // GPT2LMHeadModel's save_pretrained writes "transformer.h.0…"; the hub's gpt2 folder, GPT2Model's "h.0…"
-  std::map<std::string, Tensor> tensors;
-  for (auto& [name, t] : file) tensors.emplace(name.starts_with("transformer.") ? name.substr(12) : name, std::move(t));
-  std::set<std::string> used;
-  auto take = [&](const std::string& name, const Shape& shape, const std::string& spelled) -> const Tensor& {
-    const auto it = tensors.find(name);
-    const std::string expected = spelled + " = " + shape_string(shape);
-    if (it == tensors.end()) throw FileError(source + ": missing tensor '" + name + "', expected " + expected);
-    if (it->second.dtype != DType::float32 || it->second.shape != shape) {
-      throw FileError(source + ": tensor '" + name + "' is " + dtype_name(it->second.dtype) + " " +
-                      shape_string(it->second.shape) + ", expected float " + expected);
-    }
-    used.insert(name);
-    return it->second;
-  };
+  CheckpointTensors tensors(std::move(file), dir, "transformer.");
   auto norm = [&](const std::string& name) {
-    return LayerNormWeights{take(name + ".weight", {E}, "(E,)"), take(name + ".bias", {E}, "(E,)")};
+    return LayerNormWeights{tensors.take(name + ".weight", {E}, "(E,)"), tensors.take(name + ".bias", {E}, "(E,)")};
   };
 
   CausalLMState state;
@@ -114,21 +60,18 @@ CausalLMState gpt2(const json& config_json, std::map<std::string, Tensor> file, 
   c.max_positions = P;
   c.num_layers = layers;
   c.lm_head_bias = false;
-  c.layer = {.d_model = E, .nhead = H, .dim_feedforward = F, .activation = config.activation(),
+  c.layer = {.d_model = E, .nhead = H, .dim_feedforward = F, .activation = activation(config),
              .layer_norm_eps = config.number("layer_norm_epsilon", 1e-5f), .norm_first = true};
-  if (E % H != 0) {
-    throw ConfigError(source + "/config.json: n_embd " + std::to_string(E) + " is not a multiple of n_head " + std::to_string(H));
-  }
   auto& w = state.weights;
-  w.token_embedding = take("wte.weight", {V, E}, "(vocab_size, n_embd)");
-  w.position_embedding = take("wpe.weight", {P, E}, "(n_positions, n_embd)");
+  w.token_embedding = tensors.take("wte.weight", {V, E}, "(vocab_size, n_embd)");
+  w.position_embedding = tensors.take("wpe.weight", {P, E}, "(n_positions, n_embd)");
   for (int64_t i = 0; i < layers; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
     TransformerEncoderLayerWeights layer;
     layer.norm1 = norm(h + "ln_1");
     layer.norm2 = norm(h + "ln_2");
-    const Tensor& qkv = take(h + "attn.c_attn.weight", {E, 3 * E}, "(E, 3·E)");
-    const Tensor& qkv_bias = take(h + "attn.c_attn.bias", {3 * E}, "(3·E,)");
+    const Tensor& qkv = tensors.take(h + "attn.c_attn.weight", {E, 3 * E}, "(E, 3·E)");
+    const Tensor& qkv_bias = tensors.take(h + "attn.c_attn.bias", {3 * E}, "(3·E,)");
     auto& a = layer.self_attn;
     a.q_proj_weight = columns_transposed(qkv, 0, E);
     a.k_proj_weight = columns_transposed(qkv, E, E);
@@ -136,26 +79,25 @@ CausalLMState gpt2(const json& config_json, std::map<std::string, Tensor> file, 
     a.q_proj_bias = elements(qkv_bias, 0, E);
     a.k_proj_bias = elements(qkv_bias, E, E);
     a.v_proj_bias = elements(qkv_bias, 2 * E, E);
-    a.out_proj_weight = columns_transposed(take(h + "attn.c_proj.weight", {E, E}, "(E, E)"), 0, E);
-    a.out_proj_bias = take(h + "attn.c_proj.bias", {E}, "(E,)");
-    layer.linear1_weight = columns_transposed(take(h + "mlp.c_fc.weight", {E, F}, "(E, F)"), 0, F);
-    layer.linear1_bias = take(h + "mlp.c_fc.bias", {F}, "(F,)");
-    layer.linear2_weight = columns_transposed(take(h + "mlp.c_proj.weight", {F, E}, "(F, E)"), 0, E);
-    layer.linear2_bias = take(h + "mlp.c_proj.bias", {E}, "(E,)");
+    a.out_proj_weight = columns_transposed(tensors.take(h + "attn.c_proj.weight", {E, E}, "(E, E)"), 0, E);
+    a.out_proj_bias = tensors.take(h + "attn.c_proj.bias", {E}, "(E,)");
+    layer.linear1_weight = columns_transposed(tensors.take(h + "mlp.c_fc.weight", {E, F}, "(E, F)"), 0, F);
+    layer.linear1_bias = tensors.take(h + "mlp.c_fc.bias", {F}, "(F,)");
+    layer.linear2_weight = columns_transposed(tensors.take(h + "mlp.c_proj.weight", {F, E}, "(F, E)"), 0, E);
+    layer.linear2_bias = tensors.take(h + "mlp.c_proj.bias", {E}, "(E,)");
     // the causal mask as a buffer, in older files: vkattn masks by is_causal
-    for (const char* buffer : {"attn.bias", "attn.masked_bias"}) used.insert(h + buffer);
+    for (const char* buffer : {"attn.bias", "attn.masked_bias"}) tensors.ignore(h + buffer);
     w.layers.push_back(std::move(layer));
   }
   w.norm = norm("ln_f");
   // tied: save_pretrained leaves lm_head out; a file that has it (untied) is read as it is
-  w.lm_head_weight = tensors.contains("lm_head.weight") ? take("lm_head.weight", {V, E}, "(vocab_size, n_embd)")
-                                                        : w.token_embedding;
-  for (const auto& [name, t] : tensors) {
-    if (!used.contains(name)) {
-      throw FileError(source + ": unexpected tensor '" + name + "' " + shape_string(t.shape) + " in a GPT-2 of " +
-                      std::to_string(layers) + " layers (wte, wpe, h.0 … h." + std::to_string(layers - 1) + ", ln_f)");
-    }
+  if (auto head = tensors.take_if_there("lm_head.weight", {V, E}, "(vocab_size, n_embd)")) {
+    w.lm_head_weight = std::move(*head);
+  } else {
+    c.tie_word_embeddings = true;
   }
+  tensors.check_all_taken("a GPT-2 of " + std::to_string(layers) + " layers (wte, wpe, h.0 … h." +
+                          std::to_string(layers - 1) + ", ln_f)");
   return state;
 }
 

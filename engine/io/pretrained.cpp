@@ -9,6 +9,8 @@
 #include "engine/io/file.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/safetensors.h"
+#include "vkattn/modules/causal_lm.h"
+#include "vkattn/modules/llama.h"
 
 namespace vkattn::io {
 namespace {
@@ -104,22 +106,33 @@ Pretrained load_pretrained(const fs::path& dir) {
     architecture = config["architectures"][0].get<std::string>();
   }
   const bool gpt2 = architecture == "GPT2LMHeadModel" || architecture == "GPT2Model" || architecture == "gpt2";
-  if (!gpt2) {
+  const bool llama = architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
+                     architecture == "Qwen2ForCausalLM" || architecture == "llama";
+  if (!gpt2 && !llama) {
     throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
-                      model_type + "') is not one vkattn runs yet (GPT2LMHeadModel)");
+                      model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
+                      "MistralForCausalLM, Qwen2ForCausalLM)");
   }
   std::string dtype;
   uint64_t bytes = 0;
   auto tensors = read_checkpoint_tensors(dir, &dtype, &bytes);
-  CausalLMState state = checkpoints::gpt2(config, std::move(tensors), dir.string());
+  std::unique_ptr<LanguageModel> model;
+  if (gpt2) {
+    CausalLMState state = checkpoints::gpt2(config, std::move(tensors), dir.string());
+    model = std::make_unique<CausalLM>(state.config, std::move(state.weights));
+  } else {
+    checkpoints::LlamaState state = checkpoints::llama(config, std::move(tensors), dir.string(), architecture);
+    model = std::make_unique<Llama>(state.config, std::move(state.weights));
+  }
   auto tokenizer = text::load_tokenizer(dir);
-  if (tokenizer->vocab_size() > state.config.vocab_size) {
+  if (tokenizer->vocab_size() > model->vocab_size()) {
     throw FileError(dir.string() + ": the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
-                    " tokens but the model's embedding only " + std::to_string(state.config.vocab_size) + " rows");
+                    " tokens but the model's embedding only " + std::to_string(model->vocab_size()) + " rows");
   }
   auto id = [&](const char* key) { return config.contains(key) && config[key].is_number_integer() ? config[key].get<int64_t>() : -1; };
-  return Pretrained{.architecture = architecture,
-                    .model = CausalLM(state.config, std::move(state.weights)),
+  return Pretrained{.config = config,
+                    .architecture = architecture,
+                    .model = std::move(model),
                     .tokenizer = std::move(tokenizer),
                     .bos_token_id = id("bos_token_id"),
                     .eos_token_id = id("eos_token_id"),

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <sstream>
 
 #include "engine/modules/checks.h"
 #include "engine/modules/pass.h"
@@ -27,7 +28,7 @@ CausalLMWeights CausalLMWeights::random(const CausalLMConfig& c, uint32_t seed) 
   }
   w.norm = random_norm(E, rng);
   const float bound = 1.0f / std::sqrt(static_cast<float>(E));
-  w.lm_head_weight = uniform({V, E}, -bound, bound, rng);
+  if (!c.tie_word_embeddings) w.lm_head_weight = uniform({V, E}, -bound, bound, rng);
   if (c.lm_head_bias) w.lm_head_bias = uniform({V}, -bound, bound, rng);
   return w;
 }
@@ -44,7 +45,11 @@ CausalLM::CausalLM(CausalLMConfig config, CausalLMWeights weights) : config_(con
   checks::weight(kWho, "position_embedding.weight", w.position_embedding, {c.max_positions, E}, "(P, E)");
   checks::weight(kWho, "norm.weight", w.norm.weight, {E}, "(E,)");
   checks::weight(kWho, "norm.bias", w.norm.bias, {E}, "(E,)");
-  checks::weight(kWho, "lm_head.weight", w.lm_head_weight, {V, E}, "(V, E)");
+  if (!c.tie_word_embeddings) {
+    checks::weight(kWho, "lm_head.weight", w.lm_head_weight, {V, E}, "(V, E)");
+  } else if (w.lm_head_weight.size() != 0) {
+    throw ShapeError("CausalLM: lm_head.weight is given but tie_word_embeddings is on (the head is token_embedding)");
+  }
   checks::optional_weight(kWho, "lm_head.bias", w.lm_head_bias, c.lm_head_bias, "lm_head_bias", {V}, "(V,)");
   if (static_cast<int64_t>(w.layers.size()) != c.num_layers) {
     throw ShapeError("CausalLM: " + std::to_string(w.layers.size()) + " layers of weights for num_layers=" +
@@ -54,20 +59,7 @@ CausalLM::CausalLM(CausalLMConfig config, CausalLMWeights weights) : config_(con
 }
 
 void CausalLM::check_ids(const std::string& who, const Tensor& ids, int64_t first_position) const {
-  auto require = [&](bool ok, const std::string& message) {
-    if (!ok) throw ShapeError(who + ": " + message);
-  };
-  require(ids.dtype == DType::int64, "token ids are " + std::string(dtype_name(ids.dtype)) + " but must be int64");
-  require(ids.rank() == 2 && ids.dim(1) >= 1, "token ids " + shape_string(ids.shape) + " must be (B, T), T >= 1");
-  for (size_t i = 0; i < ids.data.size(); ++i) {
-    const float id = ids.data[i];
-    require(id >= 0 && id < static_cast<float>(config_.vocab_size),
-            "token id " + std::to_string(static_cast<int64_t>(id)) + " at index " + std::to_string(i) +
-                " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
-  }
-  require(first_position + ids.dim(1) <= config_.max_positions,
-          "positions " + std::to_string(first_position) + " … " + std::to_string(first_position + ids.dim(1) - 1) +
-              " go past the " + std::to_string(config_.max_positions) + " rows of position_embedding");
+  checks::token_ids(who, ids, config_.vocab_size, first_position, config_.max_positions, "rows of position_embedding");
 }
 
 Value CausalLM::embed(Backend& backend, const Value& ids, int64_t first_position) const {
@@ -86,7 +78,9 @@ Value CausalLM::head(Backend& backend, const Value& x) const {
   Value weight = backend.upload_weight("norm.weight", weights_.norm.weight);
   Value bias = backend.upload_weight("norm.bias", weights_.norm.bias);
   Value h = backend.layer_norm("norm", x, weight, bias, config_.layer.layer_norm_eps);  // (B, T, E)
-  Value w = backend.upload_weight("lm_head.weight", weights_.lm_head_weight);
+  // tied: the embedding's table, the same kept weight as embed()'s
+  Value w = config_.tie_word_embeddings ? backend.upload_weight("token_embedding.weight", weights_.token_embedding)
+                                        : backend.upload_weight("lm_head.weight", weights_.lm_head_weight);
   if (!weights_.lm_head_bias) return backend.linear("lm_head", h, w, nullptr);
   Value b = backend.upload_weight("lm_head.bias", *weights_.lm_head_bias);
   return backend.linear("lm_head", h, w, &b);  // (B, T, V)
@@ -111,6 +105,36 @@ Tensor CausalLM::forward(Backend& backend, const Tensor& ids, const std::optiona
     }
     return head(b, x);
   });
+}
+
+uint64_t CausalLM::parameter_count() const {
+  auto count = [](const Tensor& t) { return static_cast<uint64_t>(t.size()); };
+  const auto& w = weights_;
+  uint64_t n = count(w.token_embedding) + count(w.position_embedding) + count(w.norm.weight) + count(w.norm.bias) +
+               count(w.lm_head_weight) + (w.lm_head_bias ? count(*w.lm_head_bias) : 0);
+  for (const auto& l : w.layers) {
+    const auto& a = l.self_attn;
+    for (const Tensor* t : {&a.q_proj_weight, &a.k_proj_weight, &a.v_proj_weight, &a.out_proj_weight, &l.linear1_weight,
+                            &l.linear1_bias, &l.linear2_weight, &l.linear2_bias, &l.norm1.weight, &l.norm1.bias,
+                            &l.norm2.weight, &l.norm2.bias}) {
+      n += count(*t);
+    }
+    for (const auto* t : {&a.q_proj_bias, &a.k_proj_bias, &a.v_proj_bias, &a.out_proj_bias, &a.bias_k, &a.bias_v}) {
+      if (*t) n += count(**t);
+    }
+  }
+  return n;
+}
+
+std::string CausalLM::describe() const {
+  const auto& c = config_;
+  const auto& l = c.layer;
+  std::ostringstream out;
+  out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions, " << c.num_layers
+      << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead << ",\n  dim_feedforward="
+      << l.dim_feedforward << ", " << activation_name(l.activation) << (l.norm_first ? ", pre-norm" : ", post-norm") << ")"
+      << (c.tie_word_embeddings ? ", lm_head tied to token_embedding" : "");
+  return out.str();
 }
 
 KVCache CausalLM::make_cache(Backend& backend, int64_t batch, int64_t capacity) const {

@@ -49,4 +49,22 @@ Tensor padding_mask(const std::string& who, const std::string& name, const Tenso
   return additive;
 }
 
+void token_ids(const std::string& who, const Tensor& ids, int64_t vocab, int64_t first_position, int64_t positions,
+               const std::string& positions_what) {
+  auto require = [&](bool ok, const std::string& message) {
+    if (!ok) throw ShapeError(who + ": " + message);
+  };
+  require(ids.dtype == DType::int64, "token ids are " + std::string(dtype_name(ids.dtype)) + " but must be int64");
+  require(ids.rank() == 2 && ids.dim(1) >= 1, "token ids " + shape_string(ids.shape) + " must be (B, T), T >= 1");
+  for (size_t i = 0; i < ids.data.size(); ++i) {
+    const float id = ids.data[i];
+    require(id >= 0 && id < static_cast<float>(vocab), "token id " + std::to_string(static_cast<int64_t>(id)) +
+                                                           " at index " + std::to_string(i) +
+                                                           " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  require(first_position + ids.dim(1) <= positions,
+          "positions " + std::to_string(first_position) + " … " + std::to_string(first_position + ids.dim(1) - 1) +
+              " go past the " + std::to_string(positions) + " " + positions_what);
+}
+
 }  // namespace vkattn::checks

@@ -1,7 +1,7 @@
 #pragma once
 // The checks every module makes of what it is given, each with one message wherever it is made:
-// a weight's dtype and shape, an optional weight against the switch that wants it, and a key
-// padding mask's dtype and shape.
+// a weight's dtype and shape, an optional weight against the switch that wants it, token ids, and
+// a key padding mask's dtype and shape.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,6 +26,12 @@ void features(const std::string& who, const std::string& name, const Tensor& t, 
 // but <flag> is on" (or "is given but <flag> is off"), then weight()'s check.
 void optional_weight(const std::string& who, const std::string& name, const std::optional<Tensor>& t, bool wanted,
                      const std::string& flag, const Shape& expected, const std::string& dims);
+
+// A language model's token ids: int64 (B, T), T >= 1, each in [0, vocab), positions
+// first_position … first_position + T - 1 below `positions` (the model's, named `positions_what`,
+// e.g. "rows of position_embedding"). ShapeError "<who>: …" naming the first wrong one.
+void token_ids(const std::string& who, const Tensor& ids, int64_t vocab, int64_t first_position, int64_t positions,
+               const std::string& positions_what);
 
 // A key padding mask (True or -inf = padding), bool or float of the shape `expected`, named `dims`
 // ("(B, S)", "(S,)"): ShapeError "<who>: <name> is int64 but must be bool or float32" or

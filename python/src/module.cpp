@@ -468,14 +468,12 @@ class Pretrained {
  public:
   Pretrained(const std::filesystem::path& dir, const std::string& kind, const std::string& selector)
       : device_(open_device(kind, selector)), loaded_(io::load_pretrained(dir)) {
-    loaded_.model.keep_weights_on(*device_->backend);
-    const auto& c = loaded_.model.config();
-    config_ = {{"module", loaded_.architecture}, {"architecture", loaded_.architecture}, {"path", dir.string()},
-               {"vocab_size", c.vocab_size}, {"max_positions", c.max_positions}, {"num_layers", c.num_layers},
-               {"d_model", c.layer.d_model}, {"nhead", c.layer.nhead}, {"dim_feedforward", c.layer.dim_feedforward},
-               {"activation", activation_name(c.layer.activation)}, {"layer_norm_eps", c.layer.layer_norm_eps},
-               {"bos_token_id", loaded_.bos_token_id}, {"eos_token_id", loaded_.eos_token_id},
-               {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}};
+    loaded_.model->keep_weights_on(*device_->backend);
+    // config.json's entries, and what vkattn read of it
+    config_ = loaded_.config;
+    config_.update({{"module", loaded_.architecture}, {"architecture", loaded_.architecture}, {"path", dir.string()},
+                    {"model", loaded_.model->describe()}, {"parameters", loaded_.model->parameter_count()},
+                    {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}});
   }
 
   std::string device() const { return device_label(*device_); }
@@ -488,7 +486,7 @@ class Pretrained {
                      std::optional<bool> fold_layout_steps) {
     Tensor t(shape_of(ids), DType::int64);
     for (py::ssize_t k = 0; k < ids.size(); ++k) t.data[static_cast<size_t>(k)] = static_cast<float>(ids.data()[k]);
-    auto run = [&](Backend& backend) { return loaded_.model.forward(backend, t); };
+    auto run = [&](Backend& backend) { return loaded_.model->forward(backend, t); };
     if (!trace) return to_array(on_device(*device_, run));
     auto [result, recorded] = traced(*device_, config_, run, fold_layout_steps);
     return py::make_tuple(to_array(std::move(result)), recorded);
@@ -500,17 +498,17 @@ class Pretrained {
     if (prompt.empty()) throw ShapeError("generate: the prompt is empty: give at least one token");
     if (max_new_tokens < 0) throw ConfigError("generate: max_new_tokens=" + std::to_string(max_new_tokens) + " is negative");
     const int64_t length = static_cast<int64_t>(prompt.size()) + max_new_tokens;
-    if (length > loaded_.model.config().max_positions) {
+    if (length > loaded_.model->max_positions()) {
       throw ShapeError("generate: " + std::to_string(prompt.size()) + " prompt tokens and " +
                        std::to_string(max_new_tokens) + " new ones need " + std::to_string(length) +
-                       " positions; the model has " + std::to_string(loaded_.model.config().max_positions));
+                       " positions; the model has " + std::to_string(loaded_.model->max_positions()));
     }
     return on_device(*device_, [&](Backend& backend) {
-      KVCache cache = loaded_.model.make_cache(backend, 1, length);
+      KVCache cache = loaded_.model->make_cache(backend, 1, length);
       std::vector<int64_t> step = prompt, out;
       while (static_cast<int64_t>(out.size()) < max_new_tokens) {
         Tensor ids({1, static_cast<int64_t>(step.size())}, std::vector<float>(step.begin(), step.end()), DType::int64);
-        const Tensor logits = loaded_.model.decode(backend, ids, cache);
+        const Tensor logits = loaded_.model->decode(backend, ids, cache);
         const auto last = logits.data.end() - logits.dim(2);
         const int64_t token = std::max_element(last, logits.data.end()) - last;
         if (token == loaded_.eos_token_id) break;

@@ -1,6 +1,7 @@
-"""vkattn.from_pretrained on models/tiny_gpt2 (GPT-2's architecture, saved as the hub saves it)
-against torch running the same GPT-2 from its definition (models/tiny_gpt2/train.py), on both
-backends: text and ids in, every position's logits, greedy generation, the trace's steps."""
+"""vkattn.from_pretrained on models/tiny_gpt2 and tiny_llama (GPT-2's and Llama's architectures,
+saved as the hub saves them) against torch running the same weights from the models' definitions
+(models/*/train.py), on both backends: text and ids in, every position's logits, greedy
+generation, the trace's steps."""
 import importlib.util
 import json
 import os
@@ -12,49 +13,75 @@ import torch
 import vkattn
 from conftest import assert_close
 
-MODEL = os.path.join(os.path.dirname(__file__), "..", "..", "models", "tiny_gpt2")
-_spec = importlib.util.spec_from_file_location("tiny_gpt2_train", os.path.join(MODEL, "train.py"))
-train = importlib.util.module_from_spec(_spec)  # tiny_gpt2's torch definition
-_spec.loader.exec_module(train)
+MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "models")
+MODEL = os.path.join(MODELS, "tiny_gpt2")
+
+
+def definition(name):
+    """models/NAME/train.py, which defines the model in torch."""
+    spec = importlib.util.spec_from_file_location(f"{name}_train", os.path.join(MODELS, name, "train.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def read_safetensors(path):
-    """F32 tensors of a safetensors file, as torch tensors."""
+    """The F32 and BF16 tensors of a safetensors file, as float32 torch tensors."""
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(n))
         data = f.read()
     header.pop("__metadata__", None)
-    return {name: torch.from_numpy(np.frombuffer(data[e["data_offsets"][0]:e["data_offsets"][1]], "<f4")
-                                   .reshape(e["shape"]).copy()) for name, e in header.items()}
+    tensors = {}
+    for name, e in header.items():
+        raw = data[e["data_offsets"][0]:e["data_offsets"][1]]
+        if e["dtype"] == "BF16":  # the high 16 bits of a float32
+            a = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(raw, "<f4")
+        tensors[name] = torch.from_numpy(a.reshape(e["shape"]).copy())
+    return tensors
 
 
-@pytest.fixture(scope="module")
-def torch_gpt2():
-    with open(os.path.join(MODEL, "config.json")) as f:
-        model = train.GPT2LMHeadModel(json.load(f)["vocab_size"])
-    model.load_state_dict(read_safetensors(os.path.join(MODEL, "model.safetensors")))
-    return model.eval()
+@pytest.fixture(scope="module", params=["tiny_gpt2", "tiny_llama"])
+def models(request):
+    """(its folder, torch's model of the same weights)"""
+    folder = os.path.join(MODELS, request.param)
+    with open(os.path.join(folder, "config.json")) as f:
+        vocab_size = json.load(f)["vocab_size"]
+    train = definition(request.param)
+    model = (train.GPT2LMHeadModel if request.param == "tiny_gpt2" else train.LlamaForCausalLM)(vocab_size)
+    model.load_state_dict(read_safetensors(os.path.join(folder, "model.safetensors")))
+    return folder, model.eval()
 
 
-def test_every_positions_logits_match_torchs_for_text_and_ids(device, torch_gpt2):
-    gpt2 = vkattn.from_pretrained(MODEL, device=device)
-    assert gpt2.config["architecture"] == "GPT2LMHeadModel" and gpt2.config["activation"] == "gelu_tanh"
-    ids = gpt2.encode("Alice was beginning to get very tired")
-    assert gpt2.decode(ids) == "Alice was beginning to get very tired"
+def test_every_positions_logits_match_torchs_for_text_and_ids(device, models):
+    folder, torch_model = models
+    model = vkattn.from_pretrained(folder, device=device)
+    ids = model.encode("Alice was beginning to get very tired")
+    assert model.decode(ids) == "Alice was beginning to get very tired"
     with torch.no_grad():
-        expected = torch_gpt2(torch.tensor([ids, ids[::-1]]))
-    assert_close(gpt2(np.array([ids, ids[::-1]])), expected, atol=1e-4, rtol=1e-4)
-    assert_close(gpt2("Alice was beginning to get very tired"), expected[:1], atol=1e-4, rtol=1e-4)
-    assert_close(gpt2(torch.tensor(ids)), expected[:1], atol=1e-4, rtol=1e-4)
+        expected = torch_model(torch.tensor([ids, ids[::-1]]))
+    assert_close(model(np.array([ids, ids[::-1]])), expected, atol=1e-4, rtol=1e-4)
+    assert_close(model("Alice was beginning to get very tired"), expected[:1], atol=1e-4, rtol=1e-4)
+    assert_close(model(torch.tensor(ids)), expected[:1], atol=1e-4, rtol=1e-4)
 
 
-def test_generate_continues_as_torchs_greedy_choice(device):
-    with open(os.path.join(MODEL, "expected.json")) as f:
+def test_the_config_is_config_json_with_what_vkattn_read():
+    gpt2 = vkattn.from_pretrained(MODEL)
+    assert gpt2.config["architecture"] == "GPT2LMHeadModel" and gpt2.config["activation_function"] == "gelu_new"
+    assert "gelu_tanh" in gpt2.config["model"] and gpt2.config["stored_dtype"] == "F32"
+    llama = vkattn.from_pretrained(os.path.join(MODELS, "tiny_llama"))
+    assert llama.config["num_key_value_heads"] == 2 and llama.config["stored_dtype"] == "BF16"
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
+def test_generate_continues_as_torchs_greedy_choice(device, name):
+    with open(os.path.join(MODELS, name, "expected.json")) as f:
         expected = json.load(f)
-    gpt2 = vkattn.from_pretrained(MODEL, device=device)
-    assert gpt2.generate(expected["prompt"], max_new_tokens=expected["new_tokens"]) == expected["text"]
-    assert gpt2.generate(expected["prompt_ids"], max_new_tokens=5) == expected["tokens"][:5]
+    model = vkattn.from_pretrained(os.path.join(MODELS, name), device=device)
+    assert model.generate(expected["prompt"], max_new_tokens=expected["new_tokens"]) == expected["text"]
+    assert model.generate(expected["prompt_ids"], max_new_tokens=5) == expected["tokens"][:5]
 
 
 def test_the_trace_holds_every_step_of_every_layer():

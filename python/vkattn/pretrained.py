@@ -6,7 +6,8 @@ shards), tokenizer.json or vocab.json + merges.txt — run on a vkattn device:
     print(gpt2.generate("Alice was", max_new_tokens=20))       # greedy, with the KV cache
     logits, trace = gpt2.trace("Alice was")                    # every step of every layer
 
-Architectures so far: GPT2LMHeadModel (GPT-2). Another is a ConfigError naming it."""
+Architectures so far: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM and
+Qwen2ForCausalLM. Another is a ConfigError naming it."""
 import numpy as np
 
 from . import _vkattn
@@ -38,6 +39,8 @@ class PretrainedModel:
 
     def __init__(self, path, device=None):
         self._impl = _vkattn._Pretrained(str(path), *resolve(device))
+        # config.json's entries, with architecture, path, model (vkattn's reading), parameters,
+        # stored_dtype and stored_bytes
         self.config = self._impl.config
 
     @property
@@ -47,8 +50,7 @@ class PretrainedModel:
 
     def __repr__(self):
         c = self.config
-        return (f"vkattn.PretrainedModel({c['architecture']} from {c['path']!r}: {c['num_layers']} layers, "
-                f"d_model={c['d_model']}, nhead={c['nhead']}, vocab_size={c['vocab_size']}) on {self.device}")
+        return f"vkattn.PretrainedModel({c['architecture']} from {c['path']!r}: {c['model']}) on {self.device}"
 
     def encode(self, text):
         """The tokenizer's ids of `text`."""
@@ -80,5 +82,5 @@ class PretrainedModel:
 
 
 def from_pretrained(path, device=None):
-    """The model of a checkpoint folder (GPT-2 so far), on `device` (as the modules' device=)."""
+    """The model of a checkpoint folder (GPT-2, Llama), on `device` (as the modules' device=)."""
     return PretrainedModel(path, device)

@@ -4,25 +4,30 @@
 //   model.safetensors, or shards     the weights (F32, F16 or BF16, widened to float32 here)
 //     with model.safetensors.index.json
 //   tokenizer.json, or vocab.json + merges.txt    the tokenizer (<vkattn/text/tokenizer.h>)
-// Architectures so far: GPT2LMHeadModel (model_type "gpt2"), as a CausalLM: Conv1D weights stored
-// (in, out) turned to torch's (out, in), c_attn split into q, k, v, gelu_new as gelu_tanh, the
-// head tied to wte. Any other is a ConfigError naming it; a missing file, or a tensor missing,
-// extra or mis-shaped, a FileError naming the file and the tensor.
+// Architectures so far:
+//   GPT2LMHeadModel (model_type "gpt2") as a CausalLM: Conv1D weights stored (in, out) turned to
+//     torch's (out, in), c_attn split into q, k, v, gelu_new as gelu_tanh, the head tied to wte
+//   LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM as a Llama: RMSNorm, SwiGLU,
+//     grouped-query attention with RoPE (rope_theta; rope_scaling is refused by name)
+// Any other is a ConfigError naming it; a missing file, or a tensor missing, extra or mis-shaped,
+// a FileError naming the file and the tensor.
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include "vkattn/modules/causal_lm.h"
+#include "vkattn/modules/language_model.h"
 #include "vkattn/tensor.h"
 #include "vkattn/text/tokenizer.h"
 
 namespace vkattn::io {
 
 struct Pretrained {
+  nlohmann::json config;     // config.json as it is
   std::string architecture;  // config.json's, e.g. "GPT2LMHeadModel"
-  CausalLM model;
+  std::unique_ptr<LanguageModel> model;  // a CausalLM or a Llama
   std::unique_ptr<text::Tokenizer> tokenizer;
   int64_t bos_token_id = -1, eos_token_id = -1;  // config.json's; -1 where it has none
   std::string stored_dtype;                      // the tensors' dtype in the files: F32, F16, BF16 (or "mixed")

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "vkattn/backends/backend.h"
-#include "vkattn/modules/keeps_weights.h"
 #include "vkattn/modules/kv_cache.h"
+#include "vkattn/modules/language_model.h"
 #include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
 
@@ -31,6 +31,7 @@ struct CausalLMConfig {
   TransformerEncoderLayerConfig layer;  // E, H, F, activation, eps, norm_first (every block's)
   int64_t num_layers = 1;
   bool lm_head_bias = true;
+  bool tie_word_embeddings = false;  // lm_head is token_embedding (GPT-2's): no lm_head.weight of its own
 };
 
 struct CausalLMWeights {
@@ -38,13 +39,13 @@ struct CausalLMWeights {
   Tensor position_embedding;  // (P, E)  position_embedding.weight
   std::vector<TransformerEncoderLayerWeights> layers;  // layers.N.…
   LayerNormWeights norm;                               // norm.weight, norm.bias (E,)
-  Tensor lm_head_weight;                               // (V, E)  lm_head.weight
+  Tensor lm_head_weight;                               // (V, E)  lm_head.weight; none when tied
   std::optional<Tensor> lm_head_bias;                  // (V,)    lm_head.bias, when lm_head_bias
 
   static CausalLMWeights random(const CausalLMConfig& config, uint32_t seed);
 };
 
-class CausalLM : public KeepsWeights {
+class CausalLM : public LanguageModel {
  public:
   // Validates the config (ConfigError) and every weight's shape (ShapeError naming it).
   CausalLM(CausalLMConfig config, CausalLMWeights weights);
@@ -53,14 +54,19 @@ class CausalLM : public KeepsWeights {
 
   // ids (B, T) int64 -> logits (B, T, V), every position computed. key_padding_mask (B, T) as
   // DecodeOptions'. One traced pass "causal_lm".
-  Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {}) const;
+  Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {}) const override;
 
   // A cache for `batch` sequences of up to `capacity` positions (<= max_positions) on `backend`.
-  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const;
+  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const override;
   // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V); their keys
   // and values stay in the cache (length() grows by T). One traced pass "causal_lm_decode".
   // ShapeError naming the capacity when the cache has no room for T more.
-  Tensor decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options = {}) const;
+  Tensor decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options = {}) const override;
+
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_positions() const override { return config_.max_positions; }
+  uint64_t parameter_count() const override;
+  std::string describe() const override;
 
  private:
   // ids' checks: int64 (B, T), every id in [0, V), positions within max_positions

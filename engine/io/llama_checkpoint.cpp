@@ -1,0 +1,99 @@
+// Llama, Mistral and Qwen2 as the hub stores them, read as a Llama (<vkattn/modules/llama.h>):
+// the names are vkattn's own under "model." (model.layers.N.self_attn.q_proj, …), torch's Linear
+// layout, lm_head absent when tied to embed_tokens.
+//   LlamaForCausalLM    attention_bias on q/k/v/o_proj when set; mlp_bias
+//   MistralForCausalLM  the same, with sliding_window when it is set
+//   Qwen2ForCausalLM    q/k/v_proj always biased, o_proj never; a window only with use_sliding_window
+#include "engine/io/checkpoints.h"
+#include "vkattn/errors.h"
+
+namespace vkattn::io::checkpoints {
+
+LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor> file, const std::string& dir,
+                 const std::string& architecture) {
+  const ConfigReader config(config_json, dir);
+  const std::string act = config.text("hidden_act", "silu");
+  if (act != "silu") throw config.error("hidden_act '" + act + "' is not one vkattn runs (silu)");
+  if (config.has("rope_scaling")) {
+    throw config.error("rope_scaling " + config_json["rope_scaling"].dump() +
+                       " is not supported by vkattn yet (plain RoPE with rope_theta only)");
+  }
+  const bool qwen2 = architecture == "Qwen2ForCausalLM";
+  const int64_t E = config.size("hidden_size"), H = config.size("num_attention_heads");
+  const int64_t H_kv = config.size("num_key_value_heads", H), layers = config.size("num_hidden_layers");
+  const int64_t V = config.size("vocab_size"), F = config.size("intermediate_size");
+  if (E % H != 0 && !config.has("head_dim")) {
+    throw config.error("hidden_size " + std::to_string(E) + " is not a multiple of num_attention_heads " +
+                       std::to_string(H) + " and there is no head_dim");
+  }
+  const int64_t d = config.size("head_dim", E / H);
+  if (H % H_kv != 0) {
+    throw config.error("num_attention_heads " + std::to_string(H) + " is not a multiple of num_key_value_heads " +
+                       std::to_string(H_kv));
+  }
+  LlamaState state;
+  auto& c = state.config;
+  c.vocab_size = V;
+  c.max_positions = config.size("max_position_embeddings");
+  c.intermediate_size = F;
+  c.num_layers = layers;
+  c.rms_norm_eps = config.number("rms_norm_eps", 1e-6f);
+  c.mlp_bias = config.flag("mlp_bias", false);
+  auto& a = c.attention;
+  a.hidden_size = E;
+  a.num_heads = H;
+  a.num_kv_heads = H_kv;
+  a.head_dim = d;
+  a.attention_bias = qwen2 || config.flag("attention_bias", false);
+  a.o_proj_bias = !qwen2 && config.flag("attention_bias", false);
+  a.rope_theta = config.number("rope_theta", 10000.0f);
+  a.rope = RotaryConvention::half;  // the hub's checkpoints: rotate_half's order
+  a.causal = true;
+  const bool window = qwen2 ? config.flag("use_sliding_window", false) : config.has("sliding_window");
+  if (window) a.sliding_window = config.size("sliding_window");
+
+  CheckpointTensors tensors(std::move(file), dir, "model.");
+  auto& w = state.weights;
+  w.embed_tokens = tensors.take("embed_tokens.weight", {V, E}, "(vocab_size, hidden_size)");
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string n = "layers." + std::to_string(i) + ".";
+    LlamaLayerWeights l;
+    auto& s = l.self_attn;
+    s.q_proj_weight = tensors.take(n + "self_attn.q_proj.weight", {H * d, E}, "(H·d, E)");
+    s.k_proj_weight = tensors.take(n + "self_attn.k_proj.weight", {H_kv * d, E}, "(H_kv·d, E)");
+    s.v_proj_weight = tensors.take(n + "self_attn.v_proj.weight", {H_kv * d, E}, "(H_kv·d, E)");
+    s.o_proj_weight = tensors.take(n + "self_attn.o_proj.weight", {E, H * d}, "(E, H·d)");
+    if (a.attention_bias) {
+      s.q_proj_bias = tensors.take(n + "self_attn.q_proj.bias", {H * d}, "(H·d,)");
+      s.k_proj_bias = tensors.take(n + "self_attn.k_proj.bias", {H_kv * d}, "(H_kv·d,)");
+      s.v_proj_bias = tensors.take(n + "self_attn.v_proj.bias", {H_kv * d}, "(H_kv·d,)");
+    }
+    if (a.o_proj_bias) s.o_proj_bias = tensors.take(n + "self_attn.o_proj.bias", {E}, "(E,)");
+    tensors.ignore(n + "self_attn.rotary_emb.inv_freq");  // a buffer in older files: vkattn computes it
+    l.gate_proj = tensors.take(n + "mlp.gate_proj.weight", {F, E}, "(intermediate_size, hidden_size)");
+    l.up_proj = tensors.take(n + "mlp.up_proj.weight", {F, E}, "(intermediate_size, hidden_size)");
+    l.down_proj = tensors.take(n + "mlp.down_proj.weight", {E, F}, "(hidden_size, intermediate_size)");
+    if (c.mlp_bias) {
+      l.gate_proj_bias = tensors.take(n + "mlp.gate_proj.bias", {F}, "(intermediate_size,)");
+      l.up_proj_bias = tensors.take(n + "mlp.up_proj.bias", {F}, "(intermediate_size,)");
+      l.down_proj_bias = tensors.take(n + "mlp.down_proj.bias", {E}, "(hidden_size,)");
+    }
+    l.input_layernorm = tensors.take(n + "input_layernorm.weight", {E}, "(hidden_size,)");
+    l.post_attention_layernorm = tensors.take(n + "post_attention_layernorm.weight", {E}, "(hidden_size,)");
+    w.layers.push_back(std::move(l));
+  }
+  w.norm = tensors.take("norm.weight", {E}, "(hidden_size,)");
+  // tie_word_embeddings: save_pretrained leaves lm_head out (a copy of embed_tokens, if there, is
+  // not read); untied, it must be there
+  c.tie_word_embeddings = config.flag("tie_word_embeddings", false);
+  if (c.tie_word_embeddings) {
+    tensors.ignore("lm_head.weight");
+  } else {
+    w.lm_head = tensors.take("lm_head.weight", {V, E}, "(vocab_size, hidden_size)");
+  }
+  tensors.check_all_taken("a " + architecture + " of " + std::to_string(layers) + " layers (embed_tokens, layers.0 … layers." +
+                          std::to_string(layers - 1) + ", norm, lm_head)");
+  return state;
+}
+
+}  // namespace vkattn::io::checkpoints

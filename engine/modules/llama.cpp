@@ -1,0 +1,224 @@
+#include "vkattn/modules/llama.h"
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "engine/modules/checks.h"
+#include "engine/modules/pass.h"
+#include "engine/modules/random_weights.h"
+#include "vkattn/errors.h"
+
+namespace vkattn {
+namespace {
+
+const std::string kWho = "Llama";
+
+Tensor linear_weight(int64_t out, int64_t in, std::mt19937& rng) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+  return uniform({out, in}, -bound, bound, rng);
+}
+
+// A linear step with its weight (and bias) uploaded under `name`.
+Value projection(Backend& backend, const std::string& name, const Value& x, const Tensor& weight,
+                 const std::optional<Tensor>& bias) {
+  Value w = backend.upload_weight(name + ".weight", weight);
+  if (!bias) return backend.linear(name, x, w, nullptr);
+  Value b = backend.upload_weight(name + ".bias", *bias);
+  return backend.linear(name, x, w, &b);
+}
+
+}  // namespace
+
+LlamaWeights LlamaWeights::random(const LlamaConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t E = c.attention.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  LlamaWeights w;
+  w.embed_tokens = uniform({V, E}, -1.0f, 1.0f, rng);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LlamaLayerWeights l;
+    l.self_attn = GroupedQueryAttentionWeights::random(c.attention, seed + 100 * static_cast<uint32_t>(i + 1));
+    l.gate_proj = linear_weight(F, E, rng);
+    l.up_proj = linear_weight(F, E, rng);
+    l.down_proj = linear_weight(E, F, rng);
+    if (c.mlp_bias) {
+      l.gate_proj_bias = uniform({F}, -0.1f, 0.1f, rng);
+      l.up_proj_bias = uniform({F}, -0.1f, 0.1f, rng);
+      l.down_proj_bias = uniform({E}, -0.1f, 0.1f, rng);
+    }
+    l.input_layernorm = uniform({E}, 0.75f, 1.25f, rng);
+    l.post_attention_layernorm = uniform({E}, 0.75f, 1.25f, rng);
+    w.layers.push_back(std::move(l));
+  }
+  w.norm = uniform({E}, 0.75f, 1.25f, rng);
+  if (!c.tie_word_embeddings) w.lm_head = linear_weight(V, E, rng);
+  return w;
+}
+
+Llama::Llama(LlamaConfig config, LlamaWeights weights) : config_(std::move(config)), weights_(std::move(weights)) {
+  const auto& c = config_;
+  for (auto [name, size] : {std::pair{"vocab_size", c.vocab_size}, {"max_positions", c.max_positions},
+                            {"intermediate_size", c.intermediate_size}, {"num_layers", c.num_layers}}) {
+    if (size < 1) throw ConfigError("Llama: " + std::string(name) + "=" + std::to_string(size) + " must be >= 1");
+  }
+  if (!c.attention.causal) throw ConfigError("Llama: its attention must be causal (a decoder's)");
+  if (!(c.rms_norm_eps > 0.0f) || !std::isfinite(c.rms_norm_eps)) {
+    throw ConfigError("Llama: rms_norm_eps=" + std::to_string(c.rms_norm_eps) + " must be a positive number");
+  }
+  const int64_t E = c.attention.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const auto& w = weights_;
+  checks::weight(kWho, "embed_tokens.weight", w.embed_tokens, {V, E}, "(V, E)");
+  checks::weight(kWho, "norm.weight", w.norm, {E}, "(E,)");
+  if (!c.tie_word_embeddings) {
+    checks::weight(kWho, "lm_head.weight", w.lm_head, {V, E}, "(V, E)");
+  } else if (w.lm_head.size() != 0) {
+    throw ShapeError("Llama: lm_head.weight is given but tie_word_embeddings is on (the head is embed_tokens)");
+  }
+  if (static_cast<int64_t>(w.layers.size()) != c.num_layers) {
+    throw ShapeError("Llama: " + std::to_string(w.layers.size()) + " layers of weights for num_layers=" +
+                     std::to_string(c.num_layers));
+  }
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const auto& l = w.layers[i];
+    const std::string n = "layers." + std::to_string(i) + ".";
+    checks::weight(kWho, n + "mlp.gate_proj.weight", l.gate_proj, {F, E}, "(F, E)");
+    checks::weight(kWho, n + "mlp.up_proj.weight", l.up_proj, {F, E}, "(F, E)");
+    checks::weight(kWho, n + "mlp.down_proj.weight", l.down_proj, {E, F}, "(E, F)");
+    checks::optional_weight(kWho, n + "mlp.gate_proj.bias", l.gate_proj_bias, c.mlp_bias, "mlp_bias", {F}, "(F,)");
+    checks::optional_weight(kWho, n + "mlp.up_proj.bias", l.up_proj_bias, c.mlp_bias, "mlp_bias", {F}, "(F,)");
+    checks::optional_weight(kWho, n + "mlp.down_proj.bias", l.down_proj_bias, c.mlp_bias, "mlp_bias", {E}, "(E,)");
+    checks::weight(kWho, n + "input_layernorm.weight", l.input_layernorm, {E}, "(E,)");
+    checks::weight(kWho, n + "post_attention_layernorm.weight", l.post_attention_layernorm, {E}, "(E,)");
+    attention_.emplace_back(c.attention, l.self_attn);  // checks the attention's config and weights
+  }
+}
+
+Value Llama::block(Backend& backend, size_t layer, const Value& x,
+                   const std::function<Value(const Value&)>& attend) const {
+  const auto& l = weights_.layers[layer];
+  const float eps = config_.rms_norm_eps;
+  Value norm1 = backend.upload_weight("input_layernorm.weight", l.input_layernorm);
+  Value attended = [&] {
+    Value h = backend.rms_norm("input_layernorm", x, norm1, eps);  // (B, T, E)
+    StepScope scope(backend, "self_attn");
+    return attend(h);
+  }();
+  Value h = backend.residual_add("residual_add1", x, attended);
+  Value norm2 = backend.upload_weight("post_attention_layernorm.weight", l.post_attention_layernorm);
+  Value mlp = [&] {
+    Value in = backend.rms_norm("post_attention_layernorm", h, norm2, eps);
+    StepScope scope(backend, "mlp");
+    Value gate = projection(backend, "gate_proj", in, l.gate_proj, l.gate_proj_bias);  // (B, T, F)
+    Value up = projection(backend, "up_proj", in, l.up_proj, l.up_proj_bias);          // (B, T, F)
+    Value product = backend.multiply("multiply", backend.silu("silu", gate), up);
+    return projection(backend, "down_proj", product, l.down_proj, l.down_proj_bias);  // (B, T, E)
+  }();
+  return backend.residual_add("residual_add2", h, mlp);
+}
+
+Value Llama::head(Backend& backend, const Value& x) const {
+  Value norm = backend.upload_weight("norm.weight", weights_.norm);
+  Value h = backend.rms_norm("norm", x, norm, config_.rms_norm_eps);  // (B, T, E)
+  if (!config_.tie_word_embeddings) return projection(backend, "lm_head", h, weights_.lm_head, std::nullopt);
+  Value table = backend.upload_weight("embed_tokens.weight", weights_.embed_tokens);  // embed's, kept once
+  return backend.linear("lm_head", h, table, nullptr);  // (B, T, V)
+}
+
+uint64_t Llama::parameter_count() const {
+  auto count = [](const Tensor& t) { return static_cast<uint64_t>(t.size()); };
+  const auto& w = weights_;
+  uint64_t n = count(w.embed_tokens) + count(w.norm) + count(w.lm_head);
+  for (const auto& l : w.layers) {
+    const auto& a = l.self_attn;
+    for (const Tensor* t : {&a.q_proj_weight, &a.k_proj_weight, &a.v_proj_weight, &a.o_proj_weight, &l.gate_proj,
+                            &l.up_proj, &l.down_proj, &l.input_layernorm, &l.post_attention_layernorm}) {
+      n += count(*t);
+    }
+    for (const auto* t : {&a.q_proj_bias, &a.k_proj_bias, &a.v_proj_bias, &a.o_proj_bias, &l.gate_proj_bias,
+                          &l.up_proj_bias, &l.down_proj_bias}) {
+      if (*t) n += count(**t);
+    }
+  }
+  return n;
+}
+
+std::string Llama::describe() const {
+  const auto& c = config_;
+  const auto& a = c.attention;
+  std::ostringstream out;
+  out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions, " << c.num_layers << " layers of\n"
+      << "  rms_norm, attention: " << a.num_heads << " query heads sharing " << a.kv_heads() << " key/value heads of "
+      << a.dim() << ", RoPE θ=" << a.rope_theta
+      << (a.sliding_window ? ", window " + std::to_string(a.sliding_window) : "") << ",\n  rms_norm, SwiGLU "
+      << a.hidden_size << " -> " << c.intermediate_size << " -> " << a.hidden_size
+      << (c.tie_word_embeddings ? "; lm_head tied to embed_tokens" : "");
+  return out.str();
+}
+
+Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask) const {
+  const std::string who = "Llama.forward";
+  checks::token_ids(who, ids, config_.vocab_size, 0, config_.max_positions, "max_position_embeddings");
+  std::optional<Tensor> mask;
+  if (key_padding_mask) {
+    mask = checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
+  }
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return run_pass(backend, "llama", [&](Backend& b) {
+    std::optional<Value> padding;
+    if (mask) padding = b.upload("key_padding_mask", *mask);
+    Value table = b.upload_weight("embed_tokens.weight", weights_.embed_tokens);
+    Value x = b.embedding("embed_tokens", b.upload("ids", ids), table);  // (B, T, E)
+    const GroupedQueryOptions options;  // fused: the weights are not wanted
+    for (size_t i = 0; i < attention_.size(); ++i) {
+      StepScope scope(b, "layers." + std::to_string(i));
+      x = block(b, i, x, [&](const Value& in) {
+        return attention_[i].attend(b, in, padding ? &*padding : nullptr, options).output;
+      });
+    }
+    return head(b, x);
+  });
+}
+
+KVCache Llama::make_cache(Backend& backend, int64_t batch, int64_t capacity) const {
+  if (capacity > config_.max_positions) {
+    throw ConfigError("Llama: a cache of capacity " + std::to_string(capacity) + " is longer than the " +
+                      std::to_string(config_.max_positions) + " positions of max_position_embeddings");
+  }
+  const auto& a = config_.attention;
+  return KVCache(backend, config_.num_layers, batch, a.kv_heads(), capacity, a.dim());
+}
+
+Tensor Llama::decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options) const {
+  const std::string who = "Llama.decode";
+  const int64_t position = cache.length();
+  if (ids.rank() == 2) cache.check_room(ids.dim(1));
+  checks::token_ids(who, ids, config_.vocab_size, position, config_.max_positions, "max_position_embeddings");
+  const int64_t B = ids.dim(0), T = ids.dim(1);
+  const auto& a = config_.attention;
+  if (cache.layers() != config_.num_layers || cache.batch() != B || cache.heads() != a.kv_heads()) {
+    throw ShapeError(who + ": the cache is for " + std::to_string(cache.layers()) + " layers of " +
+                     std::to_string(cache.batch()) + " sequences and " + std::to_string(cache.heads()) +
+                     " heads; the model has " + std::to_string(config_.num_layers) + " layers of " +
+                     std::to_string(a.kv_heads()) + " key/value heads and the ids " + std::to_string(B) + " sequences");
+  }
+  const std::optional<Tensor> mask = options.padding_mask(who, B, position + T);
+  KeepWeights keep(backend, cache.kept_weights(backend), weights_owner());
+  Tensor logits = run_pass(backend, "llama_decode", [&](Backend& b) {
+    std::optional<Value> padding;
+    if (mask) padding = b.upload("key_padding_mask", *mask);
+    Value table = b.upload_weight("embed_tokens.weight", weights_.embed_tokens);
+    Value x = b.embedding("embed_tokens", b.upload("ids", ids), table);  // (B, T, E)
+    for (size_t i = 0; i < attention_.size(); ++i) {
+      StepScope scope(b, "layers." + std::to_string(i));
+      const KVCache::Layer& layer = cache.layer(backend, static_cast<int64_t>(i));
+      x = block(b, i, x, [&](const Value& in) {
+        return attention_[i].attend_cached(b, in, layer, position, padding ? &*padding : nullptr, options.parts);
+      });
+    }
+    return head(b, x);
+  });
+  cache.advance(T);
+  return logits;
+}
+
+}  // namespace vkattn

@@ -1,0 +1,35 @@
+#pragma once
+// LanguageModel: what a decoder-only language model offers whatever its recipe — CausalLM (GPT's
+// and GPT-2's), Llama (Llama's, Mistral's, Qwen2's) — so that generation, the command line and
+// Python drive any of them: logits for token ids, and a KV cache to decode with.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "vkattn/backends/backend.h"
+#include "vkattn/modules/keeps_weights.h"
+#include "vkattn/modules/kv_cache.h"
+#include "vkattn/tensor.h"
+
+namespace vkattn {
+
+class LanguageModel : public KeepsWeights {
+ public:
+  virtual ~LanguageModel() = default;
+
+  // ids (B, T) int64 -> logits (B, T, V), every position computed; key_padding_mask (B, T).
+  virtual Tensor forward(Backend& backend, const Tensor& ids,
+                         const std::optional<Tensor>& key_padding_mask = {}) const = 0;
+  // A cache for `batch` sequences of up to `capacity` positions (<= max_positions()).
+  virtual KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const = 0;
+  // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V).
+  virtual Tensor decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options = {}) const = 0;
+
+  virtual int64_t vocab_size() const = 0;     // V
+  virtual int64_t max_positions() const = 0;  // the longest sequence
+  virtual uint64_t parameter_count() const = 0;  // a tied head counted once
+  // Its layers in a line or two: "2 × TransformerEncoderLayer(d_model=64, nhead=4, …)"
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace vkattn
