@@ -1,5 +1,5 @@
 // vkattn generate: a causal language model continues a prompt, one token at a time — a checkpoint
-// folder as the Hugging Face hub lays it out (--model: GPT-2, Llama, <vkattn/io/pretrained.h>) or a
+// folder as the Hugging Face hub lays it out (--model: GPT-2, Llama; <vkattn/io/pretrained.h>) or a
 // CausalLM's safetensors with its characters for tokens (--weights, models/tiny_char) — with the KV cache
 // (each new token computes only its own row) or, with --no-cache, recomputing every position
 // each time, as a model without a cache must. Greedy by default; --temperature and --top-k sample,
@@ -171,7 +171,7 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
   auto* cmd = app.add_subcommand("generate", "continue a prompt with a small causal language model, token by token");
   auto* model = cmd->add_option("--model", a.model,
                                 "DIR: a checkpoint folder as the Hugging Face hub lays it out (config.json, "
-                                "model.safetensors, its tokenizer): GPT-2 (models/tiny_gpt2)");
+                                "model.safetensors, its tokenizer): GPT-2, Llama, Mistral, Qwen2 (models/tiny_gpt2, tiny_llama)");
   auto* weights = cmd->add_option("--weights", a.weights,
                                   "M.safetensors: a CausalLM's state_dict (token_embedding, position_embedding, "
                                   "layers.N, norm, lm_head) with num_heads and its vocabulary in __metadata__, as "
