@@ -171,7 +171,8 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
   auto* cmd = app.add_subcommand("generate", "continue a prompt with a small causal language model, token by token");
   auto* model = cmd->add_option("--model", a.model,
                                 "DIR: a checkpoint folder as the Hugging Face hub lays it out (config.json, "
-                                "model.safetensors, its tokenizer): GPT-2, Llama, Mistral, Qwen2 (models/tiny_gpt2, tiny_llama)");
+                                "model.safetensors, its tokenizer): GPT-2, Llama, Mistral, Qwen2 "
+                                "(models/tiny_gpt2, models/tiny_llama)");
   auto* weights = cmd->add_option("--weights", a.weights,
                                   "M.safetensors: a CausalLM's state_dict (token_embedding, position_embedding, "
                                   "layers.N, norm, lm_head) with num_heads and its vocabulary in __metadata__, as "

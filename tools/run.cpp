@@ -1,7 +1,7 @@
 // vkattn run: a PyTorch nn.MultiheadAttention, from its state_dict in a safetensors file — or a
 // Llama-style grouped-query attention, from Hugging Face's q_proj … o_proj names — on batch-first
-// .npy inputs; or a checkpoint folder as the Hugging Face hub lays it out (--model: GPT-2, Llama) on a
-// text; on the GPU (or the CPU reference with --backend cpu). Outputs are
+// .npy inputs; or a checkpoint folder as the Hugging Face hub lays it out (--model: GPT-2, Llama)
+// on a text; on the GPU (or the CPU reference with --backend cpu). Outputs are
 // written whole or not at all: every file is finished under a temporary name before any is
 // renamed into place.
 #include <exception>
@@ -116,7 +116,7 @@ Runnable grouped_query_run(const RunArgs& a) {
   return {[module, x, options](Backend& b) { return module->forward(b, *x, options); }, repr.str(), trace};
 }
 
-// A hub checkpoint folder (GPT-2, Llama) on a text: its logits (1, T, V), every step of the model traced.
+// A hub checkpoint folder (GPT-2, Llama) on a text: its logits (1, T, V), every step traced.
 Runnable model_run(const RunArgs& a) {
   const auto& in = a.inputs;
   for (auto [given, flag] : {std::pair{!in.weights.empty(), "--weights"}, {!in.query.empty(), "--query"},

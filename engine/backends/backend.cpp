@@ -210,7 +210,8 @@ Backend::LinearSizes Backend::check_linear(const std::string& step, const Value&
 
 Value Backend::linear(const std::string& step_name, const Value& x, const Value& weight, const Value* bias) {
   const std::string step = scoped(step_name);
-  const auto [N, K, M] = check_linear(step, x, weight, bias);
+  const LinearSizes sizes = check_linear(step, x, weight, bias);
+  const int64_t N = sizes.N, K = sizes.K, M = sizes.M;  // named, not bound: clang 14 captures no bindings
   Shape shape = x.shape;
   shape.back() = M;
   Value y = make_output(step, shape);
@@ -453,7 +454,8 @@ Value Backend::linear_split_heads(const std::string& linear_name, const std::str
                                   const Value& weight, const Value* bias, int64_t heads) {
   if (!folds_layout_steps() || x.rank() != 3) return split_heads(split_name, linear(linear_name, x, weight, bias), heads);
   const std::string step = scoped(linear_name), split = scoped(split_name);
-  const auto [N, K, M] = check_linear(step, x, weight, bias);
+  const LinearSizes sizes = check_linear(step, x, weight, bias);
+  const int64_t N = sizes.N, K = sizes.K, M = sizes.M;  // named, not bound: clang 14 captures no bindings
   const int64_t B = x.dim(0), T = x.dim(1);
   require(heads >= 1 && M % heads == 0, split,
           "input " + step + " " + shape_string({B, T, M}) + " has E=" + std::to_string(M) + " which " +
@@ -487,7 +489,8 @@ Value Backend::merge_heads_linear(const std::string& merge_name, const std::stri
                          heads.shape, [=](Tensor stored) { return merge_read_back(stored, B, H, T, d); }};
   fold_time();
   report(merge, "merge_heads", infos({&heads}), merged, {"b", "i", "f"}, in_place);
-  const auto [N, K, M] = check_linear(step, merged, weight, bias);
+  const LinearSizes sizes = check_linear(step, merged, weight, bias);
+  const int64_t N = sizes.N, K = sizes.K, M = sizes.M;
   Value y = make_output(step, {B, T, M});
   timed(step, [&] {
     run_linear(step, *heads.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M,

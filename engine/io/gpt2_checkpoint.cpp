@@ -20,7 +20,9 @@ Tensor columns_transposed(const Tensor& t, int64_t begin, int64_t count) {
   const int64_t rows = t.dim(0), cols = t.dim(1);
   Tensor out({count, rows});
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < count; ++c) out.data[static_cast<size_t>(c * rows + r)] = t.data[static_cast<size_t>(r * cols + begin + c)];
+    for (int64_t c = 0; c < count; ++c) {
+      out.data[static_cast<size_t>(c * rows + r)] = t.data[static_cast<size_t>(r * cols + begin + c)];
+    }
   }
   return out;
 }
@@ -34,7 +36,8 @@ Activation activation(const ConfigReader& config) {
   const std::string name = config.text("activation_function", "gelu_new");
   if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::gelu_tanh;
   if (auto a = activation_from_name(name)) return *a;
-  throw config.error("activation_function '" + name + "' is not one vkattn runs (gelu_new, gelu_pytorch_tanh, gelu, relu)");
+  throw config.error("activation_function '" + name +
+                     "' is not one vkattn runs (gelu_new, gelu_pytorch_tanh, gelu, relu)");
 }
 
 }  // namespace
@@ -46,7 +49,9 @@ CausalLMState gpt2(const json& config_json, std::map<std::string, Tensor> file, 
   config.require("add_cross_attention", false, false);
   const int64_t E = config.size("n_embd"), H = config.size("n_head"), V = config.size("vocab_size");
   const int64_t P = config.size("n_positions"), F = config.size("n_inner", 4 * E), layers = config.size("n_layer");
-  if (E % H != 0) throw config.error("n_embd " + std::to_string(E) + " is not a multiple of n_head " + std::to_string(H));
+  if (E % H != 0) {
+    throw config.error("n_embd " + std::to_string(E) + " is not a multiple of n_head " + std::to_string(H));
+  }
 
   // GPT2LMHeadModel's save_pretrained writes "transformer.h.0…"; the hub's gpt2 folder, GPT2Model's "h.0…"
   CheckpointTensors tensors(std::move(file), dir, "transformer.");

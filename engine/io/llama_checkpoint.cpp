@@ -91,8 +91,8 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   } else {
     w.lm_head = tensors.take("lm_head.weight", {V, E}, "(vocab_size, hidden_size)");
   }
-  tensors.check_all_taken("a " + architecture + " of " + std::to_string(layers) + " layers (embed_tokens, layers.0 … layers." +
-                          std::to_string(layers - 1) + ", norm, lm_head)");
+  tensors.check_all_taken("a " + architecture + " of " + std::to_string(layers) +
+                          " layers (embed_tokens, layers.0 … layers." + std::to_string(layers - 1) + ", norm, lm_head)");
   return state;
 }
 

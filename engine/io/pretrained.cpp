@@ -75,7 +75,8 @@ std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::
       }
       const std::string& dtype = file.stored_dtypes.at(name);
       dtypes.insert(dtype);
-      bytes += static_cast<uint64_t>(t.data.size()) * (dtype == "F64" ? 8 : dtype == "F32" ? 4 : dtype == "BOOL" ? 1 : 2);
+      const uint64_t element = dtype == "F64" ? 8 : dtype == "F32" ? 4 : dtype == "BOOL" ? 1 : 2;
+      bytes += static_cast<uint64_t>(t.data.size()) * element;
       if (!tensors.emplace(name, std::move(t)).second) {
         throw FileError((dir / shard).string() + ": tensor '" + name + "' is in another shard too");
       }
@@ -92,7 +93,9 @@ std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::
 }
 
 Pretrained load_pretrained(const fs::path& dir) {
-  if (!fs::is_directory(dir)) throw FileError(dir.string() + ": not a folder (a checkpoint is config.json and its files)");
+  if (!fs::is_directory(dir)) {
+    throw FileError(dir.string() + ": not a folder (a checkpoint is config.json and its files)");
+  }
   if (!fs::exists(dir / "config.json")) {
     throw FileError(dir.string() + ": no config.json (a checkpoint folder as the hub lays it out has config.json, " +
                     "model.safetensors and the tokenizer's files)");
@@ -129,7 +132,9 @@ Pretrained load_pretrained(const fs::path& dir) {
     throw FileError(dir.string() + ": the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                     " tokens but the model's embedding only " + std::to_string(model->vocab_size()) + " rows");
   }
-  auto id = [&](const char* key) { return config.contains(key) && config[key].is_number_integer() ? config[key].get<int64_t>() : -1; };
+  auto id = [&](const char* key) -> int64_t {
+    return config.contains(key) && config[key].is_number_integer() ? config[key].get<int64_t>() : -1;
+  };
   return Pretrained{.config = config,
                     .architecture = architecture,
                     .model = std::move(model),

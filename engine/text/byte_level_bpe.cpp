@@ -94,7 +94,8 @@ ByteLevelBPE::ByteLevelBPE(std::unordered_map<std::string, int64_t> vocab,
   std::sort(special_.begin(), special_.end(), [](const auto& x, const auto& y) { return x.size() > y.size(); });
 }
 
-ByteLevelBPE ByteLevelBPE::from_files(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt) {
+ByteLevelBPE ByteLevelBPE::from_files(const std::filesystem::path& vocab_json,
+                                      const std::filesystem::path& merges_txt) {
   std::unordered_map<std::string, int64_t> vocab;
   try {
     const nlohmann::json file = nlohmann::json::parse(text_of(vocab_json));

@@ -41,7 +41,8 @@ void check_utf8(std::string_view text, const std::string& what) {
 }
 
 std::vector<std::string> pre_tokenize(std::string_view text) {
-  const icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  const icu::UnicodeString unicode =
+      icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
   UErrorCode status = U_ZERO_ERROR;
   std::unique_ptr<icu::RegexMatcher> matcher(pattern().matcher(unicode, status));
   std::vector<std::string> pieces;

@@ -35,7 +35,9 @@ struct Pretrained {
 };
 
 // The tensors of a checkpoint folder: model.safetensors, or every shard its index names.
-std::map<std::string, Tensor> read_checkpoint_tensors(const std::filesystem::path& dir, std::string* stored_dtype = nullptr,
+// Their dtype in the files ("F32", "BF16", "mixed") and bytes there, where asked.
+std::map<std::string, Tensor> read_checkpoint_tensors(const std::filesystem::path& dir,
+                                                      std::string* stored_dtype = nullptr,
                                                       uint64_t* stored_bytes = nullptr);
 
 Pretrained load_pretrained(const std::filesystem::path& dir);

@@ -23,7 +23,8 @@ class LanguageModel : public KeepsWeights {
   // A cache for `batch` sequences of up to `capacity` positions (<= max_positions()).
   virtual KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const = 0;
   // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V).
-  virtual Tensor decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options = {}) const = 0;
+  virtual Tensor decode(Backend& backend, const Tensor& ids, KVCache& cache,
+                        const DecodeOptions& options = {}) const = 0;
 
   virtual int64_t vocab_size() const = 0;     // V
   virtual int64_t max_positions() const = 0;  // the longest sequence
