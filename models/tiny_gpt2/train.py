@@ -191,46 +191,39 @@ class GPT2LMHeadModel(nn.Module):
         return self.transformer(ids) @ self.transformer.wte.weight.T
 
 
-def main():
-    torch.manual_seed(0)
-    torch.set_num_threads(2)
-    start = time.time()
-    text = (HERE.parent / "tiny_char" / "text.txt").read_text()
+def tokenizer(text):
+    """GPT-2's byte-level BPE learnt on `text`: (vocab, merges, ranks), the vocabulary in GPT-2's
+    order (the 256 byte stand-ins, printable bytes first, then a token a merge, then END)."""
     merges = learn_merges(text, MERGES)
-    vocab = {s: i for i, s in enumerate(STAND_IN.values())}  # GPT-2's order: printable bytes first
+    vocab = {s: i for i, s in enumerate(STAND_IN.values())}
     for a, b in merges:
         vocab[a + b] = len(vocab)
     vocab[END] = len(vocab)
-    ranks = {pair: rank for rank, pair in enumerate(merges)}
-    ids = torch.tensor(encode(text, vocab, ranks))
-    print(f"{len(merges)} merges, {len(vocab)} tokens: {len(text)} characters are {len(ids)} tokens "
-          f"({time.time() - start:.1f} s)", flush=True)
+    return vocab, merges, {pair: rank for rank, pair in enumerate(merges)}
 
-    model = GPT2LMHeadModel(len(vocab))
+
+def train(model, ids, vocab_size, steps, start):
+    """AdamW at 3e-3 on 16 random windows of 64 tokens a step, every position trained; the last
+    step's loss. Leaves the model in eval mode."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    step, batch, length = 0, 16, 64
-    while step < 600:
+    batch, length = 16, 64
+    for step in range(1, steps + 1):
         starts = torch.randint(0, len(ids) - length - 1, (batch,))
         x = torch.stack([ids[s:s + length] for s in starts])
         y = torch.stack([ids[s + 1:s + length + 1] for s in starts])
-        loss = nn.functional.cross_entropy(model(x).reshape(-1, len(vocab)), y.reshape(-1))
+        loss = nn.functional.cross_entropy(model(x).reshape(-1, vocab_size), y.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        step += 1
         if step % 100 == 0:
             print(f"step {step:5d}  loss {loss.item():.3f}  {time.time() - start:5.1f} s", flush=True)
     model.eval()
+    return loss.item()
 
-    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
-              "bos_token_id": vocab[END], "eos_token_id": vocab[END], "initializer_range": 0.02,
-              "layer_norm_epsilon": 1e-05, "n_ctx": POSITIONS, "n_embd": E, "n_head": HEADS, "n_inner": None,
-              "n_layer": LAYERS, "n_positions": POSITIONS, "vocab_size": len(vocab), "torch_dtype": "float32"}
-    (HERE / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    save_safetensors(model.state_dict(), HERE / "model.safetensors", {"format": "pt"})
-    (HERE / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False) + "\n")
-    (HERE / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
 
+def write_expected(folder, model, vocab, ranks, steps, loss, start):
+    """expected.json for vkattn's tests: the prompt's ids, torch's logits at its last position,
+    its greedy tokens one by one with the smallest top-1 margin on the way."""
     prompt = encode(PROMPT, vocab, ranks)
     tokens, margins = list(prompt), []
     with torch.no_grad():
@@ -245,12 +238,36 @@ def main():
     continuation = bytes(byte_of[c] for t in tokens[len(prompt):] for c in inverse[t]).decode()
     expected = {"prompt": PROMPT, "prompt_ids": prompt, "last_logits": [round(v, 6) for v in last_logits.tolist()],
                 "new_tokens": NEW_TOKENS, "tokens": tokens[len(prompt):], "text": continuation,
-                "smallest_margin": min(margins), "steps": step, "final_loss": round(loss.item(), 4),
+                "smallest_margin": min(margins), "steps": steps, "final_loss": round(loss, 4),
                 "torch": torch.__version__}
-    (HERE / "expected.json").write_text(json.dumps(expected) + "\n")
-    print(f"{step} steps in {time.time() - start:.1f} s, loss {loss.item():.3f}; greedy after {PROMPT!r}:")
+    (folder / "expected.json").write_text(json.dumps(expected) + "\n")
+    print(f"{steps} steps in {time.time() - start:.1f} s, loss {loss:.3f}; greedy after {PROMPT!r}:")
     print(PROMPT + continuation)
     print(f"smallest top-1 margin {min(margins):.4f}")
+
+
+def main():
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    start = time.time()
+    text = (HERE.parent / "tiny_char" / "text.txt").read_text()
+    vocab, merges, ranks = tokenizer(text)
+    ids = torch.tensor(encode(text, vocab, ranks))
+    print(f"{len(merges)} merges, {len(vocab)} tokens: {len(text)} characters are {len(ids)} tokens "
+          f"({time.time() - start:.1f} s)", flush=True)
+
+    model = GPT2LMHeadModel(len(vocab))
+    loss = train(model, ids, len(vocab), 600, start)
+
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+              "bos_token_id": vocab[END], "eos_token_id": vocab[END], "initializer_range": 0.02,
+              "layer_norm_epsilon": 1e-05, "n_ctx": POSITIONS, "n_embd": E, "n_head": HEADS, "n_inner": None,
+              "n_layer": LAYERS, "n_positions": POSITIONS, "vocab_size": len(vocab), "torch_dtype": "float32"}
+    (HERE / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_safetensors(model.state_dict(), HERE / "model.safetensors", {"format": "pt"})
+    (HERE / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False) + "\n")
+    (HERE / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    write_expected(HERE, model, vocab, ranks, 600, loss, start)
 
 
 if __name__ == "__main__":

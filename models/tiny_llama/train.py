@@ -34,7 +34,6 @@ _spec.loader.exec_module(gpt2)
 
 E, HEADS, KV_HEADS, LAYERS, FF, POSITIONS, THETA, EPS = 64, 4, 2, 2, 172, 128, 10000.0, 1e-5
 D = E // HEADS
-PROMPT, NEW_TOKENS = "Alice was beginning", 40
 
 
 class RMSNorm(nn.Module):
@@ -144,29 +143,11 @@ def main():
     torch.set_num_threads(2)
     start = time.time()
     text = (HERE.parent / "tiny_char" / "text.txt").read_text()
-    merges = gpt2.learn_merges(text, gpt2.MERGES)
-    vocab = {s: i for i, s in enumerate(gpt2.STAND_IN.values())}
-    for a, b in merges:
-        vocab[a + b] = len(vocab)
-    vocab[gpt2.END] = len(vocab)
-    ranks = {pair: rank for rank, pair in enumerate(merges)}
+    vocab, merges, ranks = gpt2.tokenizer(text)
     ids = torch.tensor(gpt2.encode(text, vocab, ranks))
 
     model = LlamaForCausalLM(len(vocab))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    step, batch, length = 0, 16, 64
-    while step < 500:
-        starts = torch.randint(0, len(ids) - length - 1, (batch,))
-        x = torch.stack([ids[s:s + length] for s in starts])
-        y = torch.stack([ids[s + 1:s + length + 1] for s in starts])
-        loss = nn.functional.cross_entropy(model(x).reshape(-1, len(vocab)), y.reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        step += 1
-        if step % 100 == 0:
-            print(f"step {step:5d}  loss {loss.item():.3f}  {time.time() - start:5.1f} s", flush=True)
-    model.eval()
+    loss = gpt2.train(model, ids, len(vocab), 500, start)
     with torch.no_grad():  # the weights as stored: bfloat16
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).float())
@@ -181,27 +162,7 @@ def main():
     (HERE / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     gpt2.save_safetensors(model.state_dict(), HERE / "model.safetensors", {"format": "pt"}, dtype="BF16")
     (HERE / "tokenizer.json").write_text(json.dumps(tokenizer_json(vocab, merges, gpt2.END), ensure_ascii=False) + "\n")
-
-    prompt = gpt2.encode(PROMPT, vocab, ranks)
-    tokens, margins = list(prompt), []
-    with torch.no_grad():
-        last_logits = model(torch.tensor([prompt]))[0, -1]
-        for _ in range(NEW_TOKENS):
-            logits = model(torch.tensor([tokens]))[0, -1]
-            top = torch.topk(logits, 2).values
-            margins.append((top[0] - top[1]).item())
-            tokens.append(int(torch.argmax(logits)))
-    inverse = {i: s for s, i in vocab.items()}
-    byte_of = {c: b for b, c in gpt2.STAND_IN.items()}
-    continuation = bytes(byte_of[c] for t in tokens[len(prompt):] for c in inverse[t]).decode()
-    expected = {"prompt": PROMPT, "prompt_ids": prompt, "last_logits": [round(v, 6) for v in last_logits.tolist()],
-                "new_tokens": NEW_TOKENS, "tokens": tokens[len(prompt):], "text": continuation,
-                "smallest_margin": min(margins), "steps": step, "final_loss": round(loss.item(), 4),
-                "torch": torch.__version__}
-    (HERE / "expected.json").write_text(json.dumps(expected) + "\n")
-    print(f"{step} steps in {time.time() - start:.1f} s, loss {loss.item():.3f}; greedy after {PROMPT!r}:")
-    print(PROMPT + continuation)
-    print(f"smallest top-1 margin {min(margins):.4f}")
+    gpt2.write_expected(HERE, model, vocab, ranks, 500, loss, start)
 
 
 if __name__ == "__main__":
