@@ -1,9 +1,9 @@
 // vkattn generate: a causal language model continues a prompt, one token at a time — a checkpoint
-// folder as the Hugging Face hub lays it out (--model: GPT-2, Llama; <vkattn/io/pretrained.h>) or a
-// CausalLM's safetensors with its characters for tokens (--weights, models/tiny_char) — with the KV cache
-// (each new token computes only its own row) or, with --no-cache, recomputing every position
-// each time, as a model without a cache must. Greedy by default; --temperature and --top-k sample,
-// reproducibly from --seed.
+// folder as the Hugging Face hub lays it out (--model: GPT-2, Llama; <vkattn/io/pretrained.h>)
+// or a CausalLM's safetensors with its characters for tokens (--weights, models/tiny_char) — with
+// the KV cache (each new token computes only its own row) or, with --no-cache, recomputing every
+// position each time, as a model without a cache must. Greedy by default; --temperature and
+// --top-k sample, reproducibly from --seed.
 #include <unistd.h>
 
 #include <algorithm>
@@ -109,7 +109,7 @@ struct Loaded {
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::string name;        // "GPT2LMHeadModel", "CausalLM"
-  std::string weights;     // "0.13 M parameters, 0.54 MiB as F32 in the files"
+  std::string weights;     // "0.14 M parameters, 551.2 KiB as F32 in the files"
   int64_t eos_token_id = -1;  // generation stops there
 };
 
@@ -163,7 +163,6 @@ int64_t next_token(std::vector<float> logits, double temperature, int64_t top_k,
   }
   return best - logits.begin();  // rounding left u past the end: the likeliest
 }
-
 
 }  // namespace
 
