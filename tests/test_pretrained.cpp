@@ -265,6 +265,10 @@ TEST(PretrainedFolders, WhatIsWrongIsNamed) {
   map["transformer.extra"] = "model-00001-of-00001.safetensors";
   std::ofstream(shards / "model.safetensors.index.json") << json{{"weight_map", map}}.dump();
   expect_error<FileError>([&] { io::load_pretrained(shards); }, {"model-00001-of-00001.safetensors", "'transformer.extra'", "not"});
+  map.erase("transformer.extra");
+  map.erase("transformer.wpe.weight");  // in the shard, but the index does not say so
+  std::ofstream(shards / "model.safetensors.index.json") << json{{"weight_map", map}}.dump();
+  expect_error<FileError>([&] { io::load_pretrained(shards); }, {"'transformer.wpe.weight' is not where the index puts it (nowhere)"});
 
   auto tokenizer = copy_of_tiny_gpt2("tokenizer");
   fs::remove(tokenizer / "merges.txt");

@@ -69,9 +69,10 @@ std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::
   for (const auto& shard : shards) {
     Safetensors file = read_safetensors(dir / shard);
     for (auto& [name, t] : file.tensors) {
-      if (!expected.empty() && expected[name] != shard) {
+      const auto where = expected.find(name);
+      if (!expected.empty() && (where == expected.end() || where->second != shard)) {
         throw FileError((dir / shard).string() + ": tensor '" + name + "' is not where the index puts it (" +
-                        (expected[name].empty() ? std::string("nowhere") : expected[name]) + ")");
+                        (where == expected.end() ? std::string("nowhere") : where->second) + ")");
       }
       const std::string& dtype = file.stored_dtypes.at(name);
       dtypes.insert(dtype);
