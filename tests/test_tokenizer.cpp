@@ -1,11 +1,14 @@
 // The tokenizers against their own implementations' ids: GPT-2's byte-level BPE matches every id
 // gpt-3-encoder (OpenAI's encoder in JavaScript) gives the texts of tests/data/gpt2_tokenizer,
-// from vocab.json + merges.txt and from the same vocabulary as a tokenizer.json; text and files
-// that are not what they claim are one-line errors naming what is wrong.
+// from vocab.json + merges.txt and from the same vocabulary as a tokenizer.json; Llama 3's and
+// Qwen2's Split patterns split as JavaScript's regex engine does (tests/data/pre_tokenizers); a
+// tokenizer.json's NFC, ignore_merges and template do what tokenizers does; text and files that
+// are not what they claim are one-line errors naming what is wrong.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "engine/text/pre_tokenize.h"
@@ -118,6 +121,90 @@ TEST(TokenizerJson, AByteLevelBpeFileGivesTheSameIds) {
   }
 }
 
+// GPT-2's vocabulary as a tokenizer.json, with `change` made to it.
+json gpt2_tokenizer_json(const std::function<void(json&)>& change = {}) {
+  const json vocab = read_json(kGpt2 / "vocab.json");
+  std::ifstream merges_in(kGpt2 / "merges.txt");
+  json merges = json::array();
+  for (std::string line; std::getline(merges_in, line);) {
+    if (!line.empty() && !line.starts_with("#version")) merges.push_back(line);
+  }
+  json regular = vocab;
+  regular.erase("<|endoftext|>");
+  json file = {{"added_tokens", json::array({{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}})},
+               {"normalizer", nullptr},
+               {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+               {"model", {{"type", "BPE"}, {"vocab", regular}, {"merges", merges}}}};
+  if (change) change(file);
+  return file;
+}
+
+TEST(PreTokenizers, Llama3sAndQwen2sPatternsSplitAsJavaScriptDoes) {
+  const json oracle = read_json(fs::path(VKATTN_SOURCE_DIR) / "tests/data/pre_tokenizers/pieces.json");
+  for (const char* name : {"llama3", "qwen2"}) {
+    const text::PreTokenizer pre(oracle["patterns"][name].get<std::string>(), name);
+    for (const auto& c : oracle["cases"]) {
+      EXPECT_EQ(pre.split(c["text"].get<std::string>()), c[name].get<std::vector<std::string>>()) << name;
+    }
+  }
+  // numbers in threes (Llama 3) or ones (Qwen2), where GPT-2 keeps them whole
+  EXPECT_EQ(text::pre_tokenize(" 1234567"), (std::vector<std::string>{" 1234567"}));
+}
+
+// Llama 3's layout: a Split by its pattern, then ByteLevel without a regex of its own. With GPT-2's
+// pattern in the Split, every fixture text gets GPT-2's ids; with Llama 3's, numbers split in threes.
+TEST(TokenizerJson, ASplitPatternThenByteLevelIsReadAsTheSplitSays) {
+  const std::string gpt2_pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+  auto split_by = [](const std::string& pattern) {
+    return [pattern](json& f) {
+      f["pre_tokenizer"] = {{"type", "Sequence"},
+                            {"pretokenizers",
+                             {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"},
+                               {"invert", false}},
+                              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    };
+  };
+  const auto gpt2_split = text::parse_tokenizer_json(gpt2_tokenizer_json(split_by(gpt2_pattern)).dump(), "t.json");
+  expect_every_fixture_id(*gpt2_split);
+  const json oracle = read_json(fs::path(VKATTN_SOURCE_DIR) / "tests/data/pre_tokenizers/pieces.json");
+  const auto llama3 = text::parse_tokenizer_json(gpt2_tokenizer_json(split_by(oracle["patterns"]["llama3"])).dump(), "t.json");
+  EXPECT_EQ(llama3->encode(" 1234567"), (std::vector<int64_t>{220, 10163, 29228, 22}));  // " ", "123", "456", "7"
+  EXPECT_EQ(gpt2().encode(" 1234567"), (std::vector<int64_t>{17031, 2231, 3134}));  // gpt-3-encoder's: " 123", "45", "67"
+  EXPECT_EQ(llama3->decode(llama3->encode("tabs\tand 12345\n\n")), "tabs\tand 12345\n\n");
+}
+
+TEST(TokenizerJson, NfcIgnoreMergesAndATemplateDoWhatTokenizersDoes) {
+  // NFC: "e" + U+0301 is "é" before the split
+  const auto nfc = text::parse_tokenizer_json(
+      gpt2_tokenizer_json([](json& f) { f["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}}; })
+          .dump(),
+      "t.json");
+  EXPECT_EQ(nfc->encode("caf\x65\xcc\x81"), gpt2().encode("caf\xc3\xa9"));
+  EXPECT_NE(gpt2().encode("caf\x65\xcc\x81"), gpt2().encode("caf\xc3\xa9"));
+  // a template's special tokens around every text: a BOS before it, an EOS after it
+  const auto templated = text::parse_tokenizer_json(gpt2_tokenizer_json([](json& f) {
+                                                      f["post_processor"] = {
+                                                          {"type", "TemplateProcessing"},
+                                                          {"single", {{{"SpecialToken", {{"id", "<|endoftext|>"}}}},
+                                                                      {{"Sequence", {{"id", "A"}}}},
+                                                                      {{"SpecialToken", {{"id", "<|endoftext|>"}}}}}}};
+                                                    }).dump(),
+                                                    "t.json");
+  EXPECT_EQ(templated->encode("Hello world"), (std::vector<int64_t>{50256, 15496, 995, 50256}));
+  // ignore_merges: a pre-token that is a token of the vocabulary is taken whole, whatever the
+  // merges would make of it (here none could: there are none)
+  auto no_merges = [](bool ignore) {
+    return [ignore](json& f) {
+      f["model"]["merges"] = json::array();
+      f["model"]["ignore_merges"] = ignore;
+    };
+  };
+  const auto merging = text::parse_tokenizer_json(gpt2_tokenizer_json(no_merges(false)).dump(), "t.json");
+  const auto whole = text::parse_tokenizer_json(gpt2_tokenizer_json(no_merges(true)).dump(), "t.json");
+  EXPECT_EQ(merging->encode(" world"), (std::vector<int64_t>{220, 86, 78, 81, 75, 67}));  // byte by byte
+  EXPECT_EQ(whole->encode(" world"), (std::vector<int64_t>{995}));
+}
+
 TEST(TokenizerFiles, WhatIsWrongIsNamed) {
   const fs::path empty = scratch("empty");
   expect_error<FileError>([&] { text::load_tokenizer(empty); }, {empty.string(), "no tokenizer", "tokenizer.json"});
@@ -130,6 +217,21 @@ TEST(TokenizerFiles, WhatIsWrongIsNamed) {
   write(metaspace / "tokenizer.json",
         R"({"pre_tokenizer": {"type": "Metaspace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
   expect_error<FileError>([&] { text::load_tokenizer(metaspace); }, {"pre-tokenizer is Metaspace"});
+  auto refused = [](const std::function<void(json&)>& change, std::initializer_list<std::string> fragments) {
+    expect_error<FileError>([&] { text::parse_tokenizer_json(gpt2_tokenizer_json(change).dump(), "t.json"); },
+                            fragments);
+  };
+  refused([](json& f) { f["model"]["byte_fallback"] = true; }, {"t.json", "byte_fallback", "SentencePiece"});
+  refused([](json& f) { f["model"]["vocab"]["!"] = 1e80; }, {"t.json", "token '!' has id 1e+80, not an integer"});
+  refused([](json& f) { f["normalizer"] = {{"type", "Lowercase"}}; }, {"normalizer Lowercase"});
+  refused([](json& f) { f["post_processor"] = {{"type", "BertProcessing"}}; }, {"post-processor BertProcessing"});
+  refused([](json& f) { f["pre_tokenizer"]["add_prefix_space"] = true; }, {"add_prefix_space"});
+  refused([](json& f) {
+    f["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}},
+                                              {"behavior", "Isolated"}, {"invert", false}},
+                                             {{"type", "ByteLevel"}, {"use_regex", false}}}}};
+  }, {"t.json", "pattern does not compile"});
 
   // vocab.json + merges.txt: the 256 byte tokens "!" … and the stand-ins, then a made-up merge
   json bytes_only = json::object();

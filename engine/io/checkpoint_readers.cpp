@@ -1,6 +1,9 @@
 // ConfigReader and CheckpointTensors: what every architecture's reader shares.
 #include "engine/io/checkpoints.h"
 
+#include <cmath>
+#include <limits>
+
 #include "vkattn/errors.h"
 
 namespace vkattn::io::checkpoints {
@@ -20,8 +23,11 @@ int64_t ConfigReader::size(const char* key, std::optional<int64_t> fallback) con
 float ConfigReader::number(const char* key, float fallback) const {
   const auto it = config_.find(key);
   if (it == config_.end() || it->is_null()) return fallback;
-  if (!it->is_number()) throw error(std::string(key) + " is " + it->dump() + ", not a number");
-  return it->get<float>();
+  const double value = it->is_number() ? it->get<double>() : NAN;
+  if (!std::isfinite(value) || std::abs(value) > std::numeric_limits<float>::max()) {
+    throw error(std::string(key) + " is " + it->dump() + ", not a number a float holds");
+  }
+  return static_cast<float>(value);
 }
 
 bool ConfigReader::flag(const char* key, bool fallback) const {

@@ -59,8 +59,11 @@ std::string text_of(const std::filesystem::path& path) {
 
 ByteLevelBPE::ByteLevelBPE(std::unordered_map<std::string, int64_t> vocab,
                            std::vector<std::pair<std::string, std::string>> merges, std::vector<std::string> special,
-                           const std::string& source, std::string merges_source)
-    : vocab_(std::move(vocab)), special_(std::move(special)) {
+                           const std::string& source, std::string merges_source, ByteLevelOptions options)
+    : vocab_(std::move(vocab)), special_(std::move(special)), options_(std::move(options)) {
+  pre_tokenizer_ = options_.pattern.empty()
+                       ? std::shared_ptr<const PreTokenizer>(&PreTokenizer::gpt2(), [](const PreTokenizer*) {})
+                       : std::make_shared<const PreTokenizer>(options_.pattern, source);
   if (merges_source.empty()) merges_source = source;
   tokens_.resize(vocab_.size());
   std::vector<bool> seen(vocab_.size());
@@ -90,6 +93,13 @@ ByteLevelBPE::ByteLevelBPE(std::unordered_map<std::string, int64_t> vocab,
     if (token.empty()) throw FileError(source + ": a special token is empty");
     if (!vocab_.contains(token)) throw FileError(source + ": special token '" + token + "' is not in the vocabulary");
   }
+  for (const auto* around : {&options_.prefix, &options_.suffix}) {
+    for (const auto& token : *around) {
+      if (!vocab_.contains(token)) {
+        throw FileError(source + ": the template's special token '" + token + "' is not in the vocabulary");
+      }
+    }
+  }
   // the longest first, so that a special token that starts another does not split it
   std::sort(special_.begin(), special_.end(), [](const auto& x, const auto& y) { return x.size() > y.size(); });
 }
@@ -100,7 +110,7 @@ ByteLevelBPE ByteLevelBPE::from_files(const std::filesystem::path& vocab_json,
   try {
     const nlohmann::json file = nlohmann::json::parse(text_of(vocab_json));
     if (!file.is_object()) throw FileError(vocab_json.string() + ": not a JSON object of token: id");
-    for (const auto& [token, id] : file.items()) vocab[token] = id.get<int64_t>();
+    for (const auto& [token, id] : file.items()) vocab[token] = token_id_of(id, token, vocab_json.string());
   } catch (const nlohmann::json::exception& e) {
     throw FileError(vocab_json.string() + ": not a JSON object of token: id (" + e.what() + ")");
   }
@@ -156,13 +166,26 @@ std::vector<std::string> ByteLevelBPE::merge(std::vector<std::string> symbols) c
   return symbols;
 }
 
-std::vector<int64_t> ByteLevelBPE::encode(std::string_view text) const {
-  check_utf8(text, "the text");
+std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
+  check_utf8(input, "the text");
+  const std::string normalised = options_.nfc ? nfc(input) : std::string();
+  const std::string_view text = options_.nfc ? std::string_view(normalised) : input;
   std::vector<int64_t> ids;
+  for (const auto& token : options_.prefix) ids.push_back(vocab_.at(token));
   auto encode_plain = [&](std::string_view part) {
-    for (const std::string& piece : pre_tokenize(part)) {
+    for (const std::string& piece : pre_tokenizer_->split(part)) {
       std::vector<std::string> symbols;
-      for (unsigned char byte : piece) symbols.push_back(byte_stand_ins()[byte]);
+      std::string whole;
+      for (unsigned char byte : piece) {
+        symbols.push_back(byte_stand_ins()[byte]);
+        whole += symbols.back();
+      }
+      if (options_.ignore_merges) {
+        if (auto it = vocab_.find(whole); it != vocab_.end()) {
+          ids.push_back(it->second);
+          continue;
+        }
+      }
       for (const std::string& symbol : merge(std::move(symbols))) ids.push_back(vocab_.at(symbol));
     }
   };
@@ -180,6 +203,7 @@ std::vector<int64_t> ByteLevelBPE::encode(std::string_view text) const {
     ids.push_back(vocab_.at(*which));
     begin = found + which->size();
   }
+  for (const auto& token : options_.suffix) ids.push_back(vocab_.at(token));
   return ids;
 }
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/io/file.h"
+#include "engine/text/pre_tokenize.h"
 #include "vkattn/errors.h"
 #include "vkattn/text/tokenizer.h"
 
@@ -23,10 +24,63 @@ std::string pre_tokenizer_kind(const json& pre) {
   return "Sequence(" + kinds + ")";
 }
 
+// The members of a Sequence (of normalizers, pre-tokenizers, processors), or the one given.
+std::vector<json> members(const json& part, const char* list) {
+  if (part.is_object() && part.value("type", "") == "Sequence") return part.value(list, json::array());
+  return {part};
+}
+
+// The pre-tokenizer's pattern: "" for ByteLevel alone (GPT-2's), a Split's regex followed by a
+// ByteLevel that does not split again (Llama 3's, Qwen2's). FileError naming any other.
+std::string pre_tokenizer_pattern(const json& pre, const std::string& source) {
+  const std::string kind = pre_tokenizer_kind(pre);
+  auto refuse = [&] {
+    return FileError(source + ": the pre-tokenizer is " + kind + "; vkattn reads ByteLevel, or a Split by a " +
+                     "pattern then ByteLevel without its own (GPT-2's, Llama 3's, Qwen2's)");
+  };
+  const std::vector<json> parts = members(pre, "pretokenizers");
+  if (kind == "ByteLevel") {
+    if (pre.value("add_prefix_space", false)) throw FileError(source + ": ByteLevel's add_prefix_space is not supported");
+    return "";
+  }
+  if (parts.size() != 2 || parts[0].value("type", "") != "Split" || parts[1].value("type", "") != "ByteLevel" ||
+      parts[1].value("use_regex", true) || parts[1].value("add_prefix_space", false)) {
+    throw refuse();
+  }
+  const json& split = parts[0];
+  if (split.value("behavior", "") != "Isolated" || split.value("invert", false) || !split.contains("pattern") ||
+      !split["pattern"].contains("Regex")) {
+    throw FileError(source + ": the Split pre-tokenizer is " + split.dump().substr(0, 80) +
+                    "; vkattn reads an Isolated split by a Regex pattern");
+  }
+  return split["pattern"]["Regex"].get<std::string>();
+}
+
+// The special tokens a TemplateProcessing puts around a single text ("$A"): before and after.
+void template_tokens(const json& processor, ByteLevelOptions& options, const std::string& source) {
+  for (const json& part : members(processor, "processors")) {
+    if (part.is_null()) continue;
+    const std::string type = part.value("type", "?");
+    if (type == "ByteLevel") continue;  // offsets only
+    if (type != "TemplateProcessing") {
+      throw FileError(source + ": the post-processor " + type + " is not one vkattn reads (TemplateProcessing, ByteLevel)");
+    }
+    bool after = false;
+    for (const json& piece : part.at("single")) {
+      if (piece.contains("Sequence")) {
+        after = true;
+      } else {
+        (after ? options.suffix : options.prefix).push_back(piece.at("SpecialToken").at("id").get<std::string>());
+      }
+    }
+  }
+}
+
 }  // namespace
 
-// tokenizer.json with a BPE model and the ByteLevel pre-tokenizer: GPT-2's algorithm, its vocab
-// and merges in one file, the added tokens beside them.
+// tokenizer.json with a BPE model and a byte-level pre-tokenizer: GPT-2's algorithm, its vocab and
+// merges in one file, the added tokens beside them; NFC, a Split pattern and a template as Llama
+// 3's and Qwen2's files have them.
 std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std::string& source) {
   json file;
   try {
@@ -41,13 +95,22 @@ std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std
     if (type != "BPE") {
       throw FileError(source + ": the model is " + type + "; vkattn reads byte-level BPE tokenizers (GPT-2's) so far");
     }
-    const std::string pre = pre_tokenizer_kind(file.value("pre_tokenizer", json()));
-    if (pre != "ByteLevel") {
-      throw FileError(source + ": the pre-tokenizer is " + pre +
-                      "; vkattn reads byte-level BPE with GPT-2's ByteLevel pre-tokenizer so far");
+    if (model.value("byte_fallback", false)) {
+      throw FileError(source + ": the BPE model has byte_fallback (SentencePiece's, as Llama 2's); vkattn reads " +
+                      "byte-level BPE so far");
     }
+    ByteLevelOptions options;
+    options.pattern = pre_tokenizer_pattern(file.value("pre_tokenizer", json()), source);
+    options.ignore_merges = model.value("ignore_merges", false);
+    for (const json& n : members(file.value("normalizer", json()), "normalizers")) {
+      if (n.is_null()) continue;
+      const std::string kind = n.value("type", "?");
+      if (kind != "NFC") throw FileError(source + ": the normalizer " + kind + " is not one vkattn reads (NFC)");
+      options.nfc = true;
+    }
+    template_tokens(file.value("post_processor", json()), options, source);
     std::unordered_map<std::string, int64_t> vocab;
-    for (const auto& [token, id] : model.at("vocab").items()) vocab[token] = id.get<int64_t>();
+    for (const auto& [token, id] : model.at("vocab").items()) vocab[token] = token_id_of(id, token, source);
     std::vector<std::pair<std::string, std::string>> merges;
     for (const auto& m : model.at("merges")) {
       if (m.is_array() && m.size() == 2) {  // tokenizers >= 0.20: ["a", "b"]
@@ -64,10 +127,11 @@ std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std
     std::vector<std::string> special;
     for (const auto& added : file.value("added_tokens", json::array())) {
       const std::string content = added.at("content").get<std::string>();
-      vocab[content] = added.at("id").get<int64_t>();
+      vocab[content] = token_id_of(added.at("id"), content, source);
       special.push_back(content);
     }
-    return std::make_unique<ByteLevelBPE>(std::move(vocab), std::move(merges), std::move(special), source);
+    return std::make_unique<ByteLevelBPE>(std::move(vocab), std::move(merges), std::move(special), source, "",
+                                          std::move(options));
   } catch (const json::exception& e) {
     throw FileError(source + ": " + e.what());
   }

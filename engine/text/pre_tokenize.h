@@ -1,16 +1,43 @@
 #pragma once
-// GPT-2's pre-tokenizer: a text's pieces by the pattern
+// Pre-tokenizers: a text's pieces by a pattern, with ICU's Unicode letters, numbers and spaces —
+// GPT-2's
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // (contractions, words and numbers with their leading space, punctuation runs, whitespace but the
-// space before a word), with ICU's Unicode letters, numbers and spaces.
+// space before a word), or a tokenizer.json's Split pattern (Llama 3's, Qwen2's).
+#include <unicode/regex.h>
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace vkattn::text {
 
-// `text` is valid UTF-8 (check_utf8); the pieces, concatenated, are `text`.
-std::vector<std::string> pre_tokenize(std::string_view text);
+class PreTokenizer {
+ public:
+  // FileError "<source>: the pre-tokenizer's pattern …" when ICU cannot compile it.
+  PreTokenizer(const std::string& pattern, const std::string& source);
+  static const PreTokenizer& gpt2();
+
+  // `text` is valid UTF-8 (check_utf8). The matches, and the text between them (Split's
+  // "Isolated"): concatenated, the pieces are `text`.
+  std::vector<std::string> split(std::string_view text) const;
+
+ private:
+  std::shared_ptr<const icu::RegexPattern> pattern_;  // immutable, shared across threads
+};
+
+// GPT-2's pieces of `text`.
+inline std::vector<std::string> pre_tokenize(std::string_view text) { return PreTokenizer::gpt2().split(text); }
+
+// `text` in Unicode's composed normal form (NFC: "e" + U+0301 -> "é").
+std::string nfc(std::string_view text);
+
+// A token's id as a vocabulary file gives it: FileError "<source>: token '…' has id …, not an
+// integer" for anything else (a float's conversion would be undefined past int64's range).
+int64_t token_id_of(const nlohmann::json& id, const std::string& token, const std::string& source);
 
 // A ShapeError "<what> is not UTF-8 at byte N" unless `text` is valid UTF-8.
 void check_utf8(std::string_view text, const std::string& what);

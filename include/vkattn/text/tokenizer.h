@@ -1,7 +1,9 @@
 #pragma once
 // Text to token ids and back, as the Hugging Face hub's checkpoints define them:
 //   ByteLevelBPE   GPT-2's byte-level BPE: vocab.json + merges.txt, or a tokenizer.json whose
-//                  model is BPE with the ByteLevel pre-tokenizer.
+//                  model is BPE with the ByteLevel pre-tokenizer, alone (GPT-2's pattern) or
+//                  after a Split by its own pattern (Llama 3's, Qwen2's), NFC first or not,
+//                  special tokens around each text by its TemplateProcessing (a BOS).
 // A text is UTF-8; encode() splits it at the special tokens first (GPT-2's <|endoftext|>), then
 // into pre-tokens by GPT-2's pattern (words with their leading space, numbers, punctuation runs,
 // whitespace), maps each pre-token's bytes to the vocabulary's 256 printable stand-ins and merges
@@ -31,13 +33,24 @@ class Tokenizer {
   virtual int64_t token_id(const std::string& token) const = 0;
 };
 
+class PreTokenizer;  // engine/text/pre_tokenize.h
+
+// How a tokenizer.json's byte-level BPE differs from GPT-2's own.
+struct ByteLevelOptions {
+  std::string pattern;         // the pre-tokenizer's; empty: GPT-2's
+  bool nfc = false;            // the text normalised to NFC first (Qwen2)
+  bool ignore_merges = false;  // a pre-token in the vocabulary is one token, unmerged (Llama 3)
+  std::vector<std::string> prefix, suffix;  // special tokens before and after every text (a BOS)
+};
+
 class ByteLevelBPE : public Tokenizer {
  public:
   // vocab: token (in the byte stand-ins) -> id; merges: pairs, the first merged first;
   // special: tokens matched in the text before it is split (each must be in vocab). Errors name
   // `source`, and `merges_source` (default: source) for a merge.
   ByteLevelBPE(std::unordered_map<std::string, int64_t> vocab, std::vector<std::pair<std::string, std::string>> merges,
-               std::vector<std::string> special, const std::string& source, std::string merges_source = {});
+               std::vector<std::string> special, const std::string& source, std::string merges_source = {},
+               ByteLevelOptions options = {});
 
   // GPT-2's files: vocab.json {"token": id}, merges.txt ("#version" line, then "a b" a line).
   static ByteLevelBPE from_files(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt);
@@ -55,6 +68,8 @@ class ByteLevelBPE : public Tokenizer {
   std::vector<std::string> tokens_;                // id -> token
   std::unordered_map<std::string, size_t> ranks_;  // "a b" -> the merge's rank
   std::vector<std::string> special_;
+  ByteLevelOptions options_;
+  std::shared_ptr<const PreTokenizer> pre_tokenizer_;
 };
 
 // A checkpoint folder's tokenizer: tokenizer.json when there is one, else vocab.json +
