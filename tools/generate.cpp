@@ -70,7 +70,8 @@ std::string utf8(char32_t c) {
 std::string bytes_text(uint64_t bytes) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(1);
-  if (bytes >= (uint64_t{1} << 20)) out << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  if (bytes >= (uint64_t{1} << 30)) out << static_cast<double>(bytes) / (1 << 30) << " GiB";
+  else if (bytes >= (uint64_t{1} << 20)) out << static_cast<double>(bytes) / (1 << 20) << " MiB";
   else out << static_cast<double>(bytes) / 1024 << " KiB";
   return out.str();
 }
@@ -109,14 +110,17 @@ struct Loaded {
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::string name;        // "GPT2LMHeadModel", "CausalLM"
-  std::string weights;     // "0.14 M parameters, 551.2 KiB as F32 in the files"
+  std::string weights;     // weights_line's
   int64_t eos_token_id = -1;  // generation stops there
 };
 
+// "0.16 M parameters, 305.9 KiB as BF16 in the files" and, where they were stored 16-bit, a line
+// "(611.8 KiB as F32 on the device)": the weights are widened to fp32 on the way in.
 std::string weights_line(uint64_t parameters, uint64_t stored_bytes, const std::string& dtype) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(2) << static_cast<double>(parameters) / 1e6 << " M parameters, "
       << bytes_text(stored_bytes) << " as " << dtype << " in the files";
+  if (dtype != "F32") out << "\n  (" << bytes_text(parameters * 4) << " as F32 on the device)";
   return out.str();
 }
 
