@@ -16,6 +16,7 @@
 #include "vkattn/io/pretrained.h"
 #include "vkattn/io/safetensors.h"
 #include "vkattn/modules/causal_lm.h"
+#include "vkattn/modules/generation.h"
 #include "vkattn/modules/llama.h"
 
 namespace vkattn {
@@ -71,16 +72,7 @@ std::vector<float> last_logits(Backend& backend, const io::Pretrained& p, const 
 
 // The greedy tokens after `prompt`, one at a time through the KV cache.
 std::vector<int64_t> greedy(Backend& backend, const LanguageModel& model, const std::vector<int64_t>& prompt, size_t n) {
-  KVCache cache = model.make_cache(backend, 1, static_cast<int64_t>(prompt.size() + n));
-  std::vector<int64_t> step = prompt, got;
-  for (size_t i = 0; i < n; ++i) {
-    Tensor ids({1, static_cast<int64_t>(step.size())}, std::vector<float>(step.begin(), step.end()), DType::int64);
-    Tensor logits = model.decode(backend, ids, cache);
-    const auto last = logits.data.end() - logits.dim(2);
-    got.push_back(std::max_element(last, logits.data.end()) - last);
-    step = {got.back()};
-  }
-  return got;
+  return Generation(backend, model, prompt, {.max_new_tokens = static_cast<int64_t>(n)}).run();
 }
 
 float max_difference(const std::vector<float>& a, const std::vector<float>& b) {

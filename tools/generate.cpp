@@ -8,11 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 
 #include "tools/commands.h"
@@ -21,6 +19,7 @@
 #include "vkattn/io/pretrained.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/causal_lm.h"
+#include "vkattn/modules/generation.h"
 #include "vkattn/text/tokenizer.h"
 
 namespace vkattn::cli {
@@ -145,29 +144,6 @@ Loaded load(const GenerateArgs& a) {
   return Loaded{std::move(model), std::make_unique<CharVocabulary>(std::move(vocab)), "CausalLM", weights, -1};
 }
 
-// The next token from the last position's logits: the largest (the first of equals, as
-// torch.argmax) when greedy, else drawn from softmax(logits / temperature) over the top k.
-int64_t next_token(std::vector<float> logits, double temperature, int64_t top_k, std::mt19937_64& rng) {
-  const auto best = std::max_element(logits.begin(), logits.end());
-  if (temperature == 0.0) return best - logits.begin();
-  std::vector<float> sorted = logits;
-  std::sort(sorted.begin(), sorted.end(), std::greater<>());
-  const float floor = top_k > 0 && top_k < static_cast<int64_t>(sorted.size()) ? sorted[static_cast<size_t>(top_k - 1)]
-                                                                               : -INFINITY;
-  std::vector<double> weights(logits.size());
-  double total = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    weights[i] = logits[i] >= floor ? std::exp((logits[i] - *best) / temperature) : 0.0;
-    total += weights[i];
-  }
-  double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;  // uniform in [0, total)
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (u < weights[i]) return static_cast<int64_t>(i);
-    u -= weights[i];
-  }
-  return best - logits.begin();  // rounding left u past the end: the likeliest
-}
-
 }  // namespace
 
 CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
@@ -219,41 +195,24 @@ int run_generate(const GenerateArgs& a) {
                      " positions; the model has " + std::to_string(P));
   }
   auto backend = make_backend(a.backend, a.device);
-  std::optional<KVCache> cache;
-  if (!a.no_cache) cache.emplace(model.make_cache(*backend, 1, length));
-
-  // logits (1, T, V) -> the last position's V values
-  auto last_row = [&](const Tensor& logits) {
-    const int64_t T = logits.dim(1), V = logits.dim(2);
-    return std::vector<float>(logits.data.begin() + (T - 1) * V, logits.data.end());
-  };
-  auto ids = [](const std::vector<int64_t>& t, size_t from) {
-    std::vector<float> values(t.begin() + static_cast<std::ptrdiff_t>(from), t.end());
-    const auto n = static_cast<int64_t>(values.size());
-    return Tensor({1, n}, std::move(values), DType::int64);
-  };
-  std::mt19937_64 rng(a.seed);
+  const size_t prompt_tokens = tokens.size();
+  Generation generation(*backend, model, std::move(tokens),
+                        {.max_new_tokens = a.max_new_tokens, .temperature = a.temperature, .top_k = a.top_k,
+                         .seed = a.seed, .use_cache = !a.no_cache, .eos_token_id = loaded.eos_token_id});
+  const KVCache* cache = generation.cache();
   const bool progress = !a.json && isatty(STDERR_FILENO);
   if (!a.json) std::cout << a.prompt << std::flush;
 
   // the prompt: one pass (with the cache, it fills it); its time includes making the pipelines
   auto start = Clock::now();
-  std::vector<float> logits = last_row(cache ? model.decode(*backend, ids(tokens, 0), *cache)
-                                             : model.forward(*backend, ids(tokens, 0)));
+  generation.prompt_pass();
   const double prompt_ms = ms_since(start);
   start = Clock::now();
   std::string text;
-  std::vector<int64_t> generated;
   std::vector<double> forward_ms;  // each forward after the first token
-  bool stopped = false;  // at the end-of-text token
-  for (int64_t n = 0; n < a.max_new_tokens; ++n) {
-    const int64_t token = next_token(logits, a.temperature, a.top_k, rng);
-    if (token == loaded.eos_token_id) {
-      stopped = true;
-      break;
-    }
-    tokens.push_back(token);
-    generated.push_back(token);
+  int64_t n = 0;
+  for (std::optional<int64_t> next; (next = generation.next()); ++n) {
+    const int64_t token = *next;
     // a token may end inside a character: its bytes go out as they are, the terminal joins them
     const std::string piece = loaded.tokenizer->decode(std::span(&token, 1));
     text += piece;
@@ -265,10 +224,11 @@ int run_generate(const GenerateArgs& a) {
     }
     if (n + 1 == a.max_new_tokens) break;  // the last token needs no logits after it
     const auto forward_start = Clock::now();
-    logits = last_row(cache ? model.decode(*backend, ids(tokens, tokens.size() - 1), *cache)
-                            : model.forward(*backend, ids(tokens, 0)));
+    generation.pass();
     forward_ms.push_back(ms_since(forward_start));
   }
+  const std::vector<int64_t>& generated = generation.generated();
+  const bool stopped = generation.stopped_at_end_of_text();
   if (progress) std::cerr << "\r\x1b[K" << std::flush;
   // Every token but the first needed a forward. The first of them may make pipelines the
   // prompt's pass did not (a one-row GEMM's): the median is the time a token takes.
@@ -279,7 +239,7 @@ int run_generate(const GenerateArgs& a) {
   const std::string mode = std::string(a.temperature == 0.0 ? "greedy" : "sampled") +
                            (a.no_cache ? ", recomputing every position (--no-cache)" : ", with the KV cache");
   if (a.json) {
-    nlohmann::json out = {{"prompt", a.prompt}, {"prompt_tokens", tokens.size() - generated.size()},
+    nlohmann::json out = {{"prompt", a.prompt}, {"prompt_tokens", prompt_tokens},
                           {"text", text}, {"tokens", generated}, {"stopped_at_end_of_text", stopped},
                           {"prompt_ms", prompt_ms}, {"ms_per_token", per_token_ms}, {"first_forward_ms", first_forward_ms},
                           {"tokens_per_second", per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0},
@@ -292,7 +252,7 @@ int run_generate(const GenerateArgs& a) {
             << backend->name() << " backend: " << backend->device_name() << "\n"
             << loaded.name << ": " << loaded.weights << "\n"
             << "  " << model.describe() << "\n"
-            << std::fixed << std::setprecision(1) << "prompt: " << tokens.size() - generated.size() << " tokens in " << prompt_ms
+            << std::fixed << std::setprecision(1) << "prompt: " << prompt_tokens << " tokens in " << prompt_ms
             << " ms (the first pass also makes the pipelines)\n"
             << "generated: " << generated.size() << " tokens, " << mode
             << (stopped ? " (stopped at the end-of-text token)" : "") << "\n"

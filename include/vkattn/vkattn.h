@@ -7,7 +7,8 @@
 //                     transformer_decoder.h, transformer.h (torch.nn.Transformer), kv_cache.h
 //                     (keys and values kept for decoding), causal_lm.h (a decoder-only LM),
 //                     grouped_query_attention.h (Llama's: shared key/value heads, RoPE, windows),
-//                     llama.h (Llama, Mistral, Qwen2: RMSNorm, SwiGLU, grouped-query attention)
+//                     llama.h (Llama, Mistral, Qwen2: RMSNorm, SwiGLU, grouped-query attention),
+//                     generation.h (a language model continuing a prompt, token by token)
 //   vkattn/tracing/   tracer.h (every step's tensors), trace_dump.h (trace.json + .npy per step),
 //                     compare.h (tensor against tensor), side_by_side.h (GPU against CPU)
 //   vkattn/io/        npy.h, safetensors.h, state_dict.h (PyTorch's names), pretrained.h (the
@@ -26,6 +27,7 @@
 #include "vkattn/io/state_dict.h"
 #include "vkattn/log.h"
 #include "vkattn/modules/causal_lm.h"
+#include "vkattn/modules/generation.h"
 #include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/kv_cache.h"
 #include "vkattn/modules/llama.h"

@@ -492,31 +492,13 @@ class Pretrained {
     return py::make_tuple(to_array(std::move(result)), recorded);
   }
 
-  // Greedy decoding with the KV cache: `max_new_tokens` ids after `prompt`, fewer where the model
-  // gives its end-of-text token (not returned).
-  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens) {
-    if (prompt.empty()) throw ShapeError("generate: the prompt is empty: give at least one token");
-    if (max_new_tokens < 0) throw ConfigError("generate: max_new_tokens=" + std::to_string(max_new_tokens) + " is negative");
-    const int64_t length = static_cast<int64_t>(prompt.size()) + max_new_tokens;
-    if (length > loaded_.model->max_positions()) {
-      throw ShapeError("generate: " + std::to_string(prompt.size()) + " prompt tokens and " +
-                       std::to_string(max_new_tokens) + " new ones need " + std::to_string(length) +
-                       " positions; the model has " + std::to_string(loaded_.model->max_positions()));
-    }
-    return on_device(*device_, [&](Backend& backend) {
-      KVCache cache = loaded_.model->make_cache(backend, 1, length);
-      std::vector<int64_t> step = prompt, out;
-      while (static_cast<int64_t>(out.size()) < max_new_tokens) {
-        Tensor ids({1, static_cast<int64_t>(step.size())}, std::vector<float>(step.begin(), step.end()), DType::int64);
-        const Tensor logits = loaded_.model->decode(backend, ids, cache);
-        const auto last = logits.data.end() - logits.dim(2);
-        const int64_t token = std::max_element(last, logits.data.end()) - last;
-        if (token == loaded_.eos_token_id) break;
-        out.push_back(token);
-        step = {token};
-      }
-      return out;
-    });
+  // `max_new_tokens` ids after `prompt` through the KV cache (Generation): greedy at temperature
+  // 0, else sampled from `seed`; fewer where the model gives its end-of-text token (not returned).
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature,
+                                int64_t top_k, uint64_t seed) {
+    const GenerationOptions options{.max_new_tokens = max_new_tokens, .temperature = temperature, .top_k = top_k,
+                                    .seed = seed, .use_cache = true, .eos_token_id = loaded_.eos_token_id};
+    return on_device(*device_, [&](Backend& backend) { return Generation(backend, *loaded_.model, prompt, options).run(); });
   }
 
  private:
@@ -691,7 +673,8 @@ PYBIND11_MODULE(_vkattn, m) {
       .def("encode", &Pretrained::encode, py::arg("text"))
       .def("decode", &Pretrained::decode, py::arg("ids"))
       .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
-      .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"));
+      .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
+           py::arg("top_k"), py::arg("seed"));
 
   py::class_<CheckReport>(m, "_CheckReport")
       .def_property_readonly("ok", &CheckReport::ok)

@@ -84,6 +84,15 @@ def test_generate_continues_as_torchs_greedy_choice(device, name):
     assert model.generate(expected["prompt_ids"], max_new_tokens=5) == expected["tokens"][:5]
 
 
+def test_sampling_is_the_same_for_the_same_seed_and_top_k_1_is_greedy():
+    gpt2 = vkattn.from_pretrained(MODEL)
+    sample = lambda seed: gpt2.generate("Alice", max_new_tokens=30, temperature=1.5, top_k=10, seed=seed)
+    assert sample(1) == sample(1) != sample(2)
+    assert gpt2.generate("Alice", 30, temperature=5.0, top_k=1, seed=3) == gpt2.generate("Alice", 30)
+    with pytest.raises(vkattn.ConfigError, match="temperature=-1"):
+        gpt2.generate("Alice", 3, temperature=-1)
+
+
 def test_the_trace_holds_every_step_of_every_layer():
     gpt2 = vkattn.from_pretrained(MODEL)
     logits, trace = gpt2.trace("Alice was")

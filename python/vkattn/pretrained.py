@@ -71,13 +71,15 @@ class PretrainedModel:
         logits, recorded = self._impl.forward(_ids(self, tokens), True, _fold(fold_layout_steps))
         return logits, Trace(recorded, values=values)
 
-    def generate(self, prompt, max_new_tokens=20):
-        """The greedy continuation of `prompt` (text: returns text; ids: returns ids), one token at a
-        time with the KV cache, stopping early at the end-of-text token."""
+    def generate(self, prompt, max_new_tokens=20, temperature=0.0, top_k=0, seed=0):
+        """The continuation of `prompt` (text: returns text; ids: returns ids), one token at a time
+        with the KV cache, stopping early at the end-of-text token: greedy at temperature 0, else
+        drawn from softmax(logits / temperature) over the top_k likeliest (0: all), the same
+        tokens for the same seed — as `vkattn generate`."""
         ids = _ids(self, prompt)
         if ids.shape[0] != 1:
             raise _vkattn.ShapeError(f"generate: one prompt at a time; the ids are {ids.shape}")
-        new = self._impl.generate(ids[0].tolist(), int(max_new_tokens))
+        new = self._impl.generate(ids[0].tolist(), int(max_new_tokens), float(temperature), int(top_k), int(seed))
         return self.decode(new) if isinstance(prompt, str) else new
 
 
