@@ -62,10 +62,10 @@ TEST(Gpt2Tokenizer, MatchesEveryIdOfGpt2sOwnEncoder) {
 }
 
 TEST(Gpt2Tokenizer, PreTokensKeepTheirLeadingSpaceAndTheLastSpaceBeforeAWord) {
-  EXPECT_EQ(text::pre_tokenize("I'm  here 42x!?\n"),
+  EXPECT_EQ(text::PreTokenizer::gpt2().split("I'm  here 42x!?\n"),
             (std::vector<std::string>{"I", "'m", " ", " here", " 42", "x", "!?", "\n"}));
-  EXPECT_EQ(text::pre_tokenize("caf\xc3\xa9 \xe6\x97\xa5"), (std::vector<std::string>{"caf\xc3\xa9", " \xe6\x97\xa5"}));
-  EXPECT_TRUE(text::pre_tokenize("").empty());
+  EXPECT_EQ(text::PreTokenizer::gpt2().split("caf\xc3\xa9 \xe6\x97\xa5"), (std::vector<std::string>{"caf\xc3\xa9", " \xe6\x97\xa5"}));
+  EXPECT_TRUE(text::PreTokenizer::gpt2().split("").empty());
 }
 
 TEST(Gpt2Tokenizer, SpecialTokensAreMatchedBeforeTheTextIsSplit) {
@@ -148,7 +148,7 @@ TEST(PreTokenizers, Llama3sAndQwen2sPatternsSplitAsJavaScriptDoes) {
     }
   }
   // numbers in threes (Llama 3) or ones (Qwen2), where GPT-2 keeps them whole
-  EXPECT_EQ(text::pre_tokenize(" 1234567"), (std::vector<std::string>{" 1234567"}));
+  EXPECT_EQ(text::PreTokenizer::gpt2().split(" 1234567"), (std::vector<std::string>{" 1234567"}));
 }
 
 // Llama 3's layout: a Split by its pattern, then ByteLevel without a regex of its own. With GPT-2's

@@ -44,10 +44,10 @@ std::map<std::string, std::string> weight_map(const fs::path& index) {
   return map;
 }
 
-}  // namespace
-
-std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::string* stored_dtype,
-                                                      uint64_t* stored_bytes) {
+// The tensors of a checkpoint folder: model.safetensors, or every shard its index names; their
+// dtype in the files ("F32", "BF16", "mixed") and their bytes there.
+std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::string& stored_dtype,
+                                                      uint64_t& stored_bytes) {
   std::vector<std::string> shards;
   std::map<std::string, std::string> expected;  // tensor -> shard, from the index
   if (fs::exists(dir / "model.safetensors")) {
@@ -88,10 +88,12 @@ std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::
       throw FileError((dir / shard).string() + ": the index puts tensor '" + name + "' here, but it is not");
     }
   }
-  if (stored_dtype) *stored_dtype = dtypes.size() == 1 ? *dtypes.begin() : dtypes.empty() ? "none" : "mixed";
-  if (stored_bytes) *stored_bytes = bytes;
+  stored_dtype = dtypes.size() == 1 ? *dtypes.begin() : dtypes.empty() ? "none" : "mixed";
+  stored_bytes = bytes;
   return tensors;
 }
+
+}  // namespace
 
 Pretrained load_pretrained(const fs::path& dir) {
   if (!fs::is_directory(dir)) {
@@ -119,7 +121,7 @@ Pretrained load_pretrained(const fs::path& dir) {
   }
   std::string dtype;
   uint64_t bytes = 0;
-  auto tensors = read_checkpoint_tensors(dir, &dtype, &bytes);
+  auto tensors = read_checkpoint_tensors(dir, dtype, bytes);
   std::unique_ptr<LanguageModel> model;
   if (gpt2) {
     CausalLMState state = checkpoints::gpt2(config, std::move(tensors), dir.string());
@@ -140,7 +142,6 @@ Pretrained load_pretrained(const fs::path& dir) {
                     .architecture = architecture,
                     .model = std::move(model),
                     .tokenizer = std::move(tokenizer),
-                    .bos_token_id = id("bos_token_id"),
                     .eos_token_id = id("eos_token_id"),
                     .stored_dtype = dtype,
                     .stored_bytes = bytes};

@@ -29,9 +29,6 @@ class PreTokenizer {
   std::shared_ptr<const icu::RegexPattern> pattern_;  // immutable, shared across threads
 };
 
-// GPT-2's pieces of `text`.
-inline std::vector<std::string> pre_tokenize(std::string_view text) { return PreTokenizer::gpt2().split(text); }
-
 // `text` in Unicode's composed normal form (NFC: "e" + U+0301 -> "é").
 std::string nfc(std::string_view text);
 

@@ -9,7 +9,6 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
-#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -485,7 +484,15 @@ class Pretrained {
   py::object forward(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids, bool trace,
                      std::optional<bool> fold_layout_steps) {
     Tensor t(shape_of(ids), DType::int64);
-    for (py::ssize_t k = 0; k < ids.size(); ++k) t.data[static_cast<size_t>(k)] = static_cast<float>(ids.data()[k]);
+    const int64_t V = loaded_.model->vocab_size();
+    for (py::ssize_t k = 0; k < ids.size(); ++k) {
+      const int64_t id = ids.data()[k];  // ids are floats in a Tensor: range-checked while exact
+      if (id < 0 || id >= V) {
+        throw ShapeError("token id " + std::to_string(id) + " at index " + std::to_string(k) +
+                         " is outside the vocabulary [0, " + std::to_string(V) + ")");
+      }
+      t.data[static_cast<size_t>(k)] = static_cast<float>(id);
+    }
     auto run = [&](Backend& backend) { return loaded_.model->forward(backend, t); };
     if (!trace) return to_array(on_device(*device_, run));
     auto [result, recorded] = traced(*device_, config_, run, fold_layout_steps);

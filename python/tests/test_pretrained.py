@@ -111,6 +111,8 @@ def test_bad_folders_and_ids_are_one_line_errors(tmp_path):
     gpt2 = vkattn.from_pretrained(MODEL, device="cpu")
     with pytest.raises(vkattn.ShapeError, match="token id 600 .* outside the vocabulary"):
         gpt2([1, 600])
+    with pytest.raises(vkattn.ShapeError, match="token id 9223372036854775807 at index 1"):
+        gpt2([1, 2 ** 63 - 1])  # past float's exact integers: refused before it becomes one
     with pytest.raises(vkattn.ShapeError, match="dtype float"):
         gpt2(np.array([1.5]))
     with pytest.raises(vkattn.ShapeError, match="need 129 positions; the model has 128"):

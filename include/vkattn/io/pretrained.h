@@ -13,7 +13,6 @@
 // a FileError naming the file and the tensor.
 #include <cstdint>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -29,16 +28,10 @@ struct Pretrained {
   std::string architecture;  // config.json's, e.g. "GPT2LMHeadModel"
   std::unique_ptr<LanguageModel> model;  // a CausalLM or a Llama
   std::unique_ptr<text::Tokenizer> tokenizer;
-  int64_t bos_token_id = -1, eos_token_id = -1;  // config.json's; -1 where it has none
+  int64_t eos_token_id = -1;                     // config.json's; -1 where it has none
   std::string stored_dtype;                      // the tensors' dtype in the files: F32, F16, BF16 (or "mixed")
   uint64_t stored_bytes = 0;                     // the weights' bytes in the files
 };
-
-// The tensors of a checkpoint folder: model.safetensors, or every shard its index names.
-// Their dtype in the files ("F32", "BF16", "mixed") and bytes there, where asked.
-std::map<std::string, Tensor> read_checkpoint_tensors(const std::filesystem::path& dir,
-                                                      std::string* stored_dtype = nullptr,
-                                                      uint64_t* stored_bytes = nullptr);
 
 Pretrained load_pretrained(const std::filesystem::path& dir);
 

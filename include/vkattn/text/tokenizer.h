@@ -60,10 +60,10 @@ class ByteLevelBPE : public Tokenizer {
   int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
   int64_t token_id(const std::string& token) const override;
 
+ private:
   // The merged symbols of one pre-token's stand-in characters (each a UTF-8 string).
   std::vector<std::string> merge(std::vector<std::string> symbols) const;
 
- private:
   std::unordered_map<std::string, int64_t> vocab_;
   std::vector<std::string> tokens_;                // id -> token
   std::unordered_map<std::string, size_t> ranks_;  // "a b" -> the merge's rank
