@@ -131,6 +131,8 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
     return true;
   };
   const size_t steps = plans.size() + 1;
+  // Said before any check: helpers may take every candidate before this thread takes one
+  if (progress) progress(what, 0.0);
   {
     std::vector<std::thread> helpers;
     const size_t cores = std::max(1u, std::thread::hardware_concurrency());
