@@ -209,9 +209,9 @@ TEST(TokenizerFiles, WhatIsWrongIsNamed) {
   const fs::path empty = scratch("empty");
   expect_error<FileError>([&] { text::load_tokenizer(empty); }, {empty.string(), "no tokenizer", "tokenizer.json"});
 
-  const fs::path wordpiece = scratch("wordpiece");
-  write(wordpiece / "tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {}}})");
-  expect_error<FileError>([&] { text::load_tokenizer(wordpiece); }, {"tokenizer.json", "WordPiece"});
+  const fs::path unigram = scratch("unigram");
+  write(unigram / "tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
+  expect_error<FileError>([&] { text::load_tokenizer(unigram); }, {"tokenizer.json", "the model is Unigram"});
 
   const fs::path metaspace = scratch("metaspace");
   write(metaspace / "tokenizer.json",
@@ -224,7 +224,7 @@ TEST(TokenizerFiles, WhatIsWrongIsNamed) {
   refused([](json& f) { f["model"]["byte_fallback"] = true; }, {"t.json", "byte_fallback", "SentencePiece"});
   refused([](json& f) { f["model"]["vocab"]["!"] = 1e80; }, {"t.json", "token '!' has id 1e+80, not an integer"});
   refused([](json& f) { f["normalizer"] = {{"type", "Lowercase"}}; }, {"normalizer Lowercase"});
-  refused([](json& f) { f["post_processor"] = {{"type", "BertProcessing"}}; }, {"post-processor BertProcessing"});
+  refused([](json& f) { f["post_processor"] = {{"type", "RobertaProcessing"}}; }, {"post-processor RobertaProcessing"});
   refused([](json& f) { f["pre_tokenizer"]["add_prefix_space"] = true; }, {"add_prefix_space"});
   refused([](json& f) {
     f["pre_tokenizer"] = {{"type", "Sequence"},

@@ -1,3 +1,5 @@
+#include "engine/text/byte_level_bpe.h"
+
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -6,7 +8,6 @@
 #include "engine/io/file.h"
 #include "engine/text/pre_tokenize.h"
 #include "vkattn/errors.h"
-#include "vkattn/text/tokenizer.h"
 
 namespace vkattn::text {
 namespace {
@@ -57,25 +58,19 @@ std::string text_of(const std::filesystem::path& path) {
 
 }  // namespace
 
-ByteLevelBPE::ByteLevelBPE(std::unordered_map<std::string, int64_t> vocab,
-                           std::vector<std::pair<std::string, std::string>> merges, std::vector<std::string> special,
-                           const std::string& source, std::string merges_source, ByteLevelOptions options)
-    : vocab_(std::move(vocab)), special_(std::move(special)), options_(std::move(options)) {
+ByteLevelBPE::ByteLevelBPE(Vocab vocab, std::vector<std::pair<std::string, std::string>> merges,
+                           std::vector<std::string> special, const std::string& source, std::string merges_source,
+                           ByteLevelOptions options)
+    : vocab_(std::move(vocab)),
+      tokens_(tokens_by_id(vocab_, source)),
+      special_(std::move(special), vocab_, source),
+      options_(std::move(options)),
+      prefix_ids_(template_ids(options_.prefix, vocab_, source)),
+      suffix_ids_(template_ids(options_.suffix, vocab_, source)) {
   pre_tokenizer_ = options_.pattern.empty()
                        ? std::shared_ptr<const PreTokenizer>(&PreTokenizer::gpt2(), [](const PreTokenizer*) {})
                        : std::make_shared<const PreTokenizer>(options_.pattern, source);
   if (merges_source.empty()) merges_source = source;
-  tokens_.resize(vocab_.size());
-  std::vector<bool> seen(vocab_.size());
-  for (const auto& [token, id] : vocab_) {
-    if (id < 0 || id >= static_cast<int64_t>(vocab_.size()) || seen[static_cast<size_t>(id)]) {
-      throw FileError(source + ": token '" + token + "' has id " + std::to_string(id) + ", but the " +
-                      std::to_string(vocab_.size()) + " ids must be 0 … " + std::to_string(vocab_.size() - 1) +
-                      ", each once");
-    }
-    seen[static_cast<size_t>(id)] = true;
-    tokens_[static_cast<size_t>(id)] = token;
-  }
   for (const auto& stand_in : byte_stand_ins()) {
     if (!vocab_.contains(stand_in)) {
       throw FileError(source + ": the vocabulary lacks the byte token '" + stand_in + "' (byte-level BPE has all 256)");
@@ -89,24 +84,11 @@ ByteLevelBPE::ByteLevelBPE(std::unordered_map<std::string, int64_t> vocab,
     }
     ranks_.emplace(pair_key(a, b), rank);  // a repeated merge keeps its first rank
   }
-  for (const auto& token : special_) {
-    if (token.empty()) throw FileError(source + ": a special token is empty");
-    if (!vocab_.contains(token)) throw FileError(source + ": special token '" + token + "' is not in the vocabulary");
-  }
-  for (const auto* around : {&options_.prefix, &options_.suffix}) {
-    for (const auto& token : *around) {
-      if (!vocab_.contains(token)) {
-        throw FileError(source + ": the template's special token '" + token + "' is not in the vocabulary");
-      }
-    }
-  }
-  // the longest first, so that a special token that starts another does not split it
-  std::sort(special_.begin(), special_.end(), [](const auto& x, const auto& y) { return x.size() > y.size(); });
 }
 
 ByteLevelBPE ByteLevelBPE::from_files(const std::filesystem::path& vocab_json,
                                       const std::filesystem::path& merges_txt) {
-  std::unordered_map<std::string, int64_t> vocab;
+  Vocab vocab;
   try {
     const nlohmann::json file = nlohmann::json::parse(text_of(vocab_json));
     if (!file.is_object()) throw FileError(vocab_json.string() + ": not a JSON object of token: id");
@@ -170,8 +152,7 @@ std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
   check_utf8(input, "the text");
   const std::string normalised = options_.nfc ? nfc(input) : std::string();
   const std::string_view text = options_.nfc ? std::string_view(normalised) : input;
-  std::vector<int64_t> ids;
-  for (const auto& token : options_.prefix) ids.push_back(vocab_.at(token));
+  std::vector<int64_t> ids = prefix_ids_;
   auto encode_plain = [&](std::string_view part) {
     for (const std::string& piece : pre_tokenizer_->split(part)) {
       std::vector<std::string> symbols;
@@ -189,21 +170,8 @@ std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
       for (const std::string& symbol : merge(std::move(symbols))) ids.push_back(vocab_.at(symbol));
     }
   };
-  size_t begin = 0;
-  while (begin < text.size()) {
-    // the first special token at or after `begin` (the longest where several start there)
-    size_t found = std::string_view::npos;
-    const std::string* which = nullptr;
-    for (const auto& token : special_) {
-      const size_t at = text.find(token, begin);
-      if (at < found) found = at, which = &token;
-    }
-    encode_plain(text.substr(begin, found == std::string_view::npos ? std::string_view::npos : found - begin));
-    if (!which) break;
-    ids.push_back(vocab_.at(*which));
-    begin = found + which->size();
-  }
-  for (const auto& token : options_.suffix) ids.push_back(vocab_.at(token));
+  special_.split(text, encode_plain, [&](int64_t id) { ids.push_back(id); });
+  ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   return ids;
 }
 
@@ -216,7 +184,7 @@ std::string ByteLevelBPE::decode(std::span<const int64_t> ids) const {
                        " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
     }
     const std::string& token = tokens_[static_cast<size_t>(id)];
-    if (std::find(special_.begin(), special_.end(), token) != special_.end()) {
+    if (special_.contains(token)) {
       bytes += token;
       continue;
     }

@@ -1,9 +1,11 @@
-// A checkpoint folder's tokenizer: tokenizer.json (Hugging Face tokenizers' one file) or GPT-2's
-// vocab.json + merges.txt.
+// A checkpoint folder's tokenizer: tokenizer.json (Hugging Face tokenizers' one file), GPT-2's
+// vocab.json + merges.txt, or BERT's vocab.txt.
 #include <nlohmann/json.hpp>
 
 #include "engine/io/file.h"
-#include "engine/text/pre_tokenize.h"
+#include "engine/text/byte_level_bpe.h"
+#include "engine/text/vocabulary.h"
+#include "engine/text/word_piece.h"
 #include "vkattn/errors.h"
 #include "vkattn/text/tokenizer.h"
 
@@ -56,31 +58,119 @@ std::string pre_tokenizer_pattern(const json& pre, const std::string& source) {
   return split["pattern"]["Regex"].get<std::string>();
 }
 
-// The special tokens a TemplateProcessing puts around a single text ("$A"): before and after.
-void template_tokens(const json& processor, ByteLevelOptions& options, const std::string& source) {
+// The special tokens a post-processor puts around a single text ("$A"): a TemplateProcessing's,
+// or a BertProcessing's [CLS] and [SEP].
+void template_tokens(const json& processor, std::vector<std::string>& prefix, std::vector<std::string>& suffix,
+                     const std::string& source) {
   for (const json& part : members(processor, "processors")) {
     if (part.is_null()) continue;
     const std::string type = part.value("type", "?");
     if (type == "ByteLevel") continue;  // offsets only
+    if (type == "BertProcessing") {
+      prefix.push_back(part.at("cls").at(0).get<std::string>());
+      suffix.push_back(part.at("sep").at(0).get<std::string>());
+      continue;
+    }
     if (type != "TemplateProcessing") {
-      throw FileError(source + ": the post-processor " + type + " is not one vkattn reads (TemplateProcessing, ByteLevel)");
+      throw FileError(source + ": the post-processor " + type +
+                      " is not one vkattn reads (TemplateProcessing, BertProcessing, ByteLevel)");
     }
     bool after = false;
     for (const json& piece : part.at("single")) {
       if (piece.contains("Sequence")) {
         after = true;
       } else {
-        (after ? options.suffix : options.prefix).push_back(piece.at("SpecialToken").at("id").get<std::string>());
+        (after ? suffix : prefix).push_back(piece.at("SpecialToken").at("id").get<std::string>());
       }
     }
   }
 }
 
+// The model's vocabulary and the added tokens (all matched as they are written).
+Vocab vocab_of(const json& file, std::vector<std::string>& special, const std::string& source) {
+  Vocab vocab;
+  for (const auto& [token, id] : file.at("model").at("vocab").items()) vocab[token] = token_id_of(id, token, source);
+  for (const auto& added : file.value("added_tokens", json::array())) {
+    const std::string content = added.at("content").get<std::string>();
+    vocab[content] = token_id_of(added.at("id"), content, source);
+    special.push_back(content);
+  }
+  return vocab;
+}
+
+std::unique_ptr<Tokenizer> byte_level_bpe(const json& file, const std::string& source) {
+  const json& model = file.at("model");
+  if (model.value("byte_fallback", false)) {
+    throw FileError(source + ": the BPE model has byte_fallback (SentencePiece's, as Llama 2's); vkattn reads " +
+                    "byte-level BPE so far");
+  }
+  ByteLevelOptions options;
+  options.pattern = pre_tokenizer_pattern(file.value("pre_tokenizer", json()), source);
+  options.ignore_merges = model.value("ignore_merges", false);
+  for (const json& n : members(file.value("normalizer", json()), "normalizers")) {
+    if (n.is_null()) continue;
+    const std::string kind = n.value("type", "?");
+    if (kind != "NFC") throw FileError(source + ": the normalizer " + kind + " is not one vkattn reads with BPE (NFC)");
+    options.nfc = true;
+  }
+  template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, source);
+  std::vector<std::string> special;
+  Vocab vocab = vocab_of(file, special, source);
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const auto& m : model.at("merges")) {
+    if (m.is_array() && m.size() == 2) {  // tokenizers >= 0.20: ["a", "b"]
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+      continue;
+    }
+    const std::string line = m.get<std::string>();  // "a b"
+    const size_t space = line.find(' ');
+    if (space == std::string::npos || space == 0 || space + 1 == line.size()) {
+      throw FileError(source + ": merge '" + line + "' is not two tokens split by one space");
+    }
+    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  return std::make_unique<ByteLevelBPE>(std::move(vocab), std::move(merges), std::move(special), source, "",
+                                        std::move(options));
+}
+
+// WordPiece after BertNormalizer (or none) and BertPreTokenizer: BERT's.
+std::unique_ptr<Tokenizer> word_piece(const json& file, const std::string& source) {
+  const json& model = file.at("model");
+  WordPieceOptions options;
+  options.unk_token = model.value("unk_token", "[UNK]");
+  options.continuing_subword_prefix = model.value("continuing_subword_prefix", "##");
+  options.max_input_chars_per_word = model.value("max_input_chars_per_word", int64_t{100});
+  const std::string pre = pre_tokenizer_kind(file.value("pre_tokenizer", json()));
+  if (pre != "BertPreTokenizer") {
+    throw FileError(source + ": the pre-tokenizer is " + pre + "; vkattn reads WordPiece after BertPreTokenizer");
+  }
+  const json normalizer = file.value("normalizer", json());
+  if (normalizer.is_null()) {
+    options.normalizer = {.clean_text = false, .handle_chinese_chars = false, .strip_accents = false,
+                          .lowercase = false};
+  } else if (normalizer.value("type", "?") == "BertNormalizer") {
+    options.normalizer.clean_text = normalizer.value("clean_text", true);
+    options.normalizer.handle_chinese_chars = normalizer.value("handle_chinese_chars", true);
+    options.normalizer.lowercase = normalizer.value("lowercase", true);
+    if (normalizer.contains("strip_accents") && !normalizer["strip_accents"].is_null()) {
+      options.normalizer.strip_accents = normalizer["strip_accents"].get<bool>();
+    }
+  } else {
+    throw FileError(source + ": the normalizer " + normalizer.value("type", "?") +
+                    " is not one vkattn reads with WordPiece (BertNormalizer)");
+  }
+  options.prefix.clear();
+  options.suffix.clear();
+  template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, source);
+  std::vector<std::string> special;
+  Vocab vocab = vocab_of(file, special, source);
+  return std::make_unique<WordPiece>(std::move(vocab), std::move(special), source, std::move(options));
+}
+
 }  // namespace
 
-// tokenizer.json with a BPE model and a byte-level pre-tokenizer: GPT-2's algorithm, its vocab and
-// merges in one file, the added tokens beside them; NFC, a Split pattern and a template as Llama
-// 3's and Qwen2's files have them.
+// tokenizer.json with a BPE model and a byte-level pre-tokenizer (GPT-2's, Llama 3's, Qwen2's), or
+// a WordPiece model (BERT's).
 std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std::string& source) {
   json file;
   try {
@@ -90,48 +180,11 @@ std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std
   }
   if (!file.is_object()) throw FileError(source + ": not a JSON object");
   try {
-    const json& model = file.at("model");
-    const std::string type = model.value("type", "?");
-    if (type != "BPE") {
-      throw FileError(source + ": the model is " + type + "; vkattn reads byte-level BPE tokenizers (GPT-2's) so far");
-    }
-    if (model.value("byte_fallback", false)) {
-      throw FileError(source + ": the BPE model has byte_fallback (SentencePiece's, as Llama 2's); vkattn reads " +
-                      "byte-level BPE so far");
-    }
-    ByteLevelOptions options;
-    options.pattern = pre_tokenizer_pattern(file.value("pre_tokenizer", json()), source);
-    options.ignore_merges = model.value("ignore_merges", false);
-    for (const json& n : members(file.value("normalizer", json()), "normalizers")) {
-      if (n.is_null()) continue;
-      const std::string kind = n.value("type", "?");
-      if (kind != "NFC") throw FileError(source + ": the normalizer " + kind + " is not one vkattn reads (NFC)");
-      options.nfc = true;
-    }
-    template_tokens(file.value("post_processor", json()), options, source);
-    std::unordered_map<std::string, int64_t> vocab;
-    for (const auto& [token, id] : model.at("vocab").items()) vocab[token] = token_id_of(id, token, source);
-    std::vector<std::pair<std::string, std::string>> merges;
-    for (const auto& m : model.at("merges")) {
-      if (m.is_array() && m.size() == 2) {  // tokenizers >= 0.20: ["a", "b"]
-        merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-        continue;
-      }
-      const std::string line = m.get<std::string>();  // "a b"
-      const size_t space = line.find(' ');
-      if (space == std::string::npos || space == 0 || space + 1 == line.size()) {
-        throw FileError(source + ": merge '" + line + "' is not two tokens split by one space");
-      }
-      merges.emplace_back(line.substr(0, space), line.substr(space + 1));
-    }
-    std::vector<std::string> special;
-    for (const auto& added : file.value("added_tokens", json::array())) {
-      const std::string content = added.at("content").get<std::string>();
-      vocab[content] = token_id_of(added.at("id"), content, source);
-      special.push_back(content);
-    }
-    return std::make_unique<ByteLevelBPE>(std::move(vocab), std::move(merges), std::move(special), source, "",
-                                          std::move(options));
+    const std::string type = file.at("model").value("type", "?");
+    if (type == "BPE") return byte_level_bpe(file, source);
+    if (type == "WordPiece") return word_piece(file, source);
+    throw FileError(source + ": the model is " + type + "; vkattn reads byte-level BPE (GPT-2's) and WordPiece " +
+                    "(BERT's) tokenizers so far");
   } catch (const json::exception& e) {
     throw FileError(source + ": " + e.what());
   }
@@ -146,7 +199,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir) {
   if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt")) {
     return std::make_unique<ByteLevelBPE>(ByteLevelBPE::from_files(dir / "vocab.json", dir / "merges.txt"));
   }
-  throw FileError(dir.string() + ": no tokenizer: neither tokenizer.json nor vocab.json with merges.txt");
+  if (std::filesystem::exists(dir / "vocab.txt")) {
+    return std::make_unique<WordPiece>(WordPiece::from_files(dir / "vocab.txt", dir / "tokenizer_config.json"));
+  }
+  throw FileError(dir.string() + ": no tokenizer: none of tokenizer.json, vocab.json with merges.txt, vocab.txt");
 }
 
 }  // namespace vkattn::text

@@ -67,11 +67,6 @@ std::string nfc(std::string_view text) {
   return bytes;
 }
 
-int64_t token_id_of(const nlohmann::json& id, const std::string& token, const std::string& source) {
-  if (!id.is_number_integer()) throw FileError(source + ": token '" + token + "' has id " + id.dump() + ", not an integer");
-  return id.get<int64_t>();
-}
-
 void check_utf8(std::string_view text, const std::string& what) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const auto length = static_cast<int32_t>(text.size());

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,10 +30,6 @@ class PreTokenizer {
 
 // `text` in Unicode's composed normal form (NFC: "e" + U+0301 -> "é").
 std::string nfc(std::string_view text);
-
-// A token's id as a vocabulary file gives it: FileError "<source>: token '…' has id …, not an
-// integer" for anything else (a float's conversion would be undefined past int64's range).
-int64_t token_id_of(const nlohmann::json& id, const std::string& token, const std::string& source);
 
 // A ShapeError "<what> is not UTF-8 at byte N" unless `text` is valid UTF-8.
 void check_utf8(std::string_view text, const std::string& what);

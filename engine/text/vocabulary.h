@@ -1,0 +1,45 @@
+#pragma once
+// What every tokenizer's vocabulary needs: ids read from a file, the table of tokens by id, and
+// the special tokens a text is split at before it is normalised and split into words.
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace vkattn::text {
+
+using Vocab = std::unordered_map<std::string, int64_t>;  // token -> id
+
+// A token's id as a vocabulary file gives it: FileError "<source>: token '…' has id …, not an
+// integer" for anything else (a float's conversion would be undefined past int64's range).
+int64_t token_id_of(const nlohmann::json& id, const std::string& token, const std::string& source);
+
+// id -> token. FileError "<source>: …" unless the N ids are 0 … N-1, each once.
+std::vector<std::string> tokens_by_id(const Vocab& vocab, const std::string& source);
+
+// Tokens matched in a text as they are, before anything else reads it (GPT-2's <|endoftext|>,
+// BERT's [CLS] and [MASK]): where several start at one place, the longest.
+class SpecialTokens {
+ public:
+  SpecialTokens() = default;
+  // FileError "<source>: …" for an empty token or one not in `vocab`.
+  SpecialTokens(std::vector<std::string> tokens, const Vocab& vocab, const std::string& source);
+
+  bool contains(std::string_view token) const;
+  // `text` in order: plain(part) for the text between special tokens (not called for an empty
+  // part), special(id) for each special token.
+  void split(std::string_view text, const std::function<void(std::string_view)>& plain,
+             const std::function<void(int64_t)>& special) const;
+
+ private:
+  std::vector<std::pair<std::string, int64_t>> tokens_;  // the longest first
+};
+
+// The ids of `tokens` (a template's [CLS] and [SEP], a BOS): FileError "<source>: the template's
+// special token '…' is not in the vocabulary" for one that is not.
+std::vector<int64_t> template_ids(const std::vector<std::string>& tokens, const Vocab& vocab, const std::string& source);
+
+}  // namespace vkattn::text

@@ -1,0 +1,171 @@
+#include "engine/text/word_piece.h"
+
+#include <unicode/utf8.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/io/file.h"
+#include "engine/text/pre_tokenize.h"
+#include "vkattn/errors.h"
+
+namespace vkattn::text {
+namespace {
+
+std::string text_of(const std::filesystem::path& path) {
+  const auto bytes = io::read_file(path);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+// tokenizers' WordPiece decoder cleans each token up: "hello ," -> "hello,"
+std::string clean_up(std::string token) {
+  static const std::pair<const char*, const char*> kReplacements[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+      {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kReplacements) {
+    const std::string f = from, t = to;
+    for (size_t at = token.find(f); at != std::string::npos; at = token.find(f, at + t.size())) {
+      token.replace(at, f.size(), t);
+    }
+  }
+  return token;
+}
+
+}  // namespace
+
+WordPiece::WordPiece(Vocab vocab, std::vector<std::string> special, const std::string& source,
+                     WordPieceOptions options)
+    : vocab_(std::move(vocab)),
+      tokens_(tokens_by_id(vocab_, source)),
+      special_(std::move(special), vocab_, source),
+      options_(std::move(options)),
+      prefix_ids_(template_ids(options_.prefix, vocab_, source)),
+      suffix_ids_(template_ids(options_.suffix, vocab_, source)) {
+  auto unk = vocab_.find(options_.unk_token);
+  if (unk == vocab_.end()) {
+    throw FileError(source + ": the unknown token '" + options_.unk_token + "' is not in the vocabulary");
+  }
+  unk_id_ = unk->second;
+  if (options_.max_input_chars_per_word < 1) {
+    throw FileError(source + ": max_input_chars_per_word is " + std::to_string(options_.max_input_chars_per_word) +
+                    "; it must be at least 1");
+  }
+}
+
+WordPiece WordPiece::from_files(const std::filesystem::path& vocab_txt, const std::filesystem::path& tokenizer_config) {
+  Vocab vocab;
+  const std::string lines = text_of(vocab_txt);
+  int64_t id = 0;
+  for (size_t begin = 0; begin < lines.size(); ++id) {
+    size_t end = lines.find('\n', begin);
+    if (end == std::string::npos) end = lines.size();
+    std::string token = lines.substr(begin, end - begin);
+    begin = end + 1;
+    if (!token.empty() && token.back() == '\r') token.pop_back();
+    if (!vocab.emplace(token, id).second) {
+      throw FileError(vocab_txt.string() + ": line " + std::to_string(id + 1) + " '" + token + "' repeats line " +
+                      std::to_string(vocab[token] + 1));
+    }
+  }
+  WordPieceOptions options;
+  const std::string config_source = tokenizer_config.string();
+  if (std::filesystem::exists(tokenizer_config)) {
+    try {
+      const nlohmann::json config = nlohmann::json::parse(text_of(tokenizer_config));
+      options.normalizer.lowercase = config.value("do_lower_case", true);
+      options.normalizer.handle_chinese_chars = config.value("tokenize_chinese_chars", true);
+      if (config.contains("strip_accents") && config["strip_accents"].is_boolean()) {
+        options.normalizer.strip_accents = config["strip_accents"].get<bool>();
+      }
+      auto name = [&](const char* key, std::string fallback) {  // a string, or {"content": …}
+        if (!config.contains(key)) return fallback;
+        const auto& v = config[key];
+        return v.is_string() ? v.get<std::string>() : v.at("content").get<std::string>();
+      };
+      options.unk_token = name("unk_token", "[UNK]");
+      options.prefix = {name("cls_token", "[CLS]")};
+      options.suffix = {name("sep_token", "[SEP]")};
+    } catch (const nlohmann::json::exception& e) {
+      throw FileError(config_source + ": " + e.what());
+    }
+  }
+  std::vector<std::string> special;
+  for (const auto& token : {options.unk_token, options.prefix[0], options.suffix[0], std::string("[PAD]"),
+                            std::string("[MASK]")}) {
+    if (vocab.contains(token) && std::find(special.begin(), special.end(), token) == special.end()) {
+      special.push_back(token);
+    }
+  }
+  return WordPiece(std::move(vocab), std::move(special), vocab_txt.string(), std::move(options));
+}
+
+void WordPiece::split_word(const std::string& word, std::vector<int64_t>& ids) const {
+  std::vector<int32_t> starts;  // each character's first byte, then the word's end
+  const auto* s = reinterpret_cast<const uint8_t*>(word.data());
+  const auto length = static_cast<int32_t>(word.size());
+  for (int32_t i = 0; i < length;) {
+    starts.push_back(i);
+    U8_FWD_1(s, i, length);
+  }
+  if (static_cast<int64_t>(starts.size()) > options_.max_input_chars_per_word) {
+    ids.push_back(unk_id_);
+    return;
+  }
+  starts.push_back(length);
+  std::vector<int64_t> pieces;
+  for (size_t begin = 0; begin + 1 < starts.size();) {
+    // the longest token that starts here: the rest of the word, then one character less, …
+    size_t end = starts.size() - 1;
+    for (; end > begin; --end) {
+      std::string piece = word.substr(static_cast<size_t>(starts[begin]), static_cast<size_t>(starts[end] - starts[begin]));
+      if (begin > 0) piece = options_.continuing_subword_prefix + piece;
+      if (auto it = vocab_.find(piece); it != vocab_.end()) {
+        pieces.push_back(it->second);
+        break;
+      }
+    }
+    if (end == begin) {  // no token starts here: the whole word is unknown
+      ids.push_back(unk_id_);
+      return;
+    }
+    begin = end;
+  }
+  ids.insert(ids.end(), pieces.begin(), pieces.end());
+}
+
+std::vector<int64_t> WordPiece::encode(std::string_view text) const {
+  check_utf8(text, "the text");
+  std::vector<int64_t> ids = prefix_ids_;
+  special_.split(
+      text,
+      [&](std::string_view part) {
+        for (const std::string& word : bert_pre_tokenize(bert_normalize(part, options_.normalizer))) {
+          split_word(word, ids);
+        }
+      },
+      [&](int64_t id) { ids.push_back(id); });
+  ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+  return ids;
+}
+
+std::string WordPiece::decode(std::span<const int64_t> ids) const {
+  std::string text;
+  const std::string& prefix = options_.continuing_subword_prefix;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    if (id < 0 || id >= vocab_size()) {
+      throw ShapeError("token id " + std::to_string(id) + " at index " + std::to_string(i) +
+                       " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+    }
+    std::string token = tokens_[static_cast<size_t>(id)];
+    if (i > 0) token = token.starts_with(prefix) ? token.substr(prefix.size()) : " " + token;
+    text += clean_up(std::move(token));
+  }
+  return text;
+}
+
+int64_t WordPiece::token_id(const std::string& token) const {
+  auto it = vocab_.find(token);
+  return it == vocab_.end() ? -1 : it->second;
+}
+
+}  // namespace vkattn::text

@@ -1,0 +1,53 @@
+#pragma once
+// BERT's WordPiece: each word of the normalised text (engine/text/bert_text.h) split greedily
+// into the longest tokens of the vocabulary from its start, those after the first written with
+// "##"; a word that cannot be split so, or longer than max_input_chars_per_word characters, is
+// one [UNK].
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/text/bert_text.h"
+#include "engine/text/vocabulary.h"
+#include "vkattn/text/tokenizer.h"
+
+namespace vkattn::text {
+
+struct WordPieceOptions {
+  BertNormalizerOptions normalizer;
+  std::string unk_token = "[UNK]";
+  std::string continuing_subword_prefix = "##";
+  int64_t max_input_chars_per_word = 100;
+  std::vector<std::string> prefix{"[CLS]"}, suffix{"[SEP]"};  // special tokens around every text
+};
+
+class WordPiece : public Tokenizer {
+ public:
+  // vocab: token -> id; special: tokens matched in the text as they are ([CLS], [MASK], …).
+  // FileError "<source>: …" names a bad id, a missing [UNK] or template token.
+  WordPiece(Vocab vocab, std::vector<std::string> special, const std::string& source, WordPieceOptions options);
+
+  // BERT's files: vocab.txt (one token a line, the line its id) and, where there is one,
+  // tokenizer_config.json's do_lower_case, strip_accents, tokenize_chinese_chars and token names.
+  static WordPiece from_files(const std::filesystem::path& vocab_txt, const std::filesystem::path& tokenizer_config);
+
+  std::vector<int64_t> encode(std::string_view text) const override;
+  // The tokens joined by spaces, a "##" token to the one before it; a space before . , ! ? dropped.
+  std::string decode(std::span<const int64_t> ids) const override;
+  int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
+  int64_t token_id(const std::string& token) const override;
+
+ private:
+  // One word's ids, appended to `ids`.
+  void split_word(const std::string& word, std::vector<int64_t>& ids) const;
+
+  Vocab vocab_;
+  std::vector<std::string> tokens_;  // id -> token
+  SpecialTokens special_;
+  WordPieceOptions options_;
+  int64_t unk_id_ = 0;
+  std::vector<int64_t> prefix_ids_, suffix_ids_;
+};
+
+}  // namespace vkattn::text

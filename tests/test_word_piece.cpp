@@ -1,0 +1,174 @@
+// BERT's WordPiece tokenizer against Hugging Face's own rules: every id and decoded text that
+// transformers.js (tokenizers ported to JavaScript) gives the texts of tests/data/bert_tokenizer
+// with bert-base-uncased's vocabulary, from vocab.txt and from the same vocabulary as a
+// tokenizer.json; BertNormalizer's options each do what they say; files that are not what they
+// claim are one-line errors naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "engine/text/bert_text.h"
+#include "tests/support/expect_error.h"
+#include "vkattn/errors.h"
+#include "vkattn/text/tokenizer.h"
+
+namespace vkattn {
+namespace {
+
+using nlohmann::json;
+using testing::expect_error;
+namespace fs = std::filesystem;
+
+const fs::path kBert = fs::path(VKATTN_SOURCE_DIR) / "tests/data/bert_tokenizer";
+
+json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("vkattn_test_word_piece_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+
+std::vector<std::string> vocab_lines() {
+  std::ifstream in(kBert / "vocab.txt");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// bert-base-uncased's tokenizer.json as the hub has it (tests/data/bert_tokenizer/tokenizer_json.js
+// writes the same), with `change` made to it.
+json bert_tokenizer_json(const std::function<void(json&)>& change = {}) {
+  json vocab = json::object();
+  const auto lines = vocab_lines();
+  for (size_t i = 0; i < lines.size(); ++i) vocab[lines[i]] = i;
+  json added = json::array();
+  for (const char* token : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) {
+    added.push_back({{"id", vocab[token]}, {"content", token}, {"special", true}, {"normalized", false}});
+  }
+  auto special = [](const char* token) { return json{{"SpecialToken", {{"id", token}, {"type_id", 0}}}}; };
+  json file = {
+      {"added_tokens", added},
+      {"normalizer", {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+                      {"strip_accents", nullptr}, {"lowercase", true}}},
+      {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+      {"post_processor", {{"type", "TemplateProcessing"},
+                          {"single", {special("[CLS]"), {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, special("[SEP]")}}}},
+      {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+      {"model", {{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"},
+                 {"max_input_chars_per_word", 100}, {"vocab", vocab}}}};
+  if (change) change(file);
+  return file;
+}
+
+void expect_every_fixture_id(const text::Tokenizer& tokenizer) {
+  const json fixture = read_json(kBert / "fixture.json");
+  ASSERT_GE(fixture["cases"].size(), 20u);
+  for (const auto& c : fixture["cases"]) {
+    const std::string text = c["text"];
+    const auto expected = c["ids"].get<std::vector<int64_t>>();
+    EXPECT_EQ(tokenizer.encode(text), expected) << text;
+    EXPECT_EQ(tokenizer.decode(expected), c["decoded"].get<std::string>()) << text;
+  }
+}
+
+TEST(BertTokenizer, MatchesEveryIdOfTokenizersFromVocabTxt) {
+  const auto tokenizer = text::load_tokenizer(kBert);  // vocab.txt alone: bert-base-uncased's defaults
+  EXPECT_EQ(tokenizer->vocab_size(), 30522);
+  EXPECT_EQ(tokenizer->token_id("[CLS]"), 101);
+  expect_every_fixture_id(*tokenizer);
+}
+
+TEST(BertTokenizer, MatchesEveryIdOfTokenizersFromTokenizerJson) {
+  const auto tokenizer = text::parse_tokenizer_json(bert_tokenizer_json().dump(), "tokenizer.json");
+  expect_every_fixture_id(*tokenizer);
+  // BertProcessing, the older form of the same template
+  const auto processing = text::parse_tokenizer_json(bert_tokenizer_json([](json& f) {
+    f["post_processor"] = {{"type", "BertProcessing"}, {"sep", {"[SEP]", 102}}, {"cls", {"[CLS]", 101}}};
+  }).dump(), "tokenizer.json");
+  EXPECT_EQ(processing->encode("hello"), (std::vector<int64_t>{101, 7592, 102}));
+}
+
+// BertNormalizer: control characters out, whitespace to spaces, spaces around CJK ideographs,
+// accents stripped (by default where it lowercases), lowercase; each option on its own.
+TEST(BertTokenizer, EachNormalizerOptionDoesWhatItSays) {
+  const std::string text = "Caf\xc3\xa9\tNA\xc3\x8fVE\xe2\x80\x8b\x01 \xe6\x9d\xb1\xe4\xba\xac!";  // Café\tNAÏVE<ZWSP><SOH> 東京!
+  text::BertNormalizerOptions all;
+  EXPECT_EQ(text::bert_normalize(text, all), "cafe naive  \xe6\x9d\xb1  \xe4\xba\xac !");
+  text::BertNormalizerOptions keep_accents{.strip_accents = false};
+  EXPECT_EQ(text::bert_normalize(text, keep_accents), "caf\xc3\xa9 na\xc3\xafve  \xe6\x9d\xb1  \xe4\xba\xac !");
+  text::BertNormalizerOptions cased{.lowercase = false};  // bert-base-cased: accents kept too
+  EXPECT_EQ(text::bert_normalize(text, cased), "Caf\xc3\xa9 NA\xc3\x8fVE  \xe6\x9d\xb1  \xe4\xba\xac !");
+  text::BertNormalizerOptions raw{.clean_text = false, .handle_chinese_chars = false, .lowercase = false};
+  EXPECT_EQ(text::bert_normalize(text, raw), text);
+  // で is て + U+3099 in NFD, a nonspacing mark that BERT strips (transformers.js strips only
+  // U+0300–U+036F, so the fixture has no such text)
+  EXPECT_EQ(text::bert_normalize("\xe3\x81\xa7", all), "\xe3\x81\xa6");
+  EXPECT_EQ(text::bert_normalize("\xc4\xb0", all), "i");  // İ: its dot is a mark, stripped
+  EXPECT_EQ(text::bert_normalize("\xc4\xb0", keep_accents), "i\xcc\x87");  // i + U+0307: the full mapping
+}
+
+TEST(BertTokenizer, WordsSplitAtWhitespaceAndEveryPunctuationMark) {
+  EXPECT_EQ(text::bert_pre_tokenize(" it's 3.5$  end\xe2\x80\x94" "done "),
+            (std::vector<std::string>{"it", "'", "s", "3", ".", "5", "$", "end", "\xe2\x80\x94", "done"}));
+  EXPECT_TRUE(text::bert_pre_tokenize("   ").empty());
+}
+
+// A cased vocabulary without BertNormalizer's lowercasing keeps case; a word longer than
+// max_input_chars_per_word, or one no token starts, is one [UNK].
+TEST(BertTokenizer, TheModelsOptionsAreRead) {
+  auto tiny = [](const std::function<void(json&)>& change) {
+    json file = {{"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+                 {"normalizer", {{"type", "BertNormalizer"}, {"lowercase", false}}},
+                 {"model", {{"type", "WordPiece"}, {"unk_token", "<unk>"}, {"continuing_subword_prefix", "@@"},
+                            {"max_input_chars_per_word", 5},
+                            {"vocab", {{"<unk>", 0}, {"Hi", 1}, {"hi", 2}, {"@@s", 3}, {"a", 4}, {"@@a", 5}}}}}};
+    change(file);
+    return text::parse_tokenizer_json(file.dump(), "tiny.json");
+  };
+  const auto cased = tiny([](json&) {});
+  EXPECT_EQ(cased->encode("Hi his hix aaaaa aaaaaa"), (std::vector<int64_t>{1, 2, 3, 0, 4, 5, 5, 5, 5, 0}));
+  EXPECT_EQ(cased->decode(std::vector<int64_t>{1, 2, 3, 4, 5}), "Hi his aa");
+  const auto uncased = tiny([](json& f) { f["normalizer"]["lowercase"] = true; });
+  EXPECT_EQ(uncased->encode("Hi"), (std::vector<int64_t>{2}));
+}
+
+TEST(BertTokenizer, WhatIsWrongIsNamed) {
+  auto refused = [](const std::function<void(json&)>& change, std::initializer_list<std::string> fragments) {
+    expect_error<FileError>([&] { text::parse_tokenizer_json(bert_tokenizer_json(change).dump(), "t.json"); },
+                            fragments);
+  };
+  refused([](json& f) { f["pre_tokenizer"] = {{"type", "Whitespace"}}; },
+          {"t.json", "pre-tokenizer is Whitespace", "BertPreTokenizer"});
+  refused([](json& f) { f["normalizer"] = {{"type", "Lowercase"}}; }, {"t.json", "normalizer Lowercase", "WordPiece"});
+  refused([](json& f) { f["model"]["unk_token"] = "<unk>"; }, {"t.json", "unknown token '<unk>'"});
+  refused([](json& f) { f["model"]["max_input_chars_per_word"] = 0; }, {"t.json", "max_input_chars_per_word is 0"});
+  refused([](json& f) { f["model"]["vocab"]["hello"] = 99999; }, {"t.json", "token 'hello' has id 99999"});
+  expect_error<ShapeError>([] { text::load_tokenizer(kBert)->encode("ok \xff"); }, {"not UTF-8", "byte 3"});
+  expect_error<ShapeError>([] { text::load_tokenizer(kBert)->decode(std::vector<int64_t>{30522}); },
+                           {"token id 30522", "[0, 30522)"});
+
+  const fs::path dir = scratch("repeats");
+  write(dir / "vocab.txt", "[UNK]\n[CLS]\n[SEP]\nhello\nworld\nhello\n");
+  expect_error<FileError>([&] { text::load_tokenizer(dir); }, {"vocab.txt", "line 6 'hello' repeats line 4"});
+  write(dir / "vocab.txt", "[UNK]\nhello\n");
+  expect_error<FileError>([&] { text::load_tokenizer(dir); }, {"vocab.txt", "template's special token '[CLS]'"});
+  write(dir / "vocab.txt", "<unk>\n<s>\n</s>\nhello\n");
+  write(dir / "tokenizer_config.json", R"({"do_lower_case": false, "unk_token": "<unk>", "cls_token": "<s>",
+                                          "sep_token": {"content": "</s>"}})");
+  EXPECT_EQ(text::load_tokenizer(dir)->encode("hello Hello"), (std::vector<int64_t>{1, 3, 0, 2}));
+  write(dir / "tokenizer_config.json", "{");
+  expect_error<FileError>([&] { text::load_tokenizer(dir); }, {"tokenizer_config.json"});
+}
+
+}  // namespace
+}  // namespace vkattn
