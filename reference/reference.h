@@ -122,6 +122,8 @@ void relu(const float* x, float* y, int64_t n);
 void residual_add(const float* x, const float* residual, float* y, int64_t n);
 // y = x · sigmoid(x): torch's silu, Llama's act_fn      x, y (n)
 void silu(const float* x, float* y, int64_t n);
+// y = tanh(x): torch's tanh, BERT's pooler activation      x, y (n)
+void tanh(const float* x, float* y, int64_t n);
 // y = x · other, element by element (SwiGLU's gate times up)      x, other, y (n)
 void multiply(const float* x, const float* other, float* y, int64_t n);
 
@@ -134,6 +136,8 @@ void positional_encoding(const float* x, const float* table, float* y, int64_t B
 
 // y[b, :] = mean over t of x[b, t, :]      x (B, T, E), y (B, E)
 void mean_pool(const float* x, float* y, int64_t B, int64_t T, int64_t E);
+// y[b, e] = x[b, 0, e]: each sequence's first position (BERT's [CLS])      x (B, T, E), y (B, E)
+void first_token(const float* x, float* y, int64_t B, int64_t T, int64_t E);
 
 // Rotary position embedding (RoPE) of x (N, T, d), N = B·H, row t at position offset + t: the
 // first rotary_dims (even) features rotated pair by pair, pair i by (offset + t) · inv_freq[i];

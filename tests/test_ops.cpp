@@ -301,7 +301,7 @@ TEST_F(Ops, LayerNormNormalisesEachRow) {
   }
 }
 
-// gelu / gelu_tanh / relu / silu / residual_add / multiply over lengths that are not multiples of the workgroup size, with
+// gelu / gelu_tanh / relu / silu / tanh / residual_add / multiply over lengths that are not multiples of the workgroup size, with
 // values out to ±8 (gelu's tails) and exact zeros.
 class Elementwise : public Ops, public ::testing::WithParamInterface<int> {};
 TEST_P(Elementwise, MatchesReference) {
@@ -312,6 +312,9 @@ TEST_P(Elementwise, MatchesReference) {
   EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.gelu_tanh("gelu_tanh", v[0]); }, {"i"}));
   EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.relu("relu", v[0]); }, {"i"}));
   EXPECT_TRUE(check({x}, [](Backend& b, const std::vector<Value>& v) { return b.silu("silu", v[0]); }, {"i"}));
+  Tensor wide = x;  // tanh far into its tails, where (e^2x - 1) / (e^2x + 1) is inf / inf
+  for (int i = 0; i < n; ++i) wide.data[i] *= i % 3 == 1 ? 1e4f : 1.0f;
+  EXPECT_TRUE(check({wide}, [](Backend& b, const std::vector<Value>& v) { return b.tanh("tanh", v[0]); }, {"i"}));
   EXPECT_TRUE(check({x, random_tensor({n}, 24)},
                     [](Backend& b, const std::vector<Value>& v) { return b.residual_add("residual_add1", v[0], v[1]); }, {"i"}));
   EXPECT_TRUE(check({x, random_tensor({n}, 25)},
@@ -363,11 +366,14 @@ TEST_F(Ops, PositionalEncodingRefusesATableShorterThanTheSequence) {
   EXPECT_THROW(gpu().positional_encoding("positional_encoding", x, table), ShapeError);
 }
 
+// mean_pool and first_token: (B, T, E) -> (B, E)
 class MeanPool : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int>> {};
 TEST_P(MeanPool, MatchesReference) {
   auto [B, T, E] = GetParam();
   EXPECT_TRUE(check({random_tensor({B, T, E}, 29)}, [](Backend& b, const std::vector<Value>& v) { return b.mean_pool("mean_pool", v[0]); },
                     {"b", "f"}));
+  EXPECT_TRUE(check({random_tensor({B, T, E}, 30)},
+                    [](Backend& b, const std::vector<Value>& v) { return b.first_token("first_token", v[0]); }, {"b", "f"}));
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, MeanPool, Combine(Values(1, 3, 17), Values(1, 17, 113), Values(1, 3, 65, 113)));
 

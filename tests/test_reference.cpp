@@ -196,6 +196,15 @@ TEST(Reference, SiluIsXTimesItsSigmoidAndMultiplyIsElementwise) {
   EXPECT_EQ(std::vector<float>(y, y + 3), (std::vector<float>{8, -15, -1}));
 }
 
+TEST(Reference, TanhSaturatesWithoutNaN) {
+  const float x[] = {0, 0.5f, -1, 3, -20, 20, 1e30f};
+  float y[7];
+  reference::tanh(x, y, 7);
+  // torch.tanh(torch.tensor([0., 0.5, -1, 3, -20, 20, 1e30], dtype=torch.float64))
+  const double expected[] = {0.0, 0.46211715726000974, -0.7615941559557649, 0.9950547536867305, -1.0, 1.0, 1.0};
+  for (int i = 0; i < 7; ++i) EXPECT_FLOAT_EQ(y[i], static_cast<float>(expected[i])) << i;
+}
+
 TEST(Reference, ReluAndResidualAdd) {
   const float x[] = {-2, 0, 3}, r[] = {1, 1, -4};
   float y[3];
@@ -221,6 +230,8 @@ TEST(Reference, EmbeddingPositionalEncodingAndMeanPool) {
   float pooled[4];
   reference::mean_pool(x, pooled, 2, 2, 2);
   EXPECT_EQ(std::vector<float>(pooled, pooled + 4), (std::vector<float>{2, 3, 6, 7}));
+  reference::first_token(x, pooled, 2, 2, 2);
+  EXPECT_EQ(std::vector<float>(pooled, pooled + 4), (std::vector<float>{1, 2, 5, 6}));
 }
 
 // torch.nn.MultiheadAttention from its definition, one (batch, head) at a time, in double:

@@ -591,6 +591,15 @@ Value Backend::silu(const std::string& step_name, const Value& x) {
   return y;
 }
 
+Value Backend::tanh(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_tanh(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "tanh", infos({&x}), y, x.rank() == 2 ? std::vector<std::string>{"b", "f"} : std::vector<std::string>{"b", "t", "f"});
+  return y;
+}
+
 Value Backend::multiply(const std::string& step_name, const Value& x, const Value& other) {
   const std::string step = scoped(step_name);
   require_float(step, x);
@@ -669,6 +678,16 @@ Value Backend::mean_pool(const std::string& step_name, const Value& x) {
   Value y = make_output(step, {B, E});
   timed(step, [&] { run_mean_pool(step, *x.storage, *y.storage, B, T, E); });
   report(step, "mean_pool", infos({&x}), y, {"b", "f"});
+  return y;
+}
+
+Value Backend::first_token(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_rank(step, x, 3, "(B, T, E)");
+  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
+  Value y = make_output(step, {B, E});
+  timed(step, [&] { run_first_token(step, *x.storage, *y.storage, B, T, E); });
+  report(step, "first_token", infos({&x}), y, {"b", "f"});
   return y;
 }
 

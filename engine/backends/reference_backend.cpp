@@ -145,6 +145,10 @@ void ReferenceBackend::run_silu(const std::string&, const Storage& x, Storage& y
   reference::silu(in(x), out(y), n);
 }
 
+void ReferenceBackend::run_tanh(const std::string&, const Storage& x, Storage& y, int64_t n) {
+  reference::tanh(in(x), out(y), n);
+}
+
 void ReferenceBackend::run_multiply(const std::string&, const Storage& x, const Storage& other, Storage& y, int64_t n) {
   reference::multiply(in(x), in(other), out(y), n);
 }
@@ -173,6 +177,11 @@ void ReferenceBackend::run_rotary_embedding(const std::string&, const Storage& x
 void ReferenceBackend::run_mean_pool(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,
                                      int64_t E) {
   reference::mean_pool(in(x), out(y), B, T, E);
+}
+
+void ReferenceBackend::run_first_token(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,
+                                       int64_t E) {
+  reference::first_token(in(x), out(y), B, T, E);
 }
 
 }  // namespace vkattn

@@ -636,6 +636,11 @@ void VulkanBackend::run_silu(const std::string& step, const Storage& x, Storage&
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
 }
 
+void VulkanBackend::run_tanh(const std::string& step, const Storage& x, Storage& y, int64_t n) {
+  const auto& k = kernel(vulkan::Op::tanh);
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
+}
+
 void VulkanBackend::run_multiply(const std::string& step, const Storage& x, const Storage& other, Storage& y, int64_t n) {
   const auto& k = kernel(vulkan::Op::multiply);
   dispatch(step, k, {buffer_of(x), buffer_of(other), buffer_of(y)}, vulkan::ElementwiseParams{u32(n)}, uint64_t(n));
@@ -667,6 +672,12 @@ void VulkanBackend::run_rotary_embedding(const std::string& step, const Storage&
 void VulkanBackend::run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                                   int64_t E) {
   const auto& k = kernel(vulkan::Op::mean_pool);
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::MeanPoolParams{u32(B), u32(T), u32(E)}, uint64_t(B) * E);
+}
+
+void VulkanBackend::run_first_token(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
+                                    int64_t E) {
+  const auto& k = kernel(vulkan::Op::first_token);
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::MeanPoolParams{u32(B), u32(T), u32(E)}, uint64_t(B) * E);
 }
 

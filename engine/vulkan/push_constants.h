@@ -130,7 +130,7 @@ struct RotaryEmbeddingParams {  // shaders/rotary_embedding.comp
   glm::uint pairs;              // 1: pairs (2i, 2i + 1); 0: halves (i, i + r/2)
 };
 
-struct MeanPoolParams {  // shaders/mean_pool.comp
+struct MeanPoolParams {  // shaders/mean_pool.comp, first_token.comp
   glm::uint batch;       // B
   glm::uint tokens;      // T
   glm::uint dim;         // E

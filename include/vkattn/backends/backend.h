@@ -242,6 +242,8 @@ class Backend {
   Value residual_add(const std::string& step, const Value& x, const Value& residual);
   // x · sigmoid(x): torch's silu (Llama's act_fn). Any shape.
   Value silu(const std::string& step, const Value& x);
+  // tanh(x): BERT's pooler activation. Any shape.
+  Value tanh(const std::string& step, const Value& x);
   // x · other, two tensors of one shape: SwiGLU's silu(gate) · up.
   Value multiply(const std::string& step, const Value& x, const Value& other);
   // Rows of `table` picked by token id: ids (B, T) int64, table (V, E) -> (B, T, E). An id
@@ -251,6 +253,8 @@ class Backend {
   Value positional_encoding(const std::string& step, const Value& x, const Value& table);
   // The mean over the positions: (B, T, E) -> (B, E)
   Value mean_pool(const std::string& step, const Value& x);
+  // Each sequence's first position, BERT's [CLS]: (B, T, E) -> (B, E)
+  Value first_token(const std::string& step, const Value& x);
 
   // A step computed on the host: the inputs read back, `compute` run on them, its result stored
   // on this backend and traced like any step (`dims` names its axes). For trying out a new or a
@@ -369,6 +373,7 @@ class Backend {
   virtual void run_rms_norm(const std::string& step, const Storage& x, const Storage& weight, Storage& y, int64_t N,
                             int64_t E, float eps) = 0;
   virtual void run_silu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
+  virtual void run_tanh(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
   virtual void run_multiply(const std::string& step, const Storage& x, const Storage& other, Storage& y, int64_t n) = 0;
   virtual void run_gelu(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
   virtual void run_gelu_tanh(const std::string& step, const Storage& x, Storage& y, int64_t n) = 0;
@@ -381,6 +386,8 @@ class Backend {
                                        int64_t B, int64_t T, int64_t E) = 0;
   virtual void run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                              int64_t E) = 0;
+  virtual void run_first_token(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
+                               int64_t E) = 0;
 
  private:
   Value make_output(const std::string& step, Shape shape);

@@ -59,12 +59,14 @@ class ReferenceBackend final : public Backend {
   void run_rms_norm(const std::string&, const Storage& x, const Storage& weight, Storage& y, int64_t N, int64_t E,
                     float eps) override;
   void run_silu(const std::string&, const Storage& x, Storage& y, int64_t n) override;
+  void run_tanh(const std::string&, const Storage& x, Storage& y, int64_t n) override;
   void run_multiply(const std::string&, const Storage& x, const Storage& other, Storage& y, int64_t n) override;
   void run_embedding(const std::string&, const Storage& ids, const Storage& table, Storage& y, int64_t N, int64_t V,
                      int64_t E) override;
   void run_positional_encoding(const std::string&, const Storage& x, const Storage& table, Storage& y, int64_t B,
                                int64_t T, int64_t E) override;
   void run_mean_pool(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
+  void run_first_token(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
   // the reference computes its own angles from inv_freq (cos_sin unread)
   void run_rotary_embedding(const std::string&, const Storage& x, const Storage& inv_freq, const Storage& cos_sin,
                             Storage& y, int64_t N, int64_t T, int64_t d, int64_t offset, int64_t rotary_dims,
