@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/checkpoint_folder.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "tests/support/safetensors_writer.h"
@@ -23,40 +24,22 @@ namespace vkattn {
 namespace {
 
 using nlohmann::json;
+using testing::copy_of;
 using testing::expect_error;
+using testing::rewrite_config;
 namespace fs = std::filesystem;
 
 const fs::path kTinyGpt2 = fs::path(VKATTN_SOURCE_DIR) / "models/tiny_gpt2";
 const fs::path kTinyLlama = fs::path(VKATTN_SOURCE_DIR) / "models/tiny_llama";
 
-json expected(const fs::path& model = kTinyGpt2) {
-  std::ifstream in(model / "expected.json");
-  return json::parse(in);
-}
+json expected(const fs::path& model = kTinyGpt2) { return testing::read_json(model / "expected.json"); }
 
-// A copy of a model's folder under the temporary directory, to change.
-fs::path copy_of(const fs::path& model, const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("vkattn_test_pretrained_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  for (const auto& file : fs::directory_iterator(model)) {
-    if (file.path().extension() != ".py") fs::copy_file(file.path(), dir / file.path().filename());
-  }
-  return dir;
-}
 fs::path copy_of_tiny_gpt2(const std::string& name) { return copy_of(kTinyGpt2, name); }
 
 std::map<std::string, Tensor> tensors_of(const fs::path& model) {
   return io::read_safetensors(model / "model.safetensors").tensors;
 }
 std::map<std::string, Tensor> tiny_gpt2_tensors() { return tensors_of(kTinyGpt2); }
-
-void rewrite_config(const fs::path& dir, const std::function<void(json&)>& change) {
-  json config;
-  std::ifstream(dir / "config.json") >> config;
-  change(config);
-  std::ofstream(dir / "config.json") << config.dump();
-}
 
 // The logits of the prompt's last position.
 std::vector<float> last_logits(Backend& backend, const LanguageModel& model, const std::vector<int64_t>& ids) {
@@ -210,9 +193,10 @@ TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {
 TEST(PretrainedFolders, WhatIsWrongIsNamed) {
   expect_error<FileError>([] { io::load_pretrained("/nonexistent/vkattn"); }, {"/nonexistent/vkattn", "not a folder"});
 
-  auto bert = copy_of_tiny_gpt2("bert");
-  rewrite_config(bert, [](json& c) { c["architectures"] = {"BertModel"}, c["model_type"] = "bert"; });
-  expect_error<ConfigError>([&] { io::load_pretrained(bert); }, {"config.json", "BertModel", "bert", "GPT2LMHeadModel"});
+  auto t5 = copy_of_tiny_gpt2("t5");
+  rewrite_config(t5, [](json& c) { c["architectures"] = {"T5ForConditionalGeneration"}, c["model_type"] = "t5"; });
+  expect_error<ConfigError>([&] { io::load_pretrained(t5); },
+                            {"config.json", "T5ForConditionalGeneration", "t5", "GPT2LMHeadModel", "BertModel"});
 
   auto config = copy_of_tiny_gpt2("config");
   rewrite_config(config, [](json& c) { c.erase("n_embd"); });

@@ -62,6 +62,12 @@ CheckpointTensors::CheckpointTensors(std::map<std::string, Tensor> tensors, std:
   }
 }
 
+void CheckpointTensors::ignore_prefix(const std::string& prefix) {
+  for (const auto& [name, t] : tensors_) {
+    if (name.starts_with(prefix)) used_.insert(name);
+  }
+}
+
 const Tensor& CheckpointTensors::take(const std::string& name, const Shape& shape, const std::string& spelled) {
   const auto it = tensors_.find(name);
   const std::string expected = spelled + " = " + shape_string(shape);

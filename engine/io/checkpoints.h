@@ -10,6 +10,7 @@
 #include <string>
 
 #include "vkattn/io/state_dict.h"
+#include "vkattn/modules/bert.h"
 #include "vkattn/modules/llama.h"
 #include "vkattn/tensor.h"
 
@@ -48,6 +49,7 @@ class CheckpointTensors {
   std::optional<Tensor> take_if_there(const std::string& name, const Shape& shape, const std::string& spelled);
   bool has(const std::string& name) const { return tensors_.contains(name); }
   void ignore(const std::string& name) { used_.insert(name); }  // a buffer vkattn has no use for
+  void ignore_prefix(const std::string& prefix);                  // every tensor under it
   // FileError naming the first tensor neither taken nor ignored, in a model `described`.
   void check_all_taken(const std::string& described) const;
 
@@ -67,5 +69,12 @@ struct LlamaState {
 };
 LlamaState llama(const nlohmann::json& config, std::map<std::string, Tensor> tensors, const std::string& dir,
                  const std::string& architecture);
+
+// BertModel, BertForMaskedLM, BertForPreTraining (the "bert." encoder; the heads unread) as a Bert.
+struct BertState {
+  BertConfig config;
+  BertWeights weights;
+};
+BertState bert(const nlohmann::json& config, std::map<std::string, Tensor> tensors, const std::string& dir);
 
 }  // namespace vkattn::io::checkpoints

@@ -114,16 +114,22 @@ Pretrained load_pretrained(const fs::path& dir) {
   const bool gpt2 = architecture == "GPT2LMHeadModel" || architecture == "GPT2Model" || architecture == "gpt2";
   const bool llama = architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
                      architecture == "Qwen2ForCausalLM" || architecture == "llama";
-  if (!gpt2 && !llama) {
+  const bool bert = architecture == "BertModel" || architecture == "BertForMaskedLM" ||
+                    architecture == "BertForPreTraining" || architecture == "bert";
+  if (!gpt2 && !llama && !bert) {
     throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
                       model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
-                      "MistralForCausalLM, Qwen2ForCausalLM)");
+                      "MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM)");
   }
   std::string dtype;
   uint64_t bytes = 0;
   auto tensors = read_checkpoint_tensors(dir, dtype, bytes);
   std::unique_ptr<LanguageModel> model;
-  if (gpt2) {
+  std::unique_ptr<Bert> encoder;
+  if (bert) {
+    checkpoints::BertState state = checkpoints::bert(config, std::move(tensors), dir.string());
+    encoder = std::make_unique<Bert>(state.config, std::move(state.weights));
+  } else if (gpt2) {
     CausalLMState state = checkpoints::gpt2(config, std::move(tensors), dir.string());
     model = std::make_unique<CausalLM>(state.config, std::move(state.weights));
   } else {
@@ -131,9 +137,10 @@ Pretrained load_pretrained(const fs::path& dir) {
     model = std::make_unique<Llama>(state.config, std::move(state.weights));
   }
   auto tokenizer = text::load_tokenizer(dir);
-  if (tokenizer->vocab_size() > model->vocab_size()) {
+  const int64_t rows = model ? model->vocab_size() : encoder->vocab_size();
+  if (tokenizer->vocab_size() > rows) {
     throw FileError(dir.string() + ": the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
-                    " tokens but the model's embedding only " + std::to_string(model->vocab_size()) + " rows");
+                    " tokens but the model's embedding only " + std::to_string(rows) + " rows");
   }
   auto id = [&](const char* key) -> int64_t {
     return config.contains(key) && config[key].is_number_integer() ? config[key].get<int64_t>() : -1;
@@ -141,6 +148,7 @@ Pretrained load_pretrained(const fs::path& dir) {
   return Pretrained{.config = config,
                     .architecture = architecture,
                     .model = std::move(model),
+                    .encoder = std::move(encoder),
                     .tokenizer = std::move(tokenizer),
                     .eos_token_id = id("eos_token_id"),
                     .stored_dtype = dtype,

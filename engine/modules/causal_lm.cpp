@@ -112,17 +112,7 @@ uint64_t CausalLM::parameter_count() const {
   const auto& w = weights_;
   uint64_t n = count(w.token_embedding) + count(w.position_embedding) + count(w.norm.weight) + count(w.norm.bias) +
                count(w.lm_head_weight) + (w.lm_head_bias ? count(*w.lm_head_bias) : 0);
-  for (const auto& l : w.layers) {
-    const auto& a = l.self_attn;
-    for (const Tensor* t : {&a.q_proj_weight, &a.k_proj_weight, &a.v_proj_weight, &a.out_proj_weight, &l.linear1_weight,
-                            &l.linear1_bias, &l.linear2_weight, &l.linear2_bias, &l.norm1.weight, &l.norm1.bias,
-                            &l.norm2.weight, &l.norm2.bias}) {
-      n += count(*t);
-    }
-    for (const auto* t : {&a.q_proj_bias, &a.k_proj_bias, &a.v_proj_bias, &a.out_proj_bias, &a.bias_k, &a.bias_v}) {
-      if (*t) n += count(**t);
-    }
-  }
+  for (const auto& l : w.layers) n += l.parameter_count();
   return n;
 }
 

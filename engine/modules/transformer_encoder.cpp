@@ -57,6 +57,21 @@ TransformerEncoderLayerWeights TransformerEncoderLayerWeights::random(const Tran
   return w;
 }
 
+uint64_t TransformerEncoderLayerWeights::parameter_count() const {
+  auto count = [](const Tensor& t) { return static_cast<uint64_t>(t.size()); };
+  const auto& a = self_attn;
+  uint64_t n = 0;
+  for (const Tensor* t : {&a.q_proj_weight, &a.k_proj_weight, &a.v_proj_weight, &a.out_proj_weight, &linear1_weight,
+                          &linear1_bias, &linear2_weight, &linear2_bias, &norm1.weight, &norm1.bias, &norm2.weight,
+                          &norm2.bias}) {
+    n += count(*t);
+  }
+  for (const auto* t : {&a.q_proj_bias, &a.k_proj_bias, &a.v_proj_bias, &a.out_proj_bias, &a.bias_k, &a.bias_v}) {
+    if (*t) n += count(**t);
+  }
+  return n;
+}
+
 TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerConfig config)
     : TransformerEncoderLayer(config, TransformerEncoderLayerWeights::random(config, 0)) {}
 

@@ -3,12 +3,15 @@
 //   config.json                      the architecture ("architectures", "model_type") and its sizes
 //   model.safetensors, or shards     the weights (F32, F16 or BF16, widened to float32 here)
 //     with model.safetensors.index.json
-//   tokenizer.json, or vocab.json + merges.txt    the tokenizer (<vkattn/text/tokenizer.h>)
+//   tokenizer.json, vocab.json + merges.txt,      the tokenizer (<vkattn/text/tokenizer.h>)
+//     or vocab.txt
 // Architectures so far:
 //   GPT2LMHeadModel (model_type "gpt2") as a CausalLM: Conv1D weights stored (in, out) turned to
 //     torch's (out, in), c_attn split into q, k, v, gelu_new as gelu_tanh, the head tied to wte
 //   LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM as a Llama: RMSNorm, SwiGLU,
 //     grouped-query attention with RoPE (rope_theta; rope_scaling is refused by name)
+//   BertModel (also BertForMaskedLM, BertForPreTraining: their encoder, the heads unread) as a
+//     Bert: post-norm encoder layers, token types, the pooler; WordPiece for its tokenizer
 // Any other is a ConfigError naming it; a missing file, or a tensor missing, extra or mis-shaped,
 // a FileError naming the file and the tensor.
 #include <cstdint>
@@ -17,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "vkattn/modules/bert.h"
 #include "vkattn/modules/language_model.h"
 #include "vkattn/tensor.h"
 #include "vkattn/text/tokenizer.h"
@@ -26,7 +30,8 @@ namespace vkattn::io {
 struct Pretrained {
   nlohmann::json config;     // config.json as it is
   std::string architecture;  // config.json's, e.g. "GPT2LMHeadModel"
-  std::unique_ptr<LanguageModel> model;  // a CausalLM or a Llama
+  std::unique_ptr<LanguageModel> model;  // a CausalLM or a Llama; none for an encoder
+  std::unique_ptr<Bert> encoder;         // BERT's; none for a language model
   std::unique_ptr<text::Tokenizer> tokenizer;
   int64_t eos_token_id = -1;                     // config.json's; -1 where it has none
   std::string stored_dtype;                      // the tensors' dtype in the files: F32, F16, BF16 (or "mixed")

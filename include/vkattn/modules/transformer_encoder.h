@@ -59,6 +59,8 @@ struct TransformerEncoderLayerWeights {
   // Linear weights from U(-1/√fan_in, 1/√fan_in), norm weights 1 ± 0.25 and norm biases ± 0.25,
   // reproducibly from `seed` (not torch's initialisation: non-trivial norms, so tests see them).
   static TransformerEncoderLayerWeights random(const TransformerEncoderLayerConfig& config, uint32_t seed);
+  // Its numbers: every weight and bias there is.
+  uint64_t parameter_count() const;
 };
 
 struct EncoderOptions {

@@ -1,0 +1,156 @@
+#include "vkattn/modules/bert.h"
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "engine/modules/checks.h"
+#include "engine/modules/pass.h"
+#include "engine/modules/random_weights.h"
+#include "vkattn/errors.h"
+
+namespace vkattn {
+namespace {
+
+const std::string kWho = "Bert";
+
+}  // namespace
+
+BertWeights BertWeights::random(const BertConfig& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t E = c.layer.d_model;
+  BertWeights w;
+  w.word_embeddings = uniform({c.vocab_size, E}, -1.0f, 1.0f, rng);
+  w.position_embeddings = uniform({c.max_positions, E}, -1.0f, 1.0f, rng);
+  w.token_type_embeddings = uniform({c.type_vocab_size, E}, -1.0f, 1.0f, rng);
+  w.embeddings_norm = random_norm(E, rng);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    w.layers.push_back(TransformerEncoderLayerWeights::random(c.layer, seed + 100 * static_cast<uint32_t>(i + 1)));
+  }
+  if (c.pooler) {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(E));
+    w.pooler_weight = uniform({E, E}, -bound, bound, rng);
+    w.pooler_bias = uniform({E}, -bound, bound, rng);
+  }
+  return w;
+}
+
+Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(std::move(weights)) {
+  const auto& c = config_;
+  for (auto [name, size] : {std::pair{"vocab_size", c.vocab_size}, {"max_positions", c.max_positions},
+                            {"type_vocab_size", c.type_vocab_size}, {"num_layers", c.num_layers}}) {
+    if (size < 1) throw ConfigError("Bert: " + std::string(name) + "=" + std::to_string(size) + " must be >= 1");
+  }
+  if (c.layer.norm_first) throw ConfigError("Bert: its layers are post-norm (norm_first=false)");
+  const int64_t E = c.layer.d_model;
+  const auto& w = weights_;
+  checks::weight(kWho, "embeddings.word_embeddings.weight", w.word_embeddings, {c.vocab_size, E}, "(V, E)");
+  checks::weight(kWho, "embeddings.position_embeddings.weight", w.position_embeddings, {c.max_positions, E}, "(P, E)");
+  checks::weight(kWho, "embeddings.token_type_embeddings.weight", w.token_type_embeddings, {c.type_vocab_size, E},
+                 "(type_vocab_size, E)");
+  checks::weight(kWho, "embeddings.LayerNorm.weight", w.embeddings_norm.weight, {E}, "(E,)");
+  checks::weight(kWho, "embeddings.LayerNorm.bias", w.embeddings_norm.bias, {E}, "(E,)");
+  if (c.pooler) {
+    checks::weight(kWho, "pooler.dense.weight", w.pooler_weight, {E, E}, "(E, E)");
+    checks::weight(kWho, "pooler.dense.bias", w.pooler_bias, {E}, "(E,)");
+  } else if (w.pooler_weight.size() != 0 || w.pooler_bias.size() != 0) {
+    throw ShapeError("Bert: pooler.dense is given but the config has no pooler");
+  }
+  if (static_cast<int64_t>(w.layers.size()) != c.num_layers) {
+    throw ShapeError("Bert: " + std::to_string(w.layers.size()) + " layers of weights for num_layers=" +
+                     std::to_string(c.num_layers));
+  }
+  for (const auto& layer : w.layers) layers_.emplace_back(c.layer, layer);
+}
+
+Value Bert::embed(Backend& backend, const Value& ids, const Value& token_types) const {
+  const auto& w = weights_;
+  Value words = backend.embedding("embeddings.word_embeddings", ids,
+                                  backend.upload_weight("embeddings.word_embeddings.weight", w.word_embeddings));
+  Value types = backend.embedding(
+      "embeddings.token_type_embeddings", token_types,
+      backend.upload_weight("embeddings.token_type_embeddings.weight", w.token_type_embeddings));
+  // Hugging Face's order: words + token types, then + positions
+  Value x = backend.residual_add("embeddings.add_token_types", words, types);  // (B, T, E)
+  x = backend.positional_encoding("embeddings.position_embeddings", x,
+                                  backend.upload_weight("embeddings.position_embeddings.weight", w.position_embeddings));
+  Value weight = backend.upload_weight("embeddings.LayerNorm.weight", w.embeddings_norm.weight);
+  Value bias = backend.upload_weight("embeddings.LayerNorm.bias", w.embeddings_norm.bias);
+  return backend.layer_norm("embeddings.LayerNorm", x, weight, bias, config_.layer.layer_norm_eps);
+}
+
+Value Bert::pool(Backend& backend, const Value& x) const {
+  Value first = backend.first_token("pooler.first_token", x);  // (B, E)
+  Value weight = backend.upload_weight("pooler.dense.weight", weights_.pooler_weight);
+  Value bias = backend.upload_weight("pooler.dense.bias", weights_.pooler_bias);
+  return backend.tanh("pooler.tanh", backend.linear("pooler.dense", first, weight, &bias));  // (B, E)
+}
+
+BertOutput Bert::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
+                         const std::optional<Tensor>& key_padding_mask) const {
+  const std::string who = "Bert.forward";
+  checks::token_ids(who, ids, config_.vocab_size, 0, config_.max_positions, "rows of position_embeddings");
+  Tensor types(ids.shape, DType::int64);  // zeros: every token of sentence A
+  if (token_type_ids) {
+    const Tensor& t = *token_type_ids;
+    if (t.dtype != DType::int64 || t.shape != ids.shape) {
+      throw ShapeError(who + ": token_type_ids are " + dtype_name(t.dtype) + " " + shape_string(t.shape) +
+                       "; they must be int64 of the ids' shape " + shape_string(ids.shape));
+    }
+    for (size_t i = 0; i < t.data.size(); ++i) {
+      if (t.data[i] < 0 || t.data[i] >= static_cast<float>(config_.type_vocab_size)) {
+        throw ShapeError(who + ": token type " + std::to_string(static_cast<int64_t>(t.data[i])) + " at index " +
+                         std::to_string(i) + " is outside [0, " + std::to_string(config_.type_vocab_size) +
+                         ") (type_vocab_size)");
+      }
+    }
+    types = t;
+  }
+  ForwardOptions attention;
+  attention.need_weights = false;
+  if (key_padding_mask) {
+    attention.key_padding_mask =
+        checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
+  }
+  auto recipe = [&](Backend& b) {
+    Value x = embed(b, b.upload("ids", ids), b.upload("token_type_ids", types));
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      StepScope scope(b, "layers." + std::to_string(i));
+      x = layers_[i].steps(b, x, attention);  // (B, T, E)
+    }
+    std::optional<Value> pooled;
+    if (config_.pooler) pooled = pool(b, x);
+    return std::pair{x, pooled};
+  };
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return in_pass(backend, "bert", [&] {
+    backend.preflight("bert", [&](Backend& b) { recipe(b); });
+    auto [hidden, pooled] = recipe(backend);
+    BertOutput out{backend.download(hidden), std::nullopt};
+    if (pooled) out.pooler_output = backend.download(*pooled);
+    return out;
+  });
+}
+
+uint64_t Bert::parameter_count() const {
+  auto count = [](const Tensor& t) { return static_cast<uint64_t>(t.size()); };
+  const auto& w = weights_;
+  uint64_t n = count(w.word_embeddings) + count(w.position_embeddings) + count(w.token_type_embeddings) +
+               count(w.embeddings_norm.weight) + count(w.embeddings_norm.bias) + count(w.pooler_weight) +
+               count(w.pooler_bias);
+  for (const auto& layer : w.layers) n += layer.parameter_count();
+  return n;
+}
+
+std::string Bert::describe() const {
+  const auto& c = config_;
+  const auto& l = c.layer;
+  std::ostringstream out;
+  out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions, " << c.type_vocab_size
+      << " token types, " << c.num_layers << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead="
+      << l.nhead << ",\n  dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation)
+      << ", post-norm)" << (c.pooler ? ", pooler" : "");
+  return out.str();
+}
+
+}  // namespace vkattn

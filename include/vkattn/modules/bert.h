@@ -1,0 +1,83 @@
+#pragma once
+// Bert: BERT's encoder — Hugging Face's BertModel — as a recipe of steps:
+//   embeddings.word_embeddings (embedding)              ids (B, T) -> (B, T, E)
+//   embeddings.token_type_embeddings (embedding)        token_type_ids (B, T) -> (B, T, E)
+//   embeddings.add_token_types (residual_add)           words + token types
+//   embeddings.position_embeddings (positional_encoding)  + a learnt row per position 0 … T-1
+//   embeddings.LayerNorm (layer_norm)
+//   layers.N.…                                          post-norm TransformerEncoderLayer with
+//                                                       exact gelu: norm1(x + self_attn(x)), …
+//   pooler.first_token, pooler.dense (linear),          tanh(dense(x[:, 0])): the [CLS] row
+//     pooler.tanh
+// Padding is a key_padding_mask (True = padding), as torch's: Hugging Face's attention_mask is its
+// opposite (1 = a token to attend to). Padded positions are computed like any other; no query
+// attends to them. Dropout is the identity (eval mode).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vkattn/backends/backend.h"
+#include "vkattn/modules/keeps_weights.h"
+#include "vkattn/modules/transformer_encoder.h"
+#include "vkattn/tensor.h"
+
+namespace vkattn {
+
+// Hugging Face's config.json names in the comments.
+struct BertConfig {
+  int64_t vocab_size = 0;         // V                                   vocab_size
+  int64_t max_positions = 0;      // P: the longest sequence             max_position_embeddings
+  int64_t type_vocab_size = 2;    // the token types (sentence A, B)     type_vocab_size
+  int64_t num_layers = 1;         //                                     num_hidden_layers
+  TransformerEncoderLayerConfig layer;  // E hidden_size, H num_attention_heads, F intermediate_size,
+                                        // gelu (hidden_act), layer_norm_eps, post-norm
+  bool pooler = true;             // BertModel(add_pooling_layer=True)
+};
+
+struct BertWeights {
+  Tensor word_embeddings;        // (V, E)   embeddings.word_embeddings.weight
+  Tensor position_embeddings;    // (P, E)   embeddings.position_embeddings.weight
+  Tensor token_type_embeddings;  // (types, E)  embeddings.token_type_embeddings.weight
+  LayerNormWeights embeddings_norm;  // (E,) each: embeddings.LayerNorm
+  std::vector<TransformerEncoderLayerWeights> layers;  // encoder.layer.N.… under torch's names
+  Tensor pooler_weight, pooler_bias;  // (E, E), (E,): pooler.dense; none without the pooler
+
+  // Embeddings U(-1, 1), linear weights U(-1/√in, 1/√in), norms 1 ± 0.25 and ± 0.25, from `seed`.
+  static BertWeights random(const BertConfig& config, uint32_t seed);
+};
+
+struct BertOutput {
+  Tensor last_hidden_state;             // (B, T, E)
+  std::optional<Tensor> pooler_output;  // (B, E), with the pooler
+};
+
+class Bert : public KeepsWeights {
+ public:
+  // Validates the config (ConfigError) and every weight's shape (ShapeError naming it).
+  Bert(BertConfig config, BertWeights weights);
+
+  const BertConfig& config() const { return config_; }
+
+  // ids (B, T) int64; token_type_ids (B, T) int64 in [0, type_vocab_size), zeros when absent;
+  // key_padding_mask (B, T), bool True = padding, or float added. One traced pass "bert".
+  BertOutput forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
+                     const std::optional<Tensor>& key_padding_mask = {}) const;
+
+  int64_t vocab_size() const { return config_.vocab_size; }
+  uint64_t parameter_count() const;
+  // Its layers in a line or two: "vocab 30522, 512 positions, 12 × TransformerEncoderLayer(…)"
+  std::string describe() const;
+
+ private:
+  // word + token type + position embeddings, then embeddings.LayerNorm: (B, T, E)
+  Value embed(Backend& backend, const Value& ids, const Value& token_types) const;
+  // pooler.dense and tanh on each sequence's first row: (B, T, E) -> (B, E)
+  Value pool(Backend& backend, const Value& x) const;
+
+  BertConfig config_;
+  BertWeights weights_;
+  std::vector<TransformerEncoderLayer> layers_;
+};
+
+}  // namespace vkattn

@@ -1,0 +1,172 @@
+// BERT as the hub lays it out: models/tiny_bert (BertForMaskedLM's file, F16, vocab.txt) against
+// torch's last_hidden_state and pooler_output for two texts batched with padding and for a pair
+// of sentences with their token types, on the GPU and the reference; the module's own checks;
+// and a one-line error naming the file, entry or tensor for each way a folder can be wrong.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/support/checkpoint_folder.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/gpu.h"
+#include "tests/support/safetensors_writer.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/pretrained.h"
+#include "vkattn/io/safetensors.h"
+#include "vkattn/modules/bert.h"
+#include "vkattn/tracing/tracer.h"
+
+namespace vkattn {
+namespace {
+
+using nlohmann::json;
+using testing::copy_of;
+using testing::expect_error;
+using testing::rewrite_config;
+namespace fs = std::filesystem;
+
+const fs::path kTinyBert = fs::path(VKATTN_SOURCE_DIR) / "models/tiny_bert";
+
+Tensor int64_tensor(const json& rows) {
+  const auto values = rows.get<std::vector<std::vector<int64_t>>>();
+  std::vector<float> data;
+  for (const auto& row : values) data.insert(data.end(), row.begin(), row.end());
+  return Tensor({static_cast<int64_t>(values.size()), static_cast<int64_t>(values[0].size())}, data, DType::int64);
+}
+
+// torch's padding (attention_mask: 1 = a token) as vkattn's key_padding_mask (True = padding)
+Tensor padding_of(const json& attention_mask) {
+  Tensor mask = int64_tensor(attention_mask);
+  mask.dtype = DType::boolean;
+  for (float& v : mask.data) v = v == 0 ? 1.0f : 0.0f;
+  return mask;
+}
+
+float max_difference(const Tensor& got, const json& want) {
+  const auto w = want.get<std::vector<float>>();
+  EXPECT_EQ(got.data.size(), w.size());
+  float worst = 0;
+  for (size_t i = 0; i < std::min(got.data.size(), w.size()); ++i) worst = std::max(worst, std::abs(got.data[i] - w[i]));
+  return worst;
+}
+
+class BertCheckpoint : public testing::GpuTest {};
+
+TEST_F(BertCheckpoint, TinyBertMatchesTorchsHiddenStatesAndPooledOutputOnBothBackends) {
+  const io::Pretrained p = io::load_pretrained(kTinyBert);
+  const json e = testing::read_json(kTinyBert / "expected.json");
+  EXPECT_EQ(p.architecture, "BertForMaskedLM");
+  EXPECT_EQ(p.stored_dtype, "F16");
+  ASSERT_TRUE(p.encoder);
+  EXPECT_FALSE(p.model);
+  EXPECT_TRUE(p.encoder->config().pooler);
+  EXPECT_EQ(p.encoder->config().layer.activation, Activation::gelu);
+  // the C++ WordPiece on the vocabulary train.py wrote, against its Python one
+  const auto& batch = e["batch"];
+  for (size_t i = 0; i < 2; ++i) {
+    auto ids = batch["ids"][i].get<std::vector<int64_t>>();
+    ids.resize(static_cast<size_t>(std::count(batch["attention_mask"][i].begin(), batch["attention_mask"][i].end(), 1)));
+    EXPECT_EQ(p.tokenizer->encode(e["texts"][i].get<std::string>()), ids);
+  }
+  const Tensor ids = int64_tensor(batch["ids"]), padding = padding_of(batch["attention_mask"]);
+  const auto& pair = e["pair_case"];
+  for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    const BertOutput out = p.encoder->forward(*backend, ids, std::nullopt, padding);
+    EXPECT_EQ(out.last_hidden_state.shape, (Shape{2, ids.dim(1), 64}));
+    EXPECT_LT(max_difference(out.last_hidden_state, batch["last_hidden_state"]), 1e-4f) << backend->name();
+    ASSERT_TRUE(out.pooler_output);
+    EXPECT_LT(max_difference(*out.pooler_output, batch["pooler_output"]), 1e-4f) << backend->name();
+    const BertOutput two = p.encoder->forward(*backend, int64_tensor(pair["ids"]), int64_tensor(pair["token_type_ids"]));
+    EXPECT_LT(max_difference(two.last_hidden_state, pair["last_hidden_state"]), 1e-4f) << backend->name();
+    EXPECT_LT(max_difference(*two.pooler_output, pair["pooler_output"]), 1e-4f) << backend->name();
+  }
+  // the token types change the numbers (they are read, not zeros)
+  const BertOutput zeros = p.encoder->forward(cpu(), int64_tensor(pair["ids"]));
+  EXPECT_GT(max_difference(zeros.last_hidden_state, pair["last_hidden_state"]), 1e-2f);
+  // the padding too: without it the first row of the shorter text sees the [PAD]s
+  const BertOutput unpadded = p.encoder->forward(cpu(), ids);
+  EXPECT_GT(max_difference(unpadded.last_hidden_state, batch["last_hidden_state"]), 1e-2f);
+}
+
+// The trace lists the recipe's steps under BERT's names, each with its op.
+TEST_F(BertCheckpoint, EveryStepIsTracedUnderItsName) {
+  const io::Pretrained p = io::load_pretrained(kTinyBert);
+  StepRecorder recorder(false);
+  gpu().add_tracer(recorder);
+  p.encoder->forward(gpu(), Tensor({1, 3}, {2, 7, 3}, DType::int64));
+  gpu().remove_tracer(recorder);
+  EXPECT_EQ(recorder.pass(), "bert");
+  std::vector<std::string> names;
+  for (const auto& s : recorder.steps()) names.push_back(s.event.name + " " + s.event.op);
+  for (const char* step : {"embeddings.word_embeddings embedding", "embeddings.token_type_embeddings embedding",
+                           "embeddings.add_token_types residual_add",
+                           "embeddings.position_embeddings positional_encoding", "embeddings.LayerNorm layer_norm",
+                           "layers.1.self_attn.q_proj linear", "layers.1.norm1 layer_norm", "layers.1.gelu gelu",
+                           "layers.1.norm2 layer_norm", "pooler.first_token first_token", "pooler.dense linear",
+                           "pooler.tanh tanh"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), step), names.end()) << step;
+  }
+  EXPECT_EQ(names.back(), "pooler.tanh tanh");
+}
+
+TEST_F(BertCheckpoint, BadInputsAreNamed) {
+  const io::Pretrained p = io::load_pretrained(kTinyBert);
+  const Bert& bert = *p.encoder;
+  const Tensor ids({1, 3}, {2, 7, 3}, DType::int64);
+  expect_error<ShapeError>([&] { bert.forward(cpu(), ids, Tensor({1, 3}, {0, 2, 0}, DType::int64)); },
+                           {"Bert.forward", "token type 2 at index 1", "[0, 2)", "type_vocab_size"});
+  expect_error<ShapeError>([&] { bert.forward(cpu(), ids, Tensor({1, 2}, {0, 0}, DType::int64)); },
+                           {"token_type_ids are int64 (1, 2)", "ids' shape (1, 3)"});
+  expect_error<ShapeError>([&] { bert.forward(cpu(), Tensor({1, 65}, DType::int64)); },
+                           {"Bert.forward", "positions 0 … 64", "64 rows of position_embeddings"});
+  expect_error<ShapeError>([&] { bert.forward(cpu(), ids, std::nullopt, Tensor({1, 2}, DType::boolean)); },
+                           {"key_padding_mask"});
+  BertConfig config{.vocab_size = 10, .max_positions = 8, .layer = {.d_model = 8, .nhead = 2, .dim_feedforward = 16,
+                                                                    .activation = Activation::gelu}};
+  BertWeights weights = BertWeights::random(config, 1);
+  weights.pooler_bias = Tensor({7});
+  expect_error<ShapeError>([&] { Bert(config, weights); }, {"pooler.dense.bias", "(7,)", "(E,) = (8,)"});
+  config.layer.norm_first = true;
+  expect_error<ConfigError>([&] { Bert(config, BertWeights::random(config, 1)); }, {"post-norm"});
+}
+
+TEST(BertFolders, WhatIsWrongIsNamed) {
+  auto config = copy_of(kTinyBert, "bert_config");
+  rewrite_config(config, [](json& c) { c["position_embedding_type"] = "relative_key"; });
+  expect_error<ConfigError>([&] { io::load_pretrained(config); }, {"config.json", "position_embedding_type 'relative_key'"});
+  rewrite_config(config, [](json& c) { c["position_embedding_type"] = "absolute", c["hidden_act"] = "swish"; });
+  expect_error<ConfigError>([&] { io::load_pretrained(config); }, {"hidden_act 'swish'"});
+  rewrite_config(config, [](json& c) { c["hidden_act"] = "gelu", c["is_decoder"] = true; });
+  expect_error<ConfigError>([&] { io::load_pretrained(config); }, {"is_decoder"});
+
+  auto tensors = copy_of(kTinyBert, "bert_tensors");
+  auto weights = io::read_safetensors(kTinyBert / "model.safetensors").tensors;
+  weights.erase("bert.encoder.layer.1.attention.self.key.bias");
+  testing::write_safetensors(tensors / "model.safetensors", weights);
+  expect_error<FileError>([&] { io::load_pretrained(tensors); }, {"missing tensor 'encoder.layer.1.attention.self.key.bias'"});
+  weights = io::read_safetensors(kTinyBert / "model.safetensors").tensors;
+  weights["bert.encoder.layer.2.output.dense.bias"] = Tensor({64});
+  testing::write_safetensors(tensors / "model.safetensors", weights);
+  expect_error<FileError>([&] { io::load_pretrained(tensors); }, {"unexpected tensor 'encoder.layer.2.output.dense.bias'", "2 layers"});
+
+  // TensorFlow's names for a LayerNorm (gamma, beta), and no pooler: read as they are
+  weights = io::read_safetensors(kTinyBert / "model.safetensors").tensors;
+  weights["bert.embeddings.LayerNorm.gamma"] = weights.at("bert.embeddings.LayerNorm.weight");
+  weights["bert.embeddings.LayerNorm.beta"] = weights.at("bert.embeddings.LayerNorm.bias");
+  for (const char* name : {"bert.embeddings.LayerNorm.weight", "bert.embeddings.LayerNorm.bias",
+                           "bert.pooler.dense.weight", "bert.pooler.dense.bias"}) {
+    weights.erase(name);
+  }
+  testing::write_safetensors(tensors / "model.safetensors", weights);
+  const io::Pretrained renamed = io::load_pretrained(tensors), original = io::load_pretrained(kTinyBert);
+  EXPECT_FALSE(renamed.encoder->config().pooler);
+  ReferenceBackend cpu;
+  const Tensor ids({1, 3}, {2, 7, 3}, DType::int64);
+  const BertOutput a = renamed.encoder->forward(cpu, ids), b = original.encoder->forward(cpu, ids);
+  EXPECT_EQ(a.last_hidden_state.data, b.last_hidden_state.data);
+  EXPECT_FALSE(a.pooler_output);
+  EXPECT_EQ(renamed.encoder->parameter_count() + 64 * 64 + 64, original.encoder->parameter_count());
+}
+
+}  // namespace
+}  // namespace vkattn
