@@ -160,8 +160,8 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     write("fortran.npy", fortran);
     write("empty.npy", "");
     write("text.npy", "query,values\n1,2\n");
-    fs::create_directories(dir_ / "bert");  // a checkpoint folder of an architecture vkattn does not run
-    write("bert/config.json", R"({"architectures": ["BertModel"], "model_type": "bert"})");
+    fs::create_directories(dir_ / "t5");  // a checkpoint folder of an architecture vkattn does not run
+    write("t5/config.json", R"({"architectures": ["T5Model"], "model_type": "t5"})");
     auto with_descr = [&](const std::string& descr) {
       std::string t = text;
       t.replace(t.find("<f4"), 3, descr);
@@ -220,7 +220,7 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     dump("not_a_dump", R"({"format": "something else"})");
   }
   std::set<std::string> inputs_ = {"bool.npy", "rank4.npy", "e7.npy", "nan.npy", "mask_wrong.npy", "mask_nan.npy",
-                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "bert", "big_endian.npy",
+                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "t5", "big_endian.npy",
                                    "int16.npy", "header_past_end.npy", "malformed.npy",
                                    "offsets_past_end.safetensors", "overlap.safetensors", "dtype.safetensors",
                                    "size_mismatch.safetensors", "missing_tensor.safetensors", "misshaped.safetensors",
@@ -436,9 +436,9 @@ const std::vector<BadRun> kRunModelBadInputs = {
            "--query configures an attention module's run; --model"},
     BadRun{"model_text_empty", {"run", "--model", "{models}/tiny_gpt2", "--text", ""},
            "--text is empty: give the model at least one token"},
-    BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/bert", "--text", "Alice"},
-           "architecture 'BertModel' (model_type 'bert') is not one vkattn runs yet (GPT2LMHeadModel, "
-           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)"}};
+    BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/t5", "--text", "Alice"},
+           "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
+           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM)"}};
 INSTANTIATE_TEST_SUITE_P(CliRunModel, CliBadInput, ::testing::ValuesIn(kRunModelBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -456,6 +456,8 @@ const std::vector<BadRun> kGenerateBadInputs = {
            "generate needs --model DIR or --weights M.safetensors"},
     BadRun{"prompt_not_utf8", {"generate", "--model", "{models}/tiny_gpt2", "--prompt", "Alice\xff"},
            "--prompt: the text is not UTF-8 at byte 5"},
+    BadRun{"model_is_an_encoder", {"generate", "--model", "{models}/tiny_bert", "--prompt", "Alice"},
+           "tiny_bert: a BertForMaskedLM encodes text but does not generate it (try vkattn run --model "},
     BadRun{"model_not_a_checkpoint", {"generate", "--model", "{models}", "--prompt", "Alice"},
            "models: no config.json (a checkpoint folder as the hub lays it out has config.json, model.safetensors "
            "and the tokenizer's files)"}};
@@ -1026,6 +1028,26 @@ TEST_F(CliRun, RunAHubFolderOnATextTracesEveryStepOfTheModel) {
   const auto torch_last = expected["last_logits"].get<std::vector<float>>();
   const std::vector<float> last(logits.data.end() - 513, logits.data.end());
   EXPECT_TRUE(testing::all_close(Tensor({513}, last), Tensor({513}, torch_last), {.atol = 1e-4f, .rtol = 0.0f}));
+}
+
+// `vkattn run --model` on an encoder: BERT's hidden states out, its pooler in the trace
+TEST_F(CliRun, RunABertFolderGivesItsLastHiddenState) {
+  const std::string model = VKATTN_SOURCE_DIR "/models/tiny_bert";
+  const auto expected = nlohmann::json::parse(slurp(model + "/expected.json"));
+  Exit e = vkattn({"run", "--model", model, "--text", expected["texts"][1], "--side-by-side", "--trace", path("dump"),
+                   "--out", path("hidden.npy")});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("every step agrees"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("BertForMaskedLM: the text's 10 tokens through\n  vocab 266, 64 positions, 2 token types"),
+            std::string::npos) << e.out;
+  const auto trace = nlohmann::json::parse(slurp((dir_ / "dump" / "gpu" / "trace.json").string()));
+  EXPECT_EQ(trace.at("steps").back().at("name"), "pooler.tanh");
+  // the second text's 10 tokens, unpadded: torch's rows for them (it was padded to 15 there)
+  const Tensor hidden = io::read_npy(path("hidden.npy"));  // (1, T, E)
+  ASSERT_EQ(hidden.shape, (Shape{1, 10, 64}));
+  const auto rows = expected["batch"]["last_hidden_state"].get<std::vector<float>>();
+  const std::vector<float> torch_rows(rows.begin() + 15 * 64, rows.begin() + 15 * 64 + 10 * 64);
+  EXPECT_TRUE(testing::all_close(hidden, Tensor({1, 10, 64}, torch_rows), {.atol = 1e-4f, .rtol = 0.0f}));
 }
 
 TEST_F(CliRun, GenerateSamplesTheSameTextFromTheSameSeed) {

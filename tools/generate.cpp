@@ -126,6 +126,10 @@ std::string weights_line(uint64_t parameters, uint64_t stored_bytes, const std::
 Loaded load(const GenerateArgs& a) {
   if (!a.model.empty()) {
     io::Pretrained p = io::load_pretrained(a.model);
+    if (!p.model) {
+      throw UsageError("--model " + a.model + ": a " + p.architecture + " encodes text but does not generate it " +
+                       "(try vkattn run --model " + a.model + " --text …)");
+    }
     std::string weights = weights_line(p.model->parameter_count(), p.stored_bytes, p.stored_dtype);
     return Loaded{std::move(p.model), std::move(p.tokenizer), p.architecture, weights, p.eos_token_id};
   }

@@ -1,7 +1,7 @@
 // vkattn run: a PyTorch nn.MultiheadAttention, from its state_dict in a safetensors file — or a
 // Llama-style grouped-query attention, from Hugging Face's q_proj … o_proj names — on batch-first
-// .npy inputs; or a checkpoint folder as the Hugging Face hub lays it out (--model: GPT-2, Llama)
-// on a text; on the GPU (or the CPU reference with --backend cpu). Outputs are
+// .npy inputs; or a checkpoint folder as the Hugging Face hub lays it out (--model: GPT-2, Llama,
+// BERT) on a text; on the GPU (or the CPU reference with --backend cpu). Outputs are
 // written whole or not at all: every file is finished under a temporary name before any is
 // renamed into place.
 #include <exception>
@@ -116,7 +116,8 @@ Runnable grouped_query_run(const RunArgs& a) {
   return {[module, x, options](Backend& b) { return module->forward(b, *x, options); }, repr.str(), trace};
 }
 
-// A hub checkpoint folder (GPT-2, Llama) on a text: its logits (1, T, V), every step traced.
+// A hub checkpoint folder on a text, every step traced: a language model's (GPT-2, Llama) logits
+// (1, T, V), an encoder's (BERT) last hidden state (1, T, E), its pooled output in the trace.
 Runnable model_run(const RunArgs& a) {
   const auto& in = a.inputs;
   for (auto [given, flag] : {std::pair{!in.weights.empty(), "--weights"}, {!in.query.empty(), "--query"},
@@ -140,9 +141,15 @@ Runnable model_run(const RunArgs& a) {
   auto tokens = std::make_shared<Tensor>(Shape{1, static_cast<int64_t>(ids.size())},
                                          std::vector<float>(ids.begin(), ids.end()), DType::int64);
   const std::string repr = p->architecture + ": the text's " + std::to_string(ids.size()) + " tokens through\n  " +
-                           p->model->describe();
+                           (p->model ? p->model->describe() : p->encoder->describe());
   nlohmann::json trace = {{"module", p->architecture}, {"model", a.model}, {"text", a.text}, {"ids", ids},
                           {"config", p->config}, {"stored_dtype", p->stored_dtype}};
+  if (p->encoder) {
+    return {[p, tokens](Backend& b) {
+              return AttentionResult{p->encoder->forward(b, *tokens).last_hidden_state, std::nullopt};
+            },
+            repr, trace, nullptr, "last hidden state (B, T, E)", a.model};
+  }
   return {[p, tokens](Backend& b) { return AttentionResult{p->model->forward(b, *tokens), std::nullopt}; },
           repr, trace, nullptr, "logits (B, T, vocab)", a.model};
 }
@@ -157,7 +164,7 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   add_grouped_query_args(*cmd, a.grouped);
   auto* model = cmd->add_option("--model", a.model,
                                 "DIR: instead of --weights and --query, a checkpoint folder as the Hugging Face hub "
-                                "lays it out (GPT-2, Llama: config.json, model.safetensors, its tokenizer) on --text");
+                                "lays it out (GPT-2, Llama, BERT: config.json, model.safetensors, its tokenizer) on --text");
   auto* text = cmd->add_option("--text", a.text, "with --model: the text the model reads (its tokenizer's ids)");
   model->needs(text);
   text->needs(model);
