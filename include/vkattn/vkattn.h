@@ -8,12 +8,13 @@
 //                     (keys and values kept for decoding), causal_lm.h (a decoder-only LM),
 //                     grouped_query_attention.h (Llama's: shared key/value heads, RoPE, windows),
 //                     llama.h (Llama, Mistral, Qwen2: RMSNorm, SwiGLU, grouped-query attention),
+//                     bert.h (BERT's encoder: token types, post-norm layers, the pooler),
 //                     generation.h (a language model continuing a prompt, token by token)
 //   vkattn/tracing/   tracer.h (every step's tensors), trace_dump.h (trace.json + .npy per step),
 //                     compare.h (tensor against tensor), side_by_side.h (GPU against CPU)
 //   vkattn/io/        npy.h, safetensors.h, state_dict.h (PyTorch's names), pretrained.h (the
 //                     hub's checkpoint folders), heatmap.h
-//   vkattn/text/      tokenizer.h (GPT-2's byte-level BPE)
+//   vkattn/text/      tokenizer.h (GPT-2's byte-level BPE, BERT's WordPiece)
 // Everything else (the Vulkan plumbing, the plans, push constants) is internal and not installed.
 #include "vkattn/backends/backend.h"
 #include "vkattn/backends/make_backend.h"
@@ -26,6 +27,7 @@
 #include "vkattn/io/safetensors.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/log.h"
+#include "vkattn/modules/bert.h"
 #include "vkattn/modules/causal_lm.h"
 #include "vkattn/modules/generation.h"
 #include "vkattn/modules/grouped_query_attention.h"

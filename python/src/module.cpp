@@ -15,190 +15,11 @@
 #include <sstream>
 #include <variant>
 
+#include "binding.h"
 #include "vkattn/vkattn.h"
-
-namespace py = pybind11;
 
 namespace vkattn::python {
 namespace {
-
-using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
-using BoolArray = py::array_t<bool, py::array::c_style | py::array::forcecast>;
-
-template <class Array>
-Shape shape_of(const Array& a) {
-  return Shape(a.shape(), a.shape() + a.ndim());
-}
-
-// A float32 array as a Tensor (a copy: the engine owns its tensors).
-Tensor to_tensor(const FloatArray& a) {
-  const float* data = a.data();
-  return Tensor(shape_of(a), std::vector<float>(data, data + a.size()));
-}
-
-// A mask: bool (True blocks; dtype boolean) or float (added to the scores).
-std::optional<Tensor> to_mask(const std::optional<py::array>& a) {
-  if (!a) return std::nullopt;
-  if (a->dtype().kind() == 'b') {
-    BoolArray b = BoolArray::ensure(*a);
-    Tensor t(shape_of(b), DType::boolean);
-    for (py::ssize_t k = 0; k < b.size(); ++k) t.data[static_cast<size_t>(k)] = b.data()[k] ? 1.0f : 0.0f;
-    return t;
-  }
-  return to_tensor(FloatArray::ensure(*a));
-}
-
-// A Tensor as a numpy array that owns its data (moved, not copied); bool and int64 tensors as
-// numpy's bool and int64.
-py::array to_array(Tensor t) {
-  std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
-  if (t.dtype == DType::boolean) {
-    py::array_t<bool> a(shape);
-    for (size_t k = 0; k < t.data.size(); ++k) a.mutable_data()[k] = t.data[k] != 0;
-    return a;
-  }
-  if (t.dtype == DType::int64) {
-    py::array_t<int64_t> a(shape);
-    for (size_t k = 0; k < t.data.size(); ++k) a.mutable_data()[k] = static_cast<int64_t>(t.data[k]);
-    return a;
-  }
-  auto* owned = new std::vector<float>(std::move(t.data));
-  py::capsule owner(owned, [](void* p) { delete static_cast<std::vector<float>*>(p); });
-  return py::array_t<float>(shape, owned->data(), owner);
-}
-
-// ---- devices -----------------------------------------------------------------------------------
-
-// One backend per device= value, shared by the modules made for it: a Vulkan device and its
-// compiled pipelines are made once per process. Its mutex serialises the passes of threads
-// that share it (each pass holds it from first upload to last download).
-struct Device {
-  std::unique_ptr<Backend> backend;
-  std::mutex mutex;
-};
-
-std::mutex devices_mutex;
-std::map<std::pair<std::string, std::string>, std::shared_ptr<Device>> open_devices;
-
-std::shared_ptr<Device> open_device(const std::string& kind, const std::string& selector) {
-  std::lock_guard lock(devices_mutex);
-  auto& device = open_devices[{kind, selector}];
-  if (!device) {
-    auto made = std::make_shared<Device>();
-    made->backend = make_backend(kind, selector);
-    // Ctrl-C stops a long forward between its submissions: while C++ runs, Python's handler only
-    // notes the signal, so the progress callback (run with the GIL released) asks for it.
-    made->backend->on_progress([](const Backend::Progress& p) {
-      py::gil_scoped_acquire gil;
-      if (PyErr_CheckSignals() != 0) {
-        PyErr_Clear();
-        throw Interrupted("the forward stopped after " + std::to_string(static_cast<int>(100 * p.done)) + "% of " +
-                          p.step + ", between two of its submissions");
-      }
-    });
-    device = made;
-  }
-  return device;
-}
-
-// What `f(backend)` returns, run with the GIL released and the device held.
-template <class F>
-auto on_device(Device& device, F&& f) {
-  py::gil_scoped_release release;
-  std::lock_guard lock(device.mutex);
-  return f(*device.backend);
-}
-
-std::string device_label(const Device& d) { return d.backend->name() + ": " + d.backend->device_name(); }
-
-// ---- traces ------------------------------------------------------------------------------------
-
-// A recorded pass with its values, and the module's configuration for the dump.
-struct Trace {
-  StepRecorder steps{true};
-  nlohmann::json config = nlohmann::json::object();
-};
-
-py::dict info_dict(const TensorInfo& t) {
-  py::dict d;
-  d["name"] = t.name;
-  d["shape"] = py::tuple(py::cast(t.shape));
-  d["dtype"] = dtype_name(t.dtype);
-  if (!t.stored_as.empty()) d["stored_as"] = py::tuple(py::cast(t.stored_as));
-  return d;
-}
-
-py::list step_dicts(const Trace& trace) {
-  py::list out;
-  const auto& times = trace.steps.pass_end().step_times;
-  const auto& steps = trace.steps.steps();
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const StepEvent& e = steps[i].event;
-    py::dict d;
-    d["index"] = e.index;
-    d["name"] = e.name;
-    d["op"] = e.op;
-    py::list inputs;
-    for (const auto& input : e.inputs) inputs.append(info_dict(input));
-    d["inputs"] = inputs;
-    d["shape"] = py::tuple(py::cast(e.output.shape));
-    d["dims"] = py::tuple(py::cast(e.output.dims));
-    d["dtype"] = dtype_name(e.output.dtype);
-    d["start_us"] = i < times.size() ? py::cast(times[i].start_us) : py::none();
-    d["time_us"] = i < times.size() ? py::cast(times[i].duration_us) : py::none();
-    d["values"] = steps[i].values ? py::object(to_array(*steps[i].values)) : py::none();
-    d["folded"] = e.folded.empty() ? py::none() : py::cast(e.folded);
-    d["stored_as"] = e.output.stored_as.empty() ? py::none() : py::object(py::tuple(py::cast(e.output.stored_as)));
-    out.append(d);
-  }
-  return out;
-}
-
-std::string trace_table(const Trace& trace, bool values) {
-  std::ostringstream out;
-  ConsoleTracer console(out, values);
-  replay(trace.steps, console);
-  return out.str();
-}
-
-void trace_dump(const Trace& trace, const std::filesystem::path& dir, bool values) {
-  TraceDump dump(dir, values, trace.config);
-  replay(trace.steps, dump);
-}
-
-// The layout steps folded or copied as asked, for one pass (none asked: as the device does).
-class LayoutStepsFor {
- public:
-  LayoutStepsFor(Backend& backend, std::optional<bool> fold) : backend_(backend), before_(backend.folds_layout_steps()) {
-    if (fold) backend.fold_layout_steps(*fold);
-  }
-  ~LayoutStepsFor() {
-    try {
-      backend_.fold_layout_steps(before_);
-    } catch (const std::exception&) {  // false is always taken; true was taken before
-    }
-  }
-  LayoutStepsFor(const LayoutStepsFor&) = delete;
-  LayoutStepsFor& operator=(const LayoutStepsFor&) = delete;
-
- private:
-  Backend& backend_;
-  bool before_;
-};
-
-// Runs `pass` on `device` with a value recorder attached, the layout steps folded or copied as
-// asked: the result and the trace.
-template <class F>
-auto traced(Device& device, nlohmann::json config, F&& pass, std::optional<bool> fold_layout_steps) {
-  auto trace = std::make_shared<Trace>();
-  trace->config = std::move(config);
-  auto result = on_device(device, [&](Backend& backend) {
-    LayoutStepsFor layout(backend, fold_layout_steps);
-    AttachedTracer attached(backend, trace->steps);
-    return pass(backend);
-  });
-  return std::pair{std::move(result), trace};
-}
 
 // ---- state dicts ---------------------------------------------------------------------------------
 
@@ -461,59 +282,6 @@ class Encoder {
   nlohmann::json config_;
 };
 
-// A checkpoint folder as the hub lays it out (io::load_pretrained): its model, kept on the device,
-// and its tokenizer.
-class Pretrained {
- public:
-  Pretrained(const std::filesystem::path& dir, const std::string& kind, const std::string& selector)
-      : device_(open_device(kind, selector)), loaded_(io::load_pretrained(dir)) {
-    loaded_.model->keep_weights_on(*device_->backend);
-    // config.json's entries, and what vkattn read of it
-    config_ = loaded_.config;
-    config_.update({{"module", loaded_.architecture}, {"architecture", loaded_.architecture}, {"path", dir.string()},
-                    {"model", loaded_.model->describe()}, {"parameters", loaded_.model->parameter_count()},
-                    {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}});
-  }
-
-  std::string device() const { return device_label(*device_); }
-  const nlohmann::json& config() const { return config_; }
-  std::vector<int64_t> encode(const std::string& text) const { return loaded_.tokenizer->encode(text); }
-  py::bytes decode(const std::vector<int64_t>& ids) const { return loaded_.tokenizer->decode(ids); }
-
-  // ids (B, T) int64 -> logits (B, T, V); with the trace, (logits, recorded).
-  py::object forward(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids, bool trace,
-                     std::optional<bool> fold_layout_steps) {
-    Tensor t(shape_of(ids), DType::int64);
-    const int64_t V = loaded_.model->vocab_size();
-    for (py::ssize_t k = 0; k < ids.size(); ++k) {
-      const int64_t id = ids.data()[k];  // ids are floats in a Tensor: range-checked while exact
-      if (id < 0 || id >= V) {
-        throw ShapeError("token id " + std::to_string(id) + " at index " + std::to_string(k) +
-                         " is outside the vocabulary [0, " + std::to_string(V) + ")");
-      }
-      t.data[static_cast<size_t>(k)] = static_cast<float>(id);
-    }
-    auto run = [&](Backend& backend) { return loaded_.model->forward(backend, t); };
-    if (!trace) return to_array(on_device(*device_, run));
-    auto [result, recorded] = traced(*device_, config_, run, fold_layout_steps);
-    return py::make_tuple(to_array(std::move(result)), recorded);
-  }
-
-  // `max_new_tokens` ids after `prompt` through the KV cache (Generation): greedy at temperature
-  // 0, else sampled from `seed`; fewer where the model gives its end-of-text token (not returned).
-  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature,
-                                int64_t top_k, uint64_t seed) {
-    const GenerationOptions options{.max_new_tokens = max_new_tokens, .temperature = temperature, .top_k = top_k,
-                                    .seed = seed, .use_cache = true, .eos_token_id = loaded_.eos_token_id};
-    return on_device(*device_, [&](Backend& backend) { return Generation(backend, *loaded_.model, prompt, options).run(); });
-  }
-
- private:
-  std::shared_ptr<Device> device_;
-  io::Pretrained loaded_;
-  nlohmann::json config_;
-};
-
 py::list device_list() {
   py::list out;
   for (const auto& d : devices()) {
@@ -586,10 +354,7 @@ PYBIND11_MODULE(_vkattn, m) {
   });
 
   m.def("devices", &device_list, "every Vulkan device: index, name, type, driver, memory, usable, chosen");
-  m.def("_release_devices", [] {
-    std::lock_guard lock(devices_mutex);
-    open_devices.clear();
-  });
+  m.def("_release_devices", &release_devices);
 
   py::class_<Trace, std::shared_ptr<Trace>>(m, "_Trace")
       .def_property_readonly("backend", [](const Trace& t) { return t.steps.backend(); })
@@ -672,16 +437,7 @@ PYBIND11_MODULE(_vkattn, m) {
       .def("forward", &Encoder::forward, py::arg("src"), py::arg("mask"), py::arg("src_key_padding_mask"),
            py::arg("is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none());
 
-  py::class_<Pretrained>(m, "_Pretrained")
-      .def(py::init<const std::filesystem::path&, const std::string&, const std::string&>(), py::arg("path"),
-           py::arg("kind"), py::arg("selector"))
-      .def_property_readonly("device", &Pretrained::device)
-      .def_property_readonly("config", [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
-      .def("encode", &Pretrained::encode, py::arg("text"))
-      .def("decode", &Pretrained::decode, py::arg("ids"))
-      .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
-      .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
-           py::arg("top_k"), py::arg("seed"));
+  bind_pretrained(m);
 
   py::class_<CheckReport>(m, "_CheckReport")
       .def_property_readonly("ok", &CheckReport::ok)

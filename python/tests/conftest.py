@@ -1,4 +1,7 @@
-"""Shared by the tests: both backends, torch's reference, the tolerances of the golden tests."""
+"""Shared by the tests: both backends, torch's reference, the tolerances of the golden tests, the
+shipped models' torch definitions and weights."""
+import importlib.util
+import json
 import os
 import sys
 
@@ -24,3 +27,34 @@ def assert_close(actual, expected, atol=ATOL, rtol=RTOL):
     assert isinstance(actual, np.ndarray) and actual.dtype == np.float32
     assert actual.shape == expected.shape
     np.testing.assert_allclose(actual, expected, atol=atol, rtol=rtol)
+
+
+MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "models")
+
+
+def definition(name):
+    """models/NAME/train.py, which defines the model in torch."""
+    spec = importlib.util.spec_from_file_location(f"{name}_train", os.path.join(MODELS, name, "train.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_safetensors(path):
+    """The F32, F16 and BF16 tensors of a safetensors file, as float32 torch tensors."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    header.pop("__metadata__", None)
+    tensors = {}
+    for name, e in header.items():
+        raw = data[e["data_offsets"][0]:e["data_offsets"][1]]
+        if e["dtype"] == "BF16":  # the high 16 bits of a float32
+            a = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        elif e["dtype"] == "F16":
+            a = np.frombuffer(raw, "<f2").astype(np.float32)
+        else:
+            a = np.frombuffer(raw, "<f4")
+        tensors[name] = torch.from_numpy(a.reshape(e["shape"]).copy())
+    return tensors

@@ -2,7 +2,6 @@
 saved as the hub saves them) against torch running the same weights from the models' definitions
 (models/*/train.py), on both backends: text and ids in, every position's logits, greedy
 generation, the trace's steps."""
-import importlib.util
 import json
 import os
 
@@ -11,36 +10,9 @@ import pytest
 import torch
 
 import vkattn
-from conftest import assert_close
+from conftest import MODELS, assert_close, definition, read_safetensors
 
-MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "models")
 MODEL = os.path.join(MODELS, "tiny_gpt2")
-
-
-def definition(name):
-    """models/NAME/train.py, which defines the model in torch."""
-    spec = importlib.util.spec_from_file_location(f"{name}_train", os.path.join(MODELS, name, "train.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def read_safetensors(path):
-    """The F32 and BF16 tensors of a safetensors file, as float32 torch tensors."""
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(n))
-        data = f.read()
-    header.pop("__metadata__", None)
-    tensors = {}
-    for name, e in header.items():
-        raw = data[e["data_offsets"][0]:e["data_offsets"][1]]
-        if e["dtype"] == "BF16":  # the high 16 bits of a float32
-            a = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            a = np.frombuffer(raw, "<f4")
-        tensors[name] = torch.from_numpy(a.reshape(e["shape"]).copy())
-    return tensors
 
 
 @pytest.fixture(scope="module", params=["tiny_gpt2", "tiny_llama"])
@@ -105,8 +77,8 @@ def test_the_trace_holds_every_step_of_every_layer():
 def test_bad_folders_and_ids_are_one_line_errors(tmp_path):
     with pytest.raises(vkattn.FileError, match="no config.json"):
         vkattn.from_pretrained(tmp_path)
-    (tmp_path / "config.json").write_text('{"architectures": ["BertModel"], "model_type": "bert"}')
-    with pytest.raises(vkattn.ConfigError, match="architecture 'BertModel'"):
+    (tmp_path / "config.json").write_text('{"architectures": ["T5Model"], "model_type": "t5"}')
+    with pytest.raises(vkattn.ConfigError, match="architecture 'T5Model'"):
         vkattn.from_pretrained(tmp_path)
     gpt2 = vkattn.from_pretrained(MODEL, device="cpu")
     with pytest.raises(vkattn.ShapeError, match="token id 600 .* outside the vocabulary"):

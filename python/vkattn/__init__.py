@@ -19,13 +19,13 @@ from ._vkattn import (ConfigError, DeviceError, Error, FileError, ShapeError, __
 from .check import STEPS, CheckReport, Recorder, attention_weights, check
 from .devices import devices
 from .modules import GroupedQueryAttention, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
-from .pretrained import PretrainedModel, from_pretrained
+from .pretrained import EncoderOutput, PretrainedEncoder, PretrainedModel, from_pretrained
 from .trace import Step, Trace, load_trace
 
 # Vulkan devices go before the interpreter unloads the extension.
 atexit.register(_release_devices)
 
 __all__ = ["MultiheadAttention", "GroupedQueryAttention", "TransformerEncoderLayer", "TransformerEncoder",
-           "from_pretrained", "PretrainedModel", "Trace", "Step",
+           "from_pretrained", "PretrainedModel", "PretrainedEncoder", "EncoderOutput", "Trace", "Step",
            "load_trace", "Recorder", "check", "attention_weights", "CheckReport", "STEPS", "devices", "heatmap_svg",
            "Error", "ShapeError", "ConfigError", "FileError", "DeviceError", "__version__"]

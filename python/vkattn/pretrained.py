@@ -1,13 +1,20 @@
 """Checkpoint folders as the Hugging Face hub lays them out — config.json, model.safetensors (or
-shards), tokenizer.json or vocab.json + merges.txt — run on a vkattn device:
+shards), tokenizer.json, vocab.json + merges.txt or vocab.txt — run on a vkattn device:
 
     gpt2 = vkattn.from_pretrained("models/tiny_gpt2")          # device=None: the default GPU
     logits = gpt2("Alice was beginning")                       # (1, T, vocab_size), numpy
     print(gpt2.generate("Alice was", max_new_tokens=20))       # greedy, with the KV cache
     logits, trace = gpt2.trace("Alice was")                    # every step of every layer
 
+    bert = vkattn.from_pretrained("models/tiny_bert")          # an encoder
+    out = bert(["Alice was tired.", "The Rabbit ran!"])        # padded, as a tokenizer would
+    out.last_hidden_state, out.pooler_output                   # (2, T, E), (2, E)
+
 Architectures so far: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM and
-Qwen2ForCausalLM. Another is a ConfigError naming it."""
+Qwen2ForCausalLM (PretrainedModel); BertModel and BertForMaskedLM (PretrainedEncoder). Another is
+a ConfigError naming it."""
+import collections
+
 import numpy as np
 
 from . import _vkattn
@@ -33,14 +40,23 @@ def _ids(model, tokens):
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-class PretrainedModel:
-    """A causal language model from a checkpoint folder, its weights kept on its device; call it
-    on text or token ids for the logits (B, T, vocab_size)."""
+def _a(kind):
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
 
-    def __init__(self, path, device=None):
-        self._impl = _vkattn._Pretrained(str(path), *resolve(device))
-        # config.json's entries, with architecture, path, model (vkattn's reading), parameters,
-        # stored_dtype and stored_bytes
+
+class _Checkpoint:
+    """What a model of a checkpoint folder offers whatever it is: its config, device and tokenizer."""
+
+    _kind = None  # the config's "kind" that the class runs
+
+    def __init__(self, path, device=None, _impl=None):
+        self._impl = _impl or _vkattn._Pretrained(str(path), *resolve(device))
+        c = self._impl.config
+        if c["kind"] != self._kind:
+            raise _vkattn.ConfigError(f"{path}: {c['architecture']} is {_a(c['kind'])}, not {_a(self._kind)}: "
+                                      f"vkattn.from_pretrained picks the class")
+        # config.json's entries, with architecture, path, kind ("language model", "encoder"),
+        # model (vkattn's reading), parameters, stored_dtype and stored_bytes
         self.config = self._impl.config
 
     @property
@@ -50,7 +66,7 @@ class PretrainedModel:
 
     def __repr__(self):
         c = self.config
-        return f"vkattn.PretrainedModel({c['architecture']} from {c['path']!r}: {c['model']}) on {self.device}"
+        return f"vkattn.{type(self).__name__}({c['architecture']} from {c['path']!r}: {c['model']}) on {self.device}"
 
     def encode(self, text):
         """The tokenizer's ids of `text`."""
@@ -59,6 +75,13 @@ class PretrainedModel:
     def decode(self, ids):
         """The text of token ids (bytes that end inside a character become U+FFFD)."""
         return self._impl.decode([int(i) for i in ids]).decode("utf-8", errors="replace")
+
+
+class PretrainedModel(_Checkpoint):
+    """A causal language model from a checkpoint folder, its weights kept on its device; call it
+    on text or token ids for the logits (B, T, vocab_size)."""
+
+    _kind = "language model"
 
     def __call__(self, tokens):
         """The logits (B, T, vocab_size) of text or token ids ((T,) gives B = 1)."""
@@ -83,6 +106,60 @@ class PretrainedModel:
         return self.decode(new) if isinstance(prompt, str) else new
 
 
+# An encoder's outputs, as Hugging Face's BaseModelOutputWithPooling names them: numpy arrays
+# (B, T, E) and (B, E); pooler_output is None for a model without a pooler.
+EncoderOutput = collections.namedtuple("EncoderOutput", ["last_hidden_state", "pooler_output"])
+
+
+class PretrainedEncoder(_Checkpoint):
+    """An encoder (BERT) from a checkpoint folder, its weights kept on its device; call it on a
+    text, a list of texts (padded to the longest, as a tokenizer's padding=True does) or token
+    ids for an EncoderOutput(last_hidden_state, pooler_output)."""
+
+    _kind = "encoder"
+
+    def _inputs(self, tokens, token_type_ids, attention_mask):
+        """(ids, token types, key padding mask: True = padding) for the engine."""
+        if isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens):
+            if attention_mask is not None:
+                raise _vkattn.ShapeError("attention_mask: texts are padded here; give it with token ids only")
+            rows = [self.encode(t) for t in tokens]
+            T = max(len(r) for r in rows)
+            pad = self.config["pad_token_id"]
+            if pad < 0 and any(len(r) < T for r in rows):
+                raise _vkattn.ConfigError("the tokenizer has no [PAD] token to pad the texts to one length")
+            ids = np.asarray([r + [max(pad, 0)] * (T - len(r)) for r in rows], dtype=np.int64)
+            attention_mask = np.asarray([[1] * len(r) + [0] * (T - len(r)) for r in rows])
+        else:
+            ids = _ids(self, tokens)
+        types = None if token_type_ids is None else np.ascontiguousarray(
+            np.asarray(token_type_ids).reshape(ids.shape), dtype=np.int64)
+        padding = None
+        if attention_mask is not None:
+            mask = np.asarray(attention_mask)
+            if mask.shape != ids.shape and mask.shape != ids.shape[1:]:
+                raise _vkattn.ShapeError(f"attention_mask {mask.shape} must be the ids' shape {ids.shape}")
+            padding = np.ascontiguousarray(mask.reshape(ids.shape) == 0)  # Hugging Face's 1 = a token
+        return ids, types, padding
+
+    def __call__(self, tokens, token_type_ids=None, attention_mask=None):
+        """EncoderOutput(last_hidden_state (B, T, E), pooler_output (B, E)) of a text, texts or ids.
+        token_type_ids (B, T): 0 for sentence A, 1 for B (zeros when absent); attention_mask
+        (B, T): 1 for a token, 0 for padding, as Hugging Face's tokenizers give it."""
+        hidden, pooled = self._impl.encoder_forward(*self._inputs(tokens, token_type_ids, attention_mask), False)
+        return EncoderOutput(hidden, pooled)
+
+    forward = __call__
+
+    def trace(self, tokens, token_type_ids=None, attention_mask=None, values=True, fold_layout_steps=None):
+        """(EncoderOutput, Trace): the forward with every step of every layer recorded."""
+        (hidden, pooled), recorded = self._impl.encoder_forward(
+            *self._inputs(tokens, token_type_ids, attention_mask), True, _fold(fold_layout_steps))
+        return EncoderOutput(hidden, pooled), Trace(recorded, values=values)
+
+
 def from_pretrained(path, device=None):
-    """The model of a checkpoint folder (GPT-2, Llama), on `device` (as the modules' device=)."""
-    return PretrainedModel(path, device)
+    """The model of a checkpoint folder on `device` (as the modules' device=): a PretrainedModel
+    (GPT-2, Llama, Mistral, Qwen2) or a PretrainedEncoder (BERT)."""
+    impl = _vkattn._Pretrained(str(path), *resolve(device))
+    return (PretrainedEncoder if impl.config["kind"] == "encoder" else PretrainedModel)(path, _impl=impl)

@@ -1,0 +1,126 @@
+// vkattn._Pretrained: a checkpoint folder as the hub lays it out (io::load_pretrained) — a
+// language model (GPT-2, Llama) or an encoder (BERT) — kept on its device, with its tokenizer.
+#include "binding.h"
+
+namespace vkattn::python {
+namespace {
+
+using IdArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+// Integer ids as a Tensor, each below `limit` (ids are floats in a Tensor: range-checked while
+// exact): ShapeError "<what> N at index K is outside <among> [0, limit)".
+Tensor ids_tensor(const IdArray& ids, int64_t limit, const std::string& what, const std::string& among) {
+  Tensor t(shape_of(ids), DType::int64);
+  for (py::ssize_t k = 0; k < ids.size(); ++k) {
+    const int64_t id = ids.data()[k];
+    if (id < 0 || id >= limit) {
+      throw ShapeError(what + " " + std::to_string(id) + " at index " + std::to_string(k) + " is outside " + among +
+                       " [0, " + std::to_string(limit) + ")");
+    }
+    t.data[static_cast<size_t>(k)] = static_cast<float>(id);
+  }
+  return t;
+}
+
+class Pretrained {
+ public:
+  Pretrained(const std::filesystem::path& dir, const std::string& kind, const std::string& selector)
+      : device_(open_device(kind, selector)), loaded_(io::load_pretrained(dir)) {
+    KeepsWeights& kept = loaded_.model ? static_cast<KeepsWeights&>(*loaded_.model) : *loaded_.encoder;
+    kept.keep_weights_on(*device_->backend);
+    // config.json's entries, and what vkattn read of it
+    config_ = loaded_.config;
+    config_.update({{"module", loaded_.architecture}, {"architecture", loaded_.architecture}, {"path", dir.string()},
+                    {"kind", loaded_.model ? "language model" : "encoder"},
+                    {"model", loaded_.model ? loaded_.model->describe() : loaded_.encoder->describe()},
+                    {"parameters", loaded_.model ? loaded_.model->parameter_count()
+                                                 : loaded_.encoder->parameter_count()},
+                    {"pad_token_id", loaded_.tokenizer->token_id("[PAD]")},
+                    {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}});
+  }
+
+  std::string device() const { return device_label(*device_); }
+  const nlohmann::json& config() const { return config_; }
+  std::vector<int64_t> encode(const std::string& text) const { return loaded_.tokenizer->encode(text); }
+  py::bytes decode(const std::vector<int64_t>& ids) const { return loaded_.tokenizer->decode(ids); }
+
+  // A language model's logits (B, T, V) of ids (B, T); with the trace, (logits, recorded).
+  py::object forward(const IdArray& ids, bool trace, std::optional<bool> fold_layout_steps) {
+    if (!loaded_.model) throw ConfigError(loaded_.architecture + " is an encoder: call it for its hidden states");
+    const Tensor t = ids_tensor(ids, loaded_.model->vocab_size(), "token id", "the vocabulary");
+    return run([&](Backend& backend) { return loaded_.model->forward(backend, t); }, trace, fold_layout_steps);
+  }
+
+  // An encoder's (last_hidden_state (B, T, E), pooler_output (B, E) or None) of ids (B, T), with
+  // token types (B, T) and padding (B, T) True where a position is padding; with the trace,
+  // ((last_hidden_state, pooler_output), recorded).
+  py::object encoder_forward(const IdArray& ids, const std::optional<IdArray>& token_type_ids,
+                             const std::optional<py::array>& key_padding_mask, bool trace,
+                             std::optional<bool> fold_layout_steps) {
+    if (!loaded_.encoder) throw ConfigError(loaded_.architecture + " is a language model: call it for its logits");
+    const Bert& bert = *loaded_.encoder;
+    const Tensor t = ids_tensor(ids, bert.vocab_size(), "token id", "the vocabulary");
+    std::optional<Tensor> types;
+    if (token_type_ids) {
+      types = ids_tensor(*token_type_ids, bert.config().type_vocab_size, "token type", "the token types (type_vocab_size)");
+    }
+    const std::optional<Tensor> padding = to_mask(key_padding_mask);
+    BertOutput out;  // the hidden state is the pass's result, so that traces end on it
+    auto pass = [&](Backend& backend) {
+      out = bert.forward(backend, t, types, padding);
+      return out.last_hidden_state;
+    };
+    auto pair = [&] {
+      py::object pooled = out.pooler_output ? py::object(to_array(std::move(*out.pooler_output))) : py::none();
+      return py::make_tuple(to_array(std::move(out.last_hidden_state)), pooled);
+    };
+    if (!trace) {
+      on_device(*device_, pass);
+      return pair();
+    }
+    auto [ignored, recorded] = traced(*device_, config_, pass, fold_layout_steps);
+    return py::make_tuple(pair(), recorded);
+  }
+
+  // `max_new_tokens` ids after `prompt` through the KV cache (Generation): greedy at temperature
+  // 0, else sampled from `seed`; fewer where the model gives its end-of-text token (not returned).
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature,
+                                int64_t top_k, uint64_t seed) {
+    if (!loaded_.model) throw ConfigError(loaded_.architecture + " is an encoder: it does not generate text");
+    const GenerationOptions options{.max_new_tokens = max_new_tokens, .temperature = temperature, .top_k = top_k,
+                                    .seed = seed, .use_cache = true, .eos_token_id = loaded_.eos_token_id};
+    return on_device(*device_, [&](Backend& backend) { return Generation(backend, *loaded_.model, prompt, options).run(); });
+  }
+
+ private:
+  template <class F>
+  py::object run(F&& pass, bool trace, std::optional<bool> fold_layout_steps) {
+    if (!trace) return to_array(on_device(*device_, pass));
+    auto [result, recorded] = traced(*device_, config_, pass, fold_layout_steps);
+    return py::make_tuple(to_array(std::move(result)), recorded);
+  }
+
+  std::shared_ptr<Device> device_;
+  io::Pretrained loaded_;
+  nlohmann::json config_;
+};
+
+}  // namespace
+
+void bind_pretrained(py::module_& m) {
+  py::class_<Pretrained>(m, "_Pretrained")
+      .def(py::init<const std::filesystem::path&, const std::string&, const std::string&>(), py::arg("path"),
+           py::arg("kind"), py::arg("selector"))
+      .def_property_readonly("device", &Pretrained::device)
+      .def_property_readonly("config",
+                             [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
+      .def("encode", &Pretrained::encode, py::arg("text"))
+      .def("decode", &Pretrained::decode, py::arg("ids"))
+      .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("encoder_forward", &Pretrained::encoder_forward, py::arg("ids"), py::arg("token_type_ids"),
+           py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
+           py::arg("top_k"), py::arg("seed"));
+}
+
+}  // namespace vkattn::python

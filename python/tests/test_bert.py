@@ -1,0 +1,85 @@
+"""vkattn.from_pretrained on models/tiny_bert (BERT's architecture, saved as the hub saves
+bert-base-uncased: BertForMaskedLM's names, F16) against torch running the same weights from the
+model's definition (models/tiny_bert/train.py), on both backends: texts padded as a tokenizer pads
+them, ids with token types and Hugging Face's attention_mask, the trace's steps, bad inputs."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import vkattn
+from conftest import MODELS, assert_close, definition, read_safetensors
+
+FOLDER = os.path.join(MODELS, "tiny_bert")
+
+
+@pytest.fixture(scope="module")
+def torch_bert():
+    """torch's BertModel of the file's weights (its "bert." part)."""
+    train = definition("tiny_bert")
+    weights = read_safetensors(os.path.join(FOLDER, "model.safetensors"))
+    model = train.BertForMaskedLM(weights["bert.embeddings.word_embeddings.weight"].shape[0])
+    model.load_state_dict(weights)
+    return model.bert.eval()
+
+
+def test_texts_padded_to_one_length_match_torch(device, torch_bert):
+    bert = vkattn.from_pretrained(FOLDER, device=device)
+    assert isinstance(bert, vkattn.PretrainedEncoder)
+    texts = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
+    out = bert(texts)
+    ids = [bert.encode(t) for t in texts]
+    T = len(ids[0])
+    assert len(ids[1]) < T  # the second is padded
+    padded = torch.tensor([ids[0], ids[1] + [0] * (T - len(ids[1]))])
+    mask = torch.tensor([[1] * T, [1] * len(ids[1]) + [0] * (T - len(ids[1]))])
+    with torch.no_grad():
+        hidden, pooled = torch_bert(padded, torch.zeros_like(padded), mask)
+    assert_close(out.last_hidden_state, hidden, atol=1e-4, rtol=1e-4)
+    assert_close(out.pooler_output, pooled, atol=1e-4, rtol=1e-4)
+    # the same ids and mask given as Hugging Face's tokenizer gives them
+    again = bert(padded.numpy(), attention_mask=mask.numpy())
+    np.testing.assert_array_equal(again.last_hidden_state, out.last_hidden_state)
+
+
+def test_token_types_are_read(device, torch_bert):
+    bert = vkattn.from_pretrained(FOLDER, device=device)
+    a, b = bert.encode("Down the rabbit-hole."), bert.encode("Alice felt sleepy.")[1:]
+    ids = torch.tensor([a + b])
+    types = torch.tensor([[0] * len(a) + [1] * len(b)])
+    with torch.no_grad():
+        hidden, pooled = torch_bert(ids, types, torch.ones_like(ids))
+    out = bert(ids, token_type_ids=types)
+    assert_close(out.last_hidden_state, hidden, atol=1e-4, rtol=1e-4)
+    assert_close(out.pooler_output, pooled, atol=1e-4, rtol=1e-4)
+    assert np.abs(bert(ids).last_hidden_state - hidden.numpy()).max() > 1e-2  # zeros are another input
+
+
+def test_the_trace_ends_with_the_pooler():
+    bert = vkattn.from_pretrained(FOLDER)
+    out, trace = bert.trace("Alice was tired.")
+    names = [s.name for s in trace.steps]
+    assert names[:5] == ["embeddings.word_embeddings", "embeddings.token_type_embeddings", "embeddings.add_token_types",
+                         "embeddings.position_embeddings", "embeddings.LayerNorm"]
+    assert names[-3:] == ["pooler.first_token", "pooler.dense", "pooler.tanh"]
+    np.testing.assert_array_equal(trace["pooler.tanh"], out.pooler_output)
+    np.testing.assert_array_equal(trace["layers.1.norm2"], out.last_hidden_state)
+    assert bert.config["kind"] == "encoder" and bert.config["stored_dtype"] == "F16"
+    assert "PretrainedEncoder(BertForMaskedLM" in repr(bert)
+
+
+def test_bad_inputs_are_one_line_errors():
+    bert = vkattn.from_pretrained(FOLDER, device="cpu")
+    with pytest.raises(vkattn.ShapeError, match="token type 2 at index 1 is outside the token types"):
+        bert([2, 7, 3], token_type_ids=[0, 2, 0])
+    with pytest.raises(vkattn.ShapeError, match="token id 266 at index 0 is outside the vocabulary"):
+        bert([266])
+    with pytest.raises(vkattn.ShapeError, match=r"attention_mask \(2,\) must be the ids' shape \(1, 3\)"):
+        bert([2, 7, 3], attention_mask=[1, 1])
+    with pytest.raises(vkattn.ShapeError, match="texts are padded here"):
+        bert(["a", "b"], attention_mask=[[1], [1]])
+    with pytest.raises(vkattn.ConfigError, match="is an encoder: it does not generate"):
+        bert._impl.generate([2], 1, 0.0, 0, 0)
+    with pytest.raises(vkattn.ConfigError, match="BertForMaskedLM is an encoder, not a language model"):
+        vkattn.PretrainedModel(FOLDER, device="cpu")
