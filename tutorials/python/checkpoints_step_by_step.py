@@ -1,13 +1,14 @@
 #!/usr/bin/python3
-"""Python lesson 3: GPT-2 and Llama checkpoints from the Hugging Face hub, tensor by tensor.
+"""Python lesson 3: GPT-2, Llama and BERT checkpoints from the Hugging Face hub, tensor by tensor.
 
 A checkpoint folder is what the hub serves: config.json, model.safetensors, the tokenizer's files.
-vkattn.from_pretrained reads one as vkattn's steps: the two models shipped in models/ — a GPT-2
-and a Llama, trained in a minute on the opening of Alice and saved exactly as the hub saves
-them — are traced step by step here, and each step that differs between the two recipes is
+vkattn.from_pretrained reads one as vkattn's steps: the three models shipped in models/ — a
+GPT-2, a Llama and a BERT, trained in a minute on the opening of Alice and saved exactly as the
+hub saves them — are traced step by step here, and each step that differs between the recipes is
 checked by hand from the trace's own tensors: GPT-2's fused c_attn split into q, k and v;
-Llama's RMSNorm, its key/value heads shared by two query heads each, and its SwiGLU. Both give
-torch's logits (models/*/train.py defines each model in torch) and torch's greedy text.
+Llama's RMSNorm, its key/value heads shared by two query heads each, and its SwiGLU; BERT's token
+types, its norms after each residual, its padding and its pooler. Each gives torch's numbers
+(models/*/train.py defines each model in torch), and the two language models torch's greedy text.
 
 Run: PYTHONPATH=build/python /usr/bin/python3 tutorials/python/checkpoints_step_by_step.py
      [--device D]
@@ -31,7 +32,8 @@ def torch_model(name, config):
     spec = importlib.util.spec_from_file_location(f"{name}_train", MODELS / name / "train.py")
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
-    model = (train.GPT2LMHeadModel if name == "tiny_gpt2" else train.LlamaForCausalLM)(config["vocab_size"])
+    classes = {"tiny_gpt2": "GPT2LMHeadModel", "tiny_llama": "LlamaForCausalLM", "tiny_bert": "BertForMaskedLM"}
+    model = getattr(train, classes[name])(config["vocab_size"])
     raw = (MODELS / name / "model.safetensors").read_bytes()
     n = int.from_bytes(raw[:8], "little")
     header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
@@ -41,6 +43,8 @@ def torch_model(name, config):
         chunk = data[e["data_offsets"][0]:e["data_offsets"][1]]
         if e["dtype"] == "BF16":  # bfloat16 is a float32's high half
             a = (np.frombuffer(chunk, "<u2").astype(np.uint32) << 16).view(np.float32)
+        elif e["dtype"] == "F16":
+            a = np.frombuffer(chunk, "<f2").astype(np.float32)
         else:
             a = np.frombuffer(chunk, "<f4")
         state[key] = torch.from_numpy(a.reshape(e["shape"]).copy())
@@ -67,6 +71,53 @@ def agree(what, mine, theirs, worst):
     error = float(np.abs(np.asarray(mine) - np.asarray(theirs)).max())
     print(f"  {what}: max |difference| {error:.1e}")
     return max(worst, error)
+
+
+def bert_part(device, worst):
+    """tiny_bert: an encoder, on two texts of different lengths padded into one batch."""
+    bert = vkattn.from_pretrained(MODELS / "tiny_bert", device=device)
+    c = bert.config
+    print(f"\nmodels/tiny_bert: {c['architectures'][0]}, hidden_size {c['hidden_size']}, "
+          f"{c['num_attention_heads']} heads, {c['num_hidden_layers']} layers,\n"
+          f"{c['parameters']} parameters stored {c['stored_dtype']}, a WordPiece vocabulary of "
+          f"{c['vocab_size']}\non {bert.device}")
+    texts = ["Alice was beginning to get very tired.", "The Rabbit ran!"]
+    for text in texts:
+        show_tokens(bert, text)
+    out, trace = bert.trace(texts)
+    print(f"\nthe two texts padded to one length with [PAD] (id {c['pad_token_id']}); "
+          f"one forward is {len(trace.steps)} steps:")
+    show_layer(trace, 0)
+    _, state = torch_model("tiny_bert", c)
+    print("\nWhat the BERT recipe does differently, checked from the trace:")
+    types = state["bert.embeddings.token_type_embeddings.weight"].numpy()
+    worst = agree("add_token_types = word + token_type_embeddings[0] (sentence A)",
+                  trace["embeddings.word_embeddings"] + types[0], trace["embeddings.add_token_types"], worst)
+    x, attended = trace["embeddings.LayerNorm"], trace["layers.0.self_attn.out_proj"]
+    s = x + attended
+    norm1 = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + c["layer_norm_eps"])
+    norm1 = norm1 * state["bert.encoder.layer.0.attention.output.LayerNorm.weight"].numpy() + \
+        state["bert.encoder.layer.0.attention.output.LayerNorm.bias"].numpy()
+    worst = agree("norm1 = LayerNorm(x + attention(x)), after the residual",
+                  norm1, trace["layers.0.norm1"], worst)
+    n = len(bert.encode(texts[1]))
+    alone = bert(texts[1]).last_hidden_state
+    worst = agree(f"the short text padded and alone: its {n} positions (no query sees [PAD])",
+                  out.last_hidden_state[1, :n], alone[0], worst)
+    w, b = state["bert.pooler.dense.weight"].numpy(), state["bert.pooler.dense.bias"].numpy()
+    worst = agree("pooler.tanh = tanh(dense(x[:, 0])), the [CLS] row",
+                  np.tanh(out.last_hidden_state[:, 0] @ w.T + b), out.pooler_output, worst)
+    reference, _ = torch_model("tiny_bert", c)
+    ids = [bert.encode(t) for t in texts]
+    T = len(ids[0])
+    padded = torch.tensor([r + [c["pad_token_id"]] * (T - len(r)) for r in ids])
+    mask = torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in ids])
+    with torch.no_grad():
+        hidden, pooled = reference.bert(padded, torch.zeros_like(padded), mask)
+    worst = agree(f"tiny_bert's last_hidden_state {out.last_hidden_state.shape} against torch's",
+                  out.last_hidden_state, hidden.numpy(), worst)
+    return agree(f"tiny_bert's pooler_output {out.pooler_output.shape} against torch's", out.pooler_output,
+                 pooled.numpy(), worst)
 
 
 def main():
@@ -141,10 +192,14 @@ def main():
         print(f"  {name} continues {PROMPT!r} with\n    {text!r}: torch's greedy text: {same}")
         worst = worst if same else float("inf")
 
+    worst = bert_part(args.device, worst)
+
     print("\nWhat to notice: a checkpoint is a recipe's weights under its authors' names; vkattn reads\n"
-          "each name into one of its steps, so a GPT-2 and a Llama are traced as the 2017 block is.\n"
-          "GPT-2 differs in layout (Conv1D's (in, out)) and activation; Llama in its norm, its\n"
-          "positions (RoPE on q and k, nothing added to x), its shared key/value heads and its SwiGLU.")
+          "each name into one of its steps, so a GPT-2, a Llama and a BERT are traced as the 2017\n"
+          "block is. GPT-2 differs in layout (Conv1D's (in, out)) and activation; Llama in its norm,\n"
+          "its positions (RoPE on q and k, nothing added to x), its shared key/value heads and its\n"
+          "SwiGLU; BERT reads the whole text at once (no causal mask), adds token types, normalises\n"
+          "after each residual, and pools its [CLS] row.")
     print(f"\nlargest difference from the hand-made or torch values: {worst:.1e}")
     return 0 if worst < 1e-4 else 1
 
