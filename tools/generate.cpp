@@ -217,8 +217,9 @@ int run_generate(const GenerateArgs& a) {
   int64_t n = 0;
   for (std::optional<int64_t> next; (next = generation.next()); ++n) {
     const int64_t token = *next;
-    // a token may end inside a character: its bytes go out as they are, the terminal joins them
-    const std::string piece = loaded.tokenizer->decode(std::span(&token, 1));
+    // a token may end inside a character: its bytes go out as they are, the terminal joins them;
+    // it continues the prompt (SentencePiece's leading space is the text's)
+    const std::string piece = loaded.tokenizer->decode_continuation(std::span(&token, 1));
     text += piece;
     if (!a.json) std::cout << piece << std::flush;
     if (progress) {

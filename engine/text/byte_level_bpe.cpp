@@ -49,8 +49,6 @@ const std::unordered_map<std::string, unsigned char>& stand_in_bytes() {
   return table;
 }
 
-std::string pair_key(const std::string& a, const std::string& b) { return a + ' ' + b; }
-
 std::string text_of(const std::filesystem::path& path) {
   const auto bytes = io::read_file(path);
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -76,14 +74,7 @@ ByteLevelBPE::ByteLevelBPE(Vocab vocab, std::vector<std::pair<std::string, std::
       throw FileError(source + ": the vocabulary lacks the byte token '" + stand_in + "' (byte-level BPE has all 256)");
     }
   }
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
-    if (!vocab_.contains(a + b)) {
-      throw FileError(merges_source + ": merge " + std::to_string(rank + 1) + " '" + a + " " + b + "' makes '" + a + b +
-                      "', which is not in the vocabulary");
-    }
-    ranks_.emplace(pair_key(a, b), rank);  // a repeated merge keeps its first rank
-  }
+  ranks_ = merge_ranks(merges, vocab_, merges_source);
 }
 
 ByteLevelBPE ByteLevelBPE::from_files(const std::filesystem::path& vocab_json,
@@ -121,33 +112,6 @@ ByteLevelBPE ByteLevelBPE::from_files(const std::filesystem::path& vocab_json,
                       merges_txt.string());
 }
 
-std::vector<std::string> ByteLevelBPE::merge(std::vector<std::string> symbols) const {
-  // Merge the adjacent pair of the lowest rank, every occurrence left to right, until no pair has
-  // a rank: GPT-2's bpe().
-  while (symbols.size() > 1) {
-    size_t best = std::numeric_limits<size_t>::max();
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      auto it = ranks_.find(pair_key(symbols[i], symbols[i + 1]));
-      if (it != ranks_.end()) best = std::min(best, it->second);
-    }
-    if (best == std::numeric_limits<size_t>::max()) break;
-    std::vector<std::string> merged;
-    for (size_t i = 0; i < symbols.size(); ++i) {
-      if (i + 1 < symbols.size()) {
-        auto it = ranks_.find(pair_key(symbols[i], symbols[i + 1]));
-        if (it != ranks_.end() && it->second == best) {
-          merged.push_back(symbols[i] + symbols[i + 1]);
-          ++i;
-          continue;
-        }
-      }
-      merged.push_back(symbols[i]);
-    }
-    symbols = std::move(merged);
-  }
-  return symbols;
-}
-
 std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
   check_utf8(input, "the text");
   const std::string normalised = options_.nfc ? nfc(input) : std::string();
@@ -167,7 +131,7 @@ std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
           continue;
         }
       }
-      for (const std::string& symbol : merge(std::move(symbols))) ids.push_back(vocab_.at(symbol));
+      for (const std::string& symbol : merge_symbols(std::move(symbols), ranks_)) ids.push_back(vocab_.at(symbol));
     }
   };
   special_.split(text, encode_plain, [&](int64_t id) { ids.push_back(id); });

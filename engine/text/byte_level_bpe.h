@@ -40,12 +40,9 @@ class ByteLevelBPE : public Tokenizer {
   int64_t token_id(const std::string& token) const override;
 
  private:
-  // The merged symbols of one pre-token's stand-in characters (each a UTF-8 string).
-  std::vector<std::string> merge(std::vector<std::string> symbols) const;
-
   Vocab vocab_;
   std::vector<std::string> tokens_;                // id -> token
-  std::unordered_map<std::string, size_t> ranks_;  // "a b" -> the merge's rank
+  MergeRanks ranks_;
   SpecialTokens special_;
   ByteLevelOptions options_;
   std::vector<int64_t> prefix_ids_, suffix_ids_;

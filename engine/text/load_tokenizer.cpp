@@ -4,6 +4,7 @@
 
 #include "engine/io/file.h"
 #include "engine/text/byte_level_bpe.h"
+#include "engine/text/sentencepiece_bpe.h"
 #include "engine/text/vocabulary.h"
 #include "engine/text/word_piece.h"
 #include "vkattn/errors.h"
@@ -98,12 +99,26 @@ Vocab vocab_of(const json& file, std::vector<std::string>& special, const std::s
   return vocab;
 }
 
+// A BPE model's merges: "a b" strings, or ["a", "b"] pairs (tokenizers >= 0.20).
+std::vector<std::pair<std::string, std::string>> merges_of(const json& model, const std::string& source) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  for (const auto& m : model.at("merges")) {
+    if (m.is_array() && m.size() == 2) {
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+      continue;
+    }
+    const std::string line = m.get<std::string>();
+    const size_t space = line.find(' ');
+    if (space == std::string::npos || space == 0 || space + 1 == line.size()) {
+      throw FileError(source + ": merge '" + line + "' is not two tokens split by one space");
+    }
+    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  return merges;
+}
+
 std::unique_ptr<Tokenizer> byte_level_bpe(const json& file, const std::string& source) {
   const json& model = file.at("model");
-  if (model.value("byte_fallback", false)) {
-    throw FileError(source + ": the BPE model has byte_fallback (SentencePiece's, as Llama 2's); vkattn reads " +
-                    "byte-level BPE so far");
-  }
   ByteLevelOptions options;
   options.pattern = pre_tokenizer_pattern(file.value("pre_tokenizer", json()), source);
   options.ignore_merges = model.value("ignore_merges", false);
@@ -116,21 +131,79 @@ std::unique_ptr<Tokenizer> byte_level_bpe(const json& file, const std::string& s
   template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, source);
   std::vector<std::string> special;
   Vocab vocab = vocab_of(file, special, source);
-  std::vector<std::pair<std::string, std::string>> merges;
-  for (const auto& m : model.at("merges")) {
-    if (m.is_array() && m.size() == 2) {  // tokenizers >= 0.20: ["a", "b"]
-      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-      continue;
-    }
-    const std::string line = m.get<std::string>();  // "a b"
-    const size_t space = line.find(' ');
-    if (space == std::string::npos || space == 0 || space + 1 == line.size()) {
-      throw FileError(source + ": merge '" + line + "' is not two tokens split by one space");
-    }
-    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
-  }
-  return std::make_unique<ByteLevelBPE>(std::move(vocab), std::move(merges), std::move(special), source, "",
+  return std::make_unique<ByteLevelBPE>(std::move(vocab), merges_of(model, source), std::move(special), source, "",
                                         std::move(options));
+}
+
+const char* const kSpace = "\xe2\x96\x81";  // ▁
+
+// Whether a BPE tokenizer.json is SentencePiece's (Llama 2's): byte fallback, or spaces as ▁.
+bool is_sentencepiece(const json& file) {
+  if (file.at("model").value("byte_fallback", false)) return true;
+  if (pre_tokenizer_kind(file.value("pre_tokenizer", json())) == "Metaspace") return true;
+  for (const json& n : members(file.value("normalizer", json()), "normalizers")) {
+    if (n.is_object() && n.value("type", "") == "Replace" && n.value("content", "") == kSpace) return true;
+  }
+  return false;
+}
+
+// A special token's name in tokenizer_config.json: a string, or {"content": …}
+std::string config_token(const json& config, const char* key, const std::string& source) {
+  if (!config.contains(key)) throw FileError(source + ": no " + key + " for add_" + std::string(key));
+  const json& v = config[key];
+  return v.is_string() ? v.get<std::string>() : v.at("content").get<std::string>();
+}
+
+// SentencePiece's BPE (Llama 2's, Mistral's, TinyLlama's): spaces as ▁ by a Prepend + Replace
+// normalizer or by the Metaspace pre-tokenizer, byte fallback; tokenizer_config.json's
+// add_bos_token and add_eos_token, where it has them, choose the template's tokens (as
+// LlamaTokenizerFast does).
+std::unique_ptr<Tokenizer> sentencepiece_bpe(const json& file, const json& config, const std::string& source) {
+  const json& model = file.at("model");
+  SentencePieceOptions options;
+  options.byte_fallback = model.value("byte_fallback", false);
+  options.unk_token = model.contains("unk_token") && model["unk_token"].is_string()
+                          ? model["unk_token"].get<std::string>() : "<unk>";
+  options.prepend = false;
+  for (const json& n : members(file.value("normalizer", json()), "normalizers")) {
+    if (n.is_null()) continue;
+    const std::string kind = n.value("type", "?");
+    if (kind == "Prepend" && n.value("prepend", "") == kSpace) {
+      options.prepend = true;
+    } else if (kind != "Replace" || n.value("content", "") != kSpace || n.value("pattern", json()).value("String", "") != " ") {
+      throw FileError(source + ": the normalizer " + kind + " " + n.dump().substr(0, 60) +
+                      " is not one vkattn reads with SentencePiece's BPE (Prepend ▁, Replace ' ' by ▁)");
+    }
+  }
+  const json pre = file.value("pre_tokenizer", json());
+  if (!pre.is_null()) {
+    if (pre_tokenizer_kind(pre) != "Metaspace" || pre.value("replacement", kSpace) != kSpace) {
+      throw FileError(source + ": the pre-tokenizer is " + pre_tokenizer_kind(pre) +
+                      "; vkattn reads SentencePiece's BPE with Metaspace (replacement ▁) or none");
+    }
+    const std::string scheme = pre.contains("prepend_scheme") ? pre["prepend_scheme"].get<std::string>()
+                               : pre.value("add_prefix_space", true) ? "always" : "never";
+    if (scheme != "always" && scheme != "first" && scheme != "never") {
+      throw FileError(source + ": Metaspace's prepend_scheme '" + scheme + "' is not always, first or never");
+    }
+    options.prepend = scheme != "never";
+    options.prepend_first_only = scheme == "first";
+    options.prepend_to_space = false;
+    options.split = pre.value("split", true);
+  }
+  template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, source);
+  if (config.is_object() && config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
+    options.prefix.clear();
+    if (config["add_bos_token"].get<bool>()) options.prefix.push_back(config_token(config, "bos_token", source));
+  }
+  if (config.is_object() && config.contains("add_eos_token") && config["add_eos_token"].is_boolean()) {
+    options.suffix.clear();
+    if (config["add_eos_token"].get<bool>()) options.suffix.push_back(config_token(config, "eos_token", source));
+  }
+  std::vector<std::string> special;
+  Vocab vocab = vocab_of(file, special, source);
+  return std::make_unique<SentencePieceBPE>(std::move(vocab), merges_of(model, source), std::move(special), source,
+                                            std::move(options));
 }
 
 // WordPiece after BertNormalizer (or none) and BertPreTokenizer: BERT's.
@@ -167,11 +240,10 @@ std::unique_ptr<Tokenizer> word_piece(const json& file, const std::string& sourc
   return std::make_unique<WordPiece>(std::move(vocab), std::move(special), source, std::move(options));
 }
 
-}  // namespace
-
-// tokenizer.json with a BPE model and a byte-level pre-tokenizer (GPT-2's, Llama 3's, Qwen2's), or
-// a WordPiece model (BERT's).
-std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std::string& source) {
+// tokenizer.json with a BPE model and a byte-level pre-tokenizer (GPT-2's, Llama 3's, Qwen2's) or
+// SentencePiece's spaces and byte fallback (Llama 2's), or a WordPiece model (BERT's); `config`,
+// tokenizer_config.json's object or null.
+std::unique_ptr<Tokenizer> parse_tokenizer_files(std::string_view text, const std::string& source, const json& config) {
   json file;
   try {
     file = json::parse(text);
@@ -181,20 +253,35 @@ std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std
   if (!file.is_object()) throw FileError(source + ": not a JSON object");
   try {
     const std::string type = file.at("model").value("type", "?");
-    if (type == "BPE") return byte_level_bpe(file, source);
+    if (type == "BPE") return is_sentencepiece(file) ? sentencepiece_bpe(file, config, source) : byte_level_bpe(file, source);
     if (type == "WordPiece") return word_piece(file, source);
-    throw FileError(source + ": the model is " + type + "; vkattn reads byte-level BPE (GPT-2's) and WordPiece " +
+    throw FileError(source + ": the model is " + type + "; vkattn reads BPE (GPT-2's, Llama's) and WordPiece " +
                     "(BERT's) tokenizers so far");
   } catch (const json::exception& e) {
     throw FileError(source + ": " + e.what());
   }
 }
 
+}  // namespace
+
+std::unique_ptr<Tokenizer> parse_tokenizer_json(std::string_view text, const std::string& source) {
+  return parse_tokenizer_files(text, source, json());
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir) {
   if (std::filesystem::exists(dir / "tokenizer.json")) {
+    json config;
+    if (std::filesystem::exists(dir / "tokenizer_config.json")) {
+      const auto bytes = io::read_file(dir / "tokenizer_config.json");
+      try {
+        config = json::parse(bytes.begin(), bytes.end());
+      } catch (const json::exception& e) {
+        throw FileError((dir / "tokenizer_config.json").string() + ": not JSON (" + e.what() + ")");
+      }
+    }
     const auto bytes = io::read_file(dir / "tokenizer.json");
-    return parse_tokenizer_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
-                                (dir / "tokenizer.json").string());
+    return parse_tokenizer_files(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                                 (dir / "tokenizer.json").string(), config);
   }
   if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt")) {
     return std::make_unique<ByteLevelBPE>(ByteLevelBPE::from_files(dir / "vocab.json", dir / "merges.txt"));

@@ -1,6 +1,8 @@
 #include "engine/text/vocabulary.h"
 
 #include <algorithm>
+#include <limits>
+#include <queue>
 
 #include "vkattn/errors.h"
 
@@ -59,6 +61,59 @@ void SpecialTokens::split(std::string_view text, const std::function<void(std::s
     special(which->second);
     begin = found + which->first.size();
   }
+}
+
+MergeRanks merge_ranks(const std::vector<std::pair<std::string, std::string>>& merges, const Vocab& vocab,
+                       const std::string& source) {
+  MergeRanks ranks;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [a, b] = merges[rank];
+    if (!vocab.contains(a + b)) {
+      throw FileError(source + ": merge " + std::to_string(rank + 1) + " '" + a + " " + b + "' makes '" + a + b +
+                      "', which is not in the vocabulary");
+    }
+    ranks.emplace(a + ' ' + b, rank);  // a repeated merge keeps its first rank
+  }
+  return ranks;
+}
+
+std::vector<std::string> merge_symbols(std::vector<std::string> symbols, const MergeRanks& ranks) {
+  // The symbols as a linked list, the ranked adjacent pairs in a heap of (rank, left symbol): the
+  // lowest rank first, the leftmost among equals, as tokenizers' BPE merges (O(n log n) for a
+  // text of n symbols; a SentencePiece model merges a whole text at once).
+  const size_t n = symbols.size();
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  std::vector<size_t> prev(n), next(n);
+  std::vector<bool> alive(n, true);
+  for (size_t i = 0; i < n; ++i) prev[i] = i == 0 ? kNone : i - 1, next[i] = i + 1 == n ? kNone : i + 1;
+  using Pair = std::pair<size_t, size_t>;  // (rank, left symbol)
+  std::priority_queue<Pair, std::vector<Pair>, std::greater<>> heap;
+  auto rank_of = [&](size_t left) {
+    if (left == kNone || next[left] == kNone) return kNone;
+    auto it = ranks.find(symbols[left] + ' ' + symbols[next[left]]);
+    return it == ranks.end() ? kNone : it->second;
+  };
+  auto push = [&](size_t left) {
+    if (const size_t rank = rank_of(left); rank != kNone) heap.emplace(rank, left);
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const auto [rank, left] = heap.top();
+    heap.pop();
+    if (!alive[left] || rank_of(left) != rank) continue;  // a pair since merged away
+    const size_t right = next[left];
+    symbols[left] += symbols[right];
+    alive[right] = false;
+    next[left] = next[right];
+    if (next[right] != kNone) prev[next[right]] = left;
+    push(prev[left]);
+    push(left);
+  }
+  std::vector<std::string> merged;
+  for (size_t i = 0; i < n; ++i) {
+    if (alive[i]) merged.push_back(std::move(symbols[i]));
+  }
+  return merged;
 }
 
 std::vector<int64_t> template_ids(const std::vector<std::string>& tokens, const Vocab& vocab, const std::string& source) {

@@ -38,6 +38,18 @@ class SpecialTokens {
   std::vector<std::pair<std::string, int64_t>> tokens_;  // the longest first
 };
 
+// A BPE model's merges: "a b" -> its rank (the first merge 0), each merge checked to make a token
+// of `vocab` (FileError "<source>: merge N 'a b' makes 'ab', which is not in the vocabulary").
+using MergeRanks = std::unordered_map<std::string, size_t>;
+MergeRanks merge_ranks(const std::vector<std::pair<std::string, std::string>>& merges, const Vocab& vocab,
+                       const std::string& source);
+
+// `symbols` merged as BPE merges them: the adjacent pair of the lowest rank (the leftmost of
+// equals) merged, again, until no pair has a rank (tokenizers' and SentencePiece's BPE; GPT-2's
+// bpe() merges every occurrence of a rank at once, the same wherever a merge's rank comes after
+// those of the merges that made its two halves, as BPE training ranks them).
+std::vector<std::string> merge_symbols(std::vector<std::string> symbols, const MergeRanks& ranks);
+
 // The ids of `tokens` (a template's [CLS] and [SEP], a BOS): FileError "<source>: the template's
 // special token '…' is not in the vocabulary" for one that is not.
 std::vector<int64_t> template_ids(const std::vector<std::string>& tokens, const Vocab& vocab, const std::string& source);

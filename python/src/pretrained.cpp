@@ -42,7 +42,9 @@ class Pretrained {
   std::string device() const { return device_label(*device_); }
   const nlohmann::json& config() const { return config_; }
   std::vector<int64_t> encode(const std::string& text) const { return loaded_.tokenizer->encode(text); }
-  py::bytes decode(const std::vector<int64_t>& ids) const { return loaded_.tokenizer->decode(ids); }
+  py::bytes decode(const std::vector<int64_t>& ids, bool continuation) const {
+    return continuation ? loaded_.tokenizer->decode_continuation(ids) : loaded_.tokenizer->decode(ids);
+  }
 
   // A language model's logits (B, T, V) of ids (B, T); with the trace, (logits, recorded).
   py::object forward(const IdArray& ids, bool trace, std::optional<bool> fold_layout_steps) {
@@ -115,7 +117,7 @@ void bind_pretrained(py::module_& m) {
       .def_property_readonly("config",
                              [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
       .def("encode", &Pretrained::encode, py::arg("text"))
-      .def("decode", &Pretrained::decode, py::arg("ids"))
+      .def("decode", &Pretrained::decode, py::arg("ids"), py::arg("continuation") = false)
       .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("encoder_forward", &Pretrained::encoder_forward, py::arg("ids"), py::arg("token_type_ids"),
            py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())

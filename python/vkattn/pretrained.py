@@ -72,9 +72,10 @@ class _Checkpoint:
         """The tokenizer's ids of `text`."""
         return self._impl.encode(text)
 
-    def decode(self, ids):
-        """The text of token ids (bytes that end inside a character become U+FFFD)."""
-        return self._impl.decode([int(i) for i in ids]).decode("utf-8", errors="replace")
+    def decode(self, ids, continuation=False):
+        """The text of token ids (bytes that end inside a character become U+FFFD); continuation:
+        ids that follow others, whose leading space SentencePiece's decoding would drop."""
+        return self._impl.decode([int(i) for i in ids], continuation).decode("utf-8", errors="replace")
 
 
 class PretrainedModel(_Checkpoint):
@@ -103,7 +104,7 @@ class PretrainedModel(_Checkpoint):
         if ids.shape[0] != 1:
             raise _vkattn.ShapeError(f"generate: one prompt at a time; the ids are {ids.shape}")
         new = self._impl.generate(ids[0].tolist(), int(max_new_tokens), float(temperature), int(top_k), int(seed))
-        return self.decode(new) if isinstance(prompt, str) else new
+        return self.decode(new, continuation=True) if isinstance(prompt, str) else new
 
 
 # An encoder's outputs, as Hugging Face's BaseModelOutputWithPooling names them: numpy arrays

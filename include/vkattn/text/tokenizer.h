@@ -4,6 +4,9 @@
 //                    with the ByteLevel pre-tokenizer, alone (GPT-2's pattern) or after a Split
 //                    by its own pattern (Llama 3's, Qwen2's), NFC first or not, special tokens
 //                    around each text by its TemplateProcessing (a BOS).
+//   SentencePiece's BPE  Llama 2's, Mistral's, TinyLlama's: a tokenizer.json whose model is BPE
+//                    with byte_fallback, spaces as "▁" (a Prepend + Replace normalizer, or the
+//                    Metaspace pre-tokenizer), characters outside the vocabulary as byte tokens.
 //   WordPiece        BERT's: vocab.txt (+ tokenizer_config.json's do_lower_case), or a
 //                    tokenizer.json whose model is WordPiece with BertNormalizer and
 //                    BertPreTokenizer; [CLS] … [SEP] around each text.
@@ -29,6 +32,9 @@ class Tokenizer {
   virtual std::vector<int64_t> encode(std::string_view text) const = 0;
   // The ids' text; a ShapeError names an id outside [0, vocab_size()).
   virtual std::string decode(std::span<const int64_t> ids) const = 0;
+  // The text of ids that continue others (a stream's next piece): decode()'s, but where decoding
+  // drops what encoding put before a text (SentencePiece's space), kept.
+  virtual std::string decode_continuation(std::span<const int64_t> ids) const { return decode(ids); }
   virtual int64_t vocab_size() const = 0;
   // The id of a token of the vocabulary (e.g. "<|endoftext|>"), or -1.
   virtual int64_t token_id(const std::string& token) const = 0;
