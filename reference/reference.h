@@ -146,6 +146,11 @@ void rotary_embedding(const float* x, const float* inv_freq, float* y, int64_t N
                       int64_t offset, int64_t rotary_dims, bool pairs);
 // 1 / θ^(2i / r) in float32, as torch computes RoPE's inv_freq
 float rotary_inverse_frequency(int64_t i, int64_t rotary_dims, float theta);
+// Llama 3.1's rope_scaling "llama3" of one inverse frequency, in float32 as Hugging Face computes
+// it: wavelength w = 2π / inv_freq; w > original / low: inv_freq / factor; w < original / high:
+// inv_freq; between: blended by s = (original / w - low) / (high - low).
+float rotary_llama3_frequency(float inv_freq, float factor, float low_freq_factor, float high_freq_factor,
+                              float original_positions);
 // cos_sin (T, r/2, 2): cos φ and sin φ of pair i at position offset + t, φ as rotary_embedding
 // forms it (the table a GPU's rotary_embedding reads instead of its approximate cos and sin)
 void rotary_cos_sin(const float* inv_freq, float* cos_sin, int64_t T, int64_t offset, int64_t rotary_dims);

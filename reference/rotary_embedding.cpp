@@ -10,6 +10,15 @@ float rotary_inverse_frequency(int64_t i, int64_t rotary_dims, float theta) {
   return 1.0f / std::pow(theta, exponent);
 }
 
+float rotary_llama3_frequency(float inv_freq, float factor, float low_freq_factor, float high_freq_factor,
+                              float original_positions) {
+  const float wavelength = static_cast<float>(2.0 * 3.141592653589793) / inv_freq;
+  if (wavelength > original_positions / low_freq_factor) return inv_freq / factor;
+  if (wavelength < original_positions / high_freq_factor) return inv_freq;
+  const float smooth = (original_positions / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor);
+  return (1.0f - smooth) * inv_freq / factor + smooth * inv_freq;
+}
+
 namespace {
 
 // cos φ and sin φ, φ = position · inv_freq in float32 as torch forms it, each rounded once from double

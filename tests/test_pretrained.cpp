@@ -221,8 +221,12 @@ TEST(PretrainedFolders, WhatIsWrongIsNamed) {
   expect_error<FileError>([&] { io::load_pretrained(tensors); }, {"unexpected tensor 'h.2.ln_1.weight'", "2 layers"});
 
   auto scaled = copy_of(kTinyLlama, "scaled");
+  rewrite_config(scaled, [](json& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}}; });
+  expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"config.json", "rope_scaling of type 'yarn'", "not supported"});
   rewrite_config(scaled, [](json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; });
-  expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"config.json", "rope_scaling", "llama3", "not supported"});
+  expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"config.json", "rope_scaling's low_freq_factor is missing"});
+  rewrite_config(scaled, [](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 0.5}}; });
+  expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"config.json", "factor must be >= 1"});
   rewrite_config(scaled, [](json& c) { c.erase("rope_scaling"), c["hidden_act"] = "gelu"; });
   expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"hidden_act 'gelu'"});
   rewrite_config(scaled, [](json& c) { c["hidden_act"] = "silu", c["num_key_value_heads"] = 3; });

@@ -16,6 +16,7 @@
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 #include "vkattn/io/npy.h"
+#include "vkattn/tracing/tracer.h"
 
 namespace vkattn {
 namespace {
@@ -30,6 +31,10 @@ constexpr testing::Tolerance kRotary{.atol = 1e-4f, .rtol = 1e-4f};
 
 Tensor rotate(Backend& b, const Tensor& x, int64_t offset, float theta, int64_t r, RotaryConvention c) {
   return b.download(b.rotary_embedding("rotary_embedding_q", b.upload("x", x), offset, theta, r, c));
+}
+
+Tensor rotate_scaled(Backend& b, const Tensor& x, const RopeScaling& scaling) {
+  return b.download(b.rotary_embedding("rotary_embedding_q", b.upload("x", x), 0, 1e4f, 0, RotaryConvention::half, scaling));
 }
 
 TEST(RotaryReference, RotatesEachPairByPositionTimesItsFrequency) {
@@ -160,6 +165,60 @@ TEST_P(RotaryProperties, AnOffsetIsTheLaterPositionsOfALongerSequence) {
 
 INSTANTIATE_TEST_SUITE_P(Conventions, RotaryProperties,
                          ::testing::Values(RotaryConvention::half, RotaryConvention::pairs));
+
+// ---- rope_scaling ----------------------------------------------------------------------------------
+// Llama 3.1's: d 128, θ 500000, factor 8, bands 1 and 4 of 8192 positions. torch's values, from
+// Hugging Face's _compute_llama3_parameters in float32: pairs 0 and 20 kept (wavelengths 6 and
+// 379 < 2048), 29 and 32 blended (2402, 4443), 35, 40 and 63 divided by 8 (8219 … > 8192).
+TEST(RotaryScalingReference, Llama3sFrequenciesAreTorchs) {
+  const std::pair<int, double> expected[] = {{0, 1.0},
+                                             {20, 0.016560440883040428},
+                                             {29, 0.0021665706299245358},
+                                             {32, 0.0005248460220173001},
+                                             {35, 9.556212171446532e-05},
+                                             {40, 3.428102354519069e-05},
+                                             {63, 3.068925877869333e-07}};
+  for (auto [i, want] : expected) {
+    const float f = reference::rotary_inverse_frequency(i, 128, 500000.0f);
+    EXPECT_FLOAT_EQ(reference::rotary_llama3_frequency(f, 8.0f, 1.0f, 4.0f, 8192.0f), static_cast<float>(want)) << i;
+  }
+}
+
+// The step uploads the scaled frequencies (its trace names them) and rotates by them, on both
+// backends: linear divides every one by the factor, so position p turns as p / factor did.
+class RotaryScaling : public testing::GpuTest {};
+TEST_F(RotaryScaling, ScaledFrequenciesAreUploadedAndUsed) {
+  const Tensor x = random_tensor({1, 2, 6, 8}, 3);
+  for (Backend* b : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    StepRecorder recorder(true);
+    b->add_tracer(recorder);
+    const Tensor scaled = b->download(b->rotary_embedding("rotary_embedding_q", b->upload("x", x), 8, 1e4f, 0,
+                                                          RotaryConvention::half,
+                                                          {.type = RopeScaling::Type::linear, .factor = 4.0f}));
+    b->remove_tracer(recorder);
+    ASSERT_FALSE(recorder.steps().empty());
+    const TensorInfo& inv_freq = recorder.steps().back().event.inputs.at(1);
+    EXPECT_EQ(inv_freq.name, "rotary_embedding_q.inv_freq");
+    // rows 0 and 4 are positions 8 and 12: turned as positions 2 and 3 are without scaling
+    for (int64_t t = 0; t < 6; t += 4) {
+      Tensor row({1, 2, 1, 8});
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t c = 0; c < 8; ++c) row.data[static_cast<size_t>(h * 8 + c)] = x.data[static_cast<size_t>((h * 6 + t) * 8 + c)];
+      }
+      const Tensor plain = rotate(*b, row, (8 + t) / 4, 1e4f, 0, RotaryConvention::half);
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t c = 0; c < 8; ++c) {
+          EXPECT_NEAR(scaled.data[static_cast<size_t>((h * 6 + t) * 8 + c)], plain.data[static_cast<size_t>(h * 8 + c)], 1e-5)
+              << b->name() << " row " << t;
+        }
+      }
+    }
+  }
+  testing::expect_error<ShapeError>(
+      [&] { rotate_scaled(cpu(), x, {.type = RopeScaling::Type::llama3, .factor = 8.0f, .low_freq_factor = 4.0f,
+                                     .high_freq_factor = 1.0f}); },
+      {"rotary_embedding_q", "rope scaling", "low_freq_factor < high_freq_factor"});
+}
 
 // ---- errors --------------------------------------------------------------------------------------
 class RotaryErrors : public testing::GpuTest {};

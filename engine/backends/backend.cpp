@@ -646,7 +646,7 @@ RotaryConvention parse_rotary_convention(const std::string& name) {
 }
 
 Value Backend::rotary_embedding(const std::string& step_name, const Value& x, int64_t offset, float theta,
-                                int64_t rotary_dims, RotaryConvention convention) {
+                                int64_t rotary_dims, RotaryConvention convention, const RopeScaling& scaling) {
   const std::string step = scoped(step_name);
   require_rank(step, x, 4, "(B, H, T, d)");
   const int64_t B = x.dim(0), H = x.dim(1), T = x.dim(2), d = x.dim(3);
@@ -656,8 +656,23 @@ Value Backend::rotary_embedding(const std::string& step_name, const Value& x, in
               " of " + describe(x) + (r % 2 ? ": RoPE rotates features in pairs" : ""));
   require(offset >= 0, step, "position offset " + std::to_string(offset) + " must be >= 0");
   require(std::isfinite(theta) && theta > 1.0f, step, "theta " + std::to_string(theta) + " must be a number > 1");
+  require(scaling.type == RopeScaling::Type::none ||
+              (std::isfinite(scaling.factor) && scaling.factor >= 1.0f &&
+               (scaling.type != RopeScaling::Type::llama3 ||
+                (scaling.low_freq_factor > 0 && scaling.high_freq_factor > scaling.low_freq_factor &&
+                 scaling.original_max_positions > 0))),
+          step, "rope scaling: factor " + std::to_string(scaling.factor) + " must be >= 1, and llama3's " +
+                    "0 < low_freq_factor < high_freq_factor, original_max_positions > 0");
   Tensor frequencies({r / 2});
-  for (int64_t i = 0; i < r / 2; ++i) frequencies.data[static_cast<size_t>(i)] = reference::rotary_inverse_frequency(i, r, theta);
+  for (int64_t i = 0; i < r / 2; ++i) {
+    float f = reference::rotary_inverse_frequency(i, r, theta);
+    if (scaling.type == RopeScaling::Type::linear) f /= scaling.factor;
+    if (scaling.type == RopeScaling::Type::llama3) {
+      f = reference::rotary_llama3_frequency(f, scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor,
+                                             static_cast<float>(scaling.original_max_positions));
+    }
+    frequencies.data[static_cast<size_t>(i)] = f;
+  }
   const Value inv_freq = upload(step_name + ".inv_freq", frequencies);
   Tensor table({T, r / 2, 2});
   reference::rotary_cos_sin(frequencies.data.data(), table.data.data(), T, offset, r);

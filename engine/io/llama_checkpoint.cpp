@@ -8,16 +8,53 @@
 #include "vkattn/errors.h"
 
 namespace vkattn::io::checkpoints {
+namespace {
+
+// config.json's rope_scaling: none (absent, null, "default"), "linear" (factor) or "llama3"
+// (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings); another type
+// (dynamic, yarn, longrope) a ConfigError naming it.
+RopeScaling rope_scaling(const ConfigReader& config, const nlohmann::json& config_json) {
+  if (!config.has("rope_scaling")) return {};
+  const nlohmann::json& s = config_json["rope_scaling"];
+  if (!s.is_object()) throw config.error("rope_scaling " + s.dump() + " is not an object");
+  const std::string type = s.contains("rope_type") ? s["rope_type"].get<std::string>() : s.value("type", "default");
+  auto number = [&](const char* key) {
+    if (!s.contains(key) || !s[key].is_number()) {
+      throw config.error("rope_scaling's " + std::string(key) + " is " + (s.contains(key) ? s[key].dump() : "missing") +
+                         ", not a number");
+    }
+    return s[key].get<float>();
+  };
+  RopeScaling scaling;
+  if (type == "default") return scaling;
+  if (type == "linear") {
+    scaling.type = RopeScaling::Type::linear;
+    scaling.factor = number("factor");
+  } else if (type == "llama3") {
+    scaling.type = RopeScaling::Type::llama3;
+    scaling.factor = number("factor");
+    scaling.low_freq_factor = number("low_freq_factor");
+    scaling.high_freq_factor = number("high_freq_factor");
+    scaling.original_max_positions = static_cast<int64_t>(number("original_max_position_embeddings"));
+  } else {
+    throw config.error("rope_scaling of type '" + type + "' is not supported by vkattn (linear, llama3)");
+  }
+  if (!(scaling.factor >= 1.0f) || !(scaling.low_freq_factor > 0.0f) ||
+      !(scaling.high_freq_factor > scaling.low_freq_factor) || scaling.original_max_positions < 1) {
+    throw config.error("rope_scaling " + s.dump() + ": factor must be >= 1, and 0 < low_freq_factor < " +
+                       "high_freq_factor, original_max_position_embeddings >= 1");
+  }
+  return scaling;
+}
+
+}  // namespace
 
 LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor> file, const std::string& dir,
                  const std::string& architecture) {
   const ConfigReader config(config_json, dir);
   const std::string act = config.text("hidden_act", "silu");
   if (act != "silu") throw config.error("hidden_act '" + act + "' is not one vkattn runs (silu)");
-  if (config.has("rope_scaling")) {
-    throw config.error("rope_scaling " + config_json["rope_scaling"].dump() +
-                       " is not supported by vkattn yet (plain RoPE with rope_theta only)");
-  }
+  const RopeScaling scaling = rope_scaling(config, config_json);
   const bool qwen2 = architecture == "Qwen2ForCausalLM";
   const int64_t E = config.size("hidden_size"), H = config.size("num_attention_heads");
   const int64_t H_kv = config.size("num_key_value_heads", H), layers = config.size("num_hidden_layers");
@@ -48,6 +85,7 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   a.o_proj_bias = !qwen2 && config.flag("attention_bias", false);
   a.rope_theta = config.number("rope_theta", 10000.0f);
   a.rope = RotaryConvention::half;  // the hub's checkpoints: rotate_half's order
+  a.rope_scaling = scaling;
   a.causal = true;
   const bool window = qwen2 ? config.flag("use_sliding_window", false) : config.has("sliding_window");
   if (window) a.sliding_window = config.size("sliding_window");

@@ -114,8 +114,8 @@ GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x,
   Value k = b.linear_split_heads("k_proj", "split_heads_k", x, wk, ptr(bk), c.kv_heads());  // (B, H_kv, T, d)
   Value v = b.linear_split_heads("v_proj", "split_heads_v", x, wv, ptr(bv), c.kv_heads());  // (B, H_kv, T, d)
   x = Value();  // let go of: its buffer may take a later step's output
-  q = b.rotary_embedding("rotary_embedding_q", q, position, c.rope_theta, c.rotary_dims, c.rope);
-  k = b.rotary_embedding("rotary_embedding_k", k, position, c.rope_theta, c.rotary_dims, c.rope);
+  q = b.rotary_embedding("rotary_embedding_q", q, position, c.rope_theta, c.rotary_dims, c.rope, c.rope_scaling);
+  k = b.rotary_embedding("rotary_embedding_k", k, position, c.rope_theta, c.rotary_dims, c.rope, c.rope_scaling);
   return {q, k, v};
 }
 

@@ -3,7 +3,9 @@ saved as the hub saves them) against torch running the same weights from the mod
 (models/*/train.py), on both backends: text and ids in, every position's logits, greedy
 generation, the trace's steps."""
 import json
+import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -45,6 +47,50 @@ def test_the_config_is_config_json_with_what_vkattn_read():
     assert "gelu_tanh" in gpt2.config["model"] and gpt2.config["stored_dtype"] == "F32"
     llama = vkattn.from_pretrained(os.path.join(MODELS, "tiny_llama"))
     assert llama.config["num_key_value_heads"] == 2 and llama.config["stored_dtype"] == "BF16"
+
+
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "linear", "factor": 4.0},
+    # Llama 3.1's kind, its bands moved to the tiny model's wavelengths (2π … 2π·10000^(7/8)):
+    # pair 0 kept (6.3 < 32 / 4), pair 1 blended (19.9), the rest divided by 8 (> 32)
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 32}])
+def test_rope_scaling_matches_hugging_faces_frequencies(tmp_path, device, scaling):
+    folder = tmp_path / "scaled"
+    shutil.copytree(os.path.join(MODELS, "tiny_llama"), folder, ignore=shutil.ignore_patterns("*.py"))
+    config = json.loads((folder / "config.json").read_text())
+    config["rope_scaling"] = scaling
+    (folder / "config.json").write_text(json.dumps(config))
+    train = definition("tiny_llama")
+    D, theta = train.D, train.THETA
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+    if scaling["rope_type"] == "linear":
+        inv_freq = inv_freq / scaling["factor"]
+    else:  # Hugging Face's _compute_llama3_parameters
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+        inv_freq = torch.where(medium, smoothed, scaled)
+
+    def rope(x, positions):  # train.py's, with these frequencies
+        freqs = positions[:, None].float() * inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return x * emb.cos() + train.rotate_half(x) * emb.sin()
+
+    train.rope = rope
+    model = train.LlamaForCausalLM(config["vocab_size"])
+    model.load_state_dict(read_safetensors(os.path.join(folder, "model.safetensors")))
+    ids = list(range(3, 40))
+    with torch.no_grad():
+        expected = model.eval()(torch.tensor([ids]))
+    got = vkattn.from_pretrained(folder, device=device)(ids)
+    assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    plain = vkattn.from_pretrained(os.path.join(MODELS, "tiny_llama"), device=device)(ids)
+    assert np.abs(plain - got).max() > 1e-2  # the scaling changed the numbers
 
 
 @pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])

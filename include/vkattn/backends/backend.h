@@ -40,6 +40,18 @@ enum class RotaryConvention { half, pairs };
 // "half" / "pairs" -> the convention; ConfigError for another name.
 RotaryConvention parse_rotary_convention(const std::string& name);
 
+// How a checkpoint stretches RoPE past the positions it was first trained on (config.json's
+// rope_scaling): not at all; linear — every inverse frequency divided by factor; llama3 (Llama
+// 3.1's) — wavelengths 2π / inv_freq above original / low_freq_factor divided by factor, those
+// below original / high_freq_factor kept, those between blended.
+struct RopeScaling {
+  enum class Type { none, linear, llama3 };
+  Type type = Type::none;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f, high_freq_factor = 4.0f;  // llama3's bands
+  int64_t original_max_positions = 8192;                  // llama3: original_max_position_embeddings
+};
+
 // A tensor that lives on a backend. Cheap to copy: copies share the storage.
 struct Value {
   std::string name;  // the input's name, or the step that produced it
@@ -219,10 +231,11 @@ class Backend {
   // x (B, H, T, d) — queries or keys after split_heads — with row t at position offset + t: its
   // first rotary_dims features (r: even, <= d; 0 means d) rotated pair by pair, pair i by the
   // angle position · inv_freq[i], inv_freq = 1 / θ^(2i/r) computed on the host in float32 as torch
-  // computes it and uploaded as the step's second input, "<step>.inv_freq" (r/2,); the other
-  // features pass unchanged. Which features pair up is the checkpoint's convention (RotaryConvention).
+  // computes it (then scaled as `scaling` says) and uploaded as the step's second input,
+  // "<step>.inv_freq" (r/2,); the other features pass unchanged. Which features pair up is the
+  // checkpoint's convention (RotaryConvention).
   Value rotary_embedding(const std::string& step, const Value& x, int64_t offset, float theta, int64_t rotary_dims,
-                         RotaryConvention convention);
+                         RotaryConvention convention, const RopeScaling& scaling = {});
 
   // ---- the encoder block's steps (TransformerEncoderLayer) and the classifier's ----------------
   // Normalised over the last dim with its biased variance, eps inside the square root, then

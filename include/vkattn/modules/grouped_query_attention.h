@@ -37,6 +37,7 @@ struct GroupedQueryAttentionConfig {
   float rope_theta = 10000.0f;  // RoPE's base θ                         rope_theta
   RotaryConvention rope = RotaryConvention::half;  // which features pair up (checkpoints do not say)
   int64_t rotary_dims = 0;      // features of each head rotated; 0 = d  partial_rotary_factor · d
+  RopeScaling rope_scaling;     // none, linear or llama3                rope_scaling
   bool causal = true;           // decoders are; false for an encoder's attention
   int64_t sliding_window = 0;   // W: each query sees the last W keys; 0 = all  sliding_window
 
