@@ -34,6 +34,11 @@ std::vector<std::byte> read_file(const fs::path& path) {
   return bytes;
 }
 
+std::string read_text(const fs::path& path) {
+  const std::vector<std::byte> bytes = read_file(path);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
 void check_output_path(const fs::path& path) {
   fs::path directory = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   std::error_code ec;

@@ -5,12 +5,15 @@
 #include <cstddef>
 #include <filesystem>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace vkattn::io {
 
 // The file's bytes; FileError "PATH: …" when it is missing, a directory, or unreadable.
 std::vector<std::byte> read_file(const std::filesystem::path& path);
+// The same bytes as a string (a text file's: JSON, a vocabulary).
+std::string read_text(const std::filesystem::path& path);
 
 // Throws the FileError a later write to `path` would meet, before any work is done: its
 // directory is missing, or `path` is a directory.

@@ -49,11 +49,6 @@ const std::unordered_map<std::string, unsigned char>& stand_in_bytes() {
   return table;
 }
 
-std::string text_of(const std::filesystem::path& path) {
-  const auto bytes = io::read_file(path);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
-
 }  // namespace
 
 ByteLevelBPE::ByteLevelBPE(Vocab vocab, std::vector<std::pair<std::string, std::string>> merges,
@@ -81,14 +76,14 @@ ByteLevelBPE ByteLevelBPE::from_files(const std::filesystem::path& vocab_json,
                                       const std::filesystem::path& merges_txt) {
   Vocab vocab;
   try {
-    const nlohmann::json file = nlohmann::json::parse(text_of(vocab_json));
+    const nlohmann::json file = nlohmann::json::parse(io::read_text(vocab_json));
     if (!file.is_object()) throw FileError(vocab_json.string() + ": not a JSON object of token: id");
     for (const auto& [token, id] : file.items()) vocab[token] = token_id_of(id, token, vocab_json.string());
   } catch (const nlohmann::json::exception& e) {
     throw FileError(vocab_json.string() + ": not a JSON object of token: id (" + e.what() + ")");
   }
   std::vector<std::pair<std::string, std::string>> merges;
-  const std::string lines = text_of(merges_txt);
+  const std::string lines = io::read_text(merges_txt);
   size_t line_number = 0;
   for (size_t begin = 0; begin < lines.size();) {
     size_t end = lines.find('\n', begin);
@@ -142,12 +137,7 @@ std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
 std::string ByteLevelBPE::decode(std::span<const int64_t> ids) const {
   std::string bytes;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t id = ids[i];
-    if (id < 0 || id >= vocab_size()) {
-      throw ShapeError("token id " + std::to_string(id) + " at index " + std::to_string(i) +
-                       " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
-    }
-    const std::string& token = tokens_[static_cast<size_t>(id)];
+    const std::string& token = token_of(tokens_, ids, i);
     if (special_.contains(token)) {
       bytes += token;
       continue;

@@ -272,16 +272,13 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir) {
   if (std::filesystem::exists(dir / "tokenizer.json")) {
     json config;
     if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-      const auto bytes = io::read_file(dir / "tokenizer_config.json");
       try {
-        config = json::parse(bytes.begin(), bytes.end());
+        config = json::parse(io::read_text(dir / "tokenizer_config.json"));
       } catch (const json::exception& e) {
         throw FileError((dir / "tokenizer_config.json").string() + ": not JSON (" + e.what() + ")");
       }
     }
-    const auto bytes = io::read_file(dir / "tokenizer.json");
-    return parse_tokenizer_files(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
-                                 (dir / "tokenizer.json").string(), config);
+    return parse_tokenizer_files(io::read_text(dir / "tokenizer.json"), (dir / "tokenizer.json").string(), config);
   }
   if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt")) {
     return std::make_unique<ByteLevelBPE>(ByteLevelBPE::from_files(dir / "vocab.json", dir / "merges.txt"));

@@ -111,12 +111,7 @@ std::vector<int64_t> SentencePieceBPE::encode(std::string_view text) const {
 std::string SentencePieceBPE::text_of(std::span<const int64_t> ids) const {
   std::string text;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t id = ids[i];
-    if (id < 0 || id >= vocab_size()) {
-      throw ShapeError("token id " + std::to_string(id) + " at index " + std::to_string(i) +
-                       " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
-    }
-    const std::string& token = tokens_[static_cast<size_t>(id)];
+    const std::string& token = token_of(tokens_, ids, i);
     if (const int byte = byte_of(token); byte >= 0 && options_.byte_fallback) {
       text += static_cast<char>(byte);
       continue;

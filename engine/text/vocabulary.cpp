@@ -28,6 +28,15 @@ std::vector<std::string> tokens_by_id(const Vocab& vocab, const std::string& sou
   return tokens;
 }
 
+const std::string& token_of(const std::vector<std::string>& tokens, std::span<const int64_t> ids, size_t i) {
+  const int64_t id = ids[i], V = static_cast<int64_t>(tokens.size());
+  if (id < 0 || id >= V) {
+    throw ShapeError("token id " + std::to_string(id) + " at index " + std::to_string(i) +
+                     " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  }
+  return tokens[static_cast<size_t>(id)];
+}
+
 SpecialTokens::SpecialTokens(std::vector<std::string> tokens, const Vocab& vocab, const std::string& source) {
   for (auto& token : tokens) {
     if (token.empty()) throw FileError(source + ": a special token is empty");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -19,6 +20,8 @@ int64_t token_id_of(const nlohmann::json& id, const std::string& token, const st
 
 // id -> token. FileError "<source>: …" unless the N ids are 0 … N-1, each once.
 std::vector<std::string> tokens_by_id(const Vocab& vocab, const std::string& source);
+// The token of ids[i]: ShapeError "token id N at index i is outside the vocabulary [0, V)".
+const std::string& token_of(const std::vector<std::string>& tokens, std::span<const int64_t> ids, size_t i);
 
 // Tokens matched in a text as they are, before anything else reads it (GPT-2's <|endoftext|>,
 // BERT's [CLS] and [MASK]): where several start at one place, the longest.

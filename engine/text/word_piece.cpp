@@ -11,11 +11,6 @@
 namespace vkattn::text {
 namespace {
 
-std::string text_of(const std::filesystem::path& path) {
-  const auto bytes = io::read_file(path);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-}
-
 // tokenizers' WordPiece decoder cleans each token up: "hello ," -> "hello,"
 std::string clean_up(std::string token) {
   static const std::pair<const char*, const char*> kReplacements[] = {
@@ -53,7 +48,7 @@ WordPiece::WordPiece(Vocab vocab, std::vector<std::string> special, const std::s
 
 WordPiece WordPiece::from_files(const std::filesystem::path& vocab_txt, const std::filesystem::path& tokenizer_config) {
   Vocab vocab;
-  const std::string lines = text_of(vocab_txt);
+  const std::string lines = io::read_text(vocab_txt);
   int64_t id = 0;
   for (size_t begin = 0; begin < lines.size(); ++id) {
     size_t end = lines.find('\n', begin);
@@ -70,7 +65,7 @@ WordPiece WordPiece::from_files(const std::filesystem::path& vocab_txt, const st
   const std::string config_source = tokenizer_config.string();
   if (std::filesystem::exists(tokenizer_config)) {
     try {
-      const nlohmann::json config = nlohmann::json::parse(text_of(tokenizer_config));
+      const nlohmann::json config = nlohmann::json::parse(io::read_text(tokenizer_config));
       options.normalizer.lowercase = config.value("do_lower_case", true);
       options.normalizer.handle_chinese_chars = config.value("tokenize_chinese_chars", true);
       if (config.contains("strip_accents") && config["strip_accents"].is_boolean()) {
@@ -151,12 +146,7 @@ std::string WordPiece::decode(std::span<const int64_t> ids) const {
   std::string text;
   const std::string& prefix = options_.continuing_subword_prefix;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t id = ids[i];
-    if (id < 0 || id >= vocab_size()) {
-      throw ShapeError("token id " + std::to_string(id) + " at index " + std::to_string(i) +
-                       " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
-    }
-    std::string token = tokens_[static_cast<size_t>(id)];
+    std::string token = token_of(tokens_, ids, i);
     if (i > 0) token = token.starts_with(prefix) ? token.substr(prefix.size()) : " " + token;
     text += clean_up(std::move(token));
   }
