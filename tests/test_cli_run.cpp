@@ -1042,6 +1042,12 @@ TEST_F(CliRun, RunABertFolderGivesItsLastHiddenState) {
             std::string::npos) << e.out;
   const auto trace = nlohmann::json::parse(slurp((dir_ / "dump" / "gpu" / "trace.json").string()));
   EXPECT_EQ(trace.at("steps").back().at("name"), "pooler.tanh");
+  // --attention unfused: each layer's scores and pattern are steps of the trace
+  ASSERT_EQ(vkattn({"run", "--model", model, "--text", "Alice", "--attention", "unfused", "--trace", path("unfused")}).code, 0);
+  const auto unfused = nlohmann::json::parse(slurp((dir_ / "unfused" / "trace.json").string()));
+  std::vector<std::string> names;
+  for (const auto& step : unfused.at("steps")) names.push_back(step.at("name"));
+  EXPECT_NE(std::find(names.begin(), names.end(), "layers.1.self_attn.softmax"), names.end());
   // the second text's 10 tokens, unpadded: torch's rows for them (it was padded to 15 there)
   const Tensor hidden = io::read_npy(path("hidden.npy"));  // (1, T, E)
   ASSERT_EQ(hidden.shape, (Shape{1, 10, 64}));

@@ -95,6 +95,15 @@ LESSONS = {
          "the wrong convention gives a model that runs and is wrong",
          "\n   3  x . . . x x x x\n"],
         {"rope_angles.svg": (16, 4), "window_mask.svg": (8, 8), "window_weights_b0_h0.svg": (8, 8)}, {}),
+    "tutorial_11_a_real_model": (
+        ["row:1 position_embedding (positional_encoding) (1, 7, 64) (7, 64) -> (1, 7, 64)",
+         "row:9 layers.0.self_attn.attention_scores (1, 4, 7, 16) (1, 4, 7, 16) -> (1, 4, 7, 7)",
+         "row:41 lm_head (linear) (1, 7, 64) (513, 64) -> (1, 7, 513)",
+         "position 3: id 70 'g'",
+         "+ layer 1's MLP",
+         "p = 0.966 id 268 ' to'",
+         "also picks ' to'"],
+        {f"pattern_layer{layer}_h{h}.svg": (7, 7) for layer in range(2) for h in range(4)}, {}),
 }
 
 COLUMNS = 100

@@ -144,13 +144,14 @@ Runnable model_run(const RunArgs& a) {
                            (p->model ? p->model->describe() : p->encoder->describe());
   nlohmann::json trace = {{"module", p->architecture}, {"model", a.model}, {"text", a.text}, {"ids", ids},
                           {"config", p->config}, {"stored_dtype", p->stored_dtype}};
+  const AttentionPath path = parse_attention_path(a.attention);
   if (p->encoder) {
-    return {[p, tokens](Backend& b) {
-              return AttentionResult{p->encoder->forward(b, *tokens).last_hidden_state, std::nullopt};
+    return {[p, tokens, path](Backend& b) {
+              return AttentionResult{p->encoder->forward(b, *tokens, {}, {}, path).last_hidden_state, std::nullopt};
             },
             repr, trace, nullptr, "last hidden state (B, T, E)", a.model};
   }
-  return {[p, tokens](Backend& b) { return AttentionResult{p->model->forward(b, *tokens), std::nullopt}; },
+  return {[p, tokens, path](Backend& b) { return AttentionResult{p->model->forward(b, *tokens, {}, path), std::nullopt}; },
           repr, trace, nullptr, "logits (B, T, vocab)", a.model};
 }
 

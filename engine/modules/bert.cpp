@@ -87,7 +87,7 @@ Value Bert::pool(Backend& backend, const Value& x) const {
 }
 
 BertOutput Bert::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
-                         const std::optional<Tensor>& key_padding_mask) const {
+                         const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
   const std::string who = "Bert.forward";
   checks::token_ids(who, ids, config_.vocab_size, 0, config_.max_positions, "rows of position_embeddings");
   Tensor types(ids.shape, DType::int64);  // zeros: every token of sentence A
@@ -108,6 +108,7 @@ BertOutput Bert::forward(Backend& backend, const Tensor& ids, const std::optiona
   }
   ForwardOptions attention;
   attention.need_weights = false;
+  attention.attention = path;
   if (key_padding_mask) {
     attention.key_padding_mask =
         checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);

@@ -86,12 +86,14 @@ Value CausalLM::head(Backend& backend, const Value& x) const {
   return backend.linear("lm_head", h, w, &b);  // (B, T, V)
 }
 
-Tensor CausalLM::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask) const {
+Tensor CausalLM::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask,
+                         AttentionPath path) const {
   const std::string who = "CausalLM.forward";
   check_ids(who, ids, 0);
   ForwardOptions attention;
   attention.need_weights = false;
   attention.is_causal = true;
+  attention.attention = path;
   if (key_padding_mask) {
     attention.key_padding_mask =
         checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);

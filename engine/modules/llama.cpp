@@ -159,7 +159,8 @@ std::string Llama::describe() const {
   return out.str();
 }
 
-Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask) const {
+Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask,
+                      AttentionPath path) const {
   const std::string who = "Llama.forward";
   checks::token_ids(who, ids, config_.vocab_size, 0, config_.max_positions, "max_position_embeddings");
   std::optional<Tensor> mask;
@@ -172,7 +173,7 @@ Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<T
     if (mask) padding = b.upload("key_padding_mask", *mask);
     Value table = b.upload_weight("embed_tokens.weight", weights_.embed_tokens);
     Value x = b.embedding("embed_tokens", b.upload("ids", ids), table);  // (B, T, E)
-    const GroupedQueryOptions options;  // fused: the weights are not wanted
+    const GroupedQueryOptions options{.attention = path};  // the weights are not wanted
     for (size_t i = 0; i < attention_.size(); ++i) {
       StepScope scope(b, "layers." + std::to_string(i));
       x = block(b, i, x, [&](const Value& in) {

@@ -47,10 +47,11 @@ class Pretrained {
   }
 
   // A language model's logits (B, T, V) of ids (B, T); with the trace, (logits, recorded).
-  py::object forward(const IdArray& ids, bool trace, std::optional<bool> fold_layout_steps) {
+  py::object forward(const IdArray& ids, bool trace, std::optional<bool> fold_layout_steps, const std::string& attention) {
     if (!loaded_.model) throw ConfigError(loaded_.architecture + " is an encoder: call it for its hidden states");
     const Tensor t = ids_tensor(ids, loaded_.model->vocab_size(), "token id", "the vocabulary");
-    return run([&](Backend& backend) { return loaded_.model->forward(backend, t); }, trace, fold_layout_steps);
+    const AttentionPath path = parse_attention_path(attention);
+    return run([&](Backend& backend) { return loaded_.model->forward(backend, t, {}, path); }, trace, fold_layout_steps);
   }
 
   // An encoder's (last_hidden_state (B, T, E), pooler_output (B, E) or None) of ids (B, T), with
@@ -118,7 +119,8 @@ void bind_pretrained(py::module_& m) {
                              [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
       .def("encode", &Pretrained::encode, py::arg("text"))
       .def("decode", &Pretrained::decode, py::arg("ids"), py::arg("continuation") = false)
-      .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none(),
+           py::arg("attention") = "auto")
       .def("encoder_forward", &Pretrained::encoder_forward, py::arg("ids"), py::arg("token_type_ids"),
            py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),

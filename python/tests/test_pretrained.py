@@ -118,6 +118,12 @@ def test_the_trace_holds_every_step_of_every_layer():
     assert names[:3] == ["token_embedding", "position_embedding", "layers.0.norm1"]
     assert "layers.1.gelu_tanh" in names and names[-1] == "lm_head"
     np.testing.assert_array_equal(trace["lm_head"], logits)
+    # unfused: each layer's pattern is a step, its rows summing to 1, the same logits
+    unfused, steps = gpt2.trace("Alice was", attention="unfused")
+    pattern = steps["layers.1.self_attn.softmax"]
+    assert pattern.shape == (1, 4, 2, 2) and "layers.1.self_attn.flash_attention" not in [s.name for s in steps.steps]
+    np.testing.assert_allclose(pattern.sum(-1), 1, atol=1e-6)
+    assert_close(unfused, logits, atol=1e-5, rtol=1e-5)
 
 
 def test_bad_folders_and_ids_are_one_line_errors(tmp_path):

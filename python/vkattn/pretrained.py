@@ -90,9 +90,10 @@ class PretrainedModel(_Checkpoint):
 
     forward = __call__
 
-    def trace(self, tokens, values=True, fold_layout_steps=None):
-        """(logits, Trace): the forward with every step of every layer recorded."""
-        logits, recorded = self._impl.forward(_ids(self, tokens), True, _fold(fold_layout_steps))
+    def trace(self, tokens, values=True, fold_layout_steps=None, attention="auto"):
+        """(logits, Trace): the forward with every step of every layer recorded; attention="unfused"
+        records each layer's scores, mask, softmax (the pattern) and weights @ v as steps."""
+        logits, recorded = self._impl.forward(_ids(self, tokens), True, _fold(fold_layout_steps), attention)
         return logits, Trace(recorded, values=values)
 
     def generate(self, prompt, max_new_tokens=20, temperature=0.0, top_k=0, seed=0):

@@ -60,9 +60,11 @@ class Bert : public KeepsWeights {
   const BertConfig& config() const { return config_; }
 
   // ids (B, T) int64; token_type_ids (B, T) int64 in [0, type_vocab_size), zeros when absent;
-  // key_padding_mask (B, T), bool True = padding, or float added. One traced pass "bert".
+  // key_padding_mask (B, T), bool True = padding, or float added; `attention` each layer's path
+  // (LanguageModel::forward's). One traced pass "bert".
   BertOutput forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
-                     const std::optional<Tensor>& key_padding_mask = {}) const;
+                     const std::optional<Tensor>& key_padding_mask = {},
+                     AttentionPath attention = AttentionPath::automatic) const;
 
   int64_t vocab_size() const { return config_.vocab_size; }
   uint64_t parameter_count() const;

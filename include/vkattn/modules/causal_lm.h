@@ -54,7 +54,8 @@ class CausalLM : public LanguageModel {
 
   // ids (B, T) int64 -> logits (B, T, V), every position computed. key_padding_mask (B, T) as
   // DecodeOptions'. One traced pass "causal_lm".
-  Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {}) const override;
+  Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
+                 AttentionPath attention = AttentionPath::automatic) const override;
 
   // A cache for `batch` sequences of up to `capacity` positions (<= max_positions) on `backend`.
   KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const override;

@@ -9,6 +9,7 @@
 #include "vkattn/backends/backend.h"
 #include "vkattn/modules/keeps_weights.h"
 #include "vkattn/modules/kv_cache.h"
+#include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tensor.h"
 
 namespace vkattn {
@@ -17,9 +18,11 @@ class LanguageModel : public KeepsWeights {
  public:
   virtual ~LanguageModel() = default;
 
-  // ids (B, T) int64 -> logits (B, T, V), every position computed; key_padding_mask (B, T).
-  virtual Tensor forward(Backend& backend, const Tensor& ids,
-                         const std::optional<Tensor>& key_padding_mask = {}) const = 0;
+  // ids (B, T) int64 -> logits (B, T, V), every position computed; key_padding_mask (B, T);
+  // `attention` the path each layer's attention takes (unfused: its scores, mask, softmax and
+  // weights @ v traced as steps; automatic: the backend's choice, fused on most).
+  virtual Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
+                         AttentionPath attention = AttentionPath::automatic) const = 0;
   // A cache for `batch` sequences of up to `capacity` positions (<= max_positions()).
   virtual KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const = 0;
   // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V).

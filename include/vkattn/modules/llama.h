@@ -66,8 +66,8 @@ class Llama : public LanguageModel {
   const LlamaConfig& config() const { return config_; }
 
   // ids (B, T) int64 -> logits (B, T, V), every position computed. One traced pass "llama".
-  Tensor forward(Backend& backend, const Tensor& ids,
-                 const std::optional<Tensor>& key_padding_mask = {}) const override;
+  Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
+                 AttentionPath attention = AttentionPath::automatic) const override;
 
   // A cache of H_kv heads for `batch` sequences of up to `capacity` positions (<= max_positions).
   KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const override;
