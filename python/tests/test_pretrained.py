@@ -49,6 +49,56 @@ def test_the_config_is_config_json_with_what_vkattn_read():
     assert llama.config["num_key_value_heads"] == 2 and llama.config["stored_dtype"] == "BF16"
 
 
+def test_transformerlens_hook_names_give_its_tensors():
+    """Each hook against TransformerLens's definition of it, computed here from tiny_gpt2's torch
+    modules: (batch, pos, head, d_head) for q, k, v and z, the masked scores, the pattern, the
+    residual stream before, between and after the blocks."""
+    train = definition("tiny_gpt2")
+    torch_model = train.GPT2LMHeadModel(513)
+    torch_model.load_state_dict(read_safetensors(os.path.join(MODEL, "model.safetensors")))
+    gpt2 = vkattn.from_pretrained(MODEL, device="cpu")
+    ids = gpt2.encode("Alice was beginning")
+    _, trace = gpt2.trace(ids, attention="unfused")
+    cache = trace.hooks()
+    T, E, H = len(ids), 64, 4
+    assert list(cache)[:4] == ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid"]
+    assert len(cache) == 2 + 2 * 15 + 1 and list(cache)[-1] == "ln_final.hook_normalized"
+    t = torch_model.transformer
+    expected = {}
+    with torch.no_grad():
+        expected["hook_embed"] = t.wte(torch.tensor([ids]))
+        expected["hook_pos_embed"] = t.wpe(torch.arange(T))[None]
+        resid = expected["hook_embed"] + expected["hook_pos_embed"]
+        for i, block in enumerate(t.h):
+            b = f"blocks.{i}."
+            expected[b + "hook_resid_pre"] = resid
+            expected[b + "ln1.hook_normalized"] = block.ln_1(resid)
+            q, k, v = (a.view(1, T, H, E // H) for a in block.attn.c_attn(block.ln_1(resid)).split(E, dim=2))
+            expected[b + "attn.hook_q"], expected[b + "attn.hook_k"], expected[b + "attn.hook_v"] = q, k, v
+            scores = q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2) / math.sqrt(E // H)
+            scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            expected[b + "attn.hook_attn_scores"] = scores
+            expected[b + "attn.hook_pattern"] = scores.softmax(-1)
+            z = (scores.softmax(-1) @ v.transpose(1, 2)).transpose(1, 2)
+            expected[b + "attn.hook_z"] = z
+            expected[b + "hook_attn_out"] = block.attn.c_proj(z.reshape(1, T, E))
+            resid = expected[b + "hook_resid_mid"] = resid + expected[b + "hook_attn_out"]
+            expected[b + "ln2.hook_normalized"] = block.ln_2(resid)
+            expected[b + "mlp.hook_pre"] = block.mlp.c_fc(block.ln_2(resid))
+            expected[b + "mlp.hook_post"] = train.gelu_new(expected[b + "mlp.hook_pre"])
+            expected[b + "hook_mlp_out"] = block.mlp.c_proj(expected[b + "mlp.hook_post"])
+            resid = expected[b + "hook_resid_post"] = resid + expected[b + "hook_mlp_out"]
+        expected["ln_final.hook_normalized"] = t.ln_f(resid)
+    assert set(cache) == set(expected)
+    for name, want in expected.items():
+        assert_close(cache[name], want, atol=1e-5, rtol=1e-4)
+        np.testing.assert_array_equal(trace[name], cache[name])
+    _, fused = gpt2.trace(ids)  # the pattern is not a step of the fused path
+    with pytest.raises(KeyError, match="attention='unfused'"):
+        fused["blocks.0.attn.hook_pattern"]
+    assert_close(fused["blocks.1.attn.hook_z"], expected["blocks.1.attn.hook_z"], atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("scaling", [
     {"rope_type": "linear", "factor": 4.0},
     # Llama 3.1's kind, its bands moved to the tiny model's wavelengths (2π … 2π·10000^(7/8)):

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from . import _vkattn
+from . import _vkattn, hooks
 
 @dataclass(frozen=True)
 class Step:
@@ -51,12 +51,19 @@ class Trace:
     error = property(lambda self: self._impl.error, doc="the error that stopped the pass, if one did")
 
     def __getitem__(self, name):
+        """A step's tensor by its name, or by TransformerLens's hook name (vkattn.hooks)."""
         for step in self.steps:
             if step.name == name:
                 if step.values is None:
                     raise KeyError(f"{name}: traced without values")
                 return step.values
+        if name.startswith(("blocks.", "hook_", "ln_final.")):
+            return hooks.hook_values(self, name)
         raise KeyError(f"{name}: no such step; the steps are {', '.join(s.name for s in self.steps)}")
+
+    def hooks(self):
+        """A TransformerLens-style cache: {hook name: tensor} for every hook the steps answer to."""
+        return {name: hooks.hook_values(self, name) for name in hooks.hook_names(self)}
 
     def __len__(self):
         return len(self.steps)
