@@ -93,6 +93,20 @@ def test_transformerlens_hook_names_give_its_tensors():
     for name, want in expected.items():
         assert_close(cache[name], want, atol=1e-5, rtol=1e-4)
         np.testing.assert_array_equal(trace[name], cache[name])
+    # a TransformerLens-style cache checked against the model: agreeing, then each mistake named
+    report = vkattn.check(expected, gpt2, ids)
+    assert report.ok and report.first_divergent is None, str(report)
+    assert "check: 33 of 33 hooks of GPT2LMHeadModel compared" in str(report)
+    wrong = dict(expected)
+    wrong["blocks.1.attn.hook_pattern"] = expected["blocks.1.attn.hook_pattern"] * 1.01
+    wrong["blocks.0.attn.hook_q"] = expected["blocks.0.attn.hook_q"].transpose(1, 2)  # (batch, head, pos, d)
+    wrong["resid_pre"] = expected["hook_embed"]
+    report = gpt2.check(wrong, ids)
+    assert not report.ok and report.first_divergent["name"] == "blocks.0.attn.hook_q", str(report)
+    assert "heads before positions" in str(report) and "not hooks vkattn knows: resid_pre" in str(report)
+    assert [s["name"] for s in report.steps if s["verdict"] == "differs"] == [
+        "blocks.0.attn.hook_q", "blocks.1.attn.hook_pattern"]
+    assert max(len(line) for line in str(report).splitlines()) <= 100
     _, fused = gpt2.trace(ids)  # the pattern is not a step of the fused path
     with pytest.raises(KeyError, match="attention='unfused'"):
         fused["blocks.0.attn.hook_pattern"]

@@ -18,6 +18,7 @@ import numpy as np
 from . import _vkattn
 from ._convert import _numpy, as_array, as_mask
 from .modules import GroupedQueryAttention, MultiheadAttention, _inputs
+from .pretrained import PretrainedModel
 
 # vkattn's steps of one nn.MultiheadAttention forward, in order: (the shape, its axes, the
 # PyTorch line it is). B batch, L query positions, S key positions, E embed_dim, H heads,
@@ -134,7 +135,13 @@ def check(recorder, weights, query, key=None, value=None, key_padding_mask=None,
     num_heads — or a vkattn.GroupedQueryAttention (Llama's), run on the query alone with its own
     causal mask and window, from `position`, whose check also names RoPE's other convention,
     another θ, and K/V heads copied with .repeat instead of .repeat_interleave. Masks as PyTorch
-    takes them (bool True blocks). Returns a CheckReport."""
+    takes them (bool True blocks). Returns a CheckReport.
+
+    A checkpoint's model (vkattn.from_pretrained's, GPT-2's recipe) as `weights` checks a
+    TransformerLens-style cache ({hook name: tensor}) as `recorder` on the tokens `query`
+    (PretrainedModel.check)."""
+    if isinstance(weights, PretrainedModel):
+        return weights.check(recorder.tensors if isinstance(recorder, Recorder) else recorder, query, atol, rtol)
     tensors = recorder.tensors if isinstance(recorder, Recorder) else recorder
     recorded = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in tensors.items()]
     if isinstance(weights, GroupedQueryAttention):

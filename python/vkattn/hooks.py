@@ -8,6 +8,7 @@ hook_attn_scores (masked: -inf above the diagonal) and hook_pattern need a trace
 attention="unfused"; hook_z is flash_attention's output otherwise. The ln hooks are the norms'
 outputs, weight and bias applied: TransformerLens's hook_normalized with fold_ln=False."""
 import re
+import textwrap
 
 import numpy as np
 
@@ -74,3 +75,62 @@ def hook_values(trace, hook):
             return np.ascontiguousarray(values.transpose(order)) if order else values
     raise KeyError(f"{hook}: the trace has no step layers.{layer}.{steps[0]}"
                    + (" (trace with attention='unfused')" if "attn." in rest else ""))
+
+
+class HookCheck:
+    """check()'s findings for a TransformerLens-style cache against a checkpoint's trace, shaped as
+    the engine's check report (CheckReport wraps it): each hook vkattn's steps answer to, in
+    TransformerLens's order, agreeing, differing or not in the cache."""
+
+    def __init__(self, cache, trace, model, atol, rtol):
+        self.steps, self.unknown, self.first_divergent = [], [], None
+        known = hook_names(trace)
+        self.unknown = [(name, "") for name in cache if name not in known]
+        for index, name in enumerate(known):
+            ours = hook_values(trace, name)
+            step = {"index": index, "name": name, "shape": tuple(ours.shape), "dims": (), "yours": None,
+                    "max_abs_error": None, "verdict": "not recorded", "diagnosis": ""}
+            if name in cache:
+                yours = np.asarray(cache[name], dtype=np.float32)
+                step["yours"] = tuple(yours.shape)
+                step["verdict"], step["max_abs_error"], step["diagnosis"] = _compare(name, yours, ours, atol, rtol)
+                if step["verdict"] == "differs" and self.first_divergent is None:
+                    self.first_divergent = index
+            self.steps.append(step)
+        self.ok = self.first_divergent is None and any(s["yours"] is not None for s in self.steps)
+        self.backend, self.device, self.model = trace.backend, trace.device, model
+
+    def text(self):
+        compared = sum(s["yours"] is not None for s in self.steps)
+        lines = [f"check: {compared} of {len(self.steps)} hooks of {self.model} compared",
+                 f"  on {self.backend}: {self.device}"]
+        if compared == 0:
+            lines.append("none of the cache's names is a hook vkattn's steps answer to (hooks.hook_names)")
+        if self.first_divergent is None:
+            lines.append("every hook compared agrees" if compared else "")
+        else:
+            s = self.steps[self.first_divergent]
+            error = "" if s["max_abs_error"] is None else f", max |yours - vkattn's| = {s['max_abs_error']:.3g}"
+            lines.append(f"first divergent hook: {s['name']} {s['shape']}{error}")
+            if s["diagnosis"]:
+                lines += textwrap.wrap(s["diagnosis"], 98, initial_indent="  ", subsequent_indent="  ")
+        if self.unknown:
+            lines += textwrap.wrap("not hooks vkattn knows: " + ", ".join(name for name, _ in self.unknown), 100,
+                                   subsequent_indent="  ")
+        return "\n".join(line for line in lines if line)
+
+
+def _compare(name, yours, ours, atol, rtol):
+    """(verdict, max |difference| or None, diagnosis)"""
+    if yours.shape != ours.shape:
+        if yours.ndim == 4 and yours.shape == tuple(ours.shape[i] for i in HEADS_LAST):
+            return "differs", None, (f"shape {yours.shape}: heads before positions; TransformerLens's "
+                                     f"{name.split('.')[-1]} is (batch, pos, head, d_head) = {ours.shape}")
+        return "differs", None, f"shape {yours.shape} where vkattn's is {ours.shape}"
+    same_inf = np.isinf(yours) & (yours == ours)
+    with np.errstate(invalid="ignore"):  # -inf - -inf where both mask a score: counted 0
+        difference = np.where(same_inf, 0.0, np.abs(yours.astype(np.float64) - ours))
+    difference = np.where(np.isnan(difference), np.inf, difference)
+    worst = float(difference.max()) if difference.size else 0.0
+    within = np.all(difference <= atol + rtol * np.where(np.isinf(ours), 0.0, np.abs(ours)))
+    return ("agrees" if within else "differs"), worst, ""

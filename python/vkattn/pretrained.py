@@ -17,7 +17,7 @@ import collections
 
 import numpy as np
 
-from . import _vkattn
+from . import _vkattn, hooks
 from .devices import resolve
 from .modules import _fold
 from .trace import Trace
@@ -95,6 +95,16 @@ class PretrainedModel(_Checkpoint):
         records each layer's scores, mask, softmax (the pattern) and weights @ v as steps."""
         logits, recorded = self._impl.forward(_ids(self, tokens), True, _fold(fold_layout_steps), attention)
         return logits, Trace(recorded, values=values)
+
+    def check(self, cache, tokens, atol=1e-4, rtol=1e-4):
+        """Every hook of a TransformerLens-style cache ({hook name: tensor}, e.g. an
+        ActivationCache of GPT-2) against this model's trace on the same tokens (attention
+        unfused, so that the scores and pattern are steps), in TransformerLens's order: a
+        CheckReport naming the first hook that differs. vkattn.check(cache, model, tokens) too."""
+        from .check import CheckReport
+        cache = {name: (t.detach().cpu().numpy() if hasattr(t, "detach") else t) for name, t in dict(cache).items()}
+        _, trace = self.trace(tokens, attention="unfused")
+        return CheckReport(hooks.HookCheck(cache, trace, self.config["architecture"], atol, rtol))
 
     def generate(self, prompt, max_new_tokens=20, temperature=0.0, top_k=0, seed=0):
         """The continuation of `prompt` (text: returns text; ids: returns ids), one token at a time
