@@ -41,8 +41,9 @@ def hook_names(trace):
              if step in names]
     layers = sorted({int(m[1]) for n in names if (m := re.match(r"^layers\.(\d+)\.", n))})
     for i in layers:
-        for hook, (steps, _) in [("hook_resid_pre", ([], None))] + list(_BLOCK_HOOKS.items()):
-            if hook == "hook_resid_pre" or any(f"layers.{i}.{s}" in names for s in steps):
+        before = "position_embedding" if i == 0 else f"layers.{i - 1}.residual_add2"
+        for hook, (steps, _) in [("hook_resid_pre", ([before], None))] + list(_BLOCK_HOOKS.items()):
+            if any((s if hook == "hook_resid_pre" else f"layers.{i}.{s}") in names for s in steps):
                 found.append(f"blocks.{i}.{hook}")
     if "norm" in names:
         found.append("ln_final.hook_normalized")
