@@ -54,12 +54,8 @@ const std::unordered_map<std::string, unsigned char>& stand_in_bytes() {
 ByteLevelBPE::ByteLevelBPE(Vocab vocab, std::vector<std::pair<std::string, std::string>> merges,
                            std::vector<std::string> special, const std::string& source, std::string merges_source,
                            ByteLevelOptions options)
-    : vocab_(std::move(vocab)),
-      tokens_(tokens_by_id(vocab_, source)),
-      special_(std::move(special), vocab_, source),
-      options_(std::move(options)),
-      prefix_ids_(template_ids(options_.prefix, vocab_, source)),
-      suffix_ids_(template_ids(options_.suffix, vocab_, source)) {
+    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source),
+      options_(std::move(options)) {
   pre_tokenizer_ = options_.pattern.empty()
                        ? std::shared_ptr<const PreTokenizer>(&PreTokenizer::gpt2(), [](const PreTokenizer*) {})
                        : std::make_shared<const PreTokenizer>(options_.pattern, source);
@@ -154,11 +150,6 @@ std::string ByteLevelBPE::decode(std::span<const int64_t> ids) const {
     }
   }
   return bytes;
-}
-
-int64_t ByteLevelBPE::token_id(const std::string& token) const {
-  auto it = vocab_.find(token);
-  return it == vocab_.end() ? -1 : it->second;
 }
 
 }  // namespace vkattn::text

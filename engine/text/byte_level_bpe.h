@@ -23,7 +23,7 @@ struct ByteLevelOptions {
   std::vector<std::string> prefix, suffix;  // special tokens before and after every text (a BOS)
 };
 
-class ByteLevelBPE : public Tokenizer {
+class ByteLevelBPE : public VocabularyTokenizer {
  public:
   // vocab: token (in the byte stand-ins) -> id; merges: pairs, the first merged first;
   // special: tokens matched in the text before it is split (each must be in vocab). Errors name
@@ -36,16 +36,10 @@ class ByteLevelBPE : public Tokenizer {
 
   std::vector<int64_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int64_t> ids) const override;
-  int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
-  int64_t token_id(const std::string& token) const override;
 
  private:
-  Vocab vocab_;
-  std::vector<std::string> tokens_;                // id -> token
   MergeRanks ranks_;
-  SpecialTokens special_;
   ByteLevelOptions options_;
-  std::vector<int64_t> prefix_ids_, suffix_ids_;
   std::shared_ptr<const PreTokenizer> pre_tokenizer_;
 };
 

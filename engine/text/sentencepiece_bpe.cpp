@@ -35,13 +35,9 @@ int byte_of(const std::string& token) {
 SentencePieceBPE::SentencePieceBPE(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                                    std::vector<std::string> special, const std::string& source,
                                    SentencePieceOptions options)
-    : vocab_(std::move(vocab)),
-      tokens_(tokens_by_id(vocab_, source)),
+    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source),
       ranks_(merge_ranks(merges, vocab_, source)),
-      special_(std::move(special), vocab_, source),
-      options_(std::move(options)),
-      prefix_ids_(template_ids(options_.prefix, vocab_, source)),
-      suffix_ids_(template_ids(options_.suffix, vocab_, source)) {
+      options_(std::move(options)) {
   if (auto unk = vocab_.find(options_.unk_token); unk != vocab_.end()) unk_id_ = unk->second;
   if (options_.byte_fallback) {
     for (int b = 0; b < 256; ++b) {
@@ -135,10 +131,5 @@ std::string SentencePieceBPE::decode(std::span<const int64_t> ids) const {
 }
 
 std::string SentencePieceBPE::decode_continuation(std::span<const int64_t> ids) const { return text_of(ids); }
-
-int64_t SentencePieceBPE::token_id(const std::string& token) const {
-  auto it = vocab_.find(token);
-  return it == vocab_.end() ? -1 : it->second;
-}
 
 }  // namespace vkattn::text

@@ -26,7 +26,7 @@ struct SentencePieceOptions {
   std::vector<std::string> prefix, suffix;  // special tokens around every text (a BOS)
 };
 
-class SentencePieceBPE : public Tokenizer {
+class SentencePieceBPE : public VocabularyTokenizer {
  public:
   // vocab: token -> id; merges: pairs, the first merged first; special: tokens matched in the
   // text as they are. FileError "<source>: …" names a bad id, merge or missing byte token.
@@ -36,22 +36,16 @@ class SentencePieceBPE : public Tokenizer {
   std::vector<int64_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int64_t> ids) const override;
   std::string decode_continuation(std::span<const int64_t> ids) const override;
-  int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
-  int64_t token_id(const std::string& token) const override;
 
  private:
   // One pre-token's ids, appended to `ids`.
   void encode_word(const std::string& word, std::vector<int64_t>& ids) const;
   std::string text_of(std::span<const int64_t> ids) const;
 
-  Vocab vocab_;
-  std::vector<std::string> tokens_;  // id -> token
   MergeRanks ranks_;
-  SpecialTokens special_;
   SentencePieceOptions options_;
   int64_t unk_id_ = -1;
   std::vector<int64_t> byte_ids_;  // byte -> its <0xNN> token's id, with byte fallback
-  std::vector<int64_t> prefix_ids_, suffix_ids_;
 };
 
 }  // namespace vkattn::text

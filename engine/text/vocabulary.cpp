@@ -125,6 +125,20 @@ std::vector<std::string> merge_symbols(std::vector<std::string> symbols, const M
   return merged;
 }
 
+VocabularyTokenizer::VocabularyTokenizer(Vocab vocab, std::vector<std::string> special,
+                                         const std::vector<std::string>& prefix, const std::vector<std::string>& suffix,
+                                         const std::string& source)
+    : vocab_(std::move(vocab)),
+      tokens_(tokens_by_id(vocab_, source)),
+      special_(std::move(special), vocab_, source),
+      prefix_ids_(template_ids(prefix, vocab_, source)),
+      suffix_ids_(template_ids(suffix, vocab_, source)) {}
+
+int64_t VocabularyTokenizer::token_id(const std::string& token) const {
+  auto it = vocab_.find(token);
+  return it == vocab_.end() ? -1 : it->second;
+}
+
 std::vector<int64_t> template_ids(const std::vector<std::string>& tokens, const Vocab& vocab, const std::string& source) {
   std::vector<int64_t> ids;
   for (const auto& token : tokens) {

@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "vkattn/text/tokenizer.h"
+
 namespace vkattn::text {
 
 using Vocab = std::unordered_map<std::string, int64_t>;  // token -> id
@@ -52,6 +54,24 @@ MergeRanks merge_ranks(const std::vector<std::pair<std::string, std::string>>& m
 // bpe() merges every occurrence of a rank at once, the same wherever a merge's rank comes after
 // those of the merges that made its two halves, as BPE training ranks them).
 std::vector<std::string> merge_symbols(std::vector<std::string> symbols, const MergeRanks& ranks);
+
+// What every tokenizer of a vocabulary file holds: its tokens by name and by id, the special
+// tokens matched first, the template's ids around each text; vocab_size() and token_id() from them.
+class VocabularyTokenizer : public Tokenizer {
+ public:
+  int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
+  int64_t token_id(const std::string& token) const override;
+
+ protected:
+  // FileError "<source>: …" for bad ids, special or template tokens (as the functions below).
+  VocabularyTokenizer(Vocab vocab, std::vector<std::string> special, const std::vector<std::string>& prefix,
+                      const std::vector<std::string>& suffix, const std::string& source);
+
+  Vocab vocab_;
+  std::vector<std::string> tokens_;  // id -> token
+  SpecialTokens special_;
+  std::vector<int64_t> prefix_ids_, suffix_ids_;  // the template's before and after every text
+};
 
 // The ids of `tokens` (a template's [CLS] and [SEP], a BOS): FileError "<source>: the template's
 // special token '…' is not in the vocabulary" for one that is not.

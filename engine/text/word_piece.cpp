@@ -29,12 +29,8 @@ std::string clean_up(std::string token) {
 
 WordPiece::WordPiece(Vocab vocab, std::vector<std::string> special, const std::string& source,
                      WordPieceOptions options)
-    : vocab_(std::move(vocab)),
-      tokens_(tokens_by_id(vocab_, source)),
-      special_(std::move(special), vocab_, source),
-      options_(std::move(options)),
-      prefix_ids_(template_ids(options_.prefix, vocab_, source)),
-      suffix_ids_(template_ids(options_.suffix, vocab_, source)) {
+    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source),
+      options_(std::move(options)) {
   auto unk = vocab_.find(options_.unk_token);
   if (unk == vocab_.end()) {
     throw FileError(source + ": the unknown token '" + options_.unk_token + "' is not in the vocabulary");
@@ -151,11 +147,6 @@ std::string WordPiece::decode(std::span<const int64_t> ids) const {
     text += clean_up(std::move(token));
   }
   return text;
-}
-
-int64_t WordPiece::token_id(const std::string& token) const {
-  auto it = vocab_.find(token);
-  return it == vocab_.end() ? -1 : it->second;
 }
 
 }  // namespace vkattn::text

@@ -22,7 +22,7 @@ struct WordPieceOptions {
   std::vector<std::string> prefix{"[CLS]"}, suffix{"[SEP]"};  // special tokens around every text
 };
 
-class WordPiece : public Tokenizer {
+class WordPiece : public VocabularyTokenizer {
  public:
   // vocab: token -> id; special: tokens matched in the text as they are ([CLS], [MASK], …).
   // FileError "<source>: …" names a bad id, a missing [UNK] or template token.
@@ -35,19 +35,13 @@ class WordPiece : public Tokenizer {
   std::vector<int64_t> encode(std::string_view text) const override;
   // The tokens joined by spaces, a "##" token to the one before it; a space before . , ! ? dropped.
   std::string decode(std::span<const int64_t> ids) const override;
-  int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
-  int64_t token_id(const std::string& token) const override;
 
  private:
   // One word's ids, appended to `ids`.
   void split_word(const std::string& word, std::vector<int64_t>& ids) const;
 
-  Vocab vocab_;
-  std::vector<std::string> tokens_;  // id -> token
-  SpecialTokens special_;
   WordPieceOptions options_;
   int64_t unk_id_ = 0;
-  std::vector<int64_t> prefix_ids_, suffix_ids_;
 };
 
 }  // namespace vkattn::text
