@@ -1,8 +1,6 @@
 #include "engine/text/byte_level_bpe.h"
 
-#include <algorithm>
 #include <array>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "engine/io/file.h"
@@ -107,8 +105,7 @@ std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
   check_utf8(input, "the text");
   const std::string normalised = options_.nfc ? nfc(input) : std::string();
   const std::string_view text = options_.nfc ? std::string_view(normalised) : input;
-  std::vector<int64_t> ids = prefix_ids_;
-  auto encode_plain = [&](std::string_view part) {
+  return encode_parts(text, [&](std::string_view part, std::vector<int64_t>& ids) {
     for (const std::string& piece : pre_tokenizer_->split(part)) {
       std::vector<std::string> symbols;
       std::string whole;
@@ -124,10 +121,7 @@ std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
       }
       for (const std::string& symbol : merge_symbols(std::move(symbols), ranks_)) ids.push_back(vocab_.at(symbol));
     }
-  };
-  special_.split(text, encode_plain, [&](int64_t id) { ids.push_back(id); });
-  ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
-  return ids;
+  });
 }
 
 std::string ByteLevelBPE::decode(std::span<const int64_t> ids) const {

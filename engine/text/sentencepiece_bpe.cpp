@@ -79,29 +79,23 @@ void SentencePieceBPE::encode_word(const std::string& word, std::vector<int64_t>
 
 std::vector<int64_t> SentencePieceBPE::encode(std::string_view text) const {
   check_utf8(text, "the text");
-  std::vector<int64_t> ids = prefix_ids_;
-  special_.split(
-      text,
-      [&](std::string_view part) {
-        const bool first = part.data() == text.data();
-        const bool prepend = options_.prepend && (first || !options_.prepend_first_only) &&
-                             (options_.prepend_to_space || !part.starts_with(' '));
-        std::string normalised = prepend ? kSpace : "";
-        for (char c : part) normalised += c == ' ' ? kSpace : std::string(1, c);
-        if (!options_.split) {
-          encode_word(normalised, ids);
-          return;
-        }
-        for (size_t begin = 0; begin < normalised.size();) {  // a word from each ▁ on
-          size_t end = normalised.find(kSpace, begin + 1);
-          if (end == std::string::npos) end = normalised.size();
-          encode_word(normalised.substr(begin, end - begin), ids);
-          begin = end;
-        }
-      },
-      [&](int64_t id) { ids.push_back(id); });
-  ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
-  return ids;
+  return encode_parts(text, [&](std::string_view part, std::vector<int64_t>& ids) {
+    const bool first = part.data() == text.data();
+    const bool prepend = options_.prepend && (first || !options_.prepend_first_only) &&
+                         (options_.prepend_to_space || !part.starts_with(' '));
+    std::string normalised = prepend ? kSpace : "";
+    for (char c : part) normalised += c == ' ' ? kSpace : std::string(1, c);
+    if (!options_.split) {
+      encode_word(normalised, ids);
+      return;
+    }
+    for (size_t begin = 0; begin < normalised.size();) {  // a word from each ▁ on
+      size_t end = normalised.find(kSpace, begin + 1);
+      if (end == std::string::npos) end = normalised.size();
+      encode_word(normalised.substr(begin, end - begin), ids);
+      begin = end;
+    }
+  });
 }
 
 std::string SentencePieceBPE::text_of(std::span<const int64_t> ids) const {

@@ -134,6 +134,14 @@ VocabularyTokenizer::VocabularyTokenizer(Vocab vocab, std::vector<std::string> s
       prefix_ids_(template_ids(prefix, vocab_, source)),
       suffix_ids_(template_ids(suffix, vocab_, source)) {}
 
+std::vector<int64_t> VocabularyTokenizer::encode_parts(
+    std::string_view text, const std::function<void(std::string_view part, std::vector<int64_t>& ids)>& plain) const {
+  std::vector<int64_t> ids = prefix_ids_;
+  special_.split(text, [&](std::string_view part) { plain(part, ids); }, [&](int64_t id) { ids.push_back(id); });
+  ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+  return ids;
+}
+
 int64_t VocabularyTokenizer::token_id(const std::string& token) const {
   auto it = vocab_.find(token);
   return it == vocab_.end() ? -1 : it->second;

@@ -67,6 +67,11 @@ class VocabularyTokenizer : public Tokenizer {
   VocabularyTokenizer(Vocab vocab, std::vector<std::string> special, const std::vector<std::string>& prefix,
                       const std::vector<std::string>& suffix, const std::string& source);
 
+  // The ids of `text` (valid UTF-8): the template's prefix, then for the text between special
+  // tokens what `plain(part, ids)` appends, each special token's id, then the template's suffix.
+  std::vector<int64_t> encode_parts(
+      std::string_view text, const std::function<void(std::string_view part, std::vector<int64_t>& ids)>& plain) const;
+
   Vocab vocab_;
   std::vector<std::string> tokens_;  // id -> token
   SpecialTokens special_;

@@ -2,6 +2,8 @@
 
 #include <unicode/utf8.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/io/file.h"
@@ -125,17 +127,9 @@ void WordPiece::split_word(const std::string& word, std::vector<int64_t>& ids) c
 
 std::vector<int64_t> WordPiece::encode(std::string_view text) const {
   check_utf8(text, "the text");
-  std::vector<int64_t> ids = prefix_ids_;
-  special_.split(
-      text,
-      [&](std::string_view part) {
-        for (const std::string& word : bert_pre_tokenize(bert_normalize(part, options_.normalizer))) {
-          split_word(word, ids);
-        }
-      },
-      [&](int64_t id) { ids.push_back(id); });
-  ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
-  return ids;
+  return encode_parts(text, [&](std::string_view part, std::vector<int64_t>& ids) {
+    for (const std::string& word : bert_pre_tokenize(bert_normalize(part, options_.normalizer))) split_word(word, ids);
+  });
 }
 
 std::string WordPiece::decode(std::span<const int64_t> ids) const {

@@ -84,7 +84,7 @@ class HookCheck:
     TransformerLens's order, agreeing, differing or not in the cache."""
 
     def __init__(self, cache, trace, model, atol, rtol):
-        self.steps, self.unknown, self.first_divergent = [], [], None
+        self.steps, self.first_divergent = [], None
         known = hook_names(trace)
         self.unknown = [(name, "") for name in cache if name not in known]
         for index, name in enumerate(known):
