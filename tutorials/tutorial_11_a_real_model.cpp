@@ -59,7 +59,7 @@ std::string piece(const text::Tokenizer& tokenizer, int64_t id) {
   return out + "'";
 }
 
-const Tensor& values_of(const StepRecorder& recorder, const std::string& step) {
+Tensor values_of(const StepRecorder& recorder, const std::string& step) {
   for (const auto& s : recorder.steps()) {
     if (s.event.name == step && s.values) return *s.values;
   }
@@ -100,13 +100,13 @@ int main(int argc, char** argv) {
     forward(lesson.gpu());
     lesson.gpu().remove_tracer(recorded);
     for (int layer = 0; layer < 2; ++layer) {
-      const Tensor& pattern = values_of(recorded, "layers." + std::to_string(layer) + ".self_attn.softmax");
+      const Tensor pattern = values_of(recorded, "layers." + std::to_string(layer) + ".self_attn.softmax");
       const int64_t H = pattern.dim(1);
       Tensor heads({H, T, T}, pattern.data);
       lesson.images("pattern_layer" + std::to_string(layer), heads, {"h"},
                     {.title = "layer " + std::to_string(layer) + "'s attention pattern"});
     }
-    const Tensor& first = values_of(recorded, "layers.0.self_attn.softmax");
+    const Tensor first = values_of(recorded, "layers.0.self_attn.softmax");
     lesson.say("The pattern of layer 0's head 0: row i is how much position i reads each earlier "
                "position (the causal mask leaves the upper triangle 0). With --images DIR, every "
                "head of both layers as a heatmap.");
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     for (int64_t t = 0; t < T; ++t) stream << std::setw(7) << t;
     stream << "\n" << std::fixed << std::setprecision(2);
     for (const auto& [step, label] : stages) {
-      const Tensor& x = values_of(recorded, step);
+      const Tensor x = values_of(recorded, step);
       stream << "  " << std::left << std::setw(22) << label << std::right;
       for (int64_t t = 0; t < T; ++t) {
         double sum = 0;
