@@ -40,6 +40,19 @@
 //     from LANES: the host runs it only with LANES required as the subgroup size, with full
 //     subgroups (engine/vulkan/lanes.h).
 //
+//   flash_attention_tiled (TILED), FlashAttention-2's order for GPUs: a workgroup of 128 owns ROWS
+//     query rows of one (b, h), their q staged once in shared memory, and walks the keys in tiles
+//     of KEYS, each tile's rows of K and V loaded into shared memory by the whole workgroup (vec4
+//     at a time, consecutive invocations reading consecutive vec4s). The 128 invocations are a
+//     16 × 8 grid: invocation (r, c) scores rows r + 16x against keys c + 8y of the tile (ROWS/16 ×
+//     KEYS/8 scores from shared q and k rows, each read serving several multiply-adds), writes
+//     them masked to a shared tile P; an invocation a row then takes the row's tile max and sum
+//     (the online softmax) and turns P into weights; last, invocation (r, c) adds the weighted
+//     rows of V into output vec4s c + 8z of its rows. Rows of q and k in shared memory are one
+//     vec4 longer than d, and P's one float longer than a tile, so that the invocations of a
+//     subgroup read different banks. No subgroup instruction; ROWS and KEYS within the device's
+//     shared memory for d (FlashPlan::shared_bytes).
+//
 // MASKED (constant 5) is false where neither attn_mask nor key_padding_mask is given: the
 // pipeline then has no mask read at all (on lavapipe a read under a branch costs a loop over the
 // lanes even when no lane takes it).
@@ -59,8 +72,13 @@
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
 layout(constant_id = 2) const uint LANES = 8;      // subgroup build: the required subgroup size
+#ifdef TILED
+layout(constant_id = 3) const uint ROWS = 64;  // query rows per workgroup: 16, 32 or 64
+layout(constant_id = 4) const uint KEYS = 32;  // keys a tile: 8, 16, 32 or 64
+#else
 layout(constant_id = 3) const uint ROWS = 8;       // subgroup build: query rows per subgroup
 layout(constant_id = 4) const uint KEYS = 1;       // subgroup build: keys each lane scores a block
+#endif
 layout(constant_id = 5) const bool MASKED = true;  // attn_mask or key_padding_mask given
 const uint ROW_SETS = (ROWS + LANES - 1u) / LANES;       // rows of q each lane holds
 const uint CHUNKS = (HEAD_DIM + 3u) / 4u;                // q and k rows as vec4s
@@ -144,7 +162,126 @@ vec4 v_chunk(uint row, uint c) {
   return x;
 }
 
-#ifndef SUBGROUPS
+#if defined(TILED)
+// ---- ROWS query rows per workgroup, K and V in shared tiles of KEYS keys ------------------------
+const uint GRID_ROWS = 16u, GRID_COLS = 8u;  // the workgroup's 128 invocations, (r, c)
+const uint INVOCATIONS = GRID_ROWS * GRID_COLS;
+const uint ROWS_EACH = ROWS / GRID_ROWS;     // query rows an invocation scores and accumulates
+const uint KEYS_EACH = KEYS / GRID_COLS;     // keys of a tile an invocation scores
+const uint DP4 = (CHUNKS + GRID_COLS - 1u) / GRID_COLS * GRID_COLS;  // d in vec4s, padded to the grid's columns
+const uint CHUNKS_EACH = DP4 / GRID_COLS;    // output vec4s of a row an invocation accumulates
+const uint QK_STRIDE = DP4 + 1u;             // vec4s between rows of q or k in shared memory
+const uint P_STRIDE = KEYS + 1u;             // floats between rows of P
+
+shared vec4 q_tile[ROWS * QK_STRIDE];  // the block's rows of q, zeros past L and d
+shared vec4 k_tile[KEYS * QK_STRIDE];  // the tile's rows of K, zeros past the keys and d
+shared vec4 v_tile[KEYS * DP4];        // the tile's rows of V, likewise
+shared float p_tile[ROWS * P_STRIDE];  // scores, then weights exp(s - m)
+shared float row_max[ROWS], row_sum[ROWS], row_rescale[ROWS];  // the online softmax's m, l, exp(m_old - m)
+
+void main() {
+  uint row_blocks = (p.rows + ROWS - 1u) / ROWS;
+  uint unit = flat_workgroup_id() + p.first_group;  // bh · row_blocks + row block
+  if (unit >= p.batch * p.heads * row_blocks) return;  // uniform per workgroup, before any barrier
+  uint bh = unit / row_blocks;
+  uint b = bh / p.heads;
+  uint kv = bh / p.group;  // the key/value head, (B·H_kv) flat
+  uint i0 = unit % row_blocks * ROWS;
+  uint i_last = min(i0 + ROWS, p.rows) - 1u;
+  uint t = gl_LocalInvocationID.x;
+  uint r = t / GRID_COLS, c = t % GRID_COLS;  // rows r + 16x, keys c + 8y, output vec4s c + 8z
+
+  for (uint e = t; e < ROWS * DP4; e += INVOCATIONS) {
+    uint row = e / DP4, chunk = e % DP4;
+    bool real = i0 + row < p.rows && chunk < CHUNKS;
+    q_tile[row * QK_STRIDE + chunk] = real ? q_chunk(bh * p.rows + i0 + row, chunk) : vec4(0.0);
+  }
+  for (uint row = t; row < ROWS; row += INVOCATIONS) {
+    row_max[row] = -1e30;
+    row_sum[row] = 0.0;
+  }
+  vec4 acc[ROWS_EACH][CHUNKS_EACH];
+  for (uint x = 0u; x < ROWS_EACH; ++x) {
+    for (uint z = 0u; z < CHUNKS_EACH; ++z) acc[x][z] = vec4(0.0);
+  }
+
+  uint key_end = p.causal != 0u ? min(p.cols, i_last + 1u) : p.cols;  // causal: no row sees past i_last
+  for (uint j0 = first_key(i0); j0 < key_end; j0 += KEYS) {            // windowed: from the first row's window
+    barrier();  // the last tile's readers are done with k_tile, v_tile and p_tile
+    for (uint e = t; e < KEYS * DP4; e += INVOCATIONS) {
+      uint key = e / DP4, chunk = e % DP4;
+      bool real = j0 + key < key_end && chunk < CHUNKS;
+      k_tile[key * QK_STRIDE + chunk] = real ? k_chunk(kv * p.cols + j0 + key, chunk) : vec4(0.0);
+      v_tile[key * DP4 + chunk] = real ? v_chunk(kv * p.cols + j0 + key, chunk) : vec4(0.0);
+    }
+    barrier();
+    // scores of rows r + 16x against keys c + 8y, masked into P
+    float s[ROWS_EACH][KEYS_EACH];
+    for (uint x = 0u; x < ROWS_EACH; ++x) {
+      for (uint y = 0u; y < KEYS_EACH; ++y) s[x][y] = 0.0;
+    }
+    for (uint chunk = 0u; chunk < DP4; ++chunk) {
+      vec4 qc[ROWS_EACH];
+      for (uint x = 0u; x < ROWS_EACH; ++x) qc[x] = q_tile[(r + GRID_ROWS * x) * QK_STRIDE + chunk];
+      for (uint y = 0u; y < KEYS_EACH; ++y) {
+        vec4 kc = k_tile[(c + GRID_COLS * y) * QK_STRIDE + chunk];
+        for (uint x = 0u; x < ROWS_EACH; ++x) s[x][y] += dot(qc[x], kc);
+      }
+    }
+    for (uint x = 0u; x < ROWS_EACH; ++x) {
+      for (uint y = 0u; y < KEYS_EACH; ++y) {
+        uint i = i0 + r + GRID_ROWS * x, j = j0 + c + GRID_COLS * y;
+        p_tile[(r + GRID_ROWS * x) * P_STRIDE + c + GRID_COLS * y] =
+            i < p.rows && j < key_end ? scaled_masked_score(s[x][y], bh, b, i, j) : NEG_INF;
+      }
+    }
+    barrier();
+    // the online softmax, an invocation a row: P's scores become weights exp(s - m_new)
+    for (uint row = t; row < ROWS; row += INVOCATIONS) {
+      float block_max = NEG_INF;
+      for (uint key = 0u; key < KEYS; ++key) block_max = max(block_max, p_tile[row * P_STRIDE + key]);
+      float m_new = max(row_max[row], block_max);  // unchanged when every key of the tile is blocked
+      float sum = 0.0;
+      for (uint key = 0u; key < KEYS; ++key) {
+        float score = p_tile[row * P_STRIDE + key];
+        float w = score == NEG_INF ? 0.0 : exp(score - m_new);
+        p_tile[row * P_STRIDE + key] = w;
+        sum += w;
+      }
+      row_rescale[row] = exp(row_max[row] - m_new);
+      row_sum[row] = row_sum[row] * row_rescale[row] + sum;
+      row_max[row] = m_new;
+    }
+    barrier();
+    // P · V: rows r + 16x, output vec4s c + 8z, rescaled and given the tile's keys in order
+    for (uint x = 0u; x < ROWS_EACH; ++x) {
+      float rescale = row_rescale[r + GRID_ROWS * x];
+      for (uint z = 0u; z < CHUNKS_EACH; ++z) acc[x][z] *= rescale;
+    }
+    for (uint key = 0u; key < KEYS; ++key) {
+      vec4 vc[CHUNKS_EACH];
+      for (uint z = 0u; z < CHUNKS_EACH; ++z) vc[z] = v_tile[key * DP4 + c + GRID_COLS * z];
+      for (uint x = 0u; x < ROWS_EACH; ++x) {
+        float w = p_tile[(r + GRID_ROWS * x) * P_STRIDE + key];
+        for (uint z = 0u; z < CHUNKS_EACH; ++z) acc[x][z] += w * vc[z];
+      }
+    }
+  }
+  barrier();  // row_sum as the last tile left it (or as set, where no tile ran)
+  for (uint x = 0u; x < ROWS_EACH; ++x) {
+    uint i = i0 + r + GRID_ROWS * x;
+    if (i >= p.rows) continue;
+    float l = row_sum[r + GRID_ROWS * x];
+    for (uint z = 0u; z < CHUNKS_EACH; ++z) {
+      uint chunk = c + GRID_COLS * z;
+      for (uint u = 0u; u < 4u; ++u) {
+        if (4u * chunk + u < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + 4u * chunk + u] = l > 0.0 ? acc[x][z][u] / l : 0.0;
+      }
+    }
+  }
+}
+
+#elif !defined(SUBGROUPS)
 // ---- one query row per invocation -------------------------------------------------------------
 void main() {
   uint row_groups = (p.rows + gl_WorkGroupSize.x - 1u) / gl_WorkGroupSize.x;

@@ -112,6 +112,9 @@ TEST_P(FlashWindow, MatchesReferenceAndTheUnfusedSteps) {
   EXPECT_TRUE(all_close(run(four_rows, in, fused), expected, {}, dims)) << "fused GPU, 4 rows a subgroup";
   VulkanBackend rows(testing::shared_context(), {.subgroups = false});
   EXPECT_TRUE(all_close(run(rows, in, fused), expected, {}, dims)) << "fused GPU, a row per invocation";
+  VulkanBackend tiled(testing::shared_context(),
+                      {.flash = std::make_shared<const vulkan::FlashPlan>(vulkan::tiled_flash(16, 8))});
+  EXPECT_TRUE(all_close(run(tiled, in, fused), expected, {}, dims)) << "fused GPU, tiled";
   // the shared heads equal K and V copied per query head, bit for bit, on each backend
   const std::vector<Tensor> copied{in[0], repeat_interleave(in[1], H / H_kv), repeat_interleave(in[2], H / H_kv), mask};
   EXPECT_EQ(run(cpu(), copied, fused).data, expected.data);

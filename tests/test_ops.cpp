@@ -217,6 +217,15 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
   EXPECT_EQ(rows.flash_plan().lanes, 0u);
   EXPECT_TRUE(all_close(run(rows, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
       << "a query row per invocation";
+  // and FlashAttention-2's order (tuning's candidates on a GPU), in tiles within lavapipe's 32 KiB
+  // of shared memory: blocks of 16 rows over tiles of 8 keys, of 32 over 16, of 64 over 16
+  for (auto [block, tile] : {std::pair{16u, 8u}, {32u, 16u}, {64u, 16u}}) {
+    const auto plan = std::make_shared<const vulkan::FlashPlan>(vulkan::tiled_flash(block, tile));
+    if (plan->shared_bytes(uint32_t(std::get<4>(shape))) > device.max_shared_memory_bytes) continue;
+    VulkanBackend tiled(testing::shared_context(), {.flash = plan});
+    EXPECT_TRUE(all_close(run(tiled, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
+        << plan->describe();
+  }
   if (padding) {
     auto [B, H, L, S, d] = shape;
     Tensor out = run(gpu(), flash_step(attn_rank, padding, causal));

@@ -123,6 +123,53 @@ TEST(TunedPlans, AFlashPlanKeepsItsKeysAndImpossibleCountsAreRefused) {
   }
 }
 
+// On a GPU, tuning also measures flash_attention in FlashAttention-2's order (flash_attention_tiled),
+// in blocks and tiles whose shared memory fits at the problem's d: NVIDIA's 48 KiB holds 64 rows
+// over 32 keys at d 64 but not at d 128; a CPU device gets none. A tiled plan is remembered as
+// such, one remembered before tiled plans existed reads as not tiled, and impossible tiles are
+// refused whatever a cache file says.
+TEST(TunedPlans, TiledFlashPlansAreAGpusCandidatesWithinItsSharedMemory) {
+  vulkan::DeviceReport nvidia;
+  nvidia.name = "NVIDIA H100";
+  nvidia.type = vk::PhysicalDeviceType::eDiscreteGpu;
+  nvidia.max_workgroup_invocations = nvidia.max_workgroup_size_x = 1024;
+  nvidia.max_shared_memory_bytes = 48 * 1024;
+  auto tiled = [&](uint32_t d) {
+    std::set<std::pair<uint32_t, uint32_t>> blocks;
+    for (const auto& plan : tuning::flash_candidates(nvidia, 64, d)) {
+      if (!plan.tiled) continue;
+      blocks.insert({plan.rows, plan.keys});
+      EXPECT_LE(plan.shared_bytes(d), nvidia.max_shared_memory_bytes) << plan.describe();
+    }
+    return blocks;
+  };
+  EXPECT_TRUE(tiled(64).contains({64, 32}));
+  EXPECT_TRUE(tiled(64).contains({32, 16}));
+  EXPECT_FALSE(tiled(128).contains({64, 32}));
+  EXPECT_TRUE(tiled(128).contains({32, 16}));
+  EXPECT_EQ(vulkan::tiled_flash(64, 32).shared_bytes(64), 43'520u);  // 2,144 vec4s of q, k, v; 64 × 36 floats
+  vulkan::DeviceReport cpu = nvidia;
+  cpu.type = vk::PhysicalDeviceType::eCpu;
+  EXPECT_TRUE(std::ranges::none_of(tuning::flash_candidates(cpu, 64, 64), &vulkan::FlashPlan::tiled));
+
+  const vulkan::FlashPlan plan = vulkan::tiled_flash(32, 16);
+  const vulkan::FlashPlan back = tuning::flash_plan_from_json(tuning::to_json(plan));
+  EXPECT_TRUE(back.tiled);
+  EXPECT_EQ(back.describe(), plan.describe());
+  EXPECT_EQ(back.shader(false), "flash_attention_tiled");
+  nlohmann::json old = tuning::to_json(vulkan::plan_flash(testing::shared_context()->device_report(), 64));
+  old.erase("tiled");
+  EXPECT_FALSE(tuning::flash_plan_from_json(old).tiled);
+  for (auto [rows, keys, what] : {std::tuple{48u, 16u, "rows per workgroup"}, {32u, 24u, "keys a tile"}}) {
+    try {
+      vulkan::check_flash_plan(vulkan::tiled_flash(rows, keys), nvidia);
+      ADD_FAILURE() << rows << " rows over " << keys << " keys accepted";
+    } catch (const DeviceError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(TunedPlans, EveryRowCandidateMatchesTheReference) {
   const auto& device = testing::shared_context()->device_report();
   const auto candidates = tuning::row_candidates(device, 64);

@@ -352,7 +352,8 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
   return plans;
 }
 
-std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size) {
+std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size,
+                                                uint32_t d) {
   const vulkan::FlashPlan rule = vulkan::plan_flash(device, workgroup_size);
   std::vector<vulkan::FlashPlan> plans{rule};
   auto add = [&](vulkan::FlashPlan plan) {
@@ -388,6 +389,10 @@ std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& devi
     plan.texel_inputs = false;
     add(plan);
   }
+  // FlashAttention-2's order on a GPU, as d leaves its tiles room in shared memory
+  if (!cpu) {
+    for (const auto& plan : vulkan::tiled_flash_plans(device, d)) add(plan);
+  }
   vulkan::FlashPlan per_invocation;  // a query row per invocation, no subgroups
   per_invocation.workgroup_size = workgroup_size;
   per_invocation.texel_inputs = rule.texel_inputs;
@@ -414,7 +419,8 @@ nlohmann::json to_json(const vulkan::FlashPlan& p) {
           {"rows", p.rows},
           {"keys", p.keys},
           {"workgroup_size", p.workgroup_size},
-          {"texel_inputs", p.texel_inputs}};
+          {"texel_inputs", p.texel_inputs},
+          {"tiled", p.tiled}};
 }
 
 namespace {
@@ -455,6 +461,7 @@ vulkan::FlashPlan flash_plan_from_json(const nlohmann::json& j) {
   p.keys = field<uint32_t>(j, "keys");
   p.workgroup_size = field<uint32_t>(j, "workgroup_size");
   p.texel_inputs = field<bool>(j, "texel_inputs");
+  p.tiled = j.value("tiled", false);  // (plans remembered before the tiled kernel are not tiled)
   p.why = kRemembered;
   return p;
 }

@@ -86,7 +86,9 @@ constexpr uint64_t kShortestTunedDecoding = 128;
 // The plans tuning chooses among on `device`, the rule's first; for attention_values, whose B is
 // stored (K, N), none packs B.
 std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device, const std::string& product = "linear");
-std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
+// Flash plans for head dim `d` (the tiled ones must fit its rows in shared memory).
+std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size,
+                                                uint32_t d = 64);
 std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
 // `rule` (Backend::decoding_parts' count), then 1, 2, 4, … while a part holds at least 8 keys of
 // the class's shortest length (so that every count is valid for every length of the class).

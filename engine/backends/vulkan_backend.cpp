@@ -73,6 +73,7 @@ struct VulkanBackend::State {
   vulkan::GemmPlan gemm;
   vulkan::RowPlan rows;
   vulkan::FlashPlan flash;
+  vulkan::FlashPlan fallback_flash;  // the rule's: where a tiled plan's tiles outgrow shared memory
   // Tuning (tuner.h): the device's remembered plans, null when tuning is off; the plans this
   // backend uses, by shape class (with the switches that shaped its candidates)
   std::shared_ptr<vulkan::PlanCache> cache;
@@ -101,6 +102,7 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
   vulkan::check_row_plan(s_->rows, s_->device, s_->options.workgroup_size);
   s_->flash = options.flash ? *options.flash : vulkan::plan_flash(s_->device, s_->options.workgroup_size, s_->options.flash_rows);
   vulkan::check_flash_plan(s_->flash, s_->device);
+  s_->fallback_flash = vulkan::plan_flash(s_->device, s_->options.workgroup_size);
   if (options.tune.value_or(tuning::tune_from_environment())) {
     s_->cache = vulkan::plan_cache(s_->device, options.plan_cache_directory);
     // other switches, other candidates: their plans are kept apart
@@ -176,7 +178,7 @@ const vulkan::FlashPlan& VulkanBackend::flash_plan_for(int64_t heads, int64_t L,
     return s_->flash_plans[shape_class] = *plan;
   }
   const tuning::Outcome outcome = tuning::tune_flash(
-      s_->context, s_->options, problem, tuning::flash_candidates(s_->device, s_->options.workgroup_size),
+      s_->context, s_->options, problem, tuning::flash_candidates(s_->device, s_->options.workgroup_size, uint32_t(d)),
       [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
   remember(*s_->cache, shape_class, outcome);
   return s_->flash_plans[shape_class] = tuning::flash_plan_from_json(outcome.plan);
@@ -477,7 +479,10 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   // flash_plan_for(): ROWS query rows per subgroup of guaranteed lanes, or a row per invocation
   // (flash_attention.comp). The head dim shapes each lane's share of the output: a pipeline per d.
   // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
-  const vulkan::FlashPlan& plan = flash_plan_for(B * H, L, S, d, causal);
+  const vulkan::FlashPlan* chosen = &flash_plan_for(B * H, L, S, d, causal);
+  // a tiled plan whose tiles of this d outgrow shared memory (a forced one): the rule's instead
+  if (chosen->shared_bytes(u32(d)) > s_->device.max_shared_memory_bytes) chosen = &s_->fallback_flash;
+  const vulkan::FlashPlan& plan = *chosen;
   const bool texels = plan.texel_inputs && d % 4 == 0 &&
                       uint64_t(B) * (H / group) * S * d / 4 <= s_->device.max_texel_buffer_elements;
   const bool masked = attn_mask || key_padding_mask;  // else a pipeline that reads no mask
@@ -492,9 +497,9 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   // The grid in submissions of bounded work (a group's rows are independent of every other's:
   // any split gives the same bits). Group g holds query rows from (g·rows_per_group) mod L on.
   const uint64_t groups = plan.groups(uint64_t(B) * H, uint64_t(L));
-  const uint64_t row_groups = plan.lanes ? ceil_div(L, plan.rows) : ceil_div(L, plan.workgroup_size);
+  const uint64_t rows_per_unit = plan.rows_per_unit();
+  const uint64_t row_groups = ceil_div(L, rows_per_unit);
   const uint64_t units_per_group = plan.lanes ? plan.workgroup_size / plan.lanes : 1;
-  const uint64_t rows_per_unit = plan.lanes ? plan.rows : plan.workgroup_size;
   const auto work = [&](uint64_t a, uint64_t b) {  // multiply-adds of groups a..b: QKᵀ and PV over the keys each row sees
     double total = 0;
     for (uint64_t g = a; g < b; ++g) {

@@ -44,11 +44,37 @@ RowPlan plan_rows(const DeviceReport& device, uint32_t workgroup_size) {
 }
 
 uint64_t FlashPlan::groups(uint64_t heads, uint64_t length) const {
-  if (!lanes) return heads * ceil_div(length, workgroup_size);  // a row per invocation, one head per workgroup
+  if (!lanes) return heads * ceil_div(length, rows_per_unit());  // one head per workgroup
   return ceil_div(heads * ceil_div(length, rows), workgroup_size / lanes);
 }
 
+uint64_t FlashPlan::shared_bytes(uint32_t d) const {
+  if (!tiled) return 0;
+  const uint64_t d4 = ceil_div(ceil_div(d, 4), 8) * 8;  // vec4s a row, padded to the kernel's 8 columns
+  const uint64_t vec4s = (rows + keys) * (d4 + 1) + keys * d4;
+  return vec4s * 16 + (uint64_t(rows) * (keys + 1) + 3ull * rows) * sizeof(float);
+}
+
+FlashPlan tiled_flash(uint32_t rows, uint32_t keys) {
+  FlashPlan plan;
+  plan.tiled = true;
+  plan.rows = rows;
+  plan.keys = keys;
+  plan.workgroup_size = FlashPlan::kTiledWorkgroup;
+  return plan;
+}
+
+std::vector<FlashPlan> tiled_flash_plans(const DeviceReport& device, uint32_t d) {
+  std::vector<FlashPlan> plans;
+  for (auto [rows, keys] : {std::pair{64u, 32u}, {64u, 16u}, {32u, 32u}, {32u, 16u}, {16u, 16u}}) {
+    FlashPlan plan = tiled_flash(rows, keys);
+    if (plan.shared_bytes(d) <= device.max_shared_memory_bytes) plans.push_back(plan);
+  }
+  return plans;
+}
+
 std::string FlashPlan::shader(bool texels) const {
+  if (tiled) return "flash_attention_tiled";
   // (appended in place: GCC 14 warns, falsely, of a copy out of bounds in the one-line sum)
   std::string name = lanes ? "flash_attention_subgroup" : "flash_attention";
   if (texels) name += "_texel";
@@ -58,6 +84,10 @@ std::string FlashPlan::shader(bool texels) const {
 
 std::string FlashPlan::describe() const {
   const std::string inputs = texel_inputs ? ", texels" : "";
+  if (tiled) {
+    return std::to_string(rows) + " rows per workgroup of " + std::to_string(workgroup_size) + ", K and V in tiles of " +
+           std::to_string(keys) + " keys";
+  }
   if (!lanes) return "a row per invocation, workgroup " + std::to_string(workgroup_size) + inputs;
   // (the lanes, as the GEMM's plan, are the device's: `vkattn devices` prints them beside the plan)
   return std::to_string(rows) + " rows × " + std::to_string(lanes * keys) + " keys per subgroup, workgroup " +
@@ -93,7 +123,13 @@ void check_flash_plan(const FlashPlan& plan, const DeviceReport& device) {
       plan.workgroup_size > device.max_workgroup_size_x) {
     fail("workgroup outside 1.." + std::to_string(device.max_workgroup_invocations) + " invocations");
   }
-  if (plan.lanes) {
+  if (plan.tiled) {
+    if (plan.lanes) fail("a tiled plan uses no lanes");
+    if (plan.workgroup_size != FlashPlan::kTiledWorkgroup) fail("a tiled plan's workgroup is 128");
+    if (plan.rows != 16 && plan.rows != 32 && plan.rows != 64) fail("rows per workgroup must be 16, 32 or 64");
+    if (plan.keys != 8 && plan.keys != 16 && plan.keys != 32 && plan.keys != 64) fail("keys a tile must be 8, 16, 32 or 64");
+    if (plan.texel_inputs) fail("a tiled plan reads storage buffers");
+  } else if (plan.lanes) {
     const Lanes lanes = guaranteed_lanes(device, SubgroupOps::shuffle_and_arithmetic, plan.lanes);
     if (lanes.count != plan.lanes) {
       fail("needs " + std::to_string(plan.lanes) + " guaranteed lanes; '" + device.name + "' guarantees " +

@@ -3,7 +3,9 @@
 //   softmax, layer_norm — a row per subgroup of guaranteed lanes (<step>_subgroup), or a row per
 //                         workgroup reduced through shared memory (<step>);
 //   flash_attention     — ROWS query rows against KEYS keys a lane per subgroup of guaranteed lanes
-//                         (flash_attention_subgroup), or a query row per invocation (flash_attention).
+//                         (flash_attention_subgroup), ROWS query rows per workgroup against tiles of
+//                         KEYS keys in shared memory (flash_attention_tiled, for GPUs: tuning's
+//                         candidates), or a query row per invocation (flash_attention).
 // Each plan says why; `vkattn devices` prints them all (step_plans()).
 #include <cstdint>
 #include <string>
@@ -28,17 +30,26 @@ RowPlan plan_rows(const DeviceReport& device, uint32_t workgroup_size);
 void check_row_plan(const RowPlan& plan, const DeviceReport& device, uint32_t workgroup_size);
 
 struct FlashPlan {
+  static constexpr uint32_t kTiledWorkgroup = 128;  // flash_attention_tiled's 16 × 8 invocations
   uint32_t lanes = 0;           // the required subgroup size of flash_attention_subgroup; 0 = a row per invocation
-  uint32_t rows = 1;            // query rows per subgroup (per invocation: 1)
-  uint32_t keys = 1;            // keys each lane scores a block: the block is lanes · keys keys
+  uint32_t rows = 1;            // query rows per subgroup (per invocation: 1; tiled: per workgroup)
+  uint32_t keys = 1;            // keys each lane scores a block: the block is lanes · keys keys (tiled: a tile's)
   uint32_t workgroup_size = 64;
+  // flash_attention_tiled: `rows` query rows per workgroup of kTiledWorkgroup, K and V in shared
+  // tiles of `keys` keys (no lanes, no texels)
+  bool tiled = false;
   // K and V read as RGBA32F texel buffers (where d is a multiple of 4 and they fit): on CPU
   // devices that have them, as the GEMMs' inputs (gemm_plan.h)
   bool texel_inputs = false;
   std::string why;
   // flash_attention_subgroup[_texel], unrolled at GemmPlan::kMostUnrolledLanes lanes or fewer
-  // (flash_attention.comp says why), or flash_attention[_texel]
+  // (flash_attention.comp says why), flash_attention_tiled, or flash_attention[_texel]
   std::string shader(bool texels) const;
+  // Shared memory the tiled kernel takes at head dim `d` (0 for the others): its q, K and V
+  // tiles, the scores' tile and three floats a row
+  uint64_t shared_bytes(uint32_t d) const;
+  // Query rows a unit of work owns: a subgroup's, a tiled workgroup's, an invocation's workgroup's
+  uint32_t rows_per_unit() const { return lanes || tiled ? rows : workgroup_size; }
   // Specialization constants 1… of flash_attention.comp for head dim `d`, `masked` where an
   // attn_mask or key_padding_mask is given (without, the pipeline reads neither).
   std::vector<uint32_t> specialization(uint32_t d, bool masked) const {
@@ -54,6 +65,12 @@ struct FlashPlan {
 // 16 lanes, two at 8, four at 4), a key a lane on a GPU. `workgroup_size` is the subgroup-free
 // kernel's. Texel inputs as the GEMM's rule has them.
 FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32_t rows = 0);
+
+// A tiled plan of `rows` query rows per workgroup and tiles of `keys` keys.
+FlashPlan tiled_flash(uint32_t rows, uint32_t keys);
+// The tiled plans worth measuring at head dim `d`: blocks of 16 to 64 query rows over tiles of 16
+// or 32 keys, those whose shared memory `device` has.
+std::vector<FlashPlan> tiled_flash_plans(const DeviceReport& device, uint32_t d);
 
 // Throws DeviceError naming what `plan` asks of `device` that it lacks (a forced or remembered plan).
 void check_flash_plan(const FlashPlan& plan, const DeviceReport& device);
