@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     };
     std::vector<Candidate> candidates;
     if (!skip_unfused) candidates.push_back({"the unfused steps (the device's plans)", std::make_unique<VulkanBackend>(context), false, {}});
-    const vulkan::FlashPlan rule = vulkan::plan_flash(device, 64);
+    const vulkan::FlashPlan rule = vulkan::flash_rule(device, 64, uint32_t(d));
     auto add = [&](const vulkan::FlashPlan& plan) {
       for (const auto& c : candidates) {
         if (c.name == plan.describe()) return;

@@ -131,6 +131,15 @@ TEST(Lanes, GpusGetTheirReportedSizeWithinTheRequiredRange) {
   const DeviceReport nvidia = gpu(32, 32, 32);
   EXPECT_EQ(plan_flash(nvidia, 64).lanes, 32u);
   EXPECT_EQ(plan_flash(nvidia, 64).workgroup_size, 256u);
+  // where tuning is off, a GPU's flash_attention is FlashAttention-2's order, in the largest block
+  // of rows whose tiles fit its shared memory at d; beyond, the subgroup plan
+  DeviceReport h100 = nvidia;
+  h100.max_shared_memory_bytes = 48 * 1024;
+  EXPECT_EQ(flash_rule(h100, 64, 64).describe(), tiled_flash(64, 16).describe());
+  EXPECT_EQ(flash_rule(h100, 64, 128).describe(), tiled_flash(32, 16).describe());
+  EXPECT_EQ(flash_rule(h100, 64, 1024).describe(), plan_flash(h100, 64).describe());
+  EXPECT_TRUE(has(flash_rule(h100, 64, 64).why, "FlashAttention-2"));
+  EXPECT_EQ(flash_rule(lavapipe(8), 64, 64).describe(), plan_flash(lavapipe(8), 64).describe());
   // a workgroup may hold at most maxComputeWorkgroupSubgroups subgroups
   DeviceReport few = gpu(32, 32, 32);
   few.max_workgroup_subgroups = 2;

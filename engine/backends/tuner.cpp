@@ -354,8 +354,9 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
 
 std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size,
                                                 uint32_t d) {
-  const vulkan::FlashPlan rule = vulkan::plan_flash(device, workgroup_size);
-  std::vector<vulkan::FlashPlan> plans{rule};
+  // the rule first; the subgroup plan's variations beside it
+  const vulkan::FlashPlan subgroups = vulkan::plan_flash(device, workgroup_size);
+  std::vector<vulkan::FlashPlan> plans{vulkan::flash_rule(device, workgroup_size, d)};
   auto add = [&](vulkan::FlashPlan plan) {
     plan.why = kMeasured;
     for (const auto& p : plans) {
@@ -364,28 +365,29 @@ std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& devi
     plans.push_back(plan);
   };
   const bool cpu = device.type == vk::PhysicalDeviceType::eCpu;
-  if (rule.lanes) {
+  add(subgroups);
+  if (subgroups.lanes) {
     const std::vector<uint32_t> rows =
-        cpu ? std::vector{rule.lanes, 2 * rule.lanes, 4 * rule.lanes} : std::vector{1u, 2u, 4u, 8u};
+        cpu ? std::vector{subgroups.lanes, 2 * subgroups.lanes, 4 * subgroups.lanes} : std::vector{1u, 2u, 4u, 8u};
     for (uint32_t r : rows) {
       // 4 rows a lane at 16 lanes: 64 accumulators of d floats a lane, minutes for lavapipe to compile
-      if (r > 32 || (!cpu && r > rule.lanes)) continue;
+      if (r > 32 || (!cpu && r > subgroups.lanes)) continue;
       vulkan::FlashPlan plan = vulkan::plan_flash(device, workgroup_size, r);
-      plan.texel_inputs = rule.texel_inputs;
+      plan.texel_inputs = subgroups.texel_inputs;
       add(plan);
     }
-    // Half and twice the rule's block of keys, at its rows, on a CPU device (blocks of at most
-    // 32 keys: the block's scores and rows of V are unrolled code)
-    for (uint32_t keys : {rule.keys / 2, rule.keys * 2}) {
-      if (!cpu || keys == 0 || keys * rule.lanes > 32) continue;
-      vulkan::FlashPlan plan = rule;
+    // Half and twice the subgroup plan's block of keys, at its rows, on a CPU device (blocks of at
+    // most 32 keys: the block's scores and rows of V are unrolled code)
+    for (uint32_t keys : {subgroups.keys / 2, subgroups.keys * 2}) {
+      if (!cpu || keys == 0 || keys * subgroups.lanes > 32) continue;
+      vulkan::FlashPlan plan = subgroups;
       plan.keys = keys;
       add(plan);
     }
   }
-  // Storage inputs where the rule reads texels, at the rule's rows only (as gemm_candidates)
-  if (rule.texel_inputs) {
-    vulkan::FlashPlan plan = rule;
+  // Storage inputs where the subgroup plan reads texels, at its rows only (as gemm_candidates)
+  if (subgroups.texel_inputs) {
+    vulkan::FlashPlan plan = subgroups;
     plan.texel_inputs = false;
     add(plan);
   }
@@ -395,7 +397,7 @@ std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& devi
   }
   vulkan::FlashPlan per_invocation;  // a query row per invocation, no subgroups
   per_invocation.workgroup_size = workgroup_size;
-  per_invocation.texel_inputs = rule.texel_inputs;
+  per_invocation.texel_inputs = subgroups.texel_inputs;
   add(per_invocation);
   return plans;
 }

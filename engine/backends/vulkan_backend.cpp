@@ -73,7 +73,8 @@ struct VulkanBackend::State {
   vulkan::GemmPlan gemm;
   vulkan::RowPlan rows;
   vulkan::FlashPlan flash;
-  vulkan::FlashPlan fallback_flash;  // the rule's: where a tiled plan's tiles outgrow shared memory
+  vulkan::FlashPlan fallback_flash;  // the subgroup plan: where a tiled plan's tiles outgrow shared memory
+  std::map<int64_t, vulkan::FlashPlan> flash_rules;  // by head dim, where no plan is forced
   // Tuning (tuner.h): the device's remembered plans, null when tuning is off; the plans this
   // backend uses, by shape class (with the switches that shaped its candidates)
   std::shared_ptr<vulkan::PlanCache> cache;
@@ -168,8 +169,13 @@ vulkan::GemmPlan VulkanBackend::gemm_plan_for(const std::string& name, int64_t b
 
 const vulkan::FlashPlan& VulkanBackend::flash_plan_for(int64_t heads, int64_t L, int64_t S, int64_t d, bool causal) {
   const tuning::FlashProblem problem{uint64_t(heads), uint64_t(L), uint64_t(S), uint64_t(d), causal};
-  if (!s_->cache || s_->options.flash || s_->options.flash_rows || problem.multiply_adds() < tuning::kSmallestTuned) {
-    return s_->flash;
+  if (s_->options.flash || s_->options.flash_rows) return s_->flash;  // forced
+  if (!s_->cache || problem.multiply_adds() < tuning::kSmallestTuned) {
+    auto rule = s_->flash_rules.find(d);
+    if (rule == s_->flash_rules.end()) {
+      rule = s_->flash_rules.emplace(d, vulkan::flash_rule(s_->device, s_->options.workgroup_size, uint32_t(d))).first;
+    }
+    return rule->second;
   }
   const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
   if (auto it = s_->flash_plans.find(shape_class); it != s_->flash_plans.end()) return it->second;

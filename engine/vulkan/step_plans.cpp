@@ -73,6 +73,19 @@ std::vector<FlashPlan> tiled_flash_plans(const DeviceReport& device, uint32_t d)
   return plans;
 }
 
+FlashPlan flash_rule(const DeviceReport& device, uint32_t workgroup_size, uint32_t d) {
+  if (device.type != vk::PhysicalDeviceType::eCpu) {
+    for (uint32_t rows : {64u, 32u, 16u}) {
+      FlashPlan plan = tiled_flash(rows, 16);
+      if (plan.shared_bytes(d) > device.max_shared_memory_bytes) continue;
+      plan.why = "FlashAttention-2's order on a GPU, " + std::to_string(plan.shared_bytes(d)) +
+                 " bytes of shared memory at d " + std::to_string(d);
+      return plan;
+    }
+  }
+  return plan_flash(device, workgroup_size);
+}
+
 std::string FlashPlan::shader(bool texels) const {
   if (tiled) return "flash_attention_tiled";
   // (appended in place: GCC 14 warns, falsely, of a copy out of bounds in the one-line sum)
@@ -150,7 +163,7 @@ std::vector<StepPlan> step_plans(const DeviceReport& device, uint32_t workgroup_
   plans.push_back({"linear, attention_scores, attention_values", gemm.describe(), gemm.required_lanes(), gemm.why});
   const RowPlan rows = plan_rows(device, workgroup_size);
   plans.push_back({"softmax, layer_norm", rows.describe(), rows.lanes, rows.why});
-  const FlashPlan flash = plan_flash(device, workgroup_size);
+  const FlashPlan flash = flash_rule(device, workgroup_size, 64);
   plans.push_back({"flash_attention", flash.describe(), flash.lanes, flash.why});
   return plans;
 }

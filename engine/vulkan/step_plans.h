@@ -68,6 +68,11 @@ FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32
 
 // A tiled plan of `rows` query rows per workgroup and tiles of `keys` keys.
 FlashPlan tiled_flash(uint32_t rows, uint32_t keys);
+// The plan where tuning is off, for head dim `d`: on a GPU FlashAttention-2's order, blocks of 64
+// query rows over tiles of 16 keys (32 or 16 rows where d's tiles would outgrow shared memory:
+// 1.1–2.3× the subgroup plan's speed on an H200, docs/gpu.md); on a CPU device, or where no block
+// fits, plan_flash's.
+FlashPlan flash_rule(const DeviceReport& device, uint32_t workgroup_size, uint32_t d);
 // The tiled plans worth measuring at head dim `d`: blocks of 16 to 64 query rows over tiles of 16
 // or 32 keys, those whose shared memory `device` has.
 std::vector<FlashPlan> tiled_flash_plans(const DeviceReport& device, uint32_t d);

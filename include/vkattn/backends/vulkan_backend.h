@@ -107,6 +107,8 @@ class VulkanBackend final : public Backend {
   // What runs each step that has variants, and why (engine/vulkan/gemm_plan.h, step_plans.h).
   const vulkan::GemmPlan& gemm_plan() const;
   const vulkan::RowPlan& row_plan() const;
+  // flash_plan(): the forced plan, or the subgroup plan (vulkan::plan_flash), which runs where a
+  // GPU's tiled rule (vulkan::flash_rule) does not fit d and tuning is off
   const vulkan::FlashPlan& flash_plan() const;
   // The plans this backend chose by measuring (or found remembered), by shape class: "linear:
   // rows ≤ 4096, n ≤ 512, k ≤ 512" -> the plan's description. Empty when tuning is off.
