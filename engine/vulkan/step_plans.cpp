@@ -103,7 +103,7 @@ std::string FlashPlan::describe() const {
   }
   if (!lanes) return "a row per invocation, workgroup " + std::to_string(workgroup_size) + inputs;
   // (the lanes, as the GEMM's plan, are the device's: `vkattn devices` prints them beside the plan)
-  return std::to_string(rows) + " rows × " + std::to_string(lanes * keys) + " keys per subgroup, workgroup " +
+  return std::to_string(rows) + (rows == 1 ? " row × " : " rows × ") + std::to_string(lanes * keys) + " keys per subgroup, workgroup " +
          std::to_string(workgroup_size) + inputs;
 }
 
