@@ -45,14 +45,13 @@
 //     of KEYS, each tile's rows of K and V loaded into shared memory by the whole workgroup (vec4
 //     at a time, consecutive invocations reading consecutive vec4s). The 128 invocations are a
 //     16 × 8 grid: invocation (r, c) scores rows r + 16x against keys c + 8y of the tile (ROWS/16 ×
-//     KEYS/8 scores from shared q and k rows, each read serving several multiply-adds) and
-//     shares each row's max over its keys; each of the 8 invocations of a row then takes the
-//     row's new max from the 8 shares (the online softmax: m and l are held alike by all 8),
-//     writes its keys' weights to a shared tile P and shares their sum; last, invocation (r, c)
-//     adds the weighted rows of V into output vec4s c + 8z of its rows. Rows of q and k in
-//     shared memory are one vec4 longer than d, and P's one float longer than a tile, so that
-//     the invocations of a subgroup read different banks. No subgroup instruction; ROWS and KEYS
-//     within the device's shared memory for d (FlashPlan::shared_bytes).
+//     KEYS/8 scores from shared q and k rows, each read serving several multiply-adds), writes
+//     them masked to a shared tile P; an invocation a row then takes the row's tile max and sum
+//     (the online softmax) and turns P into weights; last, invocation (r, c) adds the weighted
+//     rows of V into output vec4s c + 8z of its rows. Rows of q and k in shared memory are one
+//     vec4 longer than d, and P's one float longer than a tile, so that the invocations of a
+//     subgroup read different banks. No subgroup instruction; ROWS and KEYS within the device's
+//     shared memory for d (FlashPlan::shared_bytes).
 //
 // MASKED (constant 5) is false where neither attn_mask nor key_padding_mask is given: the
 // pipeline then has no mask read at all (on lavapipe a read under a branch costs a loop over the
@@ -177,9 +176,8 @@ const uint P_STRIDE = KEYS + 1u;             // floats between rows of P
 shared vec4 q_tile[ROWS * QK_STRIDE];  // the block's rows of q, zeros past L and d
 shared vec4 k_tile[KEYS * QK_STRIDE];  // the tile's rows of K, zeros past the keys and d
 shared vec4 v_tile[KEYS * DP4];        // the tile's rows of V, likewise
-shared float p_tile[ROWS * P_STRIDE];  // the tile's weights exp(s - m)
-// each row's max and sum over the keys of each of the 8 invocations that score it
-shared float part_max[ROWS * GRID_COLS], part_sum[ROWS * GRID_COLS];
+shared float p_tile[ROWS * P_STRIDE];  // scores, then weights exp(s - m)
+shared float row_max[ROWS], row_sum[ROWS], row_rescale[ROWS];  // the online softmax's m, l, exp(m_old - m)
 
 void main() {
   uint row_blocks = (p.rows + ROWS - 1u) / ROWS;
@@ -198,18 +196,18 @@ void main() {
     bool real = i0 + row < p.rows && chunk < CHUNKS;
     q_tile[row * QK_STRIDE + chunk] = real ? q_chunk(bh * p.rows + i0 + row, chunk) : vec4(0.0);
   }
-  // each row's running max m and sum l, held alike by the 8 invocations that score it
-  float m[ROWS_EACH], l[ROWS_EACH];
+  for (uint row = t; row < ROWS; row += INVOCATIONS) {
+    row_max[row] = -1e30;
+    row_sum[row] = 0.0;
+  }
   vec4 acc[ROWS_EACH][CHUNKS_EACH];
   for (uint x = 0u; x < ROWS_EACH; ++x) {
-    m[x] = -1e30;
-    l[x] = 0.0;
     for (uint z = 0u; z < CHUNKS_EACH; ++z) acc[x][z] = vec4(0.0);
   }
 
   uint key_end = p.causal != 0u ? min(p.cols, i_last + 1u) : p.cols;  // causal: no row sees past i_last
   for (uint j0 = first_key(i0); j0 < key_end; j0 += KEYS) {            // windowed: from the first row's window
-    barrier();  // the last tile's readers are done with k_tile, v_tile, p_tile and the parts
+    barrier();  // the last tile's readers are done with k_tile, v_tile and p_tile
     for (uint e = t; e < KEYS * DP4; e += INVOCATIONS) {
       uint key = e / DP4, chunk = e % DP4;
       bool real = j0 + key < key_end && chunk < CHUNKS;
@@ -217,7 +215,7 @@ void main() {
       v_tile[key * DP4 + chunk] = real ? v_chunk(kv * p.cols + j0 + key, chunk) : vec4(0.0);
     }
     barrier();
-    // scores of rows r + 16x against keys c + 8y, scaled and masked, and each row's max over them
+    // scores of rows r + 16x against keys c + 8y, masked into P
     float s[ROWS_EACH][KEYS_EACH];
     for (uint x = 0u; x < ROWS_EACH; ++x) {
       for (uint y = 0u; y < KEYS_EACH; ++y) s[x][y] = 0.0;
@@ -231,38 +229,34 @@ void main() {
       }
     }
     for (uint x = 0u; x < ROWS_EACH; ++x) {
-      uint i = i0 + r + GRID_ROWS * x;
-      float own_max = NEG_INF;
       for (uint y = 0u; y < KEYS_EACH; ++y) {
-        uint j = j0 + c + GRID_COLS * y;
-        s[x][y] = i < p.rows && j < key_end ? scaled_masked_score(s[x][y], bh, b, i, j) : NEG_INF;
-        own_max = max(own_max, s[x][y]);
+        uint i = i0 + r + GRID_ROWS * x, j = j0 + c + GRID_COLS * y;
+        p_tile[(r + GRID_ROWS * x) * P_STRIDE + c + GRID_COLS * y] =
+            i < p.rows && j < key_end ? scaled_masked_score(s[x][y], bh, b, i, j) : NEG_INF;
       }
-      part_max[(r + GRID_ROWS * x) * GRID_COLS + c] = own_max;
     }
     barrier();
-    // the online softmax: each row's new max from its 8 parts, the scores turned into weights in
-    // P, the accumulators rescaled, and each invocation's share of the row's sum
-    for (uint x = 0u; x < ROWS_EACH; ++x) {
-      uint row = r + GRID_ROWS * x;
-      float m_new = m[x];  // unchanged where every key of the tile is blocked
-      for (uint part = 0u; part < GRID_COLS; ++part) m_new = max(m_new, part_max[row * GRID_COLS + part]);
-      float own_sum = 0.0;
-      for (uint y = 0u; y < KEYS_EACH; ++y) {
-        float w = s[x][y] == NEG_INF ? 0.0 : exp(s[x][y] - m_new);
-        p_tile[row * P_STRIDE + c + GRID_COLS * y] = w;
-        own_sum += w;
+    // the online softmax, an invocation a row: P's scores become weights exp(s - m_new)
+    for (uint row = t; row < ROWS; row += INVOCATIONS) {
+      float block_max = NEG_INF;
+      for (uint key = 0u; key < KEYS; ++key) block_max = max(block_max, p_tile[row * P_STRIDE + key]);
+      float m_new = max(row_max[row], block_max);  // unchanged when every key of the tile is blocked
+      float sum = 0.0;
+      for (uint key = 0u; key < KEYS; ++key) {
+        float score = p_tile[row * P_STRIDE + key];
+        float w = score == NEG_INF ? 0.0 : exp(score - m_new);
+        p_tile[row * P_STRIDE + key] = w;
+        sum += w;
       }
-      part_sum[row * GRID_COLS + c] = own_sum;
-      float rescale = exp(m[x] - m_new);
-      l[x] *= rescale;
+      row_rescale[row] = exp(row_max[row] - m_new);
+      row_sum[row] = row_sum[row] * row_rescale[row] + sum;
+      row_max[row] = m_new;
+    }
+    barrier();
+    // P · V: rows r + 16x, output vec4s c + 8z, rescaled and given the tile's keys in order
+    for (uint x = 0u; x < ROWS_EACH; ++x) {
+      float rescale = row_rescale[r + GRID_ROWS * x];
       for (uint z = 0u; z < CHUNKS_EACH; ++z) acc[x][z] *= rescale;
-      m[x] = m_new;
-    }
-    barrier();
-    // each row's sum from its parts; P · V: rows r + 16x, output vec4s c + 8z, the tile's keys in order
-    for (uint x = 0u; x < ROWS_EACH; ++x) {
-      for (uint part = 0u; part < GRID_COLS; ++part) l[x] += part_sum[(r + GRID_ROWS * x) * GRID_COLS + part];
     }
     for (uint key = 0u; key < KEYS; ++key) {
       vec4 vc[CHUNKS_EACH];
@@ -273,13 +267,15 @@ void main() {
       }
     }
   }
+  barrier();  // row_sum as the last tile left it (or as set, where no tile ran)
   for (uint x = 0u; x < ROWS_EACH; ++x) {
     uint i = i0 + r + GRID_ROWS * x;
     if (i >= p.rows) continue;
+    float l = row_sum[r + GRID_ROWS * x];
     for (uint z = 0u; z < CHUNKS_EACH; ++z) {
       uint chunk = c + GRID_COLS * z;
       for (uint u = 0u; u < 4u; ++u) {
-        if (4u * chunk + u < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + 4u * chunk + u] = l[x] > 0.0 ? acc[x][z][u] / l[x] : 0.0;
+        if (4u * chunk + u < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + 4u * chunk + u] = l > 0.0 ? acc[x][z][u] / l : 0.0;
       }
     }
   }

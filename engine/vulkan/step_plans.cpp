@@ -52,7 +52,7 @@ uint64_t FlashPlan::shared_bytes(uint32_t d) const {
   if (!tiled) return 0;
   const uint64_t d4 = ceil_div(ceil_div(d, 4), 8) * 8;  // vec4s a row, padded to the kernel's 8 columns
   const uint64_t vec4s = (rows + keys) * (d4 + 1) + keys * d4;
-  return vec4s * 16 + (uint64_t(rows) * (keys + 1) + 16ull * rows) * sizeof(float);
+  return vec4s * 16 + (uint64_t(rows) * (keys + 1) + 3ull * rows) * sizeof(float);
 }
 
 FlashPlan tiled_flash(uint32_t rows, uint32_t keys) {

@@ -46,7 +46,7 @@ struct FlashPlan {
   // (flash_attention.comp says why), flash_attention_tiled, or flash_attention[_texel]
   std::string shader(bool texels) const;
   // Shared memory the tiled kernel takes at head dim `d` (0 for the others): its q, K and V
-  // tiles, the weights' tile and 16 floats a row (its 8 shares of the max and of the sum)
+  // tiles, the scores' tile and three floats a row
   uint64_t shared_bytes(uint32_t d) const;
   // Query rows a unit of work owns: a subgroup's, a tiled workgroup's, an invocation's workgroup's
   uint32_t rows_per_unit() const { return lanes || tiled ? rows : workgroup_size; }
