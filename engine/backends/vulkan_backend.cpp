@@ -482,11 +482,12 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
                                         const Storage* attn_mask, int attn_mask_rank, const Storage* key_padding_mask,
                                         bool causal, int64_t window, Storage& out, int64_t B, int64_t H, int64_t L,
                                         int64_t S, int64_t d, float scale, int64_t group) {
-  // flash_plan_for(): ROWS query rows per subgroup of guaranteed lanes, or a row per invocation
-  // (flash_attention.comp). The head dim shapes each lane's share of the output: a pipeline per d.
+  // flash_plan_for(): ROWS query rows per subgroup of guaranteed lanes, per tiled workgroup, or a
+  // row per invocation (flash_attention.comp). The head dim shapes each lane's share of the
+  // output and the tiles: a pipeline per d.
   // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
   const vulkan::FlashPlan* chosen = &flash_plan_for(B * H, L, S, d, causal);
-  // a tiled plan whose tiles of this d outgrow shared memory (a forced one): the rule's instead
+  // a tiled plan whose tiles of this d outgrow shared memory (a forced one): the subgroup plan
   if (chosen->shared_bytes(u32(d)) > s_->device.max_shared_memory_bytes) chosen = &s_->fallback_flash;
   const vulkan::FlashPlan& plan = *chosen;
   const bool texels = plan.texel_inputs && d % 4 == 0 &&

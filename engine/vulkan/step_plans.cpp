@@ -103,8 +103,8 @@ std::string FlashPlan::describe() const {
   }
   if (!lanes) return "a row per invocation, workgroup " + std::to_string(workgroup_size) + inputs;
   // (the lanes, as the GEMM's plan, are the device's: `vkattn devices` prints them beside the plan)
-  return std::to_string(rows) + (rows == 1 ? " row × " : " rows × ") + std::to_string(lanes * keys) + " keys per subgroup, workgroup " +
-         std::to_string(workgroup_size) + inputs;
+  return std::to_string(rows) + (rows == 1 ? " row × " : " rows × ") + std::to_string(lanes * keys) +
+         " keys per subgroup, workgroup " + std::to_string(workgroup_size) + inputs;
 }
 
 FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32_t rows) {
