@@ -130,9 +130,10 @@ int main(int argc, char** argv) {
       std::sort(c.ms.begin(), c.ms.end());
       const double median = c.ms[c.ms.size() / 2];
       const std::string mark = std::string(c.name == tuned ? "t" : " ") + (c.fused && c.name == rule.describe() ? "r " : "  ");
+      const double rate = gflop / median * 1e3;  // (a decimal below 1000: a small problem's rate is not 0)
       std::cout << mark << c.name << std::string(size_t(widest + 2 - chars(c.name)), ' ') << std::fixed
-                << std::setprecision(3) << std::setw(8) << median << " ms " << std::setprecision(0) << std::setw(7)
-                << gflop / median * 1e3 << " GFLOP/s\n";
+                << std::setprecision(3) << std::setw(8) << median << " ms " << std::setprecision(rate >= 1000 ? 0 : 1)
+                << std::setw(7) << rate << " GFLOP/s\n";
     }
     std::cout << "r = the fixed rule's plan; t = the plan tuning chose for this shape class: " << tuned << "\n";
   } catch (const std::exception& e) {  // no driver, a Vulkan call's error: by its VkResult name

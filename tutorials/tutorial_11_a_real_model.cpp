@@ -117,8 +117,9 @@ int main(int argc, char** argv) {
         {"position_embedding", "embeddings"}, {"layers.0.residual_add1", "+ layer 0's attention"},
         {"layers.0.residual_add2", "+ layer 0's MLP"}, {"layers.1.residual_add1", "+ layer 1's attention"},
         {"layers.1.residual_add2", "+ layer 1's MLP"}};
+    const int64_t E = values_of(recorded, stages.front().first).dim(2);
     std::ostringstream stream;
-    stream << "The residual stream: one (1, " << T << ", 64) tensor that every attention and MLP reads "
+    stream << "The residual stream: one (1, " << T << ", " << E << ") tensor that every attention and MLP reads "
            << "(through a norm) and adds to. Its length ‖x‖ at each position after each addition:\n"
            << std::left << std::setw(24) << "  after" << std::right;
     for (int64_t t = 0; t < T; ++t) stream << std::setw(7) << t;
@@ -128,7 +129,7 @@ int main(int argc, char** argv) {
       stream << "  " << std::left << std::setw(22) << label << std::right;
       for (int64_t t = 0; t < T; ++t) {
         double sum = 0;
-        for (int64_t e = 0; e < 64; ++e) sum += double(x.data[t * 64 + e]) * x.data[t * 64 + e];
+        for (int64_t e = 0; e < E; ++e) sum += double(x.data[t * E + e]) * x.data[t * E + e];
         stream << std::setw(7) << std::sqrt(sum);
       }
       stream << "\n";
