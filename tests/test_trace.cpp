@@ -10,7 +10,9 @@
 #include <limits>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
@@ -18,6 +20,7 @@
 #include "vkattn/io/npy.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tracing/check.h"
+#include "vkattn/tracing/diagnoses.h"
 #include "vkattn/tracing/side_by_side.h"
 #include "vkattn/tracing/step_table.h"
 #include "vkattn/tracing/trace_dump.h"
@@ -515,6 +518,19 @@ TEST(CheckReportText, FitsOneHundredColumnsForAnyValueAndPrintsNaNAsPython) {
       EXPECT_NE(text.find("yours -1.234568e-38"), std::string::npos) << text;
     }
   }
+}
+
+// What check knows is one list: each diagnosis once, by a name code and docs can use, with every
+// field a learner reads filled in.
+TEST(Diagnoses, EachIsNamedOnceWithItsStepsMistakeCulpritAndFix) {
+  std::set<std::string_view> names;
+  for (const Diagnosis& d : diagnoses()) {
+    EXPECT_TRUE(names.insert(d.id).second) << d.id << " is listed twice";
+    EXPECT_FALSE(d.steps.empty() || d.mistake.empty() || d.culprit.empty() || d.fix.empty()) << d.id;
+    EXPECT_EQ(diagnosis_named(d.id).id, d.id);
+  }
+  EXPECT_GE(names.size(), 20u);
+  EXPECT_THROW(diagnosis_named("scale_by_pi"), std::out_of_range);
 }
 
 }  // namespace

@@ -85,7 +85,13 @@ Value Backend::upload(const std::string& name, const Tensor& tensor) {
   std::shared_ptr<Storage> storage;
   at_step(scoped_name, [&] { storage = store(scoped_name, tensor); });
   uploaded_bytes_ += uint64_t(tensor.size()) * sizeof(float);
+  report_input(scoped_name, tensor);
   return Value{scoped_name, tensor.shape, tensor.dtype, std::move(storage)};
+}
+
+void Backend::report_input(const std::string& scoped_name, const Tensor& tensor) {
+  for (Tracer* tracer : tracers_)
+    if (tracer->wants_inputs()) tracer->on_input(scoped_name, tensor);
 }
 
 uint64_t new_weights_owner() {
@@ -97,6 +103,7 @@ Value Backend::upload_weight(const std::string& name, const Tensor& tensor) {
   if (!kept_) return upload(name, tensor);
   auto kept = kept_->values.find(scoped(name));
   if (kept != kept_->values.end() && kept->second.shape == tensor.shape && kept->second.dtype == tensor.dtype) {
+    report_input(kept->second.name, tensor);  // kept from an earlier pass: this one takes it too
     return kept->second;
   }
   Value value = upload(name, tensor);

@@ -9,12 +9,17 @@
 #include <sstream>
 
 #include "engine/tracing/grouped_query_diagnosis.h"
+#include "engine/tracing/mistakes.h"
 #include "engine/tracing/numbers.h"
 #include "vkattn/errors.h"
 
 namespace vkattn {
 
 namespace {
+
+using diagnosis::Finding;
+using diagnosis::said;
+using diagnosis::worded;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 // A score at or below this is a blocked one, whatever the code filled it with (-1e9, -1e30, -inf).
@@ -141,7 +146,7 @@ Tensor with_inf_fill(const Tensor& yours, const Tensor& theirs, bool& changed) {
 }
 
 // Different blocked positions: which side blocks what the other keeps. Empty when both block the same.
-std::string mask_diagnosis(const Tensor& yours, const Tensor& theirs, const std::vector<std::string>& dims, bool scores) {
+Finding mask_diagnosis(const Tensor& yours, const Tensor& theirs, const std::vector<std::string>& dims, bool scores) {
   auto blocked = scores ? blocked_score : blocked_weight;
   size_t only_yours = 0, only_theirs = 0;
   int64_t first_yours = -1, first_theirs = -1;
@@ -150,7 +155,7 @@ std::string mask_diagnosis(const Tensor& yours, const Tensor& theirs, const std:
     if (y && !t && only_yours++ == 0) first_yours = static_cast<int64_t>(k);
     if (t && !y && only_theirs++ == 0) first_theirs = static_cast<int64_t>(k);
   }
-  if (only_yours + only_theirs == 0) return "";
+  if (only_yours + only_theirs == 0) return {};
   const std::string what = scores ? "blocked (-inf)" : "given weight 0";
   std::ostringstream s;
   const size_t n = theirs.data.size();
@@ -160,20 +165,19 @@ std::string mask_diagnosis(const Tensor& yours, const Tensor& theirs, const std:
       << index_string(theirs.shape, first_yours, dims)
       << "): a mask of the wrong polarity? In PyTorch a bool mask's True blocks a position "
          "(masked_fill(mask, -inf)); masked_fill(mask == 0, …) is for a mask whose 1 keeps one";
-  } else {
-    s << "yours is " << what << " at " << only_yours << " positions vkattn's keeps";
-    if (first_yours >= 0) s << " (first " << index_string(theirs.shape, first_yours, dims) << ")";
-    s << " and keeps " << only_theirs << " that vkattn's blocks";
-    if (first_theirs >= 0) s << " (first " << index_string(theirs.shape, first_theirs, dims) << ")";
-    s << ": another mask?";
+    return worded("mask_polarity", s.str());
   }
-  return s.str();
+  s << "yours is " << what << " at " << only_yours << " positions vkattn's keeps";
+  if (first_yours >= 0) s << " (first " << index_string(theirs.shape, first_yours, dims) << ")";
+  s << " and keeps " << only_theirs << " that vkattn's blocks";
+  if (first_theirs >= 0) s << " (first " << index_string(theirs.shape, first_theirs, dims) << ")";
+  return said(s.str(), {"mask_other"});
 }
 
 // Softmax along another axis: yours sums to 1 along some axis, not along the last.
-std::string softmax_axis_diagnosis(const Tensor& yours, const std::vector<std::string>& dims) {
+Finding softmax_axis_diagnosis(const Tensor& yours, const std::vector<std::string>& dims) {
   const size_t rank = yours.shape.size();
-  if (rank < 2) return "";
+  if (rank < 2) return {};
   auto sums_to_one = [&](size_t axis) {
     int64_t inner = 1;
     for (size_t k = axis + 1; k < rank; ++k) inner *= yours.shape[k];
@@ -192,50 +196,24 @@ std::string softmax_axis_diagnosis(const Tensor& yours, const std::vector<std::s
     }
     return true;
   };
-  if (sums_to_one(rank - 1)) return "";
+  if (sums_to_one(rank - 1)) return {};
   for (size_t axis = 0; axis + 1 < rank; ++axis) {
     if (yours.shape[axis] > 1 && sums_to_one(axis)) {
       const std::string& last = dims.size() == rank ? dims[rank - 1] : "the last axis";
       const std::string& name = dims.size() == rank ? dims[axis] : "d" + std::to_string(axis);
-      return "yours sums to 1 along " + name + " (dim=" + dim_arg(axis, rank) + "), vkattn's along " + last +
-             " (dim=-1): softmax over dim=" + dim_arg(axis, rank) + " instead of dim=-1?";
+      return worded("softmax_axis", "yours sums to 1 along " + name + " (dim=" + dim_arg(axis, rank) +
+                                        "), vkattn's along " + last + " (dim=-1): softmax over dim=" +
+                                        dim_arg(axis, rank) + " instead of dim=-1?");
     }
   }
-  return "";
-}
-
-// Yours = c · vkattn's for one c ≠ 1 over every finite element: a scale. `head_dim` > 0 names the
-// usual culprits for attention_scores.
-std::string factor_diagnosis(const Tensor& yours, const Tensor& theirs, double atol, double rtol, int64_t head_dim) {
-  double uv = 0, vv = 0;
-  for (size_t k = 0; k < theirs.data.size(); ++k) {
-    float u = yours.data[k], v = theirs.data[k];
-    if (std::isfinite(u) && std::isfinite(v)) uv += double(u) * v, vv += double(v) * v;
-    else if (!(u == v)) return "";  // infinities and NaN in other places: no scale explains that
-  }
-  if (vv == 0) return "";
-  const double c = uv / vv;
-  if (std::fabs(c - 1) < 1e-3) return "";
-  for (size_t k = 0; k < theirs.data.size(); ++k) {
-    double u = yours.data[k], v = c * theirs.data[k];
-    if (std::isfinite(u) && std::fabs(u - v) > atol + rtol * std::fabs(v)) return "";
-  }
-  std::string s = "yours is " + fmt(c) + " × vkattn's everywhere";
-  if (head_dim > 0) {
-    const double root = std::sqrt(static_cast<double>(head_dim));
-    auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-3 * std::fabs(b); };
-    const std::string d = std::to_string(head_dim);
-    if (near(c, 1 / root)) return s + " = 1/√" + d + ": scaled by 1/d instead of 1/√d (d = " + d + ")?";
-    if (near(c, root)) return s + " = √" + d + ": not scaled by 1/√d (d = " + d + ")?";
-  }
-  return s + ": a constant factor";
+  return {};
 }
 
 // Yours holds vkattn's numbers with its axes in another order (a permutation of the fine axes).
-std::string order_diagnosis(const Tensor& yours, const Tensor& theirs, const StepCheck& step, const FineAxes& fine,
-                            double atol, double rtol) {
+Finding order_diagnosis(const Tensor& yours, const Tensor& theirs, const StepCheck& step, const FineAxes& fine,
+                        double atol, double rtol) {
   const size_t rank = fine.sizes.size();
-  if (rank < 2 || rank > 6) return "";
+  if (rank < 2 || rank > 6) return {};
   std::vector<std::vector<size_t>> orders;
   std::vector<size_t> order(rank);
   std::iota(order.begin(), order.end(), 0);
@@ -255,58 +233,90 @@ std::string order_diagnosis(const Tensor& yours, const Tensor& theirs, const Ste
     if (compare_values(flat_yours, candidate, atol, rtol).mismatches) continue;
     const std::string fix = fix_for(names, fine.names);
     if (yours.shape == sizes) {
-      return "yours " + shape_string(yours.shape) + " is " + axes_string(names) + "; vkattn's " + step.name + " is " +
-             axes_string(fine.names) + ": a missing " + fix + "?";
+      return worded("axes_order", "yours " + shape_string(yours.shape) + " is " + axes_string(names) + "; vkattn's " +
+                                      step.name + " is " + axes_string(fine.names) + ": a missing " + fix + "?");
     }
-    return "yours " + shape_string(yours.shape) + " holds vkattn's numbers in the order " + axes_string(names) +
-           ", vkattn's " + step.name + " in the order " + axes_string(fine.names) + ": a missing " + fix +
-           " before a .view or .reshape?";
+    return worded("axes_order", "yours " + shape_string(yours.shape) + " holds vkattn's numbers in the order " +
+                                    axes_string(names) + ", vkattn's " + step.name + " in the order " +
+                                    axes_string(fine.names) + ": a missing " + fix + " before a .view or .reshape?");
   }
-  return "";
-}
-
-int64_t head_dim_of(const StepEvent& event) {
-  return event.op == "attention_scores" && !event.inputs.empty() && !event.inputs[0].shape.empty()
-             ? event.inputs[0].shape.back()
-             : 0;
+  return {};
 }
 
 // Whether yours has vkattn's shape, or that shape with axes merged: the values compare in place.
 bool shaped_alike(const Shape& yours, const Shape& theirs) { return yours == theirs || merged_from(yours, theirs); }
 
-// The recipe's values of the step's inputs that other steps produced (null for uploaded ones).
-using InputValues = std::vector<const Tensor*>;
-
 // The diagnoses of a grouped-query attention's steps (grouped_query_diagnosis.h).
-std::string since_2017_diagnosis(const StepEvent& event, const Tensor& yours, const InputValues& inputs,
-                                 const CheckOptions& o) {
-  auto input = [&](size_t k) { return k < inputs.size() ? inputs[k] : nullptr; };
-  if (event.op == "rotary_embedding" && o.rotary && input(0)) {
-    return diagnosis::rotary(yours, *input(0), *o.rotary, o.atol, o.rtol);
+Finding since_2017_diagnosis(const diagnosis::Around& at, const Tensor& yours) {
+  const CheckOptions& o = at.options;
+  const std::string& op = at.event.op;
+  if (op == "rotary_embedding" && o.rotary && at.input(0)) {
+    return diagnosis::rotary(yours, *at.input(0), *o.rotary, o.atol, o.rtol);
   }
-  if ((event.op == "attention_scores" || event.op == "attention_values") && input(0) && input(1)) {
-    return diagnosis::repeat_order(event.op, yours, *input(0), *input(1), o.kv_group, o.atol, o.rtol);
+  if ((op == "attention_scores" || op == "attention_values") && at.input(0) && at.input(1)) {
+    return diagnosis::repeat_order(op, yours, *at.input(0), *at.input(1), o.kv_group, o.atol, o.rtol);
   }
-  return "";
+  return {};
 }
 
-void check_one(StepCheck& step, const StepEvent& event, const Tensor& theirs, const Tensor& recorded,
-               const InputValues& inputs, const CheckOptions& o) {
+// The first diagnosis that fits yours (in the step's shape), most specific first: those that
+// recompute the step as one mistake would have it, then the axes' order, the mask, the softmax's
+// axis, a constant factor and what is left of a softmax.
+Finding diagnose(const diagnosis::Around& at, const Tensor& yours, const Tensor& recorded, const StepCheck& step,
+                 bool alike) {
+  using namespace diagnosis;
+  const CheckOptions& o = at.options;
+  const std::string& op = at.event.op;
+  for (auto* detect : {since_2017_diagnosis, projection, bias, heads, scale, mask_place, mask_shifted, dropout}) {
+    if (Finding f = detect(at, yours)) return f;
+  }
+  if (Finding f = order_diagnosis(recorded, at.theirs, step, fine_axes(step.shape, step.dims, o.heads), o.atol, o.rtol)) {
+    return f;
+  }
+  if (!alike) {
+    return Finding{{}, "yours " + shape_string(recorded.shape) + " holds as many numbers as vkattn's " +
+                           named_shape(step.shape, step.dims) + ", but no order of vkattn's axes gives yours"};
+  }
+  if (op == "attention_mask" || op == "softmax") {
+    if (Finding f = mask_diagnosis(yours, at.theirs, step.dims, op == "attention_mask")) return f;
+  }
+  if (op == "softmax") {
+    if (Finding f = softmax_axis_diagnosis(yours, step.dims)) return f;
+  }
+  if (auto c = common_factor(yours, at.theirs, o.atol, o.rtol)) {
+    return said("yours is " + fmt(*c) + " × vkattn's everywhere", {"constant_factor"});
+  }
+  if (Finding f = rows_not_normalised(at, yours)) return f;
+  if (op == "softmax") {
+    for (size_t k = 0; k < yours.data.size(); ++k) {
+      if (std::isnan(yours.data[k]) && !std::isnan(at.theirs.data[k])) {
+        return said("yours is NaN at " + index_string(step.shape, static_cast<int64_t>(k), step.dims) +
+                        ", vkattn's " + fmt(at.theirs.data[k]),
+                    {"masked_row_nan"});
+      }
+    }
+  }
+  return {};
+}
+
+void check_one(StepCheck& step, const diagnosis::Around& at, const Tensor& recorded) {
+  const CheckOptions& o = at.options;
+  const Tensor& theirs = at.theirs;
   const int64_t n = element_count(step.shape);
   if (element_count(recorded.shape) != n) {
     step.verdict = StepVerdict::differs;
-    step.diagnosis = diagnosis::repeated_heads(recorded, theirs, o.kv_group, o.atol, o.rtol);
-    if (step.diagnosis.empty()) {
-      step.diagnosis = "yours " + shape_string(recorded.shape) + " holds " + std::to_string(recorded.data.size()) +
-                       " numbers; vkattn's " + step.name + " " + named_shape(step.shape, step.dims) + " holds " +
-                       std::to_string(n);
-    }
+    diagnosis::Finding f = diagnosis::repeated_heads(recorded, theirs, o.kv_group, o.atol, o.rtol);
+    step.diagnoses = f.ids;
+    step.diagnosis = f ? f.text
+                       : "yours " + shape_string(recorded.shape) + " holds " + std::to_string(recorded.data.size()) +
+                             " numbers; vkattn's " + step.name + " " + named_shape(step.shape, step.dims) + " holds " +
+                             std::to_string(n);
     return;
   }
   const bool alike = shaped_alike(recorded.shape, step.shape);
   Tensor yours = as_shape(recorded, step.shape);
   bool filled = false;
-  if (event.op == "attention_mask") yours = with_inf_fill(yours, theirs, filled);
+  if (at.event.op == "attention_mask") yours = with_inf_fill(yours, theirs, filled);
   step.diff = compare_values(yours, theirs, o.atol, o.rtol);
   if (step.diff->mismatches == 0 && alike) {
     step.verdict = StepVerdict::agrees;
@@ -331,28 +341,9 @@ void check_one(StepCheck& step, const StepEvent& event, const Tensor& theirs, co
                      "another shape than " + named_shape(step.shape, step.dims);
     return;
   }
-  std::string why = since_2017_diagnosis(event, yours, inputs, o);
-  if (why.empty()) why = order_diagnosis(recorded, theirs, step, fine_axes(step.shape, step.dims, o.heads), o.atol, o.rtol);
-  if (why.empty() && !alike) {
-    why = "yours " + shape_string(recorded.shape) + " holds as many numbers as vkattn's " +
-          named_shape(step.shape, step.dims) + ", but no order of vkattn's axes gives yours";
-  }
-  if (why.empty() && (event.op == "attention_mask" || event.op == "softmax")) {
-    why = mask_diagnosis(yours, theirs, step.dims, event.op == "attention_mask");
-  }
-  if (why.empty() && event.op == "softmax") why = softmax_axis_diagnosis(yours, step.dims);
-  if (why.empty()) why = factor_diagnosis(yours, theirs, o.atol, o.rtol, head_dim_of(event));
-  if (why.empty() && event.op == "softmax") {
-    for (size_t k = 0; k < yours.data.size(); ++k) {
-      if (std::isnan(yours.data[k]) && !std::isnan(theirs.data[k])) {
-        why = "yours is NaN at " + index_string(step.shape, static_cast<int64_t>(k), step.dims) +
-              ", vkattn's " + fmt(theirs.data[k]) + ": a row whose every key is blocked? PyTorch's softmax of a "
-              "row of -inf is NaN; vkattn gives that row zeros";
-        break;
-      }
-    }
-  }
-  step.diagnosis = why;
+  diagnosis::Finding why = diagnose(at, yours, recorded, step, alike);
+  step.diagnosis = why.text;
+  step.diagnoses = why.ids;
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -405,15 +396,18 @@ CheckReport check_steps(const std::vector<std::pair<std::string, Tensor>>& recor
   report.device = recipe.device();
   report.atol = options.atol;
   report.rtol = options.rtol;
-  std::map<std::string, const Tensor*> yours, produced;  // produced: the recipe's outputs by name
+  std::map<std::string, const Tensor*> yours;
+  std::map<std::string, const StepRecorder::Step*> produced;  // the recipe's steps by their outputs' names
   for (const auto& [name, tensor] : recorded) yours[name] = &tensor;
   for (const auto& s : recipe.steps()) {
     if (!s.values) throw ShapeError("check: vkattn's pass was recorded without values");
-    produced[s.event.output.name] = &*s.values;
-    InputValues inputs;
+    diagnosis::Around at{s.event, *s.values, {}, produced, recipe.inputs(), options};
     for (const auto& input : s.event.inputs) {
-      auto it = produced.find(input.name);
-      inputs.push_back(it == produced.end() ? nullptr : it->second);
+      auto step = produced.find(input.name);
+      auto given = recipe.inputs().find(input.name);
+      at.inputs.push_back(step != produced.end()          ? &*step->second->values
+                          : given != recipe.inputs().end() ? &given->second
+                                                           : nullptr);
     }
     StepCheck step;
     step.index = s.event.index;
@@ -423,13 +417,15 @@ CheckReport check_steps(const std::vector<std::pair<std::string, Tensor>>& recor
     step.dims = s.event.output.dims;
     if (auto it = yours.find(step.name); it != yours.end()) {
       step.yours = it->second->shape;
-      check_one(step, s.event, *s.values, *it->second, inputs, options);
+      at.yours_shape = it->second->shape;
+      check_one(step, at, *it->second);
       yours.erase(it);
       if (step.verdict == StepVerdict::differs && !report.first_divergent) {
         report.first_divergent = report.steps.size();
       }
     }
     report.steps.push_back(std::move(step));
+    produced[s.event.output.name] = &s;
   }
   for (const auto& [name, tensor] : recorded) {
     if (yours.count(name)) report.unknown.emplace_back(name, likely_step(name, report.steps));
@@ -437,38 +433,74 @@ CheckReport check_steps(const std::vector<std::pair<std::string, Tensor>>& recor
   return report;
 }
 
+CheckReport check_pass(const std::vector<std::pair<std::string, Tensor>>& recorded, Backend& backend,
+                       const std::function<void(Backend&)>& forward, const CheckOptions& options) {
+  StepRecorder recipe(true, true);
+  {
+    AttachedTracer attached(backend, recipe);
+    forward(backend);
+  }
+  return check_steps(recorded, recipe, options);
+}
+
+AttentionPath recorded_path(const std::vector<std::pair<std::string, Tensor>>& recorded) {
+  const bool fused = std::any_of(recorded.begin(), recorded.end(), [](const auto& r) {
+    return r.first == "flash_attention" || r.first.ends_with(".flash_attention");
+  });
+  return fused ? AttentionPath::fused : AttentionPath::unfused;
+}
+
 CheckReport check_attention(const std::vector<std::pair<std::string, Tensor>>& recorded,
                             const MultiHeadAttention& module, Backend& backend, const Tensor& query,
                             const Tensor& key, const Tensor& value, ForwardOptions forward, CheckOptions options) {
-  const bool fused = std::any_of(recorded.begin(), recorded.end(), [](const auto& r) { return r.first == "flash_attention"; });
-  forward.attention = fused ? AttentionPath::fused : AttentionPath::unfused;
-  forward.need_weights = !fused;
-  StepRecorder recipe(true);
-  {
-    AttachedTracer attached(backend, recipe);
-    module.forward(backend, query, key, value, forward);
-  }
+  forward.attention = recorded_path(recorded);
+  forward.need_weights = forward.attention == AttentionPath::unfused;
   options.heads = module.config().num_heads;
-  return check_steps(recorded, recipe, options);
+  return check_pass(recorded, backend, [&](Backend& b) { module.forward(b, query, key, value, forward); }, options);
+}
+
+CheckReport check_encoder(const std::vector<std::pair<std::string, Tensor>>& recorded,
+                          const TransformerEncoderLayer& module, Backend& backend, const Tensor& src,
+                          EncoderOptions forward, CheckOptions options) {
+  forward.attention = recorded_path(recorded);
+  options.heads = module.config().nhead;
+  return check_pass(recorded, backend, [&](Backend& b) { module.forward(b, src, forward); }, options);
+}
+
+CheckReport check_encoder(const std::vector<std::pair<std::string, Tensor>>& recorded, const TransformerEncoder& module,
+                          Backend& backend, const Tensor& src, EncoderOptions forward, CheckOptions options) {
+  forward.attention = recorded_path(recorded);
+  options.heads = module.config().layer.nhead;
+  return check_pass(recorded, backend, [&](Backend& b) { module.forward(b, src, forward); }, options);
+}
+
+CheckReport check_decoder(const std::vector<std::pair<std::string, Tensor>>& recorded,
+                          const TransformerDecoderLayer& module, Backend& backend, const Tensor& tgt,
+                          const Tensor& memory, DecoderOptions forward, CheckOptions options) {
+  forward.attention = recorded_path(recorded);
+  options.heads = module.config().nhead;
+  return check_pass(recorded, backend, [&](Backend& b) { module.forward(b, tgt, memory, forward); }, options);
+}
+
+CheckReport check_decoder(const std::vector<std::pair<std::string, Tensor>>& recorded, const TransformerDecoder& module,
+                          Backend& backend, const Tensor& tgt, const Tensor& memory, DecoderOptions forward,
+                          CheckOptions options) {
+  forward.attention = recorded_path(recorded);
+  options.heads = module.config().layer.nhead;
+  return check_pass(recorded, backend, [&](Backend& b) { module.forward(b, tgt, memory, forward); }, options);
 }
 
 CheckReport check_grouped_query(const std::vector<std::pair<std::string, Tensor>>& recorded,
                                 const GroupedQueryAttention& module, Backend& backend, const Tensor& x,
                                 GroupedQueryOptions forward, CheckOptions options) {
-  const bool fused = std::any_of(recorded.begin(), recorded.end(), [](const auto& r) { return r.first == "flash_attention"; });
-  forward.attention = fused ? AttentionPath::fused : AttentionPath::unfused;
-  forward.need_weights = !fused;
+  forward.attention = recorded_path(recorded);
+  forward.need_weights = forward.attention == AttentionPath::unfused;
   forward.average_attn_weights = false;
-  StepRecorder recipe(true);
-  {
-    AttachedTracer attached(backend, recipe);
-    module.forward(backend, x, forward);
-  }
   const auto& c = module.config();
   options.heads = c.num_heads;
   options.kv_group = c.num_heads / c.kv_heads();
   options.rotary = RotaryCheck{c.rope_theta, c.rope, c.rotary_dims, forward.position};
-  return check_steps(recorded, recipe, options);
+  return check_pass(recorded, backend, [&](Backend& b) { module.forward(b, x, forward); }, options);
 }
 
 bool CheckReport::ok() const {

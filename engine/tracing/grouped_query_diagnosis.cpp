@@ -16,12 +16,6 @@ namespace {
 
 std::string fmt(double v, int digits = 3) { return number_text(v, digits); }
 
-bool same(const std::vector<float>& a, const std::vector<float>& b, double atol, double rtol) {
-  if (a.size() != b.size()) return false;
-  const auto n = static_cast<int64_t>(a.size());
-  return compare_values(Tensor({n}, a), Tensor({n}, b), atol, rtol).mismatches == 0;
-}
-
 const char* convention_words(RotaryConvention c) {
   return c == RotaryConvention::half ? "halves (i, i + d/2: GPT-NeoX, Hugging Face's rotate_half)"
                                      : "neighbouring pairs (2i, 2i + 1: GPT-J, Meta's Llama code)";
@@ -88,55 +82,55 @@ std::vector<float> copied_heads(const Tensor& t, int64_t group, bool interleave)
 
 }  // namespace
 
-std::string rotary(const Tensor& yours_in, const Tensor& input, const RotaryCheck& rope, double atol, double rtol) {
-  if (input.rank() < 2 || yours_in.data.size() != input.data.size()) return "";
+Finding rotary(const Tensor& yours_in, const Tensor& input, const RotaryCheck& rope, double atol, double rtol) {
+  if (input.rank() < 2 || yours_in.data.size() != input.data.size()) return {};
   const Tensor yours(input.shape, yours_in.data);
-  if (same(yours.data, input.data, atol, rtol)) {
-    return "yours is its input unrotated: RoPE (rotary_embedding) was not applied to this tensor?";
+  if (same_values(yours.data, input.data, atol, rtol)) {
+    return worded("rope_missing", "yours is its input unrotated: RoPE (rotary_embedding) was not applied to this tensor?");
   }
   const RotaryConvention other =
       rope.convention == RotaryConvention::half ? RotaryConvention::pairs : RotaryConvention::half;
-  if (same(yours.data, rotated(input, rope, rope.theta, other), atol, rtol)) {
+  if (same_values(yours.data, rotated(input, rope, rope.theta, other), atol, rtol)) {
     std::ostringstream why;  // a stream: GCC 12 misreads this chain of std::string + as out of bounds
     why << "yours rotates " << convention_words(other) << "; the recipe rotates " << convention_words(rope.convention)
         << ". The checkpoint decides which: the other convention gives a model that runs and is wrong";
-    return why.str();
+    return worded("rope_convention", why.str());
   }
   const double step = pair1_step(yours, input, rope);
   const int64_t r = rope.rotary_dims ? rope.rotary_dims : input.dim(-1);
-  if (step <= 0) return "";
+  if (step <= 0) return {};
   // pair 1 turns by θ^(-2/r) a position: θ = step^(-r/2), read to 3 significant digits
   const double estimate = std::pow(step, -static_cast<double>(r) / 2);
   const double scale = std::pow(10.0, std::floor(std::log10(estimate)) - 2);
   const float theta = static_cast<float>(std::round(estimate / scale) * scale);
-  if (!std::isfinite(theta) || std::fabs(theta - rope.theta) <= 1e-3 * rope.theta) return "";
-  if (!same(yours.data, rotated(input, rope, theta, rope.convention), 10 * atol, 10 * rtol)) return "";
-  return "yours turns pair 1 by " + fmt(step) + " rad a position: θ = " + fmt(theta, 6) + "; the recipe's θ = " +
+  if (!std::isfinite(theta) || std::fabs(theta - rope.theta) <= 1e-3 * rope.theta) return {};
+  if (!same_values(yours.data, rotated(input, rope, theta, rope.convention), 10 * atol, 10 * rtol)) return {};
+  return worded("rope_theta", "yours turns pair 1 by " + fmt(step) + " rad a position: θ = " + fmt(theta, 6) + "; the recipe's θ = " +
          fmt(rope.theta, 6) + " turns it by " + fmt(std::pow(rope.theta, -2.0 / static_cast<double>(r))) +
-         ". RoPE's base is the model's rope_theta (config.json)";
+         ". RoPE's base is the model's rope_theta (config.json)");
 }
 
-std::string repeated_heads(const Tensor& yours, const Tensor& theirs, int64_t group, double atol, double rtol) {
+Finding repeated_heads(const Tensor& yours, const Tensor& theirs, int64_t group, double atol, double rtol) {
   if (group < 2 || theirs.rank() != 4 || theirs.dim(1) < 2 ||
       yours.data.size() != theirs.data.size() * static_cast<size_t>(group)) {
-    return "";
+    return {};
   }
   const std::string g = std::to_string(group), H_kv = std::to_string(theirs.dim(1));
-  if (same(yours.data, copied_heads(theirs, group, true), atol, rtol)) {
-    return "yours is the recipe's " + H_kv + " key/value heads each copied for its " + g +
+  if (same_values(yours.data, copied_heads(theirs, group, true), atol, rtol)) {
+    return worded("kv_copied", "yours is the recipe's " + H_kv + " key/value heads each copied for its " + g +
            " query heads (repeat_interleave): the right order, and the copy the recipe skips by reading "
-           "the shared head; record the tensor before the copy to compare it";
+           "the shared head; record the tensor before the copy to compare it");
   }
-  if (same(yours.data, copied_heads(theirs, group, false), atol, rtol)) {
-    return "yours copies the " + H_kv + " key/value heads with .repeat: query head h gets key/value head h mod " + H_kv +
-           "; grouped-query attention gives it head h / " + g + ": .repeat_interleave(" + g + ", dim=1)";
+  if (same_values(yours.data, copied_heads(theirs, group, false), atol, rtol)) {
+    return worded("kv_repeat", "yours copies the " + H_kv + " key/value heads with .repeat: query head h gets key/value head h mod " + H_kv +
+           "; grouped-query attention gives it head h / " + g + ": .repeat_interleave(" + g + ", dim=1)");
   }
-  return "";
+  return {};
 }
 
-std::string repeat_order(const std::string& op, const Tensor& yours, const Tensor& a, const Tensor& b, int64_t group,
+Finding repeat_order(const std::string& op, const Tensor& yours, const Tensor& a, const Tensor& b, int64_t group,
                          double atol, double rtol) {
-  if (group < 2 || a.rank() != 4 || b.rank() != 4 || b.dim(1) < 2) return "";
+  if (group < 2 || a.rank() != 4 || b.rank() != 4 || b.dim(1) < 2) return {};
   const std::vector<float> cycled = copied_heads(b, group, false);
   const int64_t BH = a.dim(0) * a.dim(1), L = a.dim(2);
   std::vector<float> out;
@@ -150,13 +144,13 @@ std::string repeat_order(const std::string& op, const Tensor& yours, const Tenso
     out.resize(static_cast<size_t>(BH * L * d));
     reference::attention_values(a.data.data(), cycled.data(), out.data(), BH, L, S, d, 1);
   } else {
-    return "";
+    return {};
   }
-  if (!same(yours.data, out, atol, rtol)) return "";
+  if (!same_values(yours.data, out, atol, rtol)) return {};
   const std::string g = std::to_string(group), H_kv = std::to_string(b.dim(1));
-  return "yours pairs query head h with key/value head h mod " + H_kv + ": K and V copied with .repeat(1, " + g +
+  return worded("kv_repeat", "yours pairs query head h with key/value head h mod " + H_kv + ": K and V copied with .repeat(1, " + g +
          ", 1, 1); grouped-query attention gives query heads 0 … " + std::to_string(group - 1) +
-         " key/value head 0: .repeat_interleave(" + g + ", dim=1)";
+         " key/value head 0: .repeat_interleave(" + g + ", dim=1)");
 }
 
 }  // namespace vkattn::diagnosis

@@ -71,6 +71,7 @@ void ConsoleTracer::on_pass_end(const PassEnd& end) {
 
 void StepRecorder::on_pass(const std::string& pass, const std::string& backend, const std::string& device) {
   steps_.clear();
+  inputs_.clear();
   end_ = {};
   pass_ = pass;
   backend_ = backend;

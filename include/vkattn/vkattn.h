@@ -40,6 +40,7 @@
 #include "vkattn/tensor.h"
 #include "vkattn/text/tokenizer.h"
 #include "vkattn/tracing/check.h"
+#include "vkattn/tracing/diagnoses.h"
 #include "vkattn/tracing/compare.h"
 #include "vkattn/tracing/report.h"
 #include "vkattn/tracing/side_by_side.h"

@@ -436,6 +436,8 @@ class Backend {
     int64_t N, K, M;
   };
   LinearSizes check_linear(const std::string& step, const Value& x, const Value& weight, const Value* bias);
+  // A tensor the pass takes from the host, to the tracers that want inputs.
+  void report_input(const std::string& scoped_name, const Tensor& tensor);
 
   std::vector<Tracer*> tracers_;
   std::string scope_;                 // "layers.0.self_attn." inside two scopes

@@ -3,21 +3,14 @@
 // recorded under vkattn's step names, against the same steps of vkattn's recipe run on the same
 // weights and inputs. Every recorded step is compared in the recipe's order; the first that
 // differs is named with its decoded index and both values, and with a diagnosis where the
-// difference looks like one of the classic mistakes:
-//   axes in another order      yours (2, 10, 8, 64) is (b, t, h, c), vkattn's (b, h, t, c):
-//                              a missing .transpose(1, 2)? (also heads merged in the wrong order,
-//                              and K·Qᵀ for Q·Kᵀ)
-//   a constant factor          scores scaled by 1/d instead of 1/√d, or not scaled at all
-//   softmax over another axis  yours sums to 1 along i (dim=2), vkattn's along j (dim=-1)
-//   a mask of the wrong polarity  yours blocks the positions vkattn keeps, and keeps the blocked
-// and, in a grouped-query attention (check_grouped_query):
-//   RoPE's other convention    yours rotates neighbouring pairs where the recipe rotates halves, or
-//                              the other way round
-//   another θ                  yours turns pair 1 by another angle a position: θ ≈ 500000, not 10000
-//   K/V heads repeated with .repeat   query head h met key/value head h mod H_kv, not h / (H/H_kv)
+// difference is one of the mistakes of vkattn/tracing/diagnoses.h (a scale by √E, the mask
+// applied after the softmax, dropout left on, a weight transposed, …): each is recognised from
+// the numbers, most by recomputing the step as the mistake would have it. Where several fit the
+// numbers alike, all are said.
 // Yours may be shaped with vkattn's axes merged ((B·H, L, d) for (B, H, L, d)) or without a batch
 // axis of 1. A blocked score filled with -1e9 (or less) counts as vkattn's -inf.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,6 +19,8 @@
 #include "vkattn/backends/backend.h"
 #include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer_decoder.h"
+#include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tensor.h"
 #include "vkattn/tracing/compare.h"
 #include "vkattn/tracing/tracer.h"
@@ -62,6 +57,8 @@ struct StepCheck {
   bool infinite_error = false;    // an element infinite or NaN on one side only (a mask's difference)
   std::string where;              // the first element beyond tolerance, decoded: "(b=0, h=1, i=2, j=0)"
   std::string diagnosis;          // what the difference is, in words; a note where both agree
+  std::vector<std::string> diagnoses;  // the catalogue's names of what fits (diagnoses.h): several
+                                       // when the numbers cannot tell them apart
 };
 
 struct CheckReport {
@@ -78,10 +75,20 @@ struct CheckReport {
   std::string text() const;
 };
 
-// `recorded`: (step name, tensor) in any order; `recipe`: vkattn's pass, recorded with values.
-// ShapeError when `recipe` holds no values.
+// `recorded`: (step name, tensor) in any order; `recipe`: vkattn's pass, recorded with values
+// (and with its inputs, for the diagnoses that recompute a step from them). ShapeError when
+// `recipe` holds no values.
 CheckReport check_steps(const std::vector<std::pair<std::string, Tensor>>& recorded, const StepRecorder& recipe,
                         const CheckOptions& options = {});
+
+// `forward` (one pass of a module) run on `backend` and recorded with its values and inputs, then
+// check_steps against it. The module checks below are this with their own forward and options.
+CheckReport check_pass(const std::vector<std::pair<std::string, Tensor>>& recorded, Backend& backend,
+                       const std::function<void(Backend&)>& forward, const CheckOptions& options = {});
+
+// Whether the user recorded a fused step (a name ending in flash_attention): the recipe is run
+// fused then, else unfused, so that it has the steps the user recorded.
+AttentionPath recorded_path(const std::vector<std::pair<std::string, Tensor>>& recorded);
 
 // `vkattn check` and Python's vkattn.check: `module`'s recipe run on `backend` with the inputs
 // and masks of `forward` (need_weights is forced on, and the unfused path unless the user
@@ -90,6 +97,20 @@ CheckReport check_attention(const std::vector<std::pair<std::string, Tensor>>& r
                             const MultiHeadAttention& module, Backend& backend, const Tensor& query,
                             const Tensor& key, const Tensor& value, ForwardOptions forward,
                             CheckOptions options = {});
+// An encoder layer or a stack of them on src, its steps under their module paths (self_attn.q_proj,
+// layers.1.norm2, …), and a decoder's on tgt and memory: run fused or unfused as recorded.
+CheckReport check_encoder(const std::vector<std::pair<std::string, Tensor>>& recorded,
+                          const TransformerEncoderLayer& module, Backend& backend, const Tensor& src,
+                          EncoderOptions forward, CheckOptions options = {});
+CheckReport check_encoder(const std::vector<std::pair<std::string, Tensor>>& recorded,
+                          const TransformerEncoder& module, Backend& backend, const Tensor& src,
+                          EncoderOptions forward, CheckOptions options = {});
+CheckReport check_decoder(const std::vector<std::pair<std::string, Tensor>>& recorded,
+                          const TransformerDecoderLayer& module, Backend& backend, const Tensor& tgt,
+                          const Tensor& memory, DecoderOptions forward, CheckOptions options = {});
+CheckReport check_decoder(const std::vector<std::pair<std::string, Tensor>>& recorded,
+                          const TransformerDecoder& module, Backend& backend, const Tensor& tgt,
+                          const Tensor& memory, DecoderOptions forward, CheckOptions options = {});
 // The same for a grouped-query attention (Llama's) on x: its recipe with weights (unfused) unless
 // flash_attention was recorded, checked with its heads, key/value group and RoPE.
 CheckReport check_grouped_query(const std::vector<std::pair<std::string, Tensor>>& recorded,

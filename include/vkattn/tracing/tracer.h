@@ -3,6 +3,7 @@
 // whoever listens. A step never knows which sinks are attached.
 #include <cmath>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +69,11 @@ class Tracer {
     (void)pass, (void)backend, (void)device;
   }
   virtual void on_step(const StepEvent& event) = 0;
+  // True makes the backend hand on every tensor the pass takes from the host — its inputs and
+  // weights, under their scoped names ("query", "layers.0.self_attn.q_proj_weight") — to
+  // on_input: what a check needs to recompute a step as a mistake would have it.
+  virtual bool wants_inputs() const { return false; }
+  virtual void on_input(const std::string& name, const Tensor& tensor) { (void)name, (void)tensor; }
   // The pass is over, finished or failed; step times are known only now (the GPU's arrive when
   // its work completes). Called even when a step threw, with what was reported up to it.
   virtual void on_pass_end(const PassEnd& end) { (void)end; }
@@ -103,10 +109,14 @@ class StepRecorder : public Tracer {
     StepEvent event;           // event.values is reset: use `values`
     std::optional<Tensor> values;
   };
-  explicit StepRecorder(bool keep_values) : keep_values_(keep_values) {}
+  // keep_inputs: also a copy of every tensor the pass takes from the host (inputs()).
+  explicit StepRecorder(bool keep_values, bool keep_inputs = false)
+      : keep_values_(keep_values), keep_inputs_(keep_inputs) {}
   bool wants_values() const override { return keep_values_; }
+  bool wants_inputs() const override { return keep_inputs_; }
   void on_pass(const std::string& pass, const std::string& backend, const std::string& device) override;
   void on_step(const StepEvent& event) override;
+  void on_input(const std::string& name, const Tensor& tensor) override { inputs_.insert_or_assign(name, tensor); }
   void on_pass_end(const PassEnd& end) override { end_ = end; }
   const std::vector<Step>& steps() const { return steps_; }
   // How the last pass ended (its step times, its error).
@@ -115,11 +125,14 @@ class StepRecorder : public Tracer {
   const std::string& pass() const { return pass_; }
   const std::string& backend() const { return backend_; }
   const std::string& device() const { return device_; }
+  // The last pass's inputs and weights by their scoped names, when kept.
+  const std::map<std::string, Tensor>& inputs() const { return inputs_; }
 
  private:
-  bool keep_values_;
+  bool keep_values_, keep_inputs_;
   std::string pass_, backend_, device_;
   std::vector<Step> steps_;
+  std::map<std::string, Tensor> inputs_;
   PassEnd end_;
 };
 
