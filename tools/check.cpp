@@ -1,9 +1,12 @@
 // vkattn check DIR: the user's own intermediate tensors, DIR/<step>.npy under vkattn's step names
-// (q_proj.npy, split_heads_q.npy, attention_scores.npy, softmax.npy, …), against vkattn's recipe
-// run on the same weights and inputs: every recorded step compared in the recipe's order, the
-// first divergent one named with its decoded index, both values and a diagnosis. Exit 0 when
-// every recorded step agrees, 1 when one differs, 2 for bad input (a name that is no step
-// included: the report says which step it likely means).
+// (q_proj.npy, split_heads_q.npy, attention_scores.npy, softmax.npy, …; self_attn.q_proj.npy or
+// layers.1.norm2.npy in an encoder or decoder), against vkattn's recipe run on the same weights
+// and inputs: every recorded step compared in the recipe's order, the first divergent one named
+// with its decoded index, both values and a diagnosis. The module is the one --weights holds: an
+// nn.MultiheadAttention, a grouped-query attention (q_proj … o_proj), an nn.TransformerEncoder or
+// nn.TransformerDecoder (or one layer's). Exit 0 when every recorded step agrees, 1 when one
+// differs, 2 for bad input (a name that is no step included: the report says which step it
+// likely means).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -12,6 +15,7 @@
 #include "tools/validators.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
+#include "vkattn/io/state_dict.h"
 #include "vkattn/tracing/check.h"
 
 namespace vkattn::cli {
@@ -21,6 +25,9 @@ CLI::App* add_check(CLI::App& app, CheckArgs& a) {
   cmd->add_option("DIR", a.dir, "a directory of .npy files named by vkattn's steps: q_proj.npy, softmax.npy, …")
       ->required();
   add_attention_args(*cmd, a.inputs);
+  add_grouped_query_args(*cmd, a.grouped);
+  add_layer_args(*cmd, a.layer, " (an encoder or decoder)");
+  cmd->add_option("--memory", a.memory, "M.npy: a decoder's memory (B, S, E); its target is --query");
   cmd->add_option("--backend", a.backend, "where vkattn's recipe runs: gpu (a Vulkan device) or cpu (the reference)")
       ->check(CLI::IsMember({"gpu", "cpu"}))
       ->capture_default_str();
@@ -29,6 +36,71 @@ CLI::App* add_check(CLI::App& app, CheckArgs& a) {
   cmd->add_option("--rtol", a.rtol, "relative tolerance (times |vkattn's|)")->capture_default_str()->check(kNonNegativeNumber);
   return cmd;
 }
+
+namespace {
+
+// The recipe of the module --weights holds, checked against `recorded`. UsageError for a flag
+// that module does not take.
+CheckReport check_module(const CheckArgs& a, const std::vector<std::pair<std::string, Tensor>>& recorded,
+                         Backend& backend) {
+  const AttentionArgs& in = a.inputs;
+  const std::string kind = module_kind(in.weights);
+  const std::string named = (kind[0] == 'a' || kind[0] == 'e' ? "an " : "a ") + kind;  // "an encoder"
+  const bool layers = kind == "encoder" || kind == "decoder";
+  for (auto [wrong, flags] : {std::pair{kind != "grouped-query attention" && a.grouped.given(),
+                                        "--kv-heads, --rope, --rope-theta, --rotary-dims and --window"},
+                              {!layers && (a.layer.activation != "relu" || a.layer.norm_first || a.layer.eps != 1e-5),
+                               "--activation, --norm-first and --eps"},
+                              {kind != "decoder" && !a.memory.empty(), "--memory"}}) {
+    if (wrong) throw UsageError(in.weights + " is " + named + "'s state_dict, which does not take " + flags);
+  }
+  if (kind == "grouped-query attention") {
+    GroupedQueryAttention module = read_grouped_query(in, a.grouped);
+    GroupedQueryOptions options;
+    options.key_padding_mask = read_mask(in.key_padding_mask, "key padding mask");
+    return check_grouped_query(recorded, module, backend, read_input(in.query, "query"), options, {a.atol, a.rtol});
+  }
+  if (layers && (!in.key.empty() || !in.value.empty())) {
+    throw UsageError("--key and --value: " + named + " takes its input as --query" +
+                     (kind == "decoder" ? " (the target) and --memory" : ""));
+  }
+  if (kind == "encoder") {
+    auto state = io::load_encoder(in.weights, in.heads);
+    apply_layer_args(a.layer, state.config.layer);
+    EncoderOptions options;
+    options.src_key_padding_mask = read_mask(in.key_padding_mask, "key padding mask");
+    options.mask = read_mask(in.attn_mask, "attention mask");
+    options.is_causal = in.causal;
+    const Tensor src = read_input(in.query, "query");
+    if (state.single_layer) {
+      return check_encoder(recorded, TransformerEncoderLayer(state.config.layer, std::move(state.weights.layers[0])),
+                           backend, src, options, {a.atol, a.rtol});
+    }
+    return check_encoder(recorded, TransformerEncoder(state.config, std::move(state.weights)), backend, src, options,
+                         {a.atol, a.rtol});
+  }
+  if (kind == "decoder") {
+    if (a.memory.empty()) throw UsageError(in.weights + " is a decoder's state_dict: give its memory with --memory");
+    auto state = io::load_decoder(in.weights, in.heads);
+    apply_layer_args(a.layer, state.config.layer);
+    DecoderOptions options;
+    options.tgt_key_padding_mask = read_mask(in.key_padding_mask, "key padding mask");
+    options.tgt_mask = read_mask(in.attn_mask, "attention mask");
+    options.tgt_is_causal = in.causal;
+    const Tensor tgt = read_input(in.query, "query"), memory = read_input(a.memory, "memory");
+    if (state.single_layer) {
+      return check_decoder(recorded, TransformerDecoderLayer(state.config.layer, std::move(state.weights.layers[0])),
+                           backend, tgt, memory, options, {a.atol, a.rtol});
+    }
+    return check_decoder(recorded, TransformerDecoder(state.config, std::move(state.weights)), backend, tgt, memory,
+                         options, {a.atol, a.rtol});
+  }
+  AttentionInputs attention = read_attention_inputs(in);
+  return check_attention(recorded, attention.module, backend, attention.query, attention.key_or_query(),
+                         attention.value_or_query(), attention.options, {a.atol, a.rtol});
+}
+
+}  // namespace
 
 int run_check(const CheckArgs& a) {
   namespace fs = std::filesystem;
@@ -42,10 +114,8 @@ int run_check(const CheckArgs& a) {
   std::vector<std::pair<std::string, Tensor>> recorded;
   for (const auto& file : files) recorded.emplace_back(file.stem().string(), io::read_npy(file));
 
-  AttentionInputs in = read_attention_inputs(a.inputs);
   auto backend = make_backend(a.backend, a.device);
-  CheckReport report = check_attention(recorded, in.module, *backend, in.query, in.key_or_query(), in.value_or_query(),
-                                       in.options, {a.atol, a.rtol});
+  CheckReport report = check_module(a, recorded, *backend);
   std::cout << report.text();
   if (!report.unknown.empty()) {
     throw FileError(a.dir + "/" + report.unknown.front().first + ".npy: '" + report.unknown.front().first +

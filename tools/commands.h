@@ -61,9 +61,7 @@ int run_run(const RunArgs& args);
 struct EncodeArgs {
   std::string weights, input;
   int64_t heads = 0;  // 0: from the weight file's __metadata__
-  std::string activation = "relu";
-  bool norm_first = false;
-  double eps = 1e-5;
+  LayerArgs layer;
   std::string src_key_padding_mask, mask;
   bool causal = false;
   std::string attention = "auto";  // or "unfused", "fused"
@@ -81,9 +79,7 @@ int run_encode(const EncodeArgs& args);
 struct DecodeArgs {
   std::string weights, tgt, memory;
   int64_t heads = 0;  // 0: from the weight file's __metadata__
-  std::string activation = "relu";
-  bool norm_first = false;
-  double eps = 1e-5;
+  LayerArgs layer;
   bool causal = false;  // tgt_is_causal
   std::string tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask;
   std::string attention = "auto";  // or "unfused", "fused"
@@ -128,6 +124,9 @@ void say_report_written(const std::string& file, const std::string& what);
 struct CheckArgs {
   std::string dir;  // the user's tensors, <step>.npy
   AttentionArgs inputs;
+  GroupedQueryArgs grouped;  // a grouped-query attention's
+  LayerArgs layer;           // an encoder's or decoder's
+  std::string memory;        // a decoder's
   std::string backend = "gpu", device;
   double atol = 1e-4, rtol = 1e-4;
 };

@@ -51,11 +51,7 @@ CLI::App* add_decode(CLI::App& app, DecodeArgs& a) {
       ->required();
   cmd->add_option("--heads", a.heads, "nhead; default: num_heads in the weight file's __metadata__")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--activation", a.activation, "the feed-forward activation: relu (torch's default) or gelu")
-      ->check(CLI::IsMember({"relu", "gelu"}))
-      ->capture_default_str();
-  cmd->add_flag("--norm-first", a.norm_first, "pre-norm layers (norm_first=True): x + attn(norm1(x)), …");
-  cmd->add_option("--eps", a.eps, "layer_norm_eps")->capture_default_str()->check(kPositiveNumber);
+  add_layer_args(*cmd, a.layer);
   cmd->add_flag("--causal", a.causal, "block each target position from later ones (tgt_is_causal, with any --tgt-mask)");
   cmd->add_option("--tgt-mask", a.tgt_mask, "A.npy (T, T) or (B*H, T, T): bool True blocks, or float added");
   cmd->add_option("--memory-mask", a.memory_mask, "A.npy (T, S) or (B*H, T, S): bool True blocks, or float added");
@@ -81,9 +77,7 @@ int run_decode(const DecodeArgs& a) {
   if (!a.out.empty()) io::check_output_path(a.out);
   auto state = io::load_decoder(a.weights, a.heads);
   auto& layer = state.config.layer;
-  layer.activation = a.activation == "gelu" ? Activation::gelu : Activation::relu;
-  layer.norm_first = a.norm_first;
-  layer.layer_norm_eps = static_cast<float>(a.eps);
+  apply_layer_args(a.layer, layer);
 
   Tensor tgt = read_input(a.tgt, "tgt");
   Tensor memory = read_input(a.memory, "memory");

@@ -45,11 +45,7 @@ CLI::App* add_encode(CLI::App& app, EncodeArgs& a) {
   cmd->add_option("--input", a.input, "X.npy: float (B, L, E) batch-first, or unbatched (L, E)")->required();
   cmd->add_option("--heads", a.heads, "nhead; default: num_heads in the weight file's __metadata__")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--activation", a.activation, "the feed-forward activation: relu (torch's default) or gelu")
-      ->check(CLI::IsMember({"relu", "gelu"}))
-      ->capture_default_str();
-  cmd->add_flag("--norm-first", a.norm_first, "pre-norm layers (norm_first=True): x + attn(norm1(x)), x + ffn(norm2(x))");
-  cmd->add_option("--eps", a.eps, "layer_norm_eps")->capture_default_str()->check(kPositiveNumber);
+  add_layer_args(*cmd, a.layer);
   cmd->add_option("--src-key-padding-mask", a.src_key_padding_mask,
                   "M.npy (B, L): bool True marks padding no position attends to, or float added");
   cmd->add_option("--mask", a.mask, "A.npy (L, L) or (B*H, L, L): bool True blocks, or float added (torch's mask)");
@@ -76,9 +72,7 @@ int run_encode(const EncodeArgs& a) {
     if (!path.empty()) io::check_output_path(path);
   auto state = io::load_encoder(a.weights, a.heads);
   auto& layer = state.config.layer;
-  layer.activation = a.activation == "gelu" ? Activation::gelu : Activation::relu;
-  layer.norm_first = a.norm_first;
-  layer.layer_norm_eps = static_cast<float>(a.eps);
+  apply_layer_args(a.layer, layer);
 
   Tensor input = read_input(a.input, "input");
   EncoderOptions options;

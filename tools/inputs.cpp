@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "tools/commands.h"
+#include "tools/validators.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
 #include "vkattn/io/state_dict.h"
@@ -108,6 +109,30 @@ void add_grouped_query_args(CLI::App& cmd, GroupedQueryArgs& g) {
 
 bool is_grouped_query_file(const std::string& weights) {
   return io::read_safetensors(weights).tensors.count("o_proj.weight") != 0;
+}
+
+std::string module_kind(const std::string& weights) {
+  bool encoder = false;
+  for (const auto& [name, tensor] : io::read_safetensors(weights).tensors) {
+    if (name == "o_proj.weight") return "grouped-query attention";
+    if (name.starts_with("multihead_attn.") || name.find(".multihead_attn.") != std::string::npos) return "decoder";
+    encoder |= name == "linear1.weight" || name.ends_with(".linear1.weight");
+  }
+  return encoder ? "encoder" : "attention";
+}
+
+void add_layer_args(CLI::App& cmd, LayerArgs& a, const std::string& only) {
+  cmd.add_option("--activation", a.activation, "the feed-forward activation: relu (torch's default) or gelu" + only)
+      ->check(CLI::IsMember({"relu", "gelu"}))
+      ->capture_default_str();
+  cmd.add_flag("--norm-first", a.norm_first, "pre-norm layers (norm_first=True): x + attn(norm1(x)), …" + only);
+  cmd.add_option("--eps", a.eps, "layer_norm_eps" + only)->capture_default_str()->check(kPositiveNumber);
+}
+
+void apply_layer_args(const LayerArgs& a, TransformerEncoderLayerConfig& layer) {
+  layer.activation = a.activation == "gelu" ? Activation::gelu : Activation::relu;
+  layer.norm_first = a.norm_first;
+  layer.layer_norm_eps = static_cast<float>(a.eps);
 }
 
 GroupedQueryAttention read_grouped_query(const AttentionArgs& a, const GroupedQueryArgs& g) {

@@ -39,6 +39,18 @@ struct AttentionInputs {
 };
 AttentionInputs read_attention_inputs(const AttentionArgs& args);
 
+// An encoder's or decoder's layers: what their state_dict cannot say.
+struct LayerArgs {
+  std::string activation = "relu";  // or "gelu"
+  bool norm_first = false;
+  double eps = 1e-5;
+};
+// --activation, --norm-first, --eps, each named as for `only` (" (an encoder or decoder)") where
+// the command runs other modules too.
+void add_layer_args(CLI::App& cmd, LayerArgs& args, const std::string& only = "");
+// The flags onto the config read from the state_dict.
+void apply_layer_args(const LayerArgs& args, TransformerEncoderLayerConfig& layer);
+
 // `vkattn run`'s flags for a grouped-query attention (a state_dict under Hugging Face's names,
 // q_proj … o_proj): what the file cannot say. Zero or empty: not given.
 struct GroupedQueryArgs {
@@ -57,6 +69,9 @@ void add_grouped_query_args(CLI::App& cmd, GroupedQueryArgs& args);
 GroupedQueryAttention read_grouped_query(const AttentionArgs& args, const GroupedQueryArgs& grouped);
 // Hugging Face's names or PyTorch's: whether `weights` holds o_proj.weight.
 bool is_grouped_query_file(const std::string& weights);
+// Which module a state_dict is, by its names: "grouped-query attention" (o_proj.weight),
+// "decoder" (multihead_attn.…), "encoder" (linear1.… without multihead_attn) or "attention".
+std::string module_kind(const std::string& weights);
 
 // An input sequence: float, (B, T, features) batch-first or unbatched (T, features), every value
 // finite. `what` names it in errors ("query", "input").
