@@ -257,26 +257,51 @@ class Encoder {
                      const std::optional<py::array>& src_key_padding_mask, bool is_causal,
                      const std::string& attention, bool trace, std::optional<bool> fold_layout_steps) {
     Tensor x = to_tensor(src);
-    EncoderOptions o;
-    o.mask = to_mask(mask);
-    o.src_key_padding_mask = to_mask(src_key_padding_mask);
-    o.is_causal = is_causal;
+    EncoderOptions o = options(mask, src_key_padding_mask, is_causal);
     o.attention = parse_attention_path(attention);
     auto run = [&](Backend& backend) {
-      return std::visit([&](const auto& m) -> Tensor {
-        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::monostate>) {
-          throw ConfigError("encoder: not loaded");
-        } else {
-          return m.forward(backend, x, o);
-        }
-      }, module_);
+      return on_module<Tensor>([&](const auto& m) { return m.forward(backend, x, o); });
     };
     if (!trace) return to_array(on_device(*device_, run));
     auto [result, recorded] = traced(*device_, config_, run, fold_layout_steps);
     return py::make_tuple(to_array(std::move(result)), recorded);
   }
 
+  CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const FloatArray& src,
+                    const std::optional<py::array>& mask, const std::optional<py::array>& src_key_padding_mask,
+                    bool is_causal, double atol, double rtol) {
+    std::vector<std::pair<std::string, Tensor>> yours;
+    for (const auto& [name, array] : recorded) yours.emplace_back(name, to_tensor(array));
+    const Tensor x = to_tensor(src);
+    const EncoderOptions o = options(mask, src_key_padding_mask, is_causal);
+    return on_device(*device_, [&](Backend& backend) {
+      return on_module<CheckReport>(
+          [&](const auto& m) { return check_encoder(yours, m, backend, x, o, {atol, rtol}); });
+    });
+  }
+
  private:
+  static EncoderOptions options(const std::optional<py::array>& mask,
+                                const std::optional<py::array>& src_key_padding_mask, bool is_causal) {
+    EncoderOptions o;
+    o.mask = to_mask(mask);
+    o.src_key_padding_mask = to_mask(src_key_padding_mask);
+    o.is_causal = is_causal;
+    return o;
+  }
+
+  // `f` on the layer or the stack loaded (the variant starts empty: neither has a default)
+  template <class R, class F>
+  R on_module(F f) const {
+    return std::visit([&](const auto& m) -> R {
+      if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::monostate>) {
+        throw ConfigError("encoder: not loaded");
+      } else {
+        return f(m);
+      }
+    }, module_);
+  }
+
   std::variant<std::monostate, TransformerEncoderLayer, TransformerEncoder> module_;
   std::shared_ptr<Device> device_;
   nlohmann::json config_;
@@ -314,6 +339,7 @@ py::dict step_check_dict(const StepCheck& s) {
   d["yours_value"] = s.diff && s.diff->mismatches ? py::cast(s.diff->a_value) : py::none();
   d["vkattn_value"] = s.diff && s.diff->mismatches ? py::cast(s.diff->b_value) : py::none();
   d["diagnosis"] = s.diagnosis;
+  d["diagnoses"] = py::list(py::cast(s.diagnoses));
   return d;
 }
 
@@ -353,6 +379,11 @@ PYBIND11_MODULE(_vkattn, m) {
     }
   });
 
+  m.def("_diagnoses", [] {
+    py::dict out;  // id -> (steps, mistake, culprit, fix), in the catalogue's order
+    for (const Diagnosis& d : diagnoses()) out[py::str(std::string(d.id))] = py::make_tuple(d.steps, d.mistake, d.culprit, d.fix);
+    return out;
+  });
   m.def("devices", &device_list, "every Vulkan device: index, name, type, driver, memory, usable, chosen");
   m.def("_release_devices", &release_devices);
 
@@ -435,7 +466,9 @@ PYBIND11_MODULE(_vkattn, m) {
            py::arg("kind"), py::arg("selector"))
       .def_property_readonly("device", &Encoder::device)
       .def("forward", &Encoder::forward, py::arg("src"), py::arg("mask"), py::arg("src_key_padding_mask"),
-           py::arg("is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none());
+           py::arg("is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("check", &Encoder::check, py::arg("recorded"), py::arg("src"), py::arg("mask"),
+           py::arg("src_key_padding_mask"), py::arg("is_causal"), py::arg("atol"), py::arg("rtol"));
 
   bind_pretrained(m);
 

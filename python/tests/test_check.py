@@ -16,7 +16,8 @@ B, T, E, H = 2, 6, 32, 4
 EXPECTED = {
     "missing_transpose": ("split_heads_q", "yours (2, 6, 4, 8) is (b, t, h, c); vkattn's split_heads_q is "
                                            "(b, h, t, c): a missing .transpose(1, 2)?"),
-    "scaled_by_d": ("attention_scores", "= 1/√8: scaled by 1/d instead of 1/√d (d = 8)?"),
+    "scaled_by_d": ("attention_scores", "yours is 0.3536 × vkattn's everywhere (d = 8, E = H·d = 32); 2 mistakes "
+                                        "give these numbers alike: scores divided by d instead of √d?"),
     "softmax_dim": ("softmax", "softmax over dim=-2 instead of dim=-1?"),
     "inverted_mask": ("attention_mask", "a mask of the wrong polarity?"),
     "merge_order": ("merge_heads", "in the order (b, h, i, c), vkattn's merge_heads in the order (b, i, h, c): "
@@ -81,7 +82,9 @@ def test_unknown_names_and_a_constant_factor():
     assert not report.ok
     assert report.unknown == [("scores", "attention_scores")]
     assert report.first_divergent["name"] == "out_proj"
-    assert "yours is 2 × vkattn's everywhere: a constant factor" in report.first_divergent["diagnosis"]
+    assert "yours is 2 × vkattn's everywhere: every value multiplied by one constant?" in \
+        report.first_divergent["diagnosis"]
+    assert report.first_divergent["diagnoses"] == ["constant_factor"]
     assert "scores: not a step of vkattn's recipe (attention_scores?)" in str(report)
     assert "<table>" in report._repr_html_()
 

@@ -3,6 +3,8 @@ LlamaAttention, a few lines a step), and vkattn.check on it: the correct one agr
 and each classic mistake of the attention since 2017 — RoPE's other convention, another θ, K and V
 copied with .repeat instead of .repeat_interleave — is named at the step where it happens."""
 import math
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -92,19 +94,41 @@ def test_a_correct_llama_attention_agrees_at_every_step(device):
     assert sum(s["verdict"] == "agrees" for s in report.steps) == 14
 
 
-@pytest.mark.parametrize("bug, step, words", [
-    ("pairs", "rotary_embedding_q", "yours rotates neighbouring pairs (2i, 2i + 1: GPT-J, Meta's Llama code); "
-                                    "the recipe rotates halves"),
-    ("theta", "rotary_embedding_q", "θ = 500000; the recipe's θ = 10000"),
-    ("repeat", "attention_scores", "K and V copied with .repeat(1, 4, 1, 1); grouped-query attention gives query "
-                                   "heads 0 … 3 key/value head 0: .repeat_interleave(4, dim=1)"),
-])
-def test_each_mistake_is_named_where_it_happens(device, bug, step, words):
+MISTAKES = [
+    ("pairs", "rotary_embedding_q", "rope_convention",
+     "yours rotates neighbouring pairs (2i, 2i + 1: GPT-J, Meta's Llama code); the recipe rotates halves"),
+    ("theta", "rotary_embedding_q", "rope_theta", "θ = 500000; the recipe's θ = 10000"),
+    ("repeat", "attention_scores", "kv_repeat", "K and V copied with .repeat(1, 4, 1, 1); grouped-query attention "
+                                                "gives query heads 0 … 3 key/value head 0: .repeat_interleave(4, dim=1)"),
+]
+
+
+@pytest.mark.parametrize("bug, step, name, words", MISTAKES)
+def test_each_mistake_is_named_where_it_happens(device, bug, step, name, words):
     *_, report = run(bug, device)
     assert not report.ok
     assert report.first_divergent["name"] == step, str(report)
     assert words in report.first_divergent["diagnosis"], report.first_divergent["diagnosis"]
+    assert report.first_divergent["diagnoses"] == [name]
     assert all(len(line) <= 100 for line in str(report).splitlines())
+
+
+def test_vkattn_check_dir_checks_a_grouped_query_attention(tmp_path):
+    from article_safetensors import save_safetensors
+    torch.manual_seed(0)
+    save_safetensors(LlamaAttention().state_dict(), tmp_path / "w.safetensors", {"num_heads": str(H)})
+    for bug, code in ((None, 0), ("theta", 1)):
+        torch.manual_seed(0)
+        model, x, rec = LlamaAttention(bug), torch.randn(B, T, E), vkattn.Recorder()
+        with torch.no_grad():
+            model(x, rec)
+        np.save(tmp_path / "x.npy", x.numpy())
+        rec.save(tmp_path / str(bug))
+        done = subprocess.run([os.environ["VKATTN_CLI"], "check", str(tmp_path / str(bug)), "--weights",
+                               str(tmp_path / "w.safetensors"), "--query", str(tmp_path / "x.npy"), "--causal"],
+                              capture_output=True, text=True)
+        assert done.returncode == code, done.stdout + done.stderr
+        assert ("all 14 recorded steps agree" if bug is None else "[rope_theta]") in done.stdout
 
 
 def test_bad_arguments_are_one_line_errors():

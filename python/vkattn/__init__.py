@@ -4,7 +4,7 @@
     mha = vkattn.MultiheadAttention.from_torch(torch_mha)      # device=None: the default GPU
     out, weights = mha(x, x, x)                                # numpy arrays, as nn.MultiheadAttention
     out, weights, trace = mha.trace(x, x, x)                   # every step's tensor
-    report = vkattn.check(rec, weights=torch_mha, query=x)     # your own attention, step by step
+    report = vkattn.check(rec, torch_mha, query=x)             # your own attention, step by step
     gpt2 = vkattn.from_pretrained("models/tiny_gpt2")          # a hub checkpoint folder
 
 Arrays go in as numpy arrays or CPU torch tensors of any float dtype, and come out as float32
@@ -16,7 +16,7 @@ import atexit
 
 from ._vkattn import (ConfigError, DeviceError, Error, FileError, ShapeError, __version__,
                       _release_devices, heatmap_svg)
-from .check import STEPS, CheckReport, Recorder, attention_weights, check
+from .check import DIAGNOSES, STEPS, CheckReport, Recorder, attention_weights, check
 from .devices import devices
 from .modules import GroupedQueryAttention, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 from .pretrained import EncoderOutput, PretrainedEncoder, PretrainedModel, from_pretrained
@@ -27,5 +27,5 @@ atexit.register(_release_devices)
 
 __all__ = ["MultiheadAttention", "GroupedQueryAttention", "TransformerEncoderLayer", "TransformerEncoder",
            "from_pretrained", "PretrainedModel", "PretrainedEncoder", "EncoderOutput", "Trace", "Step",
-           "load_trace", "Recorder", "check", "attention_weights", "CheckReport", "STEPS", "devices", "heatmap_svg",
+           "load_trace", "Recorder", "check", "attention_weights", "CheckReport", "STEPS", "DIAGNOSES", "devices", "heatmap_svg",
            "Error", "ShapeError", "ConfigError", "FileError", "DeviceError", "__version__"]

@@ -2,13 +2,18 @@
 vkattn runs the same weights through its recipe and says at which step, at which index and why
 yours differ.
 
+    reference = torch.nn.MultiheadAttention(E, H, batch_first=True)   # one you trust
+    model.load_from(reference)                                # your own code copies its weights
     rec = vkattn.Recorder()
     Q = rec("q_proj", self.W_q(x))                           # in your forward, as it runs
     Q = rec("split_heads_q", Q.view(B, T, H, d).transpose(1, 2))
     ...
-    report = vkattn.check(rec, weights=vkattn.attention_weights(q_proj=m.W_q, k_proj=m.W_k,
-                          v_proj=m.W_v, out_proj=m.W_o), num_heads=H, query=x)
+    report = vkattn.check(rec, reference, query=x)
     print(report); assert report.ok
+
+Checked against a reference you trust, a mistake in your own parameters (a weight transposed, a
+slice of in_proj_weight given to the wrong layer, a bias dropped) shows at the projection it
+spoils. DIAGNOSES lists the mistakes check recognises (docs/check.md explains each).
 """
 import html
 import os
@@ -17,7 +22,7 @@ import numpy as np
 
 from . import _vkattn
 from ._convert import _numpy, as_array, as_mask
-from .modules import GroupedQueryAttention, MultiheadAttention, _inputs
+from .modules import GroupedQueryAttention, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer, _inputs
 from .pretrained import PretrainedModel
 
 # vkattn's steps of one nn.MultiheadAttention forward, in order: (the shape, its axes, the
@@ -43,6 +48,11 @@ STEPS = {
     "rotary_embedding_k": ("(B, H_kv, T, d)", "b, h, t, c", "k * cos + rotate_half(k) * sin, before repeat_kv"),
     "o_proj": ("(B, T, E)", "b, t, f", "self.o_proj(attn_output)"),
 }
+
+
+# The mistakes check recognises: id -> (the steps where it shows, the mistake, the PyTorch line
+# that usually causes it, what to write instead). A step's "diagnoses" in a report are these ids.
+DIAGNOSES = _vkattn._diagnoses()
 
 
 class Recorder:
@@ -126,39 +136,62 @@ class CheckReport:
         return f"<div><table>{head}{''.join(rows)}</table><pre>{html.escape(str(self))}</pre></div>"
 
 
-def check(recorder, weights, query, key=None, value=None, key_padding_mask=None, attn_mask=None,
-          is_causal=False, num_heads=None, batch_first=True, device=None, atol=1e-4, rtol=1e-4, position=0):
-    """Runs `weights` through vkattn's recipe on query/key/value (key and value default to the
-    query) and compares every step in `recorder` (a Recorder or a dict name -> tensor) in the
-    recipe's order. weights: a torch.nn.MultiheadAttention, a vkattn.MultiheadAttention, or a
-    state_dict under PyTorch's names (attention_weights() makes one from four nn.Linear) with
-    num_heads — or a vkattn.GroupedQueryAttention (Llama's), run on the query alone with its own
-    causal mask and window, from `position`, whose check also names RoPE's other convention,
-    another θ, and K/V heads copied with .repeat instead of .repeat_interleave. Masks as PyTorch
-    takes them (bool True blocks). Returns a CheckReport.
+def torch_encoder_classes():
+    """torch's encoder layer and stack, when torch is there (vkattn itself does not need it)."""
+    try:
+        import torch
+    except ImportError:
+        return ()
+    return torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder
 
-    A checkpoint's model (vkattn.from_pretrained's, GPT-2's recipe) as `weights` checks a
+
+def check(recorder, reference, query, key=None, value=None, key_padding_mask=None, attn_mask=None,
+          is_causal=False, num_heads=None, batch_first=True, device=None, atol=1e-4, rtol=1e-4, position=0):
+    """Runs `reference` through vkattn's recipe on query/key/value (key and value default to the
+    query) and compares every step in `recorder` (a Recorder or a dict name -> tensor) in the
+    recipe's order. reference: a torch.nn.MultiheadAttention, a vkattn.MultiheadAttention, or a
+    state_dict under PyTorch's names (attention_weights() makes one from four nn.Linear) with
+    num_heads; an encoder layer or stack (torch's nn.TransformerEncoderLayer or TransformerEncoder,
+    or vkattn's), run on the query as its src with attn_mask as its mask, its steps named by torch's
+    module paths (self_attn.q_proj, layers.1.norm2, …); or a vkattn.GroupedQueryAttention (Llama's),
+    run on the query alone with its own causal mask and window, from `position`, whose check also
+    names RoPE's other convention, another θ, and K/V heads copied with .repeat instead of
+    .repeat_interleave. Masks as PyTorch takes them (bool True blocks). Returns a CheckReport.
+
+    A reference you trust (torch's module, or a state_dict you loaded) checks your own parameters
+    too; attention_weights(m.W_q, …) from your own modules checks only the steps between them.
+
+    A checkpoint's model (vkattn.from_pretrained's, GPT-2's recipe) as `reference` checks a
     TransformerLens-style cache ({hook name: tensor}) as `recorder` on the tokens `query`
     (PretrainedModel.check)."""
-    if isinstance(weights, PretrainedModel):
-        return weights.check(recorder.tensors if isinstance(recorder, Recorder) else recorder, query, atol, rtol)
+    if isinstance(reference, PretrainedModel):
+        return reference.check(recorder.tensors if isinstance(recorder, Recorder) else recorder, query, atol, rtol)
     tensors = recorder.tensors if isinstance(recorder, Recorder) else recorder
     recorded = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in tensors.items()]
-    if isinstance(weights, GroupedQueryAttention):
+    if isinstance(reference, GroupedQueryAttention):
         if key is not None or value is not None or attn_mask is not None or is_causal:
             raise _vkattn.ConfigError("check: a GroupedQueryAttention attends the query to itself with its own "
                                       "causal mask and window; drop key, value, attn_mask and is_causal")
-        return CheckReport(weights._impl.check(recorded, as_array(query, "query"),
+        return CheckReport(reference._impl.check(recorded, as_array(query, "query"),
                                                as_mask(key_padding_mask, "key_padding_mask"), position, atol, rtol))
-    if isinstance(weights, MultiheadAttention):
-        mha = weights
-    elif isinstance(weights, dict):
-        mha = MultiheadAttention.from_state_dict(weights, num_heads, batch_first=batch_first, device=device)
-    elif hasattr(weights, "in_proj_bias") and hasattr(weights, "num_heads"):
-        mha = MultiheadAttention.from_torch(weights, device=device)
+    if isinstance(reference, torch_encoder_classes()):
+        reference = (TransformerEncoder if hasattr(reference, "layers") else TransformerEncoderLayer).from_torch(
+            reference, device=device)
+    if isinstance(reference, (TransformerEncoderLayer, TransformerEncoder)):
+        if key is not None or value is not None:
+            raise _vkattn.ConfigError("check: an encoder attends its input (query) to itself; drop key and value")
+        return CheckReport(reference._impl.check(recorded, reference._src(query), as_mask(attn_mask, "attn_mask"),
+                                                 as_mask(key_padding_mask, "key_padding_mask"), is_causal, atol, rtol))
+    if isinstance(reference, MultiheadAttention):
+        mha = reference
+    elif isinstance(reference, dict):
+        mha = MultiheadAttention.from_state_dict(reference, num_heads, batch_first=batch_first, device=device)
+    elif hasattr(reference, "in_proj_bias") and hasattr(reference, "num_heads"):
+        mha = MultiheadAttention.from_torch(reference, device=device)
     else:
-        raise _vkattn.ConfigError(f"weights: a {type(weights).__name__}; give a torch.nn.MultiheadAttention, "
-                                  "a vkattn.MultiheadAttention or a state_dict (with num_heads=)")
+        raise _vkattn.ConfigError(f"reference: a {type(reference).__name__}; give a torch.nn.MultiheadAttention, "
+                                  "TransformerEncoderLayer or TransformerEncoder, their vkattn counterpart, "
+                                  "a vkattn.GroupedQueryAttention or a state_dict (with num_heads=)")
     q, k, v = _inputs(query, key, value)
     report = mha._impl.check(recorded, q, k, v, as_mask(key_padding_mask, "key_padding_mask"),
                              as_mask(attn_mask, "attn_mask"), is_causal, atol, rtol)

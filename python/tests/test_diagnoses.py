@@ -1,0 +1,258 @@
+"""vkattn.check's diagnoses (vkattn.DIAGNOSES) on attention written from scratch: each mistake is
+named at the step where it happens, on both backends, with the PyTorch line to change; a correct
+model gets none; where the numbers fit several mistakes alike, all are named."""
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vkattn
+from what_check_knows import MISTAKES, ScratchAttention, check, trusted
+
+B, L, E, H = 2, 7, 32, 4
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "check.md"
+
+# mistake -> (the first divergent step, the diagnoses named there)
+EXPECTED = {
+    "weight_transposed": ("q_proj", ["weight_transposed"]),
+    "weight_swapped": ("k_proj", ["weight_swapped"]),
+    "input_swapped": ("q_proj", ["input_swapped"]),
+    "bias_missing": ("q_proj", ["bias_missing"]),
+    "bias_extra": ("q_proj", ["bias_extra"]),
+    "heads_view": ("split_heads_q", ["heads_view"]),
+    "heads_order": ("split_heads_q", ["heads_order"]),
+    "scale_width": ("attention_scores", ["scale_width"]),
+    "scale_twice": ("attention_scores", ["scale_d", "scale_twice"]),  # 1/√d twice is 1/d: both said
+    "scale_none": ("attention_scores", ["scale_none"]),
+    "mask_skipped": ("attention_mask", ["mask_skipped"]),
+    "mask_after_softmax": ("softmax", ["mask_after_softmax"]),
+    "mask_shifted": ("attention_mask", ["mask_shifted"]),
+    "rows_not_normalised": ("softmax", ["rows_not_normalised"]),
+    "dropout": ("softmax", ["dropout"]),
+}
+
+
+def run(mistake=None, device=None, embed_dim=E, heads=H, keep=None):
+    """Lesson 4's check of the scratch model with `mistake`; `keep` limits the recorded steps to
+    those names."""
+    if keep is None:
+        return check(mistake, device, embed_dim, heads)
+    torch.manual_seed(0)
+    reference = trusted(embed_dim, heads)
+    model = ScratchAttention(embed_dim, heads, dropout=0.2, mistake=mistake).eval()
+    model.load_from(reference)
+    x, memory = torch.randn(B, L, embed_dim), torch.randn(B, L, embed_dim)
+    causal = torch.ones(L, L, dtype=torch.bool).triu(1)
+    rec = vkattn.Recorder()
+    with torch.no_grad():
+        model(x, memory, memory, causal, rec)
+    rec.tensors = {name: t for name, t in rec.tensors.items() if name in keep}
+    return vkattn.check(rec, reference, query=x, key=memory, value=memory, attn_mask=causal, device=device)
+
+
+def test_the_catalogue_is_complete_and_documented():
+    page = DOCS.read_text()
+    assert len(vkattn.DIAGNOSES) >= 20
+    for name, (steps, mistake, culprit, fix) in vkattn.DIAGNOSES.items():
+        assert steps and mistake and culprit and fix, name
+        assert f"`{name}`" in page, f"docs/check.md does not explain {name}"
+    assert set(MISTAKES) <= set(vkattn.DIAGNOSES)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_a_correct_model_gets_no_diagnosis(device, train):
+    torch.manual_seed(1)
+    reference = trusted(E, H)
+    model = ScratchAttention(E, H, dropout=0.0 if train else 0.2)   # dropout on only where p = 0
+    model.load_from(reference)
+    model.train(train)
+    x = torch.randn(B, L, E)
+    causal = torch.ones(L, L, dtype=torch.bool).triu(1)
+    rec = vkattn.Recorder()
+    with torch.no_grad():
+        model(x, x, x, causal, rec)
+    report = vkattn.check(rec, reference, query=x, attn_mask=causal, device=device)
+    assert report.ok, str(report)
+    assert all(not s["diagnoses"] and not s["diagnosis"] for s in report.steps)
+    assert "all 12 recorded steps agree" in str(report)
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_each_mistake_is_named_where_it_happens(device, mistake):
+    report = run(mistake, device)
+    step, ids = EXPECTED[mistake]
+    assert not report.ok
+    first = report.first_divergent
+    assert (first["name"], first["diagnoses"]) == (step, ids), str(report)
+    before = [s for s in report.steps[:first["index"]] if s["verdict"] != "not recorded"]
+    assert all(s["verdict"] == "agrees" for s in before)
+    text = str(report)
+    for name in ids:  # the mistake, the line that usually causes it and the catalogue's name
+        _, words, culprit, _ = vkattn.DIAGNOSES[name]
+        assert words in first["diagnosis"] and culprit in first["diagnosis"] and f"[{name}]" in first["diagnosis"]
+    assert all(len(line) <= 100 for line in text.splitlines())
+
+
+def test_each_mistake_is_named_by_the_right_diagnosis_alone():
+    """No mistake's numbers fit another's diagnosis: the what-ifs do not fire on each other."""
+    named = {m: run(m, "cpu").first_divergent["diagnoses"] for m in MISTAKES}
+    assert named == {m: EXPECTED[m][1] for m in MISTAKES}
+
+
+def test_scale_by_root_width_when_the_width_is_heads_squared_names_all_three(device):
+    # E = 16, H = 4: d = 4 = √E, so / √E is / d, and √d twice: the numbers cannot tell them apart
+    report = run("scale_width", device, embed_dim=16, heads=4)
+    first = report.first_divergent
+    assert first["name"] == "attention_scores"
+    assert first["diagnoses"] == ["scale_d", "scale_twice", "scale_width"]
+    assert "3 mistakes give these numbers alike" in first["diagnosis"]
+
+
+def test_a_wrong_scale_is_named_at_the_softmax_when_the_scores_were_not_recorded(device):
+    report = run("scale_width", device, keep={"softmax", "attention_values", "out_proj"})
+    assert report.first_divergent["name"] == "softmax"
+    assert report.first_divergent["diagnoses"] == ["scale_width"]
+    assert "softmax of vkattn's scores × 0.5" in report.first_divergent["diagnosis"]
+
+
+def test_the_mask_after_the_softmax_is_named_at_the_values_when_the_weights_were_not_recorded(device):
+    report = run("mask_after_softmax", device, keep={"attention_values", "out_proj"})
+    assert report.first_divergent["name"] == "attention_values"
+    assert report.first_divergent["diagnoses"] == ["mask_after_softmax"]
+
+
+def test_a_query_given_to_check_in_another_layout_names_both_possibilities(device):
+    torch.manual_seed(0)
+    reference = trusted(E, H)
+    model = ScratchAttention(E, H).eval()
+    model.load_from(reference)
+    x = torch.randn(B, L, E)
+    rec = vkattn.Recorder()
+    with torch.no_grad():
+        model(x, x, x, None, rec)
+    report = vkattn.check(rec, reference, query=x.transpose(0, 1), device=device)  # (L, B, E) to a batch-first check
+    first = report.first_divergent
+    assert first["name"] == "q_proj" and first["diagnoses"] == ["input_layout", "axes_order"]
+    assert "first two axes swapped" in first["diagnosis"]
+
+
+def test_a_row_with_every_key_blocked_is_nan_in_torch_and_printed_as_python_prints_it(device):
+    torch.manual_seed(0)
+    reference = trusted(E, H)
+    model = ScratchAttention(E, H).eval()
+    model.load_from(reference)
+    x = torch.randn(B, L, E)
+    blocked = torch.zeros(L, L, dtype=torch.bool)
+    blocked[2] = True                                       # query 2 sees no key
+    rec = vkattn.Recorder()
+    with torch.no_grad():
+        model(x, x, x, blocked, rec)
+    report = vkattn.check(rec, reference, query=x, attn_mask=blocked, device=device)
+    first = report.first_divergent
+    assert first["name"] == "softmax" and first["diagnoses"] == ["masked_row_nan"]
+    assert "yours nan, vkattn's 0" in str(report) and "-nan" not in str(report)
+
+
+def recorded_by_hooks(model, names, change=None):
+    """`model`'s forward recorded by forward hooks on its submodules `names` (torch's module paths,
+    vkattn's step names too); change(name, module, input, output) may stand in for one output."""
+    rec = vkattn.Recorder()
+
+    def hook(name):
+        def record(module, inputs, output):
+            out = change(name, module, inputs, output) if change else None
+            rec(name, output if out is None else out)
+            return out
+        return record
+    modules = dict(model.named_modules())
+    return rec, [modules[name].register_forward_hook(hook(name)) for name in names]
+
+
+def encoder_and_input():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(E, H, 64, dropout=0.1, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    with torch.no_grad():  # torch copies one layer: the second made its own
+        for p in encoder.layers[1].parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return encoder, torch.randn(B, L, E)
+
+
+ENCODER_STEPS = [f"layers.{n}.{step}" for n in range(2) for step in ("linear1", "linear2", "norm1", "norm2")]
+
+
+@pytest.mark.parametrize("mistake, step, ids", [
+    (None, None, []),
+    ("bias_missing", "layers.1.linear1", ["bias_missing"]),
+    ("weight_swapped", "layers.1.linear1", ["weight_swapped"]),
+    ("dropout", "layers.0.linear2", ["dropout"]),
+])
+def test_an_encoders_steps_are_checked_under_their_module_paths(device, mistake, step, ids):
+    encoder, x = encoder_and_input()
+
+    def change(name, module, inputs, output):
+        if name != step:
+            return None
+        if mistake == "bias_missing":
+            return output - module.bias
+        if mistake == "weight_swapped":  # layer 0's linear1 in layer 1
+            return F.linear(inputs[0], encoder.layers[0].linear1.weight, encoder.layers[0].linear1.bias)
+        torch.manual_seed(1)
+        return F.dropout(output, 0.25, training=True)
+    rec, hooks = recorded_by_hooks(encoder, ENCODER_STEPS, change)
+    encoder(x)  # with autograd on: torch's fused fast path would skip the hooks
+    for h in hooks:
+        h.remove()
+    report = vkattn.check(rec, encoder, query=x, device=device)
+    if mistake is None:
+        assert report.ok, str(report)
+        assert "all 8 recorded steps agree" in str(report)
+        return
+    assert (report.first_divergent["name"], report.first_divergent["diagnoses"]) == (step, ids), str(report)
+    if mistake == "weight_swapped":
+        assert "with layers.0.linear1.weight for layers.1.linear1.weight" in report.first_divergent["diagnosis"]
+
+
+def save_state(module, path):
+    from article_safetensors import save_safetensors
+    heads = next(m for m in module.modules() if isinstance(m, torch.nn.MultiheadAttention)).num_heads
+    save_safetensors({k: v.detach() for k, v in module.state_dict().items()}, path, {"num_heads": str(heads)})
+
+
+def run_cli(*args):
+    return subprocess.run([os.environ["VKATTN_CLI"], "check", *map(str, args)], capture_output=True, text=True)
+
+
+def test_vkattn_check_dir_checks_an_encoder_and_a_decoder(tmp_path):
+    encoder, x = encoder_and_input()
+    save_state(encoder, tmp_path / "encoder.safetensors")
+    np.save(tmp_path / "x.npy", x.numpy())
+    rec, hooks = recorded_by_hooks(encoder, ENCODER_STEPS,
+                                   lambda name, m, i, out: out - m.bias if name == "layers.1.linear2" else None)
+    encoder(x)
+    rec.save(tmp_path / "encoder")
+    done = run_cli(tmp_path / "encoder", "--weights", tmp_path / "encoder.safetensors", "--query", tmp_path / "x.npy",
+                   "--backend", "cpu")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert " layers.1.linear2 (linear)\n" in done.stdout and "[bias_missing]" in done.stdout
+
+    torch.manual_seed(0)
+    decoder = torch.nn.TransformerDecoderLayer(E, H, 64, dropout=0.0, batch_first=True).eval()
+    save_state(decoder, tmp_path / "decoder.safetensors")
+    memory = torch.randn(B, 5, E)
+    np.save(tmp_path / "memory.npy", memory.numpy())
+    rec, hooks = recorded_by_hooks(decoder, ["linear1", "linear2", "norm1", "norm2", "norm3"])
+    decoder(x, memory)
+    rec.save(tmp_path / "decoder")
+    args = [tmp_path / "decoder", "--weights", tmp_path / "decoder.safetensors", "--query", tmp_path / "x.npy"]
+    done = run_cli(*args, "--memory", tmp_path / "memory.npy")
+    assert done.returncode == 0 and "all 5 recorded steps agree" in done.stdout, done.stdout + done.stderr
+    done = run_cli(*args)
+    assert done.returncode == 2 and "give its memory with --memory" in done.stderr, done.stderr
+    done = run_cli(tmp_path / "encoder", "--weights", tmp_path / "encoder.safetensors", "--query", tmp_path / "x.npy",
+                   "--memory", tmp_path / "memory.npy")
+    assert done.returncode == 2 and "an encoder's state_dict, which does not take --memory" in done.stderr
