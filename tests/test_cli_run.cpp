@@ -464,6 +464,25 @@ const std::vector<BadRun> kGenerateBadInputs = {
 INSTANTIATE_TEST_SUITE_P(CliGenerate, CliBadInput, ::testing::ValuesIn(kGenerateBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
+// `vkattn check DIR` ({g}: a directory of .npy files, read as recorded steps before the module)
+const std::vector<BadRun> kCheckBadInputs = {
+    BadRun{"neither_weights_nor_model", {"check", "{g}", "--query", "{g}/query.npy"},
+           "give the module as --weights W.safetensors and its input as --query X.npy, or a checkpoint folder as "
+           "--model DIR with --text"},
+    BadRun{"flag_of_another_module",
+           {"check", "{g}", "--weights", "{g}/weights.safetensors", "--query", "{g}/query.npy", "--memory", "{g}/query.npy"},
+           "weights.safetensors is an attention's state_dict, which does not take --memory"},
+    BadRun{"encoder_with_key",
+           {"check", "{g}", "--weights", "{e}/weights.safetensors", "--query", "{e}/src.npy", "--key", "{e}/src.npy",
+            "--value", "{e}/src.npy"},
+           "--key and --value: an encoder takes its input as --query"},
+    BadRun{"decoder_without_memory", {"check", "{g}", "--weights", "{d}/weights.safetensors", "--query", "{d}/tgt.npy"},
+           "weights.safetensors is a decoder's state_dict: give its memory with --memory"},
+    BadRun{"model_with_query", {"check", "{g}", "--model", "{models}/tiny_gpt2", "--text", "Alice", "--query", "{g}/query.npy"},
+           "--query is for a module's state_dict; --model"}};
+INSTANTIATE_TEST_SUITE_P(CliCheck, CliBadInput, ::testing::ValuesIn(kCheckBadInputs),
+                         [](const auto& p) { return std::string(p.param.name); });
+
 // `vkattn report` ({dir}/dump_q and dump_k: one step each, q_proj and k_proj).
 const std::vector<BadRun> kReportBadInputs = {
     BadRun{"no_out", {"report", "{dir}/dump_q"}, "--out is required"},
@@ -477,8 +496,8 @@ const std::vector<BadRun> kReportBadInputs = {
 INSTANTIATE_TEST_SUITE_P(CliReport, CliBadInput, ::testing::ValuesIn(kReportBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
-// docs/bad_input.md lists every case above as `run/NAME`, `encode/NAME`, `decode/NAME` or `generate/NAME` with a
-// message holding
+// docs/bad_input.md lists every case above as `run/NAME`, `encode/NAME`, `decode/NAME`, `generate/NAME`,
+// `check/NAME` or `report/NAME` with a message holding
 // the test's, and every other row names a check that exists: `cli/WHAT` in cli_test.sh, a gtest
 // case `Suite.Name` in test_errors.cpp.
 TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
@@ -497,7 +516,7 @@ TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
   }
   std::set<std::string> cases;
   for (const auto* list : {&kRunBadInputs, &kRunModelBadInputs, &kEncodeBadInputs, &kDecodeBadInputs, &kGenerateBadInputs,
-                           &kReportBadInputs}) {
+                           &kCheckBadInputs, &kReportBadInputs}) {
     for (const BadRun& bad : *list) {
       const std::string name = bad.args[0] + "/" + bad.name;
       cases.insert(name);

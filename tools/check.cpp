@@ -15,6 +15,7 @@
 #include "tools/validators.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
+#include "vkattn/io/pretrained.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/tracing/check.h"
 
@@ -24,10 +25,16 @@ CLI::App* add_check(CLI::App& app, CheckArgs& a) {
   auto* cmd = app.add_subcommand("check", "check your own attention's tensors (DIR/<step>.npy) against vkattn's recipe");
   cmd->add_option("DIR", a.dir, "a directory of .npy files named by vkattn's steps: q_proj.npy, softmax.npy, …")
       ->required();
-  add_attention_args(*cmd, a.inputs);
+  add_attention_args(*cmd, a.inputs, true);
   add_grouped_query_args(*cmd, a.grouped);
   add_layer_args(*cmd, a.layer, " (an encoder or decoder)");
   cmd->add_option("--memory", a.memory, "M.npy: a decoder's memory (B, S, E); its target is --query");
+  auto* model = cmd->add_option("--model", a.model,
+                                "DIR: instead of --weights and --query, a checkpoint folder as the Hugging Face hub "
+                                "lays it out (GPT-2, Llama, BERT), on --text; steps named as vkattn run --trace names them");
+  auto* text = cmd->add_option("--text", a.text, "with --model: the text the model reads (its tokenizer's ids)");
+  model->needs(text);
+  text->needs(model);
   cmd->add_option("--backend", a.backend, "where vkattn's recipe runs: gpu (a Vulkan device) or cpu (the reference)")
       ->check(CLI::IsMember({"gpu", "cpu"}))
       ->capture_default_str();
@@ -41,9 +48,46 @@ namespace {
 
 // The recipe of the module --weights holds, checked against `recorded`. UsageError for a flag
 // that module does not take.
+// A hub checkpoint's recipe on a text; its heads, key/value groups and RoPE from config.json.
+CheckReport check_model(const CheckArgs& a, const std::vector<std::pair<std::string, Tensor>>& recorded,
+                        Backend& backend) {
+  const AttentionArgs& in = a.inputs;
+  for (auto [given, flag] : {std::pair{!in.weights.empty(), "--weights"}, {!in.query.empty(), "--query"},
+                             {!in.key.empty(), "--key"}, {!in.key_padding_mask.empty(), "--key-padding-mask"},
+                             {!in.attn_mask.empty(), "--attn-mask"}, {in.causal, "--causal"}, {in.heads != 0, "--heads"},
+                             {!a.memory.empty(), "--memory"}, {a.grouped.given(), "--kv-heads, --rope, …"}}) {
+    if (given) throw UsageError(std::string(flag) + " is for a module's state_dict; --model " + a.model +
+                                " is checked on --text (its config.json says the rest)");
+  }
+  const io::Pretrained p = io::load_pretrained(a.model);
+  const Tensor tokens = text_tokens(p, a.text);
+  const AttentionPath path = recorded_path(recorded);
+  CheckOptions options{a.atol, a.rtol};
+  const auto& c = p.config;
+  options.heads = c.value("n_head", c.value("num_attention_heads", int64_t{0}));
+  if (options.heads > 0 && c.contains("num_key_value_heads")) {
+    options.kv_group = options.heads / std::max<int64_t>(1, c["num_key_value_heads"].get<int64_t>());
+  }
+  if (c.contains("rope_theta") || c.value("model_type", "") == "llama") {
+    options.rotary = RotaryCheck{c.value("rope_theta", 10000.0f), RotaryConvention::half, 0, 0};
+  }
+  return check_pass(recorded, backend, [&](Backend& b) {
+    if (p.encoder) {
+      p.encoder->forward(b, tokens, {}, {}, path);
+    } else {
+      p.model->forward(b, tokens, {}, path);
+    }
+  }, options);
+}
+
 CheckReport check_module(const CheckArgs& a, const std::vector<std::pair<std::string, Tensor>>& recorded,
                          Backend& backend) {
   const AttentionArgs& in = a.inputs;
+  if (!a.model.empty()) return check_model(a, recorded, backend);
+  if (in.weights.empty() || in.query.empty()) {
+    throw UsageError("give the module as --weights W.safetensors and its input as --query X.npy, or a checkpoint "
+                     "folder as --model DIR with --text");
+  }
   const std::string kind = module_kind(in.weights);
   const std::string named = (kind[0] == 'a' || kind[0] == 'e' ? "an " : "a ") + kind;  // "an encoder"
   const bool layers = kind == "encoder" || kind == "decoder";

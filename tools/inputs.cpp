@@ -121,6 +121,17 @@ std::string module_kind(const std::string& weights) {
   return encoder ? "encoder" : "attention";
 }
 
+Tensor text_tokens(const io::Pretrained& model, const std::string& text) {
+  std::vector<int64_t> ids;
+  try {
+    ids = model.tokenizer->encode(text);
+  } catch (const ShapeError& e) {  // not UTF-8
+    throw UsageError("--text: " + std::string(e.what()));
+  }
+  if (ids.empty()) throw UsageError("--text is empty: give the model at least one token");
+  return Tensor(Shape{1, static_cast<int64_t>(ids.size())}, std::vector<float>(ids.begin(), ids.end()), DType::int64);
+}
+
 void add_layer_args(CLI::App& cmd, LayerArgs& a, const std::string& only) {
   cmd.add_option("--activation", a.activation, "the feed-forward activation: relu (torch's default) or gelu" + only)
       ->check(CLI::IsMember({"relu", "gelu"}))

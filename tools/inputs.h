@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "vkattn/io/pretrained.h"
 #include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/modules/transformer_encoder.h"
@@ -38,6 +39,10 @@ struct AttentionInputs {
   const Tensor& value_or_query() const { return value ? *value : query; }
 };
 AttentionInputs read_attention_inputs(const AttentionArgs& args);
+
+// A checkpoint's text as its tokenizer reads it: int64 ids (1, T). UsageError "--text: …" for
+// text that is not UTF-8 or gives no token.
+Tensor text_tokens(const io::Pretrained& model, const std::string& text);
 
 // An encoder's or decoder's layers: what their state_dict cannot say.
 struct LayerArgs {

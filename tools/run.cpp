@@ -131,15 +131,8 @@ Runnable model_run(const RunArgs& a) {
     }
   }
   auto p = std::make_shared<io::Pretrained>(io::load_pretrained(a.model));
-  std::vector<int64_t> ids;
-  try {
-    ids = p->tokenizer->encode(a.text);
-  } catch (const ShapeError& e) {  // not UTF-8
-    throw UsageError("--text: " + std::string(e.what()));
-  }
-  if (ids.empty()) throw UsageError("--text is empty: give the model at least one token");
-  auto tokens = std::make_shared<Tensor>(Shape{1, static_cast<int64_t>(ids.size())},
-                                         std::vector<float>(ids.begin(), ids.end()), DType::int64);
+  auto tokens = std::make_shared<Tensor>(text_tokens(*p, a.text));
+  const std::vector<int64_t> ids(tokens->data.begin(), tokens->data.end());
   const std::string repr = p->architecture + ": the text's " + std::to_string(ids.size()) + " tokens through\n  " +
                            (p->model ? p->model->describe() : p->encoder->describe());
   nlohmann::json trace = {{"module", p->architecture}, {"model", a.model}, {"text", a.text}, {"ids", ids},

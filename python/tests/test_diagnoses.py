@@ -256,3 +256,26 @@ def test_vkattn_check_dir_checks_an_encoder_and_a_decoder(tmp_path):
     done = run_cli(tmp_path / "encoder", "--weights", tmp_path / "encoder.safetensors", "--query", tmp_path / "x.npy",
                    "--memory", tmp_path / "memory.npy")
     assert done.returncode == 2 and "an encoder's state_dict, which does not take --memory" in done.stderr
+
+
+@pytest.mark.parametrize("model, step", [("tiny_llama", "layers.0.self_attn.o_proj"), ("tiny_bert", "layers.1.linear2")])
+def test_vkattn_check_dir_checks_a_hub_checkpoint_on_a_text(tmp_path, model, step):
+    folder = pathlib.Path(__file__).resolve().parents[2] / "models" / model
+    cli = os.environ["VKATTN_CLI"]
+    done = subprocess.run([cli, "run", "--model", str(folder), "--text", "Alice was tired.", "--trace", str(tmp_path / "trace"),
+                           "--trace-values", "--backend", "cpu"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for f in (tmp_path / "trace").glob("[0-9][0-9][0-9]_*.npy"):   # NNN_<step>.npy -> <step>.npy
+        (mine / f.name[4:]).write_bytes(f.read_bytes())
+    args = [mine, "--model", folder, "--text", "Alice was tired."]
+    done = run_cli(*args)
+    assert done.returncode == 0 and "recorded steps agree" in done.stdout, done.stdout + done.stderr
+    yours = np.load(mine / f"{step}.npy")
+    np.save(mine / f"{step}.npy", yours + np.linspace(-0.2, 0.3, yours.shape[-1], dtype=np.float32))
+    done = run_cli(*args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f" {step} (linear)\n" in done.stdout and "[bias_" in done.stdout, done.stdout
+    done = run_cli(*args, "--query", tmp_path / "x.npy")
+    assert done.returncode == 2 and "--query is for a module's state_dict" in done.stderr, done.stderr
