@@ -48,7 +48,7 @@ namespace {
 
 // The recipe of the module --weights holds, checked against `recorded`. UsageError for a flag
 // that module does not take.
-// A hub checkpoint's recipe on a text; its heads, key/value groups and RoPE from config.json.
+// A hub checkpoint's recipe on a text.
 CheckReport check_model(const CheckArgs& a, const std::vector<std::pair<std::string, Tensor>>& recorded,
                         Backend& backend) {
   const AttentionArgs& in = a.inputs;
@@ -60,24 +60,7 @@ CheckReport check_model(const CheckArgs& a, const std::vector<std::pair<std::str
                                 " is checked on --text (its config.json says the rest)");
   }
   const io::Pretrained p = io::load_pretrained(a.model);
-  const Tensor tokens = text_tokens(p, a.text);
-  const AttentionPath path = recorded_path(recorded);
-  CheckOptions options{a.atol, a.rtol};
-  const auto& c = p.config;
-  options.heads = c.value("n_head", c.value("num_attention_heads", int64_t{0}));
-  if (options.heads > 0 && c.contains("num_key_value_heads")) {
-    options.kv_group = options.heads / std::max<int64_t>(1, c["num_key_value_heads"].get<int64_t>());
-  }
-  if (c.contains("rope_theta") || c.value("model_type", "") == "llama") {
-    options.rotary = RotaryCheck{c.value("rope_theta", 10000.0f), RotaryConvention::half, 0, 0};
-  }
-  return check_pass(recorded, backend, [&](Backend& b) {
-    if (p.encoder) {
-      p.encoder->forward(b, tokens, {}, {}, path);
-    } else {
-      p.model->forward(b, tokens, {}, path);
-    }
-  }, options);
+  return check_pretrained(recorded, p, backend, text_tokens(p, a.text), {a.atol, a.rtol});
 }
 
 CheckReport check_module(const CheckArgs& a, const std::vector<std::pair<std::string, Tensor>>& recorded,

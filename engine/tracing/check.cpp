@@ -12,6 +12,7 @@
 #include "engine/tracing/mistakes.h"
 #include "engine/tracing/numbers.h"
 #include "vkattn/errors.h"
+#include "vkattn/io/pretrained.h"
 
 namespace vkattn {
 
@@ -501,6 +502,26 @@ CheckReport check_grouped_query(const std::vector<std::pair<std::string, Tensor>
   options.kv_group = c.num_heads / c.kv_heads();
   options.rotary = RotaryCheck{c.rope_theta, c.rope, c.rotary_dims, forward.position};
   return check_pass(recorded, backend, [&](Backend& b) { module.forward(b, x, forward); }, options);
+}
+
+CheckReport check_pretrained(const std::vector<std::pair<std::string, Tensor>>& recorded, const io::Pretrained& model,
+                             Backend& backend, const Tensor& ids, CheckOptions options) {
+  const AttentionPath path = recorded_path(recorded);
+  const nlohmann::json& c = model.config;
+  options.heads = c.value("n_head", c.value("num_attention_heads", int64_t{0}));
+  if (options.heads > 0 && c.contains("num_key_value_heads")) {
+    options.kv_group = options.heads / std::max<int64_t>(1, c["num_key_value_heads"].get<int64_t>());
+  }
+  if (model.model && (c.contains("rope_theta") || c.value("model_type", "") == "llama")) {
+    options.rotary = RotaryCheck{c.value("rope_theta", 10000.0f), RotaryConvention::half, 0, 0};
+  }
+  return check_pass(recorded, backend, [&](Backend& b) {
+    if (model.encoder) {
+      model.encoder->forward(b, ids, {}, {}, path);
+    } else {
+      model.model->forward(b, ids, {}, path);
+    }
+  }, options);
 }
 
 bool CheckReport::ok() const {

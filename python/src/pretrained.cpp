@@ -54,6 +54,16 @@ class Pretrained {
     return run([&](Backend& backend) { return loaded_.model->forward(backend, t, {}, path); }, trace, fold_layout_steps);
   }
 
+  // `recorded` (vkattn's step names) against the model's steps on ids (B, T).
+  CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const IdArray& ids, double atol,
+                    double rtol) {
+    std::vector<std::pair<std::string, Tensor>> yours;
+    for (const auto& [name, array] : recorded) yours.emplace_back(name, to_tensor(array));
+    const int64_t vocab = loaded_.model ? loaded_.model->vocab_size() : loaded_.encoder->vocab_size();
+    const Tensor t = ids_tensor(ids, vocab, "token id", "the vocabulary");
+    return on_device(*device_, [&](Backend& backend) { return check_pretrained(yours, loaded_, backend, t, {atol, rtol}); });
+  }
+
   // An encoder's (last_hidden_state (B, T, E), pooler_output (B, E) or None) of ids (B, T), with
   // token types (B, T) and padding (B, T) True where a position is padding; with the trace,
   // ((last_hidden_state, pooler_output), recorded).
@@ -118,6 +128,7 @@ void bind_pretrained(py::module_& m) {
       .def_property_readonly("config",
                              [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
       .def("encode", &Pretrained::encode, py::arg("text"))
+      .def("check", &Pretrained::check, py::arg("recorded"), py::arg("ids"), py::arg("atol"), py::arg("rtol"))
       .def("decode", &Pretrained::decode, py::arg("ids"), py::arg("continuation") = false)
       .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none(),
            py::arg("attention") = "auto")

@@ -279,3 +279,22 @@ def test_vkattn_check_dir_checks_a_hub_checkpoint_on_a_text(tmp_path, model, ste
     assert f" {step} (linear)\n" in done.stdout and "[bias_" in done.stdout, done.stdout
     done = run_cli(*args, "--query", tmp_path / "x.npy")
     assert done.returncode == 2 and "--query is for a module's state_dict" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("model, step, ids", [("tiny_llama", "layers.0.self_attn.o_proj", ["bias_extra"]),
+                                              ("tiny_gpt2", "layers.1.self_attn.out_proj", ["dropout"]),
+                                              ("tiny_bert", "layers.1.linear2", ["dropout"])])
+def test_a_checkpoints_steps_are_checked_from_python(device, model, step, ids):
+    folder = pathlib.Path(__file__).resolve().parents[2] / "models" / model
+    m = vkattn.from_pretrained(folder, device=device)
+    _, trace = m.trace("Alice was tired.")
+    rec = {s.name: trace[s.name] for s in trace.steps}
+    assert vkattn.check(rec, m, query="Alice was tired.").ok
+    yours = rec[step]
+    if ids == ["bias_extra"]:  # Llama's o_proj has no bias: one added
+        rec[step] = yours + np.linspace(-0.2, 0.3, yours.shape[-1], dtype=np.float32)
+    else:                      # dropout left on at this step
+        torch.manual_seed(0)
+        rec[step] = F.dropout(torch.from_numpy(yours), 0.25, training=True).numpy()
+    report = vkattn.check(rec, m, query="Alice was tired.")
+    assert (report.first_divergent["name"], report.first_divergent["diagnoses"]) == (step, ids), str(report)

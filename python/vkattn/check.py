@@ -23,7 +23,7 @@ import numpy as np
 from . import _vkattn
 from ._convert import _numpy, as_array, as_mask
 from .modules import GroupedQueryAttention, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer, _inputs
-from .pretrained import PretrainedModel
+from .pretrained import PretrainedEncoder, PretrainedModel
 
 # vkattn's steps of one nn.MultiheadAttention forward, in order: (the shape, its axes, the
 # PyTorch line it is). B batch, L query positions, S key positions, E embed_dim, H heads,
@@ -161,10 +161,10 @@ def check(recorder, reference, query, key=None, value=None, key_padding_mask=Non
     A reference you trust (torch's module, or a state_dict you loaded) checks your own parameters
     too; attention_weights(m.W_q, …) from your own modules checks only the steps between them.
 
-    A checkpoint's model (vkattn.from_pretrained's, GPT-2's recipe) as `reference` checks a
-    TransformerLens-style cache ({hook name: tensor}) as `recorder` on the tokens `query`
-    (PretrainedModel.check)."""
-    if isinstance(reference, PretrainedModel):
+    A checkpoint's model (vkattn.from_pretrained's) as `reference` checks `recorder` on the tokens
+    `query`: your steps under vkattn's names, or for a language model a TransformerLens-style
+    cache ({hook name: tensor}) (PretrainedModel.check, PretrainedEncoder.check)."""
+    if isinstance(reference, (PretrainedModel, PretrainedEncoder)):
         return reference.check(recorder.tensors if isinstance(recorder, Recorder) else recorder, query, atol, rtol)
     tensors = recorder.tensors if isinstance(recorder, Recorder) else recorder
     recorded = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in tensors.items()]

@@ -18,6 +18,7 @@ import collections
 import numpy as np
 
 from . import _vkattn, hooks
+from ._convert import _numpy
 from .devices import resolve
 from .modules import _fold
 from .trace import Trace
@@ -64,6 +65,12 @@ class _Checkpoint:
         """Where it runs: "gpu: <the device's name>" or "cpu: reference (C++ loops)"."""
         return self._impl.device
 
+    def _check_steps(self, recorded, tokens, atol, rtol):
+        """`recorded` ({vkattn step name: tensor}) against this model's steps on `tokens`."""
+        from .check import CheckReport
+        steps = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in recorded.items()]
+        return CheckReport(self._impl.check(steps, _ids(self, tokens), atol, rtol))
+
     def __repr__(self):
         c = self.config
         return f"vkattn.{type(self).__name__}({c['architecture']} from {c['path']!r}: {c['model']}) on {self.device}"
@@ -97,12 +104,17 @@ class PretrainedModel(_Checkpoint):
         return logits, Trace(recorded, values=values)
 
     def check(self, cache, tokens, atol=1e-4, rtol=1e-4):
-        """Every hook of a TransformerLens-style cache ({hook name: tensor}, e.g. an
-        ActivationCache of GPT-2) against this model's trace on the same tokens (attention
-        unfused, so that the scores and pattern are steps), in TransformerLens's order: a
-        CheckReport naming the first hook that differs. vkattn.check(cache, model, tokens) too."""
+        """Your tensors against this model's on the same tokens: a CheckReport naming the first
+        that differs. `cache` is a TransformerLens-style cache ({hook name: tensor}, e.g. an
+        ActivationCache of GPT-2), checked hook by hook in TransformerLens's order against a trace
+        with attention unfused; or a Recorder (or dict) under vkattn's step names (as this model's
+        trace names them), checked step by step with check's diagnoses. vkattn.check(cache, model,
+        tokens) too."""
         from .check import CheckReport
-        cache = {name: (t.detach().cpu().numpy() if hasattr(t, "detach") else t) for name, t in dict(cache).items()}
+        cache = {name: (t.detach().cpu().numpy() if hasattr(t, "detach") else t)
+                 for name, t in dict(getattr(cache, "tensors", cache)).items()}
+        if not any(name.startswith(("blocks.", "hook_", "ln_final.")) for name in cache):
+            return self._check_steps(cache, tokens, atol, rtol)
         _, trace = self.trace(tokens, attention="unfused")
         return CheckReport(hooks.HookCheck(cache, trace, self.config["architecture"], atol, rtol))
 
@@ -162,6 +174,13 @@ class PretrainedEncoder(_Checkpoint):
         return EncoderOutput(hidden, pooled)
 
     forward = __call__
+
+    def check(self, recorded, tokens, atol=1e-4, rtol=1e-4):
+        """Your tensors (a Recorder, or a dict, under vkattn's step names as this model's trace
+        names them) against this model's on one text or unpadded token ids: a CheckReport naming
+        the first that differs, with check's diagnoses. vkattn.check(recorded, model, tokens) too."""
+        recorded = dict(getattr(recorded, "tensors", recorded))
+        return self._check_steps(recorded, tokens, atol, rtol)
 
     def trace(self, tokens, token_type_ids=None, attention_mask=None, values=True, fold_layout_steps=None):
         """(EncoderOutput, Trace): the forward with every step of every layer recorded."""

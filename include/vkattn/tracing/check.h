@@ -27,6 +27,10 @@
 
 namespace vkattn {
 
+namespace io {
+struct Pretrained;
+}
+
 // The recipe's RoPE, for telling another convention or θ from other differences.
 struct RotaryCheck {
   float theta = 10000.0f;
@@ -111,6 +115,10 @@ CheckReport check_decoder(const std::vector<std::pair<std::string, Tensor>>& rec
 CheckReport check_decoder(const std::vector<std::pair<std::string, Tensor>>& recorded,
                           const TransformerDecoder& module, Backend& backend, const Tensor& tgt,
                           const Tensor& memory, DecoderOptions forward, CheckOptions options = {});
+// A hub checkpoint (io::load_pretrained: GPT-2, Llama-family, BERT) on token ids (B, T), its
+// steps named as its trace names them; its heads, key/value groups and RoPE from config.json.
+CheckReport check_pretrained(const std::vector<std::pair<std::string, Tensor>>& recorded, const io::Pretrained& model,
+                             Backend& backend, const Tensor& ids, CheckOptions options = {});
 // The same for a grouped-query attention (Llama's) on x: its recipe with weights (unfused) unless
 // flash_attention was recorded, checked with its heads, key/value group and RoPE.
 CheckReport check_grouped_query(const std::vector<std::pair<std::string, Tensor>>& recorded,
