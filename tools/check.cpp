@@ -29,6 +29,10 @@ CLI::App* add_check(CLI::App& app, CheckArgs& a) {
   add_grouped_query_args(*cmd, a.grouped);
   add_layer_args(*cmd, a.layer, " (an encoder or decoder)");
   cmd->add_option("--memory", a.memory, "M.npy: a decoder's memory (B, S, E); its target is --query");
+  cmd->add_option("--memory-mask", a.memory_mask,
+                  "A.npy (T, S) or (B*H, T, S): a decoder's cross-attention mask, bool True blocks, or float added");
+  cmd->add_option("--memory-key-padding-mask", a.memory_key_padding_mask,
+                  "M.npy (B, S): a decoder's memory padding, bool True ignores that position, or float added");
   auto* model = cmd->add_option("--model", a.model,
                                 "DIR: instead of --weights and --query, a checkpoint folder as the Hugging Face hub "
                                 "lays it out (GPT-2, Llama, BERT), on --text; steps named as vkattn run --trace names them");
@@ -78,7 +82,9 @@ CheckReport check_module(const CheckArgs& a, const std::vector<std::pair<std::st
                                         "--kv-heads, --rope, --rope-theta, --rotary-dims and --window"},
                               {!layers && (a.layer.activation != "relu" || a.layer.norm_first || a.layer.eps != 1e-5),
                                "--activation, --norm-first and --eps"},
-                              {kind != "decoder" && !a.memory.empty(), "--memory"}}) {
+                              {kind != "decoder" && !a.memory.empty(), "--memory"},
+                              {kind != "decoder" && !(a.memory_mask.empty() && a.memory_key_padding_mask.empty()),
+                               "--memory-mask and --memory-key-padding-mask"}}) {
     if (wrong) throw UsageError(in.weights + " is " + named + "'s state_dict, which does not take " + flags);
   }
   if (kind == "grouped-query attention") {
@@ -114,6 +120,8 @@ CheckReport check_module(const CheckArgs& a, const std::vector<std::pair<std::st
     options.tgt_key_padding_mask = read_mask(in.key_padding_mask, "key padding mask");
     options.tgt_mask = read_mask(in.attn_mask, "attention mask");
     options.tgt_is_causal = in.causal;
+    options.memory_mask = read_mask(a.memory_mask, "memory mask");
+    options.memory_key_padding_mask = read_mask(a.memory_key_padding_mask, "memory key padding mask");
     const Tensor tgt = read_input(in.query, "query"), memory = read_input(a.memory, "memory");
     if (state.single_layer) {
       return check_decoder(recorded, TransformerDecoderLayer(state.config.layer, std::move(state.weights.layers[0])),

@@ -126,7 +126,7 @@ struct CheckArgs {
   AttentionArgs inputs;
   GroupedQueryArgs grouped;  // a grouped-query attention's
   LayerArgs layer;           // an encoder's or decoder's
-  std::string memory;        // a decoder's
+  std::string memory, memory_mask, memory_key_padding_mask;  // a decoder's
   std::string model, text;   // instead of --weights and --query: a hub checkpoint folder on a text
   std::string backend = "gpu", device;
   double atol = 1e-4, rtol = 1e-4;

@@ -251,6 +251,16 @@ def test_vkattn_check_dir_checks_an_encoder_and_a_decoder(tmp_path):
     args = [tmp_path / "decoder", "--weights", tmp_path / "decoder.safetensors", "--query", tmp_path / "x.npy"]
     done = run_cli(*args, "--memory", tmp_path / "memory.npy")
     assert done.returncode == 0 and "all 5 recorded steps agree" in done.stdout, done.stdout + done.stderr
+    padding = torch.tensor([[False] * 5, [False, False, False, True, True]])  # memory positions 3, 4 of item 1
+    np.save(tmp_path / "padding.npy", padding.numpy())
+    rec, hooks = recorded_by_hooks(decoder, ["linear1", "linear2", "norm1", "norm2", "norm3"])
+    decoder(x, memory, memory_key_padding_mask=padding)
+    rec.save(tmp_path / "padded")
+    padded = [tmp_path / "padded", *args[1:], "--memory", tmp_path / "memory.npy"]
+    done = run_cli(*padded)
+    assert done.returncode == 1 and "first divergent step" in done.stdout, done.stdout + done.stderr
+    done = run_cli(*padded, "--memory-key-padding-mask", tmp_path / "padding.npy")
+    assert done.returncode == 0 and "all 5 recorded steps agree" in done.stdout, done.stdout + done.stderr
     done = run_cli(*args)
     assert done.returncode == 2 and "give its memory with --memory" in done.stderr, done.stderr
     done = run_cli(tmp_path / "encoder", "--weights", tmp_path / "encoder.safetensors", "--query", tmp_path / "x.npy",
