@@ -35,7 +35,8 @@ CLI::App* add_check(CLI::App& app, CheckArgs& a) {
                   "M.npy (B, S): a decoder's memory padding, bool True ignores that position, or float added");
   auto* model = cmd->add_option("--model", a.model,
                                 "DIR: instead of --weights and --query, a checkpoint folder as the Hugging Face hub "
-                                "lays it out (GPT-2, Llama, BERT), on --text; steps named as vkattn run --trace names them");
+                                "lays it out (GPT-2, Llama, BERT), on --text; steps named as vkattn run --trace "
+                                "names them");
   auto* text = cmd->add_option("--text", a.text, "with --model: the text the model reads (its tokenizer's ids)");
   model->needs(text);
   text->needs(model);
@@ -58,8 +59,9 @@ CheckReport check_model(const CheckArgs& a, const std::vector<std::pair<std::str
   const AttentionArgs& in = a.inputs;
   for (auto [given, flag] : {std::pair{!in.weights.empty(), "--weights"}, {!in.query.empty(), "--query"},
                              {!in.key.empty(), "--key"}, {!in.key_padding_mask.empty(), "--key-padding-mask"},
-                             {!in.attn_mask.empty(), "--attn-mask"}, {in.causal, "--causal"}, {in.heads != 0, "--heads"},
-                             {!a.memory.empty(), "--memory"}, {a.grouped.given(), "--kv-heads, --rope, …"}}) {
+                             {!in.attn_mask.empty(), "--attn-mask"}, {in.causal, "--causal"},
+                             {in.heads != 0, "--heads"}, {!a.memory.empty(), "--memory"},
+                             {a.grouped.given(), "--kv-heads, --rope, …"}}) {
     if (given) throw UsageError(std::string(flag) + " is for a module's state_dict; --model " + a.model +
                                 " is checked on --text (its config.json says the rest)");
   }

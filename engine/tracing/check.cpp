@@ -271,9 +271,8 @@ Finding diagnose(const diagnosis::Around& at, const Tensor& yours, const Tensor&
   for (auto* detect : {since_2017_diagnosis, projection, bias, heads, scale, mask_place, mask_shifted, dropout}) {
     if (Finding f = detect(at, yours)) return f;
   }
-  if (Finding f = order_diagnosis(recorded, at.theirs, step, fine_axes(step.shape, step.dims, o.heads), o.atol, o.rtol)) {
-    return f;
-  }
+  const FineAxes fine = fine_axes(step.shape, step.dims, o.heads);
+  if (Finding f = order_diagnosis(recorded, at.theirs, step, fine, o.atol, o.rtol)) return f;
   if (!alike) {
     return Finding{{}, "yours " + shape_string(recorded.shape) + " holds as many numbers as vkattn's " +
                            named_shape(step.shape, step.dims) + ", but no order of vkattn's axes gives yours"};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include "engine/tracing/numbers.h"
@@ -44,10 +45,12 @@ std::vector<float> linear(const Tensor& x, const Tensor& w, const Tensor* b) {
   return y;
 }
 
+// W (M, K) as (K, M)
 Tensor transposed(const Tensor& w) {
-  Tensor t({w.dim(1), w.dim(0)});
-  for (int64_t r = 0; r < w.dim(0); ++r)
-    for (int64_t c = 0; c < w.dim(1); ++c) t.data[static_cast<size_t>(c * w.dim(0) + r)] = w.data[static_cast<size_t>(r * w.dim(1) + c)];
+  const int64_t M = w.dim(0), K = w.dim(1);
+  Tensor t({K, M});
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = 0; c < K; ++c) t.data[static_cast<size_t>(c * M + r)] = w.data[static_cast<size_t>(r * K + c)];
   return t;
 }
 
@@ -218,7 +221,7 @@ Finding bias(const Around& at, const Tensor& yours) {
   const int64_t M = theirs.shape.back(), N = element_count(theirs.shape) / M;
   if (N < 2) return {};
   std::vector<double> v(static_cast<size_t>(M));
-  for (int64_t m = 0; m < M; ++m) v[static_cast<size_t>(m)] = double(yours.data[static_cast<size_t>(m)]) - theirs.data[static_cast<size_t>(m)];
+  for (size_t m = 0; m < v.size(); ++m) v[m] = double(yours.data[m]) - theirs.data[m];  // the first position's
   const double atol = at.options.atol, rtol = at.options.rtol;
   for (int64_t k = 0; k < N * M; ++k) {
     const double u = yours.data[static_cast<size_t>(k)], t = theirs.data[static_cast<size_t>(k)];
@@ -228,7 +231,9 @@ Finding bias(const Around& at, const Tensor& yours) {
   const std::string evidence = "yours − vkattn's is one vector (" + preview(v) + ") at all " + std::to_string(N) +
                                " positions";
   const Tensor* b = at.input(2);
-  if (at.event.inputs.size() < 3) return said(evidence + "; vkattn's " + at.event.name + " has no bias", {"bias_extra"});
+  if (at.event.inputs.size() < 3) {
+    return said(evidence + "; vkattn's " + at.event.name + " has no bias", {"bias_extra"});
+  }
   if (!b) return said(evidence, {"bias_missing", "bias_extra"});
   auto is = [&](double sign) {
     for (int64_t m = 0; m < M; ++m) {
@@ -252,15 +257,17 @@ Finding heads(const Around& at, const Tensor& yours) {
   const double atol = at.options.atol, rtol = at.options.rtol;
   const std::string& x_name = at.event.inputs[0].name;
   if (at.yours_shape == theirs.shape && same_values(yours.data, x->data, atol, rtol)) {
-    return said("yours " + shape_string(at.yours_shape) + " holds " + x_name + "'s numbers in their own order (b, t, h, c),"
-                " viewed as (b, h, t, c)", {"heads_view"});
+    return said("yours " + shape_string(at.yours_shape) + " holds " + x_name +
+                    "'s numbers in their own order (b, t, h, c), viewed as (b, h, t, c)",
+                {"heads_view"});
   }
   std::vector<float> every_h(theirs.data.size());  // [b, h, t, c] = x[b, t, c·H + h]
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T; ++t)
         for (int64_t c = 0; c < d; ++c)
-          every_h[static_cast<size_t>(((b * H + h) * T + t) * d + c)] = x->data[static_cast<size_t>((b * T + t) * H * d + c * H + h)];
+          every_h[static_cast<size_t>(((b * H + h) * T + t) * d + c)] =
+              x->data[static_cast<size_t>((b * T + t) * H * d + c * H + h)];
   if (same_values(yours.data, every_h, atol, rtol)) {
     return said("yours takes head h's channel c from feature c·H + h of " + x_name + ", vkattn's from h·d + c",
                 {"heads_order"});
@@ -375,7 +382,7 @@ Finding rows_not_normalised(const Around& at, const Tensor& yours) {
     low = std::min(low, sum), high = std::max(high, sum);
   }
   if (first < 0) return {};
-  const std::string& j = at.event.output.dims.empty() ? "the last axis" : at.event.output.dims.back();
+  const std::string j = at.event.output.dims.empty() ? "the last axis" : at.event.output.dims.back();
   return said("your rows sum to " + fmt(low) + " … " + fmt(high) + " along " + j + " (dim=-1), the first off 1 at " +
                   index_string(at.theirs.shape, first * S, at.event.output.dims),
               {"rows_not_normalised"});

@@ -49,7 +49,7 @@ struct Around {
   Shape yours_shape = {};  // the shape yours was recorded in (diagnoses see it in the step's)
 
   const Tensor* input(size_t k) const { return k < inputs.size() ? inputs[k] : nullptr; }
-  // The nearest step up the chain of first inputs whose op is `op` (this one included), or null.
+  // The nearest earlier step up the chain of first inputs whose op is `op`, or null.
   const StepRecorder::Step* upstream(const std::string& op) const;
 };
 
