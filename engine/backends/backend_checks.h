@@ -1,8 +1,12 @@
 #pragma once
-// The two helpers of Backend's checks that both its halves use (backend.cpp: the pass and what
-// crosses to the host; backend_steps.cpp: the step methods).
+// Backend's checks and small helpers, shared by its files: backend.cpp (the pass, and what crosses
+// to the host) and the step methods by family — backend_steps.cpp (attention's steps),
+// decoding_steps.cpp (with a key/value cache) and block_steps.cpp (the blocks around attention).
+#include <initializer_list>
 #include <string>
+#include <vector>
 
+#include "reference/reference.h"
 #include "vkattn/backends/backend.h"
 #include "vkattn/errors.h"
 
@@ -13,6 +17,59 @@ inline std::string describe(const Value& v) { return v.name + " " + shape_string
 
 inline void require(bool ok, const std::string& step, const std::string& message) {
   if (!ok) throw ShapeError(step + ": " + message);
+}
+
+inline void require_float(const std::string& step, const Value& v) {
+  require(v.dtype == DType::float32, step,
+          describe(v) + " is " + dtype_name(v.dtype) + " but the step computes in float32");
+}
+
+inline void require_rank(const std::string& step, const Value& v, int64_t rank, const char* layout) {
+  require_float(step, v);
+  require(v.rank() == rank, step,
+          describe(v) + " has rank " + std::to_string(v.rank()) + " but must be " + layout);
+}
+
+inline std::vector<TensorInfo> infos(std::initializer_list<const Value*> inputs) {
+  std::vector<TensorInfo> out;
+  for (const Value* v : inputs)
+    if (v) out.push_back({v->name, v->shape, v->dtype});
+  return out;
+}
+
+// Query heads per key/value head (grouped-query attention): `kv` (B, H_kv, …) must share q's
+// batch and have a head count dividing q's H. `what` names kv's role ("key", "value", "key cache").
+inline int64_t kv_group(const std::string& step, const Value& q, const Value& kv, const char* what) {
+  require(q.dim(0) == kv.dim(0), step, describe(q) + " and " + what + " " + describe(kv) + " must agree on B");
+  const int64_t H = q.dim(1), H_kv = kv.dim(1);
+  require(H_kv >= 1 && H % H_kv == 0, step,
+          describe(q) + " has " + std::to_string(H) + " heads, not a multiple of " + what + " " + describe(kv) + "'s " +
+              std::to_string(H_kv) + " (each key/value head serves H / H_kv query heads)");
+  return H / H_kv;
+}
+
+// A sliding window (keys i - W < j <= i) narrows the causal mask: W >= 0, and 0 (none) unless causal.
+inline void require_window(const std::string& step, bool causal, int64_t window) {
+  require(window >= 0, step, "window=" + std::to_string(window) + " must be >= 1 keys, or 0 for none");
+  require(window == 0 || causal, step,
+          "window=" + std::to_string(window) + " is a sliding window over past keys and needs causal attention");
+}
+
+// "(160, 8, 40, 1)": the strides, in floats, of (B, T, H, d) over memory laid out (B, H, T, d)
+inline std::string heads_strides(int64_t H, int64_t T, int64_t d) {
+  return "(" + std::to_string(H * T * d) + ", " + std::to_string(d) + ", " + std::to_string(T * d) + ", 1)";
+}
+
+// A (B·T, H·d) tensor read back from the (B, H, T, d) it lies in, put in its own order
+inline Tensor merge_read_back(const Tensor& stored, int64_t B, int64_t H, int64_t T, int64_t d) {
+  Tensor out({B, T, H * d});
+  reference::merge_heads(stored.data.data(), out.data.data(), B, H, T, d);
+  return out;
+}
+
+// The axis names of append_row's output: the key/value sequence before or after split_heads.
+inline std::vector<std::string> row_dims(const Value& x) {
+  return x.rank() == 4 ? std::vector<std::string>{"b", "h", "t", "c"} : std::vector<std::string>{"b", "t", "f"};
 }
 
 }  // namespace vkattn::backend_checks

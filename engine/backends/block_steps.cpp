@@ -1,0 +1,227 @@
+// Backend's step methods of the blocks around attention: norms, activations, residual adds,
+// embeddings and positions (RoPE too), pooling, and steps computed on the host.
+#include "vkattn/backends/backend.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/backends/backend_checks.h"
+#include "reference/reference.h"
+#include "vkattn/errors.h"
+
+namespace vkattn {
+
+using namespace backend_checks;
+
+Value Backend::layer_norm(const std::string& step_name, const Value& x, const Value& weight, const Value& bias,
+                          float eps) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim to normalise over");
+  int64_t E = x.dim(-1), N = element_count(x.shape) / E;
+  for (const Value* p : {&weight, &bias}) {
+    require_rank(step, *p, 1, "(E,)");
+    require(p->dim(0) == E, step, describe(*p) + " must have " + std::to_string(E) + " elements, one per feature of " + describe(x));
+  }
+  require(eps > 0.0f && std::isfinite(eps), step, "eps " + std::to_string(eps) + " must be a positive finite number");
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_layer_norm(step, *x.storage, *weight.storage, *bias.storage, *y.storage, N, E, eps); });
+  report(step, "layer_norm", infos({&x, &weight, &bias}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::rms_norm(const std::string& step_name, const Value& x, const Value& weight, float eps) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim to normalise over");
+  int64_t E = x.dim(-1), N = element_count(x.shape) / E;
+  require_rank(step, weight, 1, "(E,)");
+  require(weight.dim(0) == E, step, describe(weight) + " must have " + std::to_string(E) + " elements, one per feature of " + describe(x));
+  require(eps > 0.0f && std::isfinite(eps), step, "eps " + std::to_string(eps) + " must be a positive finite number");
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_rms_norm(step, *x.storage, *weight.storage, *y.storage, N, E, eps); });
+  report(step, "rms_norm", infos({&x, &weight}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::gelu(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_gelu(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "gelu", infos({&x}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::gelu_tanh(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_gelu_tanh(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "gelu_tanh", infos({&x}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::relu(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_relu(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "relu", infos({&x}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::residual_add(const std::string& step_name, const Value& x, const Value& residual) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  require_float(step, residual);
+  require(x.shape == residual.shape, step, describe(x) + " and " + describe(residual) + " must have the same shape");
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_residual_add(step, *x.storage, *residual.storage, *y.storage, element_count(x.shape)); });
+  report(step, "residual_add", infos({&x, &residual}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::silu(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_silu(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "silu", infos({&x}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::tanh(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_tanh(step, *x.storage, *y.storage, element_count(x.shape)); });
+  report(step, "tanh", infos({&x}), y, x.rank() == 2 ? std::vector<std::string>{"b", "f"} : std::vector<std::string>{"b", "t", "f"});
+  return y;
+}
+
+Value Backend::multiply(const std::string& step_name, const Value& x, const Value& other) {
+  const std::string step = scoped(step_name);
+  require_float(step, x);
+  require_float(step, other);
+  require(x.shape == other.shape, step, describe(x) + " and " + describe(other) + " must have the same shape");
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_multiply(step, *x.storage, *other.storage, *y.storage, element_count(x.shape)); });
+  report(step, "multiply", infos({&x, &other}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::embedding(const std::string& step_name, const Value& ids, const Value& table) {
+  const std::string step = scoped(step_name);
+  require(ids.dtype == DType::int64, step, "token ids " + describe(ids) + " are " + dtype_name(ids.dtype) + " but must be int64");
+  require(ids.rank() == 2, step, "token ids " + describe(ids) + " have rank " + std::to_string(ids.rank()) + " but must be (B, T)");
+  require_rank(step, table, 2, "(vocab_size, E)");
+  int64_t B = ids.dim(0), T = ids.dim(1), V = table.dim(0), E = table.dim(1);
+  Value y = make_output(step, {B, T, E});
+  timed(step, [&] { run_embedding(step, *ids.storage, *table.storage, *y.storage, B * T, V, E); });
+  report(step, "embedding", infos({&ids, &table}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::positional_encoding(const std::string& step_name, const Value& x, const Value& table) {
+  const std::string step = scoped(step_name);
+  require_rank(step, x, 3, "(B, T, E)");
+  require_rank(step, table, 2, "(max_positions, E)");
+  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
+  require(table.dim(1) == E, step, "table " + describe(table) + " has " + std::to_string(table.dim(1)) +
+                                       " features but input " + describe(x) + " has " + std::to_string(E));
+  require(table.dim(0) >= T, step, "table " + describe(table) + " has " + std::to_string(table.dim(0)) +
+                                       " positions, fewer than the " + std::to_string(T) + " of input " + describe(x));
+  Value y = make_output(step, x.shape);
+  timed(step, [&] { run_positional_encoding(step, *x.storage, *table.storage, *y.storage, B, T, E); });
+  report(step, "positional_encoding", infos({&x, &table}), y, {"b", "t", "f"});
+  return y;
+}
+
+RotaryConvention parse_rotary_convention(const std::string& name) {
+  if (name == "half") return RotaryConvention::half;
+  if (name == "pairs") return RotaryConvention::pairs;
+  throw ConfigError("rotary convention '" + name + "' is neither half (features i, i + d/2: GPT-NeoX) nor pairs " +
+                    "(2i, 2i + 1: GPT-J)");
+}
+
+Value Backend::rotary_embedding(const std::string& step_name, const Value& x, int64_t offset, float theta,
+                                int64_t rotary_dims, RotaryConvention convention, const RopeScaling& scaling) {
+  const std::string step = scoped(step_name);
+  require_rank(step, x, 4, "(B, H, T, d)");
+  const int64_t B = x.dim(0), H = x.dim(1), T = x.dim(2), d = x.dim(3);
+  const int64_t r = rotary_dims == 0 ? d : rotary_dims;
+  require(r > 0 && r <= d && r % 2 == 0, step,
+          "rotary_dims " + std::to_string(r) + " must be even and within the head dim d = " + std::to_string(d) +
+              " of " + describe(x) + (r % 2 ? ": RoPE rotates features in pairs" : ""));
+  require(offset >= 0, step, "position offset " + std::to_string(offset) + " must be >= 0");
+  require(std::isfinite(theta) && theta > 1.0f, step, "theta " + std::to_string(theta) + " must be a number > 1");
+  require(scaling.type == RopeScaling::Type::none ||
+              (std::isfinite(scaling.factor) && scaling.factor >= 1.0f &&
+               (scaling.type != RopeScaling::Type::llama3 ||
+                (scaling.low_freq_factor > 0 && scaling.high_freq_factor > scaling.low_freq_factor &&
+                 scaling.original_max_positions > 0))),
+          step, "rope scaling: factor " + std::to_string(scaling.factor) + " must be >= 1, and llama3's " +
+                    "0 < low_freq_factor < high_freq_factor, original_max_positions > 0");
+  Tensor frequencies({r / 2});
+  for (int64_t i = 0; i < r / 2; ++i) {
+    float f = reference::rotary_inverse_frequency(i, r, theta);
+    if (scaling.type == RopeScaling::Type::linear) f /= scaling.factor;
+    if (scaling.type == RopeScaling::Type::llama3) {
+      f = reference::rotary_llama3_frequency(f, scaling.factor, scaling.low_freq_factor, scaling.high_freq_factor,
+                                             static_cast<float>(scaling.original_max_positions));
+    }
+    frequencies.data[static_cast<size_t>(i)] = f;
+  }
+  const Value inv_freq = upload(step_name + ".inv_freq", frequencies);
+  Tensor table({T, r / 2, 2});
+  reference::rotary_cos_sin(frequencies.data.data(), table.data.data(), T, offset, r);
+  const Value cos_sin = upload(step_name + ".cos_sin", table);
+  Value y = make_output(step, x.shape);
+  timed(step, [&] {
+    run_rotary_embedding(step, *x.storage, *inv_freq.storage, *cos_sin.storage, *y.storage, B * H, T, d, offset, r,
+                         convention == RotaryConvention::pairs);
+  });
+  report(step, "rotary_embedding", infos({&x, &inv_freq}), y, {"b", "h", "t", "c"});
+  return y;
+}
+
+Value Backend::mean_pool(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_rank(step, x, 3, "(B, T, E)");
+  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
+  Value y = make_output(step, {B, E});
+  timed(step, [&] { run_mean_pool(step, *x.storage, *y.storage, B, T, E); });
+  report(step, "mean_pool", infos({&x}), y, {"b", "f"});
+  return y;
+}
+
+Value Backend::first_token(const std::string& step_name, const Value& x) {
+  const std::string step = scoped(step_name);
+  require_rank(step, x, 3, "(B, T, E)");
+  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
+  Value y = make_output(step, {B, E});
+  timed(step, [&] { run_first_token(step, *x.storage, *y.storage, B, T, E); });
+  report(step, "first_token", infos({&x}), y, {"b", "f"});
+  return y;
+}
+
+Value Backend::host_step(const std::string& step_name, const std::string& op, const std::vector<const Value*>& inputs,
+                         std::vector<std::string> dims, const HostStep& compute) {
+  const std::string step = scoped(step_name);
+  Tensor result;
+  timed(step, [&] {
+    std::vector<Tensor> host;
+    for (const Value* v : inputs) host.push_back(download(*v));
+    result = compute(host);
+  });
+  require(element_count(result.shape) == result.size() && result.size() > 0, step,
+          "the host step made " + std::to_string(result.size()) + " values for shape " + shape_string(result.shape));
+  Value y{step, result.shape, result.dtype, store(step, result)};
+  std::vector<TensorInfo> in;
+  for (const Value* v : inputs) in.push_back({v->name, v->shape, v->dtype});
+  report(step, op.c_str(), std::move(in), y, std::move(dims));
+  return y;
+}
+
+}  // namespace vkattn
