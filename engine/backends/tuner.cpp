@@ -26,15 +26,14 @@ uint64_t bucket(uint64_t n) {  // the power of two at or above n
 }
 
 // Candidates are timed on about this many multiply-adds: a few ms on lavapipe; on a GPU a problem
-// that fills its thousands of lanes (tuned on 10⁸, an H200 chose a 4096² product's plan from 64
-// of its rows: 64 × 64 blocks, at 67 % of the 128 × 128 plan's speed), about a ms there
+// that fills its thousands of lanes, about a ms there (fewer timed the wrong plan: docs/tuning.md,
+// "The measurements behind its constants")
 double timed_work(const vulkan::Context& context) {
   return context.device_report().type == vk::PhysicalDeviceType::eCpu ? 1e8 : 1e10;
 }
 // A GEMM's rows are cut no lower than this for timed_work() (only below 20 times it): with fewer,
 // a CPU device's threads share too few workgroups evenly and the tiles of most rows lose for it
-// (Debian 13 lavapipe: linear's (3200, 512)·(512, 512)ᵀ timed at 400 rows chose 8×64, 67 % of
-// the fastest plan's speed at 3200; at 1600 rows, 32×64)
+// (docs/tuning.md)
 constexpr uint64_t kFewestTimedRows = 1024;
 // Turns each candidate takes, after a first run; a candidate this many times slower than the
 // best after its first run is not run again
@@ -297,10 +296,9 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
     plans.push_back(plan);
   };
   if (rule.variant == vulkan::GemmVariant::broadcast) {
-    // (the shared tiling is left out where broadcast runs: on a CPU device it is 5–10× slower)
+    // (the shared tiling is left out where broadcast runs: on a CPU device it is far slower)
     // row sets of 4 (the B fetched for a column serves twice the rows) where that is at most 32
-    // rows. bench_gemm, (3200, 512)·(512, 512)ᵀ on lavapipe at 8 lanes, against the rule's 16×128:
-    // 32×64 68.7 GFLOP/s and 60.8 on Debian 12; 32×128 58.2 and 54.7 on Debian 13
+    // rows: the fastest on lavapipe (docs/tuning.md)
     for (uint32_t row_sets : {2u, 1u, 4u}) {
       if (rule.lanes * row_sets > 32) continue;
       for (uint32_t tile_n : {16u, 8u}) {
