@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <array>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -226,32 +227,68 @@ class GroupedQuery {
   std::shared_ptr<Device> device_;
 };
 
-// nn.TransformerEncoderLayer or nn.TransformerEncoder, from a state_dict under PyTorch's names.
-class Encoder {
+// A layer, or a stack of them, of an encoder or a decoder (nn.Transformer{Encoder,Decoder}[Layer])
+// from a state_dict under PyTorch's names (io's EncoderState or DecoderState), its weights kept on
+// its device.
+template <class Layer, class Whole>
+class Stack {
  public:
-  Encoder(const std::map<std::string, FloatArray>& state, int64_t nhead, const std::string& activation,
-          bool norm_first, double eps, const std::string& kind, const std::string& selector)
+  template <class State>
+  Stack(State loaded, const std::string& what, const std::string& activation, bool norm_first, double eps,
+        const std::string& kind, const std::string& selector)
       : device_(open_device(kind, selector)) {
-    auto loaded = io::encoder_from_state_dict(to_state(state, nhead), 0, "state_dict");
     auto& layer = loaded.config.layer;
     const auto parsed = activation_from_name(activation);
     if (!parsed) throw ConfigError("activation '" + activation + "' is not relu, gelu or gelu_tanh");
     layer.activation = *parsed;
     layer.norm_first = norm_first;
     layer.layer_norm_eps = static_cast<float>(eps);
-    config_ = {{"module", loaded.single_layer ? "nn.TransformerEncoderLayer" : "nn.TransformerEncoder"},
+    config_ = {{"module", "nn.Transformer" + what + (loaded.single_layer ? "Layer" : "")},
                {"d_model", layer.d_model}, {"nhead", layer.nhead}, {"dim_feedforward", layer.dim_feedforward},
                {"activation", activation}, {"norm_first", norm_first}, {"layer_norm_eps", eps},
                {"num_layers", loaded.config.num_layers}, {"final_norm", loaded.config.final_norm}};
     if (loaded.single_layer) {
-      module_.emplace<TransformerEncoderLayer>(layer, std::move(loaded.weights.layers.front()))
+      module_.template emplace<Layer>(layer, std::move(loaded.weights.layers.front()))
           .keep_weights_on(*device_->backend);  // as Attention's
     } else {
-      module_.emplace<TransformerEncoder>(loaded.config, std::move(loaded.weights)).keep_weights_on(*device_->backend);
+      module_.template emplace<Whole>(loaded.config, std::move(loaded.weights)).keep_weights_on(*device_->backend);
     }
   }
 
   std::string device() const { return device_label(*device_); }
+
+ protected:
+  // `f` on the layer or the stack loaded (the variant starts empty: neither has a default)
+  template <class R, class F>
+  R on_module(F f) const {
+    return std::visit([&](const auto& m) -> R {
+      if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::monostate>) {
+        throw ConfigError("not loaded");
+      } else {
+        return f(m);
+      }
+    }, module_);
+  }
+
+  static std::vector<std::pair<std::string, Tensor>> tensors(
+      const std::vector<std::pair<std::string, FloatArray>>& recorded) {
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const auto& [name, array] : recorded) out.emplace_back(name, to_tensor(array));
+    return out;
+  }
+
+  std::shared_ptr<Device> device_;
+  nlohmann::json config_;
+  std::variant<std::monostate, Layer, Whole> module_;
+};
+
+// nn.TransformerEncoderLayer or nn.TransformerEncoder.
+class Encoder : public Stack<TransformerEncoderLayer, TransformerEncoder> {
+ public:
+  Encoder(const std::map<std::string, FloatArray>& state, int64_t nhead, const std::string& activation,
+          bool norm_first, double eps, const std::string& kind, const std::string& selector)
+      : Stack(io::encoder_from_state_dict(to_state(state, nhead), 0, "state_dict"), "Encoder", activation,
+              norm_first, eps, kind, selector) {}
 
   py::object forward(const FloatArray& src, const std::optional<py::array>& mask,
                      const std::optional<py::array>& src_key_padding_mask, bool is_causal,
@@ -270,8 +307,7 @@ class Encoder {
   CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const FloatArray& src,
                     const std::optional<py::array>& mask, const std::optional<py::array>& src_key_padding_mask,
                     bool is_causal, double atol, double rtol) {
-    std::vector<std::pair<std::string, Tensor>> yours;
-    for (const auto& [name, array] : recorded) yours.emplace_back(name, to_tensor(array));
+    const auto yours = tensors(recorded);
     const Tensor x = to_tensor(src);
     const EncoderOptions o = options(mask, src_key_padding_mask, is_causal);
     return on_device(*device_, [&](Backend& backend) {
@@ -289,22 +325,54 @@ class Encoder {
     o.is_causal = is_causal;
     return o;
   }
+};
 
-  // `f` on the layer or the stack loaded (the variant starts empty: neither has a default)
-  template <class R, class F>
-  R on_module(F f) const {
-    return std::visit([&](const auto& m) -> R {
-      if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::monostate>) {
-        throw ConfigError("encoder: not loaded");
-      } else {
-        return f(m);
-      }
-    }, module_);
+// nn.TransformerDecoderLayer or nn.TransformerDecoder: the target attends to itself, then to the
+// memory.
+class Decoder : public Stack<TransformerDecoderLayer, TransformerDecoder> {
+ public:
+  Decoder(const std::map<std::string, FloatArray>& state, int64_t nhead, const std::string& activation,
+          bool norm_first, double eps, const std::string& kind, const std::string& selector)
+      : Stack(io::decoder_from_state_dict(to_state(state, nhead), 0, "state_dict"), "Decoder", activation,
+              norm_first, eps, kind, selector) {}
+
+  // The masks: tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask.
+  using Masks = std::array<std::optional<py::array>, 4>;
+
+  py::object forward(const FloatArray& tgt, const FloatArray& memory, const Masks& masks, bool tgt_is_causal,
+                     const std::string& attention, bool trace, std::optional<bool> fold_layout_steps) {
+    const Tensor t = to_tensor(tgt), m = to_tensor(memory);
+    DecoderOptions o = options(masks, tgt_is_causal);
+    o.attention = parse_attention_path(attention);
+    auto run = [&](Backend& backend) {
+      return on_module<Tensor>([&](const auto& module) { return module.forward(backend, t, m, o); });
+    };
+    if (!trace) return to_array(on_device(*device_, run));
+    auto [result, recorded] = traced(*device_, config_, run, fold_layout_steps);
+    return py::make_tuple(to_array(std::move(result)), recorded);
   }
 
-  std::variant<std::monostate, TransformerEncoderLayer, TransformerEncoder> module_;
-  std::shared_ptr<Device> device_;
-  nlohmann::json config_;
+  CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const FloatArray& tgt,
+                    const FloatArray& memory, const Masks& masks, bool tgt_is_causal, double atol, double rtol) {
+    const auto yours = tensors(recorded);
+    const Tensor t = to_tensor(tgt), m = to_tensor(memory);
+    const DecoderOptions o = options(masks, tgt_is_causal);
+    return on_device(*device_, [&](Backend& backend) {
+      return on_module<CheckReport>(
+          [&](const auto& module) { return check_decoder(yours, module, backend, t, m, o, {atol, rtol}); });
+    });
+  }
+
+ private:
+  static DecoderOptions options(const Masks& masks, bool tgt_is_causal) {
+    DecoderOptions o;
+    o.tgt_mask = to_mask(masks[0]);
+    o.memory_mask = to_mask(masks[1]);
+    o.tgt_key_padding_mask = to_mask(masks[2]);
+    o.memory_key_padding_mask = to_mask(masks[3]);
+    o.tgt_is_causal = tgt_is_causal;
+    return o;
+  }
 };
 
 py::list device_list() {
@@ -464,11 +532,22 @@ PYBIND11_MODULE(_vkattn, m) {
                     const std::string&, const std::string&>(),
            py::arg("state"), py::arg("nhead"), py::arg("activation"), py::arg("norm_first"), py::arg("eps"),
            py::arg("kind"), py::arg("selector"))
-      .def_property_readonly("device", &Encoder::device)
+      .def_property_readonly("device", [](const Encoder& e) { return e.device(); })
       .def("forward", &Encoder::forward, py::arg("src"), py::arg("mask"), py::arg("src_key_padding_mask"),
            py::arg("is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("check", &Encoder::check, py::arg("recorded"), py::arg("src"), py::arg("mask"),
            py::arg("src_key_padding_mask"), py::arg("is_causal"), py::arg("atol"), py::arg("rtol"));
+
+  py::class_<Decoder>(m, "_Decoder")
+      .def(py::init<const std::map<std::string, FloatArray>&, int64_t, const std::string&, bool, double,
+                    const std::string&, const std::string&>(),
+           py::arg("state"), py::arg("nhead"), py::arg("activation"), py::arg("norm_first"), py::arg("eps"),
+           py::arg("kind"), py::arg("selector"))
+      .def_property_readonly("device", [](const Decoder& d) { return d.device(); })
+      .def("forward", &Decoder::forward, py::arg("tgt"), py::arg("memory"), py::arg("masks"),
+           py::arg("tgt_is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("check", &Decoder::check, py::arg("recorded"), py::arg("tgt"), py::arg("memory"), py::arg("masks"),
+           py::arg("tgt_is_causal"), py::arg("atol"), py::arg("rtol"));
 
   bind_pretrained(m);
 

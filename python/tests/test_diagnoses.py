@@ -308,3 +308,31 @@ def test_a_checkpoints_steps_are_checked_from_python(device, model, step, ids):
         rec[step] = F.dropout(torch.from_numpy(yours), 0.25, training=True).numpy()
     report = vkattn.check(rec, m, query="Alice was tired.")
     assert (report.first_divergent["name"], report.first_divergent["diagnoses"]) == (step, ids), str(report)
+
+
+def test_a_decoder_runs_as_torchs_and_its_steps_are_checked_from_python(device):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerDecoderLayer(E, H, 64, dropout=0.0, batch_first=True)
+    decoder = torch.nn.TransformerDecoder(layer, 2).eval()
+    with torch.no_grad():  # torch copies one layer: the second made its own
+        for p in decoder.layers[1].parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    tgt, memory = torch.randn(B, L, E), torch.randn(B, 5, E)
+    causal = torch.ones(L, L, dtype=torch.bool).triu(1)
+    padding = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    ours = vkattn.TransformerDecoder.from_torch(decoder, device=device)
+    with torch.no_grad():
+        expected = decoder(tgt, memory, tgt_mask=causal, memory_key_padding_mask=padding)
+    out = ours(tgt, memory, tgt_mask=causal, memory_key_padding_mask=padding)
+    np.testing.assert_allclose(out, expected.numpy(), atol=1e-5, rtol=1e-4)
+
+    steps = [f"layers.{n}.{s}" for n in range(2) for s in ("linear1", "linear2", "norm1", "norm2", "norm3")]
+    rec, hooks = recorded_by_hooks(decoder, steps, lambda name, m, i, out: out - m.bias
+                                   if name == "layers.1.linear1" else None)
+    decoder(tgt, memory, tgt_mask=causal, memory_key_padding_mask=padding)  # autograd on: the hooks run
+    report = vkattn.check(rec, decoder, query=tgt, memory=memory, attn_mask=causal,
+                          memory_key_padding_mask=padding, device=device)
+    first = report.first_divergent
+    assert (first["name"], first["diagnoses"]) == ("layers.1.linear1", ["bias_missing"]), str(report)
+    before = [s for s in report.steps[:first["index"]] if s["verdict"] != "not recorded"]
+    assert len(before) == 7 and all(s["verdict"] == "agrees" for s in before)

@@ -18,7 +18,8 @@ from ._vkattn import (ConfigError, DeviceError, Error, FileError, ShapeError, __
                       _release_devices, heatmap_svg)
 from .check import DIAGNOSES, STEPS, CheckReport, Recorder, attention_weights, check
 from .devices import devices
-from .modules import GroupedQueryAttention, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
+from .modules import (GroupedQueryAttention, MultiheadAttention, TransformerDecoder, TransformerDecoderLayer,
+                      TransformerEncoder, TransformerEncoderLayer)
 from .pretrained import EncoderOutput, PretrainedEncoder, PretrainedModel, from_pretrained
 from .trace import Step, Trace, load_trace
 
@@ -26,6 +27,7 @@ from .trace import Step, Trace, load_trace
 atexit.register(_release_devices)
 
 __all__ = ["MultiheadAttention", "GroupedQueryAttention", "TransformerEncoderLayer", "TransformerEncoder",
+           "TransformerDecoderLayer", "TransformerDecoder",
            "from_pretrained", "PretrainedModel", "PretrainedEncoder", "EncoderOutput", "Trace", "Step",
-           "load_trace", "Recorder", "check", "attention_weights", "CheckReport", "STEPS", "DIAGNOSES", "devices", "heatmap_svg",
-           "Error", "ShapeError", "ConfigError", "FileError", "DeviceError", "__version__"]
+           "load_trace", "Recorder", "check", "attention_weights", "CheckReport", "STEPS", "DIAGNOSES", "devices",
+           "heatmap_svg", "Error", "ShapeError", "ConfigError", "FileError", "DeviceError", "__version__"]

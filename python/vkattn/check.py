@@ -22,7 +22,8 @@ import numpy as np
 
 from . import _vkattn
 from ._convert import _numpy, as_array, as_mask
-from .modules import GroupedQueryAttention, MultiheadAttention, TransformerEncoder, TransformerEncoderLayer, _inputs
+from .modules import (GroupedQueryAttention, MultiheadAttention, TransformerDecoder, TransformerDecoderLayer,
+                      TransformerEncoder, TransformerEncoderLayer, _inputs)
 from .pretrained import PretrainedEncoder, PretrainedModel
 
 # vkattn's steps of one nn.MultiheadAttention forward, in order: (the shape, its axes, the
@@ -136,24 +137,30 @@ class CheckReport:
         return f"<div><table>{head}{''.join(rows)}</table><pre>{html.escape(str(self))}</pre></div>"
 
 
-def torch_encoder_classes():
-    """torch's encoder layer and stack, when torch is there (vkattn itself does not need it)."""
+def torch_layers():
+    """torch's encoder and decoder layers and stacks, and vkattn's for each, when torch is there
+    (vkattn itself does not need it)."""
     try:
         import torch
     except ImportError:
-        return ()
-    return torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder
+        return {}
+    nn = torch.nn
+    return {nn.TransformerEncoderLayer: TransformerEncoderLayer, nn.TransformerEncoder: TransformerEncoder,
+            nn.TransformerDecoderLayer: TransformerDecoderLayer, nn.TransformerDecoder: TransformerDecoder}
 
 
 def check(recorder, reference, query, key=None, value=None, key_padding_mask=None, attn_mask=None,
-          is_causal=False, num_heads=None, batch_first=True, device=None, atol=1e-4, rtol=1e-4, position=0):
+          is_causal=False, num_heads=None, batch_first=True, device=None, atol=1e-4, rtol=1e-4, position=0,
+          memory=None, memory_mask=None, memory_key_padding_mask=None):
     """Runs `reference` through vkattn's recipe on query/key/value (key and value default to the
     query) and compares every step in `recorder` (a Recorder or a dict name -> tensor) in the
     recipe's order. reference: a torch.nn.MultiheadAttention, a vkattn.MultiheadAttention, or a
     state_dict under PyTorch's names (attention_weights() makes one from four nn.Linear) with
     num_heads; an encoder layer or stack (torch's nn.TransformerEncoderLayer or TransformerEncoder,
     or vkattn's), run on the query as its src with attn_mask as its mask, its steps named by torch's
-    module paths (self_attn.q_proj, layers.1.norm2, …); or a vkattn.GroupedQueryAttention (Llama's),
+    module paths (self_attn.q_proj, layers.1.norm2, …); a decoder layer or stack the same way, on the
+    query as its target and `memory`, with attn_mask and key_padding_mask the target's and
+    memory_mask and memory_key_padding_mask the memory's; or a vkattn.GroupedQueryAttention (Llama's),
     run on the query alone with its own causal mask and window, from `position`, whose check also
     names RoPE's other convention, another θ, and K/V heads copied with .repeat instead of
     .repeat_interleave. Masks as PyTorch takes them (bool True blocks). Returns a CheckReport.
@@ -174,14 +181,22 @@ def check(recorder, reference, query, key=None, value=None, key_padding_mask=Non
                                       "causal mask and window; drop key, value, attn_mask and is_causal")
         return CheckReport(reference._impl.check(recorded, as_array(query, "query"),
                                                as_mask(key_padding_mask, "key_padding_mask"), position, atol, rtol))
-    if isinstance(reference, torch_encoder_classes()):
-        reference = (TransformerEncoder if hasattr(reference, "layers") else TransformerEncoderLayer).from_torch(
-            reference, device=device)
+    ours = torch_layers().get(type(reference))
+    if ours is not None:
+        reference = ours.from_torch(reference, device=device)
     if isinstance(reference, (TransformerEncoderLayer, TransformerEncoder)):
-        if key is not None or value is not None:
-            raise _vkattn.ConfigError("check: an encoder attends its input (query) to itself; drop key and value")
+        if key is not None or value is not None or memory is not None:
+            raise _vkattn.ConfigError("check: an encoder attends its input (query) to itself; drop key, value "
+                                      "and memory")
         return CheckReport(reference._impl.check(recorded, reference._src(query), as_mask(attn_mask, "attn_mask"),
                                                  as_mask(key_padding_mask, "key_padding_mask"), is_causal, atol, rtol))
+    if isinstance(reference, (TransformerDecoderLayer, TransformerDecoder)):
+        if memory is None or key is not None or value is not None:
+            raise _vkattn.ConfigError("check: a decoder takes its target as query and the encoder's output as "
+                                      "memory (not key and value)")
+        masks = reference._masks(attn_mask, memory_mask, key_padding_mask, memory_key_padding_mask)
+        return CheckReport(reference._impl.check(recorded, reference._in(query, "tgt"), reference._in(memory, "memory"),
+                                                 masks, bool(is_causal), atol, rtol))
     if isinstance(reference, MultiheadAttention):
         mha = reference
     elif isinstance(reference, dict):

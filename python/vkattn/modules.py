@@ -238,3 +238,70 @@ class TransformerEncoder(_Encoder):
         impl = _vkattn._Encoder(state_arrays(encoder.state_dict()), layer.self_attn.num_heads, _activation(layer),
                                 bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
         return cls(impl, bool(layer.self_attn.batch_first))
+
+
+class _Decoder:
+    """The common part of TransformerDecoderLayer and TransformerDecoder."""
+
+    def __init__(self, impl, batch_first):
+        self._impl = impl
+        self.batch_first = batch_first
+
+    @property
+    def device(self):
+        return self._impl.device
+
+    def _in(self, x, name):
+        a = as_array(x, name)
+        if not self.batch_first and a.ndim == 3:  # (T, B, E) -> the engine's (B, T, E)
+            a = a.transpose(1, 0, 2).copy()
+        return a
+
+    def _out(self, y):
+        return y.transpose(1, 0, 2).copy() if not self.batch_first and y.ndim == 3 else y
+
+    def _masks(self, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask):
+        return [as_mask(tgt_mask, "tgt_mask"), as_mask(memory_mask, "memory_mask"),
+                as_mask(tgt_key_padding_mask, "tgt_key_padding_mask"),
+                as_mask(memory_key_padding_mask, "memory_key_padding_mask")]
+
+    def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                 memory_key_padding_mask=None, tgt_is_causal=False, attention="auto"):
+        """tgt (B, T, E) and memory (B, S, E) batch_first, (T, B, E) and (S, B, E), or unbatched
+        -> tgt's shape. Masks as torch's decoder takes them (bool True blocks)."""
+        masks = self._masks(tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask)
+        y = self._impl.forward(self._in(tgt, "tgt"), self._in(memory, "memory"), masks, bool(tgt_is_causal),
+                               attention, False)
+        return self._out(y)
+
+    forward = __call__
+
+    def trace(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+              memory_key_padding_mask=None, tgt_is_causal=False, attention="auto", values=True,
+              fold_layout_steps=None):
+        """(output, Trace) of one forward (steps named layers.N.multihead_attn.q_proj, …, as torch's modules)."""
+        masks = self._masks(tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask)
+        y, recorded = self._impl.forward(self._in(tgt, "tgt"), self._in(memory, "memory"), masks,
+                                         bool(tgt_is_causal), attention, True, _fold(fold_layout_steps))
+        return self._out(y), Trace(recorded, values=values)
+
+
+class TransformerDecoderLayer(_Decoder):
+    """torch.nn.TransformerDecoderLayer in eval mode, from a trained one."""
+
+    @classmethod
+    def from_torch(cls, layer, device=None):
+        impl = _vkattn._Decoder(state_arrays(layer.state_dict()), layer.self_attn.num_heads, _activation(layer),
+                                bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
+        return cls(impl, bool(layer.self_attn.batch_first))
+
+
+class TransformerDecoder(_Decoder):
+    """torch.nn.TransformerDecoder in eval mode (its layers alike, an optional final norm)."""
+
+    @classmethod
+    def from_torch(cls, decoder, device=None):
+        layer = decoder.layers[0]
+        impl = _vkattn._Decoder(state_arrays(decoder.state_dict()), layer.self_attn.num_heads, _activation(layer),
+                                bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
+        return cls(impl, bool(layer.self_attn.batch_first))
