@@ -336,3 +336,12 @@ def test_a_decoder_runs_as_torchs_and_its_steps_are_checked_from_python(device):
     assert (first["name"], first["diagnoses"]) == ("layers.1.linear1", ["bias_missing"]), str(report)
     before = [s for s in report.steps[:first["index"]] if s["verdict"] != "not recorded"]
     assert len(before) == 7 and all(s["verdict"] == "agrees" for s in before)
+
+
+def test_a_reference_check_cannot_run_is_named_in_one_line():
+    with pytest.raises(vkattn.ConfigError, match="reference: a Linear; give torch's"):
+        vkattn.check({}, torch.nn.Linear(4, 4), query=np.zeros((1, 2, 4), np.float32))
+    decoder = torch.nn.TransformerDecoderLayer(E, H, 64, batch_first=True).eval()
+    with pytest.raises(vkattn.ConfigError, match="a decoder takes its target as query and the encoder's output as "
+                                                 "memory"):
+        vkattn.check({}, decoder, query=np.zeros((1, 2, E), np.float32))

@@ -180,7 +180,7 @@ def check(recorder, reference, query, key=None, value=None, key_padding_mask=Non
             raise _vkattn.ConfigError("check: a GroupedQueryAttention attends the query to itself with its own "
                                       "causal mask and window; drop key, value, attn_mask and is_causal")
         return CheckReport(reference._impl.check(recorded, as_array(query, "query"),
-                                               as_mask(key_padding_mask, "key_padding_mask"), position, atol, rtol))
+                                                 as_mask(key_padding_mask, "key_padding_mask"), position, atol, rtol))
     ours = torch_layers().get(type(reference))
     if ours is not None:
         reference = ours.from_torch(reference, device=device)
@@ -204,9 +204,10 @@ def check(recorder, reference, query, key=None, value=None, key_padding_mask=Non
     elif hasattr(reference, "in_proj_bias") and hasattr(reference, "num_heads"):
         mha = MultiheadAttention.from_torch(reference, device=device)
     else:
-        raise _vkattn.ConfigError(f"reference: a {type(reference).__name__}; give a torch.nn.MultiheadAttention, "
-                                  "TransformerEncoderLayer or TransformerEncoder, their vkattn counterpart, "
-                                  "a vkattn.GroupedQueryAttention or a state_dict (with num_heads=)")
+        raise _vkattn.ConfigError(f"reference: a {type(reference).__name__}; give torch's (or vkattn's) "
+                                  "MultiheadAttention, TransformerEncoder[Layer] or TransformerDecoder[Layer], "
+                                  "a vkattn.GroupedQueryAttention, a checkpoint's model or a state_dict (with "
+                                  "num_heads=)")
     q, k, v = _inputs(query, key, value)
     report = mha._impl.check(recorded, q, k, v, as_mask(key_padding_mask, "key_padding_mask"),
                              as_mask(attn_mask, "attn_mask"), is_causal, atol, rtol)
