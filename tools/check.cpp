@@ -51,9 +51,7 @@ CLI::App* add_check(CLI::App& app, CheckArgs& a) {
 
 namespace {
 
-// The recipe of the module --weights holds, checked against `recorded`. UsageError for a flag
-// that module does not take.
-// A hub checkpoint's recipe on a text.
+// A hub checkpoint's recipe on a text. UsageError for a flag of a module's state_dict.
 CheckReport check_model(const CheckArgs& a, const std::vector<std::pair<std::string, Tensor>>& recorded,
                         Backend& backend) {
   const AttentionArgs& in = a.inputs;
@@ -69,6 +67,8 @@ CheckReport check_model(const CheckArgs& a, const std::vector<std::pair<std::str
   return check_pretrained(recorded, p, backend, text_tokens(p, a.text), {a.atol, a.rtol});
 }
 
+// The recipe of the module --weights holds (or --model's), checked against `recorded`. UsageError
+// for a flag that module does not take.
 CheckReport check_module(const CheckArgs& a, const std::vector<std::pair<std::string, Tensor>>& recorded,
                          Backend& backend) {
   const AttentionArgs& in = a.inputs;
