@@ -107,10 +107,6 @@ void add_grouped_query_args(CLI::App& cmd, GroupedQueryArgs& g) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
 }
 
-bool is_grouped_query_file(const std::string& weights) {
-  return io::read_safetensors(weights).tensors.count("o_proj.weight") != 0;
-}
-
 std::string module_kind(const std::string& weights) {
   bool encoder = false;
   for (const auto& [name, tensor] : io::read_safetensors(weights).tensors) {

@@ -72,8 +72,6 @@ void add_grouped_query_args(CLI::App& cmd, GroupedQueryArgs& args);
 // UsageError for what a grouped-query attention does not take: --key/--value (it is
 // self-attention), --attn-mask, and --window without --causal.
 GroupedQueryAttention read_grouped_query(const AttentionArgs& args, const GroupedQueryArgs& grouped);
-// Hugging Face's names or PyTorch's: whether `weights` holds o_proj.weight.
-bool is_grouped_query_file(const std::string& weights);
 // Which module a state_dict is, by its names: "grouped-query attention" (o_proj.weight),
 // "decoder" (multihead_attn.…), "encoder" (linear1.… without multihead_attn) or "attention".
 std::string module_kind(const std::string& weights);

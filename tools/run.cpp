@@ -200,7 +200,7 @@ int run_run(const RunArgs& a) {
     if (a.inputs.weights.empty()) throw UsageError("--weights is required (or --model DIR with --text)");
     if (a.inputs.query.empty()) throw UsageError("--query is required");
   }
-  const bool grouped = a.model.empty() && is_grouped_query_file(a.inputs.weights);
+  const bool grouped = a.model.empty() && module_kind(a.inputs.weights) == "grouped-query attention";
   if (a.model.empty() && !grouped && a.grouped.given()) {
     throw UsageError("--kv-heads, --rope, --rope-theta, --rotary-dims and --window configure a grouped-query "
                      "attention (q_proj … o_proj); " + a.inputs.weights + " holds an nn.MultiheadAttention");

@@ -188,7 +188,7 @@ def check(recorder, reference, query, key=None, value=None, key_padding_mask=Non
         if key is not None or value is not None or memory is not None:
             raise _vkattn.ConfigError("check: an encoder attends its input (query) to itself; drop key, value "
                                       "and memory")
-        return CheckReport(reference._impl.check(recorded, reference._src(query), as_mask(attn_mask, "attn_mask"),
+        return CheckReport(reference._impl.check(recorded, reference._in(query, "src"), as_mask(attn_mask, "attn_mask"),
                                                  as_mask(key_padding_mask, "key_padding_mask"), is_causal, atol, rtol))
     if isinstance(reference, (TransformerDecoderLayer, TransformerDecoder)):
         if memory is None or key is not None or value is not None:

@@ -180,72 +180,23 @@ def _activation(layer):
     return name
 
 
-class _Encoder:
-    """The common part of TransformerEncoderLayer and TransformerEncoder."""
+class _Stack:
+    """What TransformerEncoder[Layer] and TransformerDecoder[Layer] share: a layer or a stack of
+    them, from torch's, on the engine's `_engine` class."""
+
+    _engine = None
 
     def __init__(self, impl, batch_first):
         self._impl = impl
         self.batch_first = batch_first
 
-    @property
-    def device(self):
-        return self._impl.device
-
-    def _src(self, src):
-        x = as_array(src, "src")
-        if not self.batch_first and x.ndim == 3:  # (L, B, E) -> the engine's (B, L, E)
-            x = x.transpose(1, 0, 2).copy()
-        return x
-
-    def _out(self, y):
-        return y.transpose(1, 0, 2).copy() if not self.batch_first and y.ndim == 3 else y
-
-    def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto"):
-        """src (B, L, E) batch_first, (L, B, E) or unbatched (L, E) -> the same shape."""
-        y = self._impl.forward(self._src(src), as_mask(mask, "mask"),
-                               as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal, attention, False)
-        return self._out(y)
-
-    forward = __call__
-
-    def trace(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto", values=True,
-              fold_layout_steps=None):
-        """(output, Trace) of one forward (steps named layers.N.self_attn.q_proj, …, as torch's modules).
-        fold_layout_steps as MultiheadAttention.trace's: None as the device does, False copies,
-        True folds."""
-        y, recorded = self._impl.forward(self._src(src), as_mask(mask, "mask"),
-                                         as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal,
-                                         attention, True, _fold(fold_layout_steps))
-        return self._out(y), Trace(recorded, values=values)
-
-
-class TransformerEncoderLayer(_Encoder):
-    """torch.nn.TransformerEncoderLayer in eval mode, from a trained one."""
-
     @classmethod
-    def from_torch(cls, layer, device=None):
-        impl = _vkattn._Encoder(state_arrays(layer.state_dict()), layer.self_attn.num_heads, _activation(layer),
-                                bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
+    def from_torch(cls, module, device=None):
+        """torch's layer (or stack of layers, alike: torch copies one), its weights on `device`."""
+        layer = module.layers[0] if hasattr(module, "layers") else module
+        impl = cls._engine(state_arrays(module.state_dict()), layer.self_attn.num_heads, _activation(layer),
+                           bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
         return cls(impl, bool(layer.self_attn.batch_first))
-
-
-class TransformerEncoder(_Encoder):
-    """torch.nn.TransformerEncoder in eval mode (its layers alike, an optional final norm)."""
-
-    @classmethod
-    def from_torch(cls, encoder, device=None):
-        layer = encoder.layers[0]
-        impl = _vkattn._Encoder(state_arrays(encoder.state_dict()), layer.self_attn.num_heads, _activation(layer),
-                                bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
-        return cls(impl, bool(layer.self_attn.batch_first))
-
-
-class _Decoder:
-    """The common part of TransformerDecoderLayer and TransformerDecoder."""
-
-    def __init__(self, impl, batch_first):
-        self._impl = impl
-        self.batch_first = batch_first
 
     @property
     def device(self):
@@ -259,6 +210,44 @@ class _Decoder:
 
     def _out(self, y):
         return y.transpose(1, 0, 2).copy() if not self.batch_first and y.ndim == 3 else y
+
+
+class _Encoder(_Stack):
+    """The common part of TransformerEncoderLayer and TransformerEncoder."""
+
+    _engine = _vkattn._Encoder
+
+    def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto"):
+        """src (B, L, E) batch_first, (L, B, E) or unbatched (L, E) -> the same shape."""
+        y = self._impl.forward(self._in(src, "src"), as_mask(mask, "mask"),
+                               as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal, attention, False)
+        return self._out(y)
+
+    forward = __call__
+
+    def trace(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto", values=True,
+              fold_layout_steps=None):
+        """(output, Trace) of one forward (steps named layers.N.self_attn.q_proj, …, as torch's modules).
+        fold_layout_steps as MultiheadAttention.trace's: None as the device does, False copies,
+        True folds."""
+        y, recorded = self._impl.forward(self._in(src, "src"), as_mask(mask, "mask"),
+                                         as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal,
+                                         attention, True, _fold(fold_layout_steps))
+        return self._out(y), Trace(recorded, values=values)
+
+
+class TransformerEncoderLayer(_Encoder):
+    """torch.nn.TransformerEncoderLayer in eval mode, from a trained one (from_torch)."""
+
+
+class TransformerEncoder(_Encoder):
+    """torch.nn.TransformerEncoder in eval mode (its layers alike, an optional final norm)."""
+
+
+class _Decoder(_Stack):
+    """The common part of TransformerDecoderLayer and TransformerDecoder."""
+
+    _engine = _vkattn._Decoder
 
     def _masks(self, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask):
         return [as_mask(tgt_mask, "tgt_mask"), as_mask(memory_mask, "memory_mask"),
@@ -287,21 +276,8 @@ class _Decoder:
 
 
 class TransformerDecoderLayer(_Decoder):
-    """torch.nn.TransformerDecoderLayer in eval mode, from a trained one."""
-
-    @classmethod
-    def from_torch(cls, layer, device=None):
-        impl = _vkattn._Decoder(state_arrays(layer.state_dict()), layer.self_attn.num_heads, _activation(layer),
-                                bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
-        return cls(impl, bool(layer.self_attn.batch_first))
+    """torch.nn.TransformerDecoderLayer in eval mode, from a trained one (from_torch)."""
 
 
 class TransformerDecoder(_Decoder):
     """torch.nn.TransformerDecoder in eval mode (its layers alike, an optional final norm)."""
-
-    @classmethod
-    def from_torch(cls, decoder, device=None):
-        layer = decoder.layers[0]
-        impl = _vkattn._Decoder(state_arrays(decoder.state_dict()), layer.self_attn.num_heads, _activation(layer),
-                                bool(layer.norm_first), float(layer.norm1.eps), *resolve(device))
-        return cls(impl, bool(layer.self_attn.batch_first))
