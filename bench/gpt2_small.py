@@ -4,12 +4,14 @@ CPU, in one run, the prompt and the decoding apart.
 
 The model is GPT-2 small's shape — 12 layers, E 768, 12 heads, 1024 positions — with random
 weights (models/tiny_gpt2/train.py's definition at that size, GPT-2's initialisation), written to a
-temporary folder as the hub lays out GPT-2 (F32 model.safetensors, config.json, vocab.json and
+temporary folder as the hub lays out GPT-2 (model.safetensors F32, or with --dtype BF16 its weights
+rounded to bfloat16 and stored so, as Llama-family checkpoints are; config.json, vocab.json and
 merges.txt). Its vocabulary is GPT-2's first --vocab tokens (its 256 bytes, then a token a merge,
 in merge order, and <|endoftext|> last) with their merges: with all 50,257 (124 M parameters) the
-embedding is 147 MiB, over the 128 MiB one buffer may hold on lavapipe (maxStorageBufferRange),
-and vkattn refuses it there by name; the default 32,768 makes 111 M parameters. Then:
-  - torch (eval, no_grad): the prompt's forward filling a KV cache written here from the same
+F32 embedding is 147 MiB, over the 128 MiB one buffer may hold on lavapipe
+(maxStorageBufferRange), and vkattn refuses it there by name; as BF16, kept 16-bit on the device,
+it is 74 MiB and runs. The default 32,768 makes 111 M parameters. Then:
+  - torch (eval, no_grad, float32 from the same rounded weights): the prompt's forward filling a KV cache written here from the same
     weights (each layer's keys and values in preallocated (1, H, capacity, d) tensors), then one
     token at a time, greedy;
   - vkattn: `vkattn generate --model FOLDER --json` twice — the first run makes the pipelines and
@@ -18,7 +20,7 @@ Both continue the same prompt's ids for the same number of tokens; the table say
 vkattn's greedy tokens are torch's (random weights leave small margins between the top two).
 
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/gpt2_small.py \\
-      [--vkattn build/bin/vkattn] [--new-tokens 32] [--vocab 32768] [--backend gpu|cpu]
+      [--vkattn build/bin/vkattn] [--new-tokens 32] [--vocab 32768] [--backend gpu|cpu] [--dtype F32|BF16]
 """
 import argparse
 import importlib.util
@@ -62,14 +64,14 @@ def gpt2_tokenizer(size):
     return vocab, merges[:size - 1 - 256]
 
 
-def write_folder(folder, model, vocab, merges):
+def write_folder(folder, model, vocab, merges, dtype):
     vocab_size = len(vocab)
     config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
               "bos_token_id": vocab_size - 1, "eos_token_id": vocab_size - 1, "layer_norm_epsilon": 1e-05, "n_ctx": 1024,
               "n_embd": 768, "n_head": 12, "n_inner": None, "n_layer": 12, "n_positions": 1024,
-              "vocab_size": vocab_size, "torch_dtype": "float32"}
+              "vocab_size": vocab_size, "torch_dtype": "bfloat16" if dtype == "BF16" else "float32"}
     (folder / "config.json").write_text(json.dumps(config))
-    save_safetensors(model.state_dict(), folder / "model.safetensors", {"format": "pt"})
+    save_safetensors(model.state_dict(), folder / "model.safetensors", {"format": "pt"}, dtype)
     (folder / "vocab.json").write_text(json.dumps(vocab))
     (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
 
@@ -132,6 +134,8 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=32768, help="GPT-2's first tokens, 257 … 50257")
     parser.add_argument("--backend", default="gpu", choices=["gpu", "cpu"])
+    parser.add_argument("--dtype", default="F32", choices=["F32", "BF16"],
+                        help="the weights as stored: BF16 keeps vkattn's matrices 16-bit on the device")
     args = parser.parse_args()
     blas_warning()
     environment(args.vkattn, "cpu")
@@ -140,11 +144,16 @@ def main():
     vocab, merges = gpt2_tokenizer(args.vocab)
     model = train.GPT2LMHeadModel(len(vocab)).eval()
     parameters = sum(p.numel() for p in model.parameters())
+    if args.dtype == "BF16":  # torch computes in float32 from the numbers the file holds
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).float())
     with tempfile.TemporaryDirectory() as scratch:
         folder = pathlib.Path(scratch)
-        write_folder(folder, model, vocab, merges)
+        write_folder(folder, model, vocab, merges, args.dtype)
         print(f"model: GPT-2 small's shape with {len(vocab)} tokens, {parameters / 1e6:.1f} M parameters "
-              f"(random weights), {(folder / 'model.safetensors').stat().st_size / 2 ** 20:.0f} MiB as F32")
+              f"(random weights), {(folder / 'model.safetensors').stat().st_size / 2 ** 20:.0f} MiB "
+              f"as {args.dtype}")
         first = vkattn_generate(args.vkattn, folder, args.new_tokens, args.backend)
         ours = vkattn_generate(args.vkattn, folder, args.new_tokens, args.backend)
     # the prompt's ids by train.py's GPT-2 BPE (ASCII: the same as vkattn's tokenizer)

@@ -14,6 +14,17 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+const char* narrow_name(Narrow narrow) {
+  switch (narrow) {
+    case Narrow::none: return "float32";
+    case Narrow::float16: return "float16";
+    case Narrow::bfloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+int64_t stored_words(int64_t count, Narrow narrow) { return narrow == Narrow::none ? count : (count + 1) / 2; }
+
 std::string shape_string(const Shape& shape) {
   std::string out = "(";
   for (size_t i = 0; i < shape.size(); ++i) {

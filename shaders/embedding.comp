@@ -7,9 +7,14 @@
 // An id outside [0, V), or not an integer, gives NaN: never a read out of bounds (the modules
 // check ids on the host before uploading them).
 #include "common.glsl"
+#include "sixteen_bit.glsl"
+
+// the table stored float32 (0), or kept 16-bit by Backend::upload_matrix: float16 (1), bfloat16 (2)
+layout(constant_id = 1) const uint TABLE_FORMAT = 0u;
 
 layout(std430, binding = 0) readonly buffer Ids { float ids[]; };
 layout(std430, binding = 1) readonly buffer Table { float table[]; };
+layout(std430, binding = 1) readonly buffer Table16 { uint table16[]; };
 layout(std430, binding = 2) writeonly buffer Output { float y[]; };
 
 layout(push_constant) uniform Params {
@@ -25,5 +30,10 @@ void main() {
   uint e = index % p.dim;
   float id = ids[n];
   bool valid = id >= 0.0 && id < float(p.vocab) && id == floor(id);
-  y[index] = valid ? table[uint(id) * p.dim + e] : uintBitsToFloat(0x7fc00000u);  // NaN
+  float value = uintBitsToFloat(0x7fc00000u);  // NaN
+  if (valid) {
+    uint at = uint(id) * p.dim + e;
+    value = TABLE_FORMAT == 0u ? table[at] : widen(table16[at / 2u], at % 2u, TABLE_FORMAT);
+  }
+  y[index] = value;
 }

@@ -37,6 +37,10 @@
 // read from (B, H, T, d) — merge_heads folded into the load (then d is a multiple of 4 for VEC4,
 // so a vec4 never straddles two heads). H and T are the push constants `heads` and `tokens`.
 //
+// B_FORMAT (constant 11; linear, not PACKED_B): B kept 16-bit by Backend::upload_matrix, widened
+// as it is read (sixteen_bit.glsl): from its storage buffer, or, in the <step>…_texel16 builds
+// (B_WORDS), from RG32UI texels, where A is RGBA32F texels as in the _texel builds.
+//
 // Bindings: 0 = A, 1 = B, 2 = bias (read only when HAS_BIAS), 3 = C. A and B are storage
 // buffers, or, where the including shader is built with TEXEL_INPUTS (the <step>…_texel
 // builds), RGBA32F uniform texel buffers read by texelFetch: on
@@ -63,6 +67,7 @@
 #extension GL_EXT_samplerless_texture_functions : require
 #endif
 #include "common.glsl"
+#include "sixteen_bit.glsl"
 
 layout(constant_id = 1) const bool VEC4 = false;     // rows of A and B are whole vec4s
 layout(constant_id = 2) const bool HAS_BIAS = false; // add bias[j]
@@ -77,24 +82,43 @@ layout(constant_id = 7) const uint C_HEADS = 0u;     // store C (B·T, H·d) as 
 layout(constant_id = 8) const bool A_HEADS = false;  // read A (B·T, H·d) from (B, H, T, d)
 layout(constant_id = 9) const bool PACKED_B = false; // broadcast, B (N, K): B as gemm_pack wrote it
 layout(constant_id = 10) const uint DEPTH = 16;      // shared: k per shared tile, a multiple of 4
+layout(constant_id = 11) const uint B_FORMAT = 0u;   // B stored float32 (0), float16 (1) or bfloat16
+                                                     // (2, sixteen_bit.glsl)
 const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
 layout(binding = 0) uniform textureBuffer a_texels;
-layout(binding = 1) uniform textureBuffer b_texels;
 vec4 a4_at(uint at) { return texelFetch(a_texels, int(at)); }
-vec4 b4_at(uint at) { return texelFetch(b_texels, int(at)); }
 float a_at(uint at) { return texelFetch(a_texels, int(at / 4u))[at % 4u]; }
+#ifdef B_WORDS
+// B kept 16-bit (B_FORMAT 1 or 2) as RG32UI texels: two words, four elements, a texel
+layout(binding = 1) uniform utextureBuffer b_words;
+vec4 b4_at(uint at) {
+  uvec2 words = texelFetch(b_words, int(at)).xy;
+  return vec4(widen_pair(words.x, B_FORMAT), widen_pair(words.y, B_FORMAT));
+}
+float b_at(uint at) { return widen(texelFetch(b_words, int(at / 4u))[at / 2u % 2u], at % 2u, B_FORMAT); }
+#else
+layout(binding = 1) uniform textureBuffer b_texels;
+vec4 b4_at(uint at) { return texelFetch(b_texels, int(at)); }
 float b_at(uint at) { return texelFetch(b_texels, int(at / 4u))[at % 4u]; }
+#endif
 #else
 layout(std430, binding = 0) readonly buffer InputA { float a[]; };
 layout(std430, binding = 0) readonly buffer InputA4 { vec4 a4[]; };
 layout(std430, binding = 1) readonly buffer InputB { float b[]; };
 layout(std430, binding = 1) readonly buffer InputB4 { vec4 b4[]; };
+// B_FORMAT != 0: B kept 16-bit, two elements a word (sixteen_bit.glsl)
+layout(std430, binding = 1) readonly buffer InputB16 { uint b16[]; };
+layout(std430, binding = 1) readonly buffer InputB16x4 { uvec2 b16x4[]; };
 vec4 a4_at(uint at) { return a4[at]; }  // A's vec4 number `at`
-vec4 b4_at(uint at) { return b4[at]; }
+vec4 b4_at(uint at) {
+  if (B_FORMAT == 0u) return b4[at];
+  uvec2 words = b16x4[at];
+  return vec4(widen_pair(words.x, B_FORMAT), widen_pair(words.y, B_FORMAT));
+}
 float a_at(uint at) { return a[at]; }  // A's float number `at`
-float b_at(uint at) { return b[at]; }
+float b_at(uint at) { return B_FORMAT == 0u ? b[at] : widen(b16[at / 2u], at % 2u, B_FORMAT); }
 #endif
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Output { float c[]; };

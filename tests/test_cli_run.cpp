@@ -1012,12 +1012,18 @@ TEST_F(CliRun, GenerateFromAHubFolderEqualsTorchTokenForToken) {
   const Exit text = vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", "3"});
   EXPECT_EQ(text.code, 0) << text.err;
   EXPECT_NE(text.out.find("GPT2LMHeadModel: 0.14 M parameters, 551.2 KiB as F32 in the files"), std::string::npos) << text.out;
-  // 16-bit in the files, widened to fp32 on the device: both said
-  const Exit llama = vkattn({"generate", "--model", VKATTN_SOURCE_DIR "/models/tiny_llama", "--prompt", prompt,
-                             "--max-new-tokens", "3"});
-  EXPECT_NE(llama.out.find("LlamaForCausalLM: 0.16 M parameters, 305.9 KiB as BF16 in the files\n"
-                           "  (611.8 KiB as F32 on the device)"),
-            std::string::npos) << llama.out;
+  // 16-bit in the files and its matrices 16-bit on the device (the reference's all float32): said
+  for (const char* backend : {"gpu", "cpu"}) {
+    const Exit llama = vkattn({"generate", "--model", VKATTN_SOURCE_DIR "/models/tiny_llama", "--prompt", prompt,
+                               "--max-new-tokens", "3", "--backend", backend});
+    EXPECT_NE(llama.out.find("LlamaForCausalLM: 0.16 M parameters, 305.9 KiB as BF16 in the files\n" +
+                             std::string(backend == std::string("gpu")
+                                             ? "  306.5 KiB kept on the device (its matrices kept 16-bit, the rest "
+                                               "float32; 611.8 KiB as float32)"
+                                             : "  611.8 KiB kept on the device (float32)")),
+              std::string::npos)
+        << llama.out;
+  }
 }
 
 // `vkattn run --model`: every step of GPT-2 traced, both backends agreeing, torch's logits out

@@ -4,14 +4,17 @@
 // fused flash_attention is also held to the unfused steps it replaces.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <tuple>
 
 #include "engine/vulkan/lanes.h"
+#include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "tests/support/printers.h"
+#include "tests/support/sixteen_bit.h"
 #include "tests/support/tolerance.h"
 
 namespace vkattn {
@@ -348,6 +351,45 @@ TEST_P(Embedding, MatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, Embedding, Combine(Values(1, 3), Values(1, 17, 113), Values(1, 5, 1000), Values(1, 17, 65)));
 
+// A table kept 16-bit (upload_matrix): each of the 65,536 bit patterns of float16 and of bfloat16
+// widened by the shader to the float the host widens it to, bit for bit (NaNs as NaNs), through
+// an odd number of elements a row, so that half the rows start in a word's high half.
+TEST_F(Ops, EmbeddingWidensEverySixteenBitValueAsTheHostDoes) {
+  constexpr int64_t V = 65536 / 4, E = 5;  // 81,920 elements: every pattern, and a few twice
+  for (Narrow narrow : {Narrow::float16, Narrow::bfloat16}) {
+    Tensor table({V, E});
+    for (int64_t i = 0; i < V * E; ++i) {
+      const auto bits = static_cast<uint16_t>(i % 65536);
+      table.data[i] = narrow == Narrow::float16 ? glm::unpackHalf1x16(bits) : std::bit_cast<float>(uint32_t{bits} << 16);
+    }
+    table.narrow = narrow;
+    Tensor ids({1, V}, DType::int64);
+    for (int64_t v = 0; v < V; ++v) ids.data[v] = static_cast<float>(v);
+    Value kept = gpu().upload_matrix("embed_tokens.weight", table);
+    ASSERT_EQ(kept.narrow, narrow);
+    EXPECT_EQ(Backend::stored_bytes(kept), uint64_t(V * E) * 2);
+    EXPECT_EQ(gpu().download(kept).data.size(), table.data.size());
+    const Tensor y = gpu().download(gpu().embedding("embed_tokens", gpu().upload("ids", ids), kept));
+    int64_t differing = 0;
+    for (int64_t i = 0; i < V * E; ++i) {
+      const float want = table.data[i], got = y.data[i];
+      if (std::isnan(want) ? !std::isnan(got) : std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(want)) {
+        if (differing++ < 5) ADD_FAILURE() << narrow_name(narrow) << " element " << i << ": " << got << ", not " << want;
+      }
+    }
+    EXPECT_EQ(differing, 0) << narrow_name(narrow);
+  }
+}
+
+// Only linear's weight and embedding's table read 16-bit: any other step is told so by name.
+TEST_F(Ops, AStepThatReadsFloat32AloneRefusesASixteenBitTensor) {
+  Value kept = gpu().upload_matrix("w", testing::rounded_to(random_tensor({4, 8}, 1), Narrow::bfloat16));
+  testing::expect_error<ShapeError>([&] { gpu().softmax("softmax", kept); },
+                                    {"softmax: w (4, 8) is kept bfloat16 (upload_matrix), which only linear's weight "
+                                     "and embedding's table are read as"});
+  testing::expect_error<ShapeError>([&] { gpu().linear("q_proj", kept, kept, nullptr); }, {"q_proj: w (4, 8)", "kept bfloat16"});
+}
+
 TEST_F(Ops, EmbeddingGivesNaNForAnIdOutsideTheTable) {
   Tensor ids({1, 4}, {0, 3, -1, 1.5f}, DType::int64);  // 3 is past a 3-row table; -1 and 1.5 are no ids
   for (Backend* b : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
@@ -479,6 +521,21 @@ TEST_P(GemmTiling, MatchesReference) {
                          {520, 64, 70}}) {
     step({random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)},
          [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], &v[2]); });
+  }
+  // W kept 16-bit (upload_matrix), whatever inputs the plan asks for (a 16-bit B is read from its
+  // storage buffer): the numbers of its widened copy
+  for (Narrow narrow : {Narrow::float16, Narrow::bfloat16}) {
+    for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {70, 3, 129}, {520, 64, 70}}) {
+      const Tensor x = random_tensor({N, K}, 1), w = testing::rounded_to(random_tensor({M, K}, 2), narrow);
+      const Tensor bias = random_tensor({M}, 3);
+      auto run = [&](Backend& b) {
+        Value kept = b.upload_matrix("q_proj.weight", w), on = b.upload("bias", bias);
+        EXPECT_EQ(kept.narrow, b.keeps_16bit() ? narrow : Narrow::none);
+        return b.download(b.linear("q_proj", b.upload("x", x), kept, &on));
+      };
+      EXPECT_TRUE(all_close(run(gpu), run(cpu))) << plan.describe() << ", W " << narrow_name(narrow) << " ("
+                                                 << M << ", " << K << "), " << N << " rows";
+    }
   }
   for (auto [BH, L, S, d, H_kv] : {std::tuple{2, 17, 5, 4, 2}, {3, 9, 70, 64, 3}, {1, 113, 3, 17, 1}, {1, 3, 8, 6, 1},
                                    {2, 520, 33, 8, 2}, {6, 520, 3, 4, 3}}) {

@@ -145,6 +145,28 @@ TEST_F(Pretrained, TinyLlamaMatchesTorchsLogitsAndGreedyTokensOnBothBackends) {
   EXPECT_EQ(greedy(gpu(), *p.model, prompt, want.size()), want);
 }
 
+// tiny_llama's BF16 matrices stay BF16 on the GPU, 2 bytes each (its norms' vectors float32), and
+// give, widened by the shaders, the logits the reference gives from their float32 copy; the
+// reference keeps every weight float32.
+TEST_F(Pretrained, ASixteenBitCheckpointsMatricesStaySixteenBitOnTheGpu) {
+  const io::Pretrained p = io::load_pretrained(kTinyLlama);
+  const auto ids = p.tokenizer->encode("Alice was beginning to get");
+  for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    Generation generation(*backend, *p.model, ids, {.max_new_tokens = 1});
+    generation.prompt_pass();
+    const KeptWeights& kept = *generation.cache()->kept_weights(*backend);
+    uint64_t matrices = 0, vectors = 0;
+    for (const auto& [name, value] : kept.values) {
+      const bool matrix = value.rank() == 2;
+      (matrix ? matrices : vectors) += uint64_t(element_count(value.shape));
+      EXPECT_EQ(value.narrow, matrix && backend == &gpu() ? Narrow::bfloat16 : Narrow::none) << name;
+    }
+    EXPECT_EQ(matrices + vectors, uint64_t(p.model->parameter_count()));
+    EXPECT_EQ(kept.bytes(), backend == &gpu() ? matrices * 2 + vectors * 4 : (matrices + vectors) * 4);
+  }
+  EXPECT_LT(max_difference(last_logits(gpu(), p, ids), last_logits(cpu(), p, ids)), 1e-4f);
+}
+
 // The same weights as Qwen2 reads them (q/k/v biases, here zero), as Mistral with a window longer
 // than the text, and tied (lm_head from embed_tokens): each the logits it must give.
 TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {

@@ -117,8 +117,9 @@ int run_devices() {
     print_items("     ", {"storage buffer range " + to_string(r.max_storage_buffer_range) + " B",
                           "push constants " + to_string(r.max_push_constants_bytes) + " B",
                           "device-local heap " + to_string(r.device_local_bytes >> 20) + " MiB"});
-    std::cout << "     16-bit storage " << (r.storage_buffer_16bit ? "yes" : "no") << ", RGBA32F texel buffers "
-              << (r.texel_rgba32f ? "yes" : "no") << ", timestamps " << (r.timestamps ? "yes" : "no") << "\n";
+    std::cout << "     16-bit storage " << (r.storage_buffer_16bit ? "yes" : "no") << ", texel buffers RGBA32F "
+              << (r.texel_rgba32f ? "yes" : "no") << " RG32UI " << (r.texel_rg32ui ? "yes" : "no") << ", timestamps "
+              << (r.timestamps ? "yes" : "no") << "\n";
     print_wrapped("     ", subgroup_line(r));
     print_wrapped("     ", "switches: " + switch_text("subgroups", r.switches.subgroups, r.switches.subgroups_why) +
                                ", " + switch_text("texel inputs", r.switches.texel_inputs, r.switches.texel_inputs_why) +

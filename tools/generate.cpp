@@ -113,14 +113,23 @@ struct Loaded {
   int64_t eos_token_id = -1;  // generation stops there
 };
 
-// "0.16 M parameters, 305.9 KiB as BF16 in the files" and, where they were stored 16-bit, a line
-// "(611.8 KiB as F32 on the device)": the weights are widened to fp32 on the way in.
+// "0.16 M parameters, 305.9 KiB as BF16 in the files"
 std::string weights_line(uint64_t parameters, uint64_t stored_bytes, const std::string& dtype) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(2) << static_cast<double>(parameters) / 1e6 << " M parameters, "
       << bytes_text(stored_bytes) << " as " << dtype << " in the files";
-  if (dtype != "F32") out << "\n  (" << bytes_text(parameters * 4) << " as F32 on the device)";
   return out.str();
+}
+
+// "  306.5 KiB kept on the device (its matrices kept 16-bit, the rest float32)": what the weights the
+// KV cache keeps take there, against the `parameters` · 4 bytes of float32
+std::string device_weights_line(const KeptWeights& kept, uint64_t parameters) {
+  const uint64_t bytes = kept.bytes();
+  const bool narrow = std::any_of(kept.values.begin(), kept.values.end(),
+                                  [](const auto& v) { return v.second.narrow != Narrow::none; });
+  return "  " + bytes_text(bytes) + " kept on the device" +
+         (narrow ? " (its matrices kept 16-bit, the rest float32; " + bytes_text(parameters * 4) + " as float32)"
+                 : " (float32)");
 }
 
 Loaded load(const GenerateArgs& a) {
@@ -256,6 +265,7 @@ int run_generate(const GenerateArgs& a) {
   std::cout << "\n\n"
             << backend->name() << " backend: " << backend->device_name() << "\n"
             << loaded.name << ": " << loaded.weights << "\n"
+            << (cache ? device_weights_line(*cache->kept_weights(*backend), model.parameter_count()) + "\n" : "")
             << "  " << model.describe() << "\n"
             << std::fixed << std::setprecision(1) << "prompt: " << prompt_tokens << " tokens in " << prompt_ms
             << " ms (the first pass also makes the pipelines)\n"

@@ -17,17 +17,23 @@ namespace vkattn {
 using backend_checks::describe;
 using backend_checks::require;
 
-Value Backend::upload(const std::string& name, const Tensor& tensor) {
+Value Backend::upload(const std::string& name, const Tensor& tensor) { return upload_as(name, tensor, Narrow::none); }
+
+Value Backend::upload_as(const std::string& name, const Tensor& tensor, Narrow as) {
   require(element_count(tensor.shape) == tensor.size(), name,
           "tensor data holds " + std::to_string(tensor.size()) + " values but its shape " +
               shape_string(tensor.shape) + " needs " + std::to_string(element_count(tensor.shape)));
   require(tensor.size() > 0, name, "tensor " + shape_string(tensor.shape) + " is empty; every dim must be >= 1");
   const std::string scoped_name = scoped(name);
   std::shared_ptr<Storage> storage;
-  at_step(scoped_name, [&] { storage = store(scoped_name, tensor); });
-  uploaded_bytes_ += uint64_t(tensor.size()) * sizeof(float);
+  at_step(scoped_name, [&] { storage = store(scoped_name, tensor, as); });
+  uploaded_bytes_ += uint64_t(stored_words(tensor.size(), as)) * sizeof(float);
   report_input(scoped_name, tensor);
-  return Value{scoped_name, tensor.shape, tensor.dtype, std::move(storage)};
+  return Value{scoped_name, tensor.shape, tensor.dtype, std::move(storage), as};
+}
+
+uint64_t Backend::stored_bytes(const Value& value) {
+  return uint64_t(stored_words(element_count(value.shape), value.narrow)) * sizeof(float);
 }
 
 void Backend::report_input(const std::string& scoped_name, const Tensor& tensor) {
@@ -41,15 +47,30 @@ uint64_t new_weights_owner() {
 }
 
 Value Backend::upload_weight(const std::string& name, const Tensor& tensor) {
-  if (!kept_) return upload(name, tensor);
+  return keep_weight(name, tensor, Narrow::none);
+}
+
+Value Backend::upload_matrix(const std::string& name, const Tensor& tensor) {
+  return keep_weight(name, tensor, keeps_16bit() ? tensor.narrow : Narrow::none);
+}
+
+Value Backend::keep_weight(const std::string& name, const Tensor& tensor, Narrow as) {
+  if (!kept_) return upload_as(name, tensor, as);
   auto kept = kept_->values.find(scoped(name));
-  if (kept != kept_->values.end() && kept->second.shape == tensor.shape && kept->second.dtype == tensor.dtype) {
+  if (kept != kept_->values.end() && kept->second.shape == tensor.shape && kept->second.dtype == tensor.dtype &&
+      kept->second.narrow == as) {
     report_input(kept->second.name, tensor);  // kept from an earlier pass: this one takes it too
     return kept->second;
   }
-  Value value = upload(name, tensor);
+  Value value = upload_as(name, tensor, as);
   kept_->values.insert_or_assign(value.name, value);
   return value;
+}
+
+uint64_t KeptWeights::bytes() const {
+  uint64_t total = 0;
+  for (const auto& [name, value] : values) total += Backend::stored_bytes(value);
+  return total;
 }
 
 KeepWeights::KeepWeights(Backend& backend, KeptWeights* kept, uint64_t owner)
@@ -159,7 +180,7 @@ void check_tensor_fits(const MemoryLimits& limits, const std::string& name, int6
 void Backend::preflight(const std::string& pass, const std::function<void(Backend&)>& recipe) {
   const auto limits = memory_limits();
   if (!limits) return;
-  SizingBackend sizing(limits->reuse_from_bytes, limits->gemm_scratch_floats);
+  SizingBackend sizing(limits->reuse_from_bytes, limits->gemm_scratch_floats, keeps_16bit());
   sizing.scope_ = scope_;
   recipe(sizing);
   const SizingBackend::SizedTensor* largest = nullptr;

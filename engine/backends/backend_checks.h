@@ -19,13 +19,19 @@ inline void require(bool ok, const std::string& step, const std::string& message
   if (!ok) throw ShapeError(step + ": " + message);
 }
 
-inline void require_float(const std::string& step, const Value& v) {
+// A float tensor; one kept 16-bit (Backend::upload_matrix) only where `sixteen_bit` (linear's
+// weight, embedding's table): the other steps' shaders read float32 alone.
+inline void require_float(const std::string& step, const Value& v, bool sixteen_bit = false) {
   require(v.dtype == DType::float32, step,
           describe(v) + " is " + dtype_name(v.dtype) + " but the step computes in float32");
+  require(sixteen_bit || v.narrow == Narrow::none, step,
+          describe(v) + " is kept " + narrow_name(v.narrow) +
+              " (upload_matrix), which only linear's weight and embedding's table are read as");
 }
 
-inline void require_rank(const std::string& step, const Value& v, int64_t rank, const char* layout) {
-  require_float(step, v);
+inline void require_rank(const std::string& step, const Value& v, int64_t rank, const char* layout,
+                         bool sixteen_bit = false) {
+  require_float(step, v, sixteen_bit);
   require(v.rank() == rank, step,
           describe(v) + " has rank " + std::to_string(v.rank()) + " but must be " + layout);
 }

@@ -20,7 +20,7 @@ Backend::LinearSizes Backend::check_linear(const std::string& step, const Value&
                                            const Value* bias) {
   require_float(step, x);
   require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim");
-  require_rank(step, weight, 2, "(out_features, in_features)");
+  require_rank(step, weight, 2, "(out_features, in_features)", /*sixteen_bit=*/true);
   int64_t K = x.dim(-1), M = weight.dim(0);
   require(weight.dim(1) == K, step,
           "input " + describe(x) + " has " + std::to_string(K) + " features but weight " + describe(weight) +

@@ -115,7 +115,7 @@ Value Backend::embedding(const std::string& step_name, const Value& ids, const V
   const std::string step = scoped(step_name);
   require(ids.dtype == DType::int64, step, "token ids " + describe(ids) + " are " + dtype_name(ids.dtype) + " but must be int64");
   require(ids.rank() == 2, step, "token ids " + describe(ids) + " have rank " + std::to_string(ids.rank()) + " but must be (B, T)");
-  require_rank(step, table, 2, "(vocab_size, E)");
+  require_rank(step, table, 2, "(vocab_size, E)", /*sixteen_bit=*/true);
   int64_t B = ids.dim(0), T = ids.dim(1), V = table.dim(0), E = table.dim(1);
   Value y = make_output(step, {B, T, E});
   timed(step, [&] { run_embedding(step, *ids.storage, *table.storage, *y.storage, B * T, V, E); });
@@ -217,7 +217,7 @@ Value Backend::host_step(const std::string& step_name, const std::string& op, co
   });
   require(element_count(result.shape) == result.size() && result.size() > 0, step,
           "the host step made " + std::to_string(result.size()) + " values for shape " + shape_string(result.shape));
-  Value y{step, result.shape, result.dtype, store(step, result)};
+  Value y{step, result.shape, result.dtype, store(step, result, Narrow::none)};
   std::vector<TensorInfo> in;
   for (const Value* v : inputs) in.push_back({v->name, v->shape, v->dtype});
   report(step, op.c_str(), std::move(in), y, std::move(dims));

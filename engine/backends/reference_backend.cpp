@@ -21,7 +21,8 @@ std::shared_ptr<Storage> ReferenceBackend::allocate(const std::string&, int64_t 
   return storage;
 }
 
-std::shared_ptr<Storage> ReferenceBackend::store(const std::string&, const Tensor& tensor) {
+// keeps_16bit() is false: `as` is always none here
+std::shared_ptr<Storage> ReferenceBackend::store(const std::string&, const Tensor& tensor, Narrow) {
   auto storage = std::make_shared<HostStorage>();
   storage->data = tensor.data;
   return storage;

@@ -13,16 +13,20 @@ struct SizedStorage final : Storage {
   ~SizedStorage() override { pool->release(bytes); }
   std::shared_ptr<Pool> pool;
   uint64_t bytes;
+  bool sixteen_bit = false;  // a weight kept 16-bit
 };
 }  // namespace
 
-SizingBackend::SizingBackend(uint64_t reuse_from_bytes, decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats)
-    : pool_(std::make_shared<Pool>(Pool{reuse_from_bytes, {}})), gemm_scratch_floats_(std::move(gemm_scratch_floats)) {}
+SizingBackend::SizingBackend(uint64_t reuse_from_bytes, decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats,
+                             bool keeps_16bit)
+    : pool_(std::make_shared<Pool>(Pool{reuse_from_bytes, {}})),
+      gemm_scratch_floats_(std::move(gemm_scratch_floats)),
+      keeps_16bit_(keeps_16bit) {}
 
 void SizingBackend::scratch(const std::string& step, const std::string& product, int64_t batch, int64_t group,
-                            int64_t M, int64_t N, int64_t K, int64_t a_heads) {
+                            int64_t M, int64_t N, int64_t K, int64_t a_heads, bool b_16bit) {
   if (!gemm_scratch_floats_) return;
-  if (const int64_t floats = gemm_scratch_floats_(product, batch, group, M, N, K, a_heads); floats > 0) {
+  if (const int64_t floats = gemm_scratch_floats_(product, batch, group, M, N, K, a_heads, b_16bit); floats > 0) {
     allocate(step + " (B packed)", floats);  // given back at once, as at the end of the step
   }
 }
@@ -47,8 +51,14 @@ std::shared_ptr<Storage> SizingBackend::allocate(const std::string& name, int64_
   return std::make_shared<SizedStorage<Pool>>(pool_, bytes);
 }
 
-std::shared_ptr<Storage> SizingBackend::store(const std::string& name, const Tensor& tensor) {
-  return allocate(name, tensor.size());
+std::shared_ptr<Storage> SizingBackend::store(const std::string& name, const Tensor& tensor, Narrow as) {
+  auto storage = allocate(name, stored_words(tensor.size(), as));
+  static_cast<SizedStorage<Pool>&>(*storage).sixteen_bit = as != Narrow::none;
+  return storage;
+}
+
+bool SizingBackend::is_16bit(const Storage& storage) {
+  return static_cast<const SizedStorage<Pool>&>(storage).sixteen_bit;
 }
 
 // Zeros: a recipe that reads a value back mid-pass (a host step) gets numbers of the right count.

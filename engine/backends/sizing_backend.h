@@ -22,14 +22,16 @@ class SizingBackend final : public Backend {
  public:
   struct SizedTensor {
     std::string name;  // the step's, or the uploaded tensor's
-    int64_t count;     // float32 elements
+    int64_t count;     // 32-bit words: float32 elements, or pairs of 16-bit ones
   };
 
   // reuse_from_bytes: the smallest tensor that may take a finished tensor's buffer; by default
   // none does, and pass_bytes() is the sum of every tensor. gemm_scratch_floats: a GEMM step's
-  // own buffers, as MemoryLimits says (none where unset).
+  // own buffers, as MemoryLimits says (none where unset). keeps_16bit: the real backend's.
   explicit SizingBackend(uint64_t reuse_from_bytes = std::numeric_limits<uint64_t>::max(),
-                         decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats = {});
+                         decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats = {},
+                         bool keeps_16bit = false);
+  bool keeps_16bit() const override { return keeps_16bit_; }
 
   std::string name() const override { return "sizing"; }
   std::string device_name() const override { return "none (sizes only)"; }
@@ -39,15 +41,15 @@ class SizingBackend final : public Backend {
 
  protected:
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
-  std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
+  std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor, Narrow as) override;
   Value input(const Value& resident) override {
     return Value{resident.name, resident.shape, resident.dtype, allocate(resident.name, element_count(resident.shape))};
   }
   std::vector<float> load(const Storage& storage, int64_t count) override;
 
-  void run_linear(const std::string& step, const Storage&, const Storage&, const Storage*, Storage&, int64_t N,
+  void run_linear(const std::string& step, const Storage&, const Storage& w, const Storage*, Storage&, int64_t N,
                   int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout) override {
-    scratch(step, "linear", 1, 1, N, M, K, x_layout.heads);
+    scratch(step, "linear", 1, 1, N, M, K, x_layout.heads, is_16bit(w));
   }
   void run_split_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
                        int64_t) override {}
@@ -55,7 +57,7 @@ class SizingBackend final : public Backend {
                       int64_t) override {}
   void run_attention_scores(const std::string& step, const Storage&, const Storage&, Storage&, int64_t BH, int64_t L,
                             int64_t S, int64_t d, float, int64_t group) override {
-    scratch(step, "attention_scores", BH, group, L, S, d, 0);
+    scratch(step, "attention_scores", BH, group, L, S, d, 0, false);
   }
   void run_attention_mask(const std::string&, const Storage&, const Storage*, int, const Storage*, bool, int64_t,
                           Storage&, int64_t, int64_t, int64_t, int64_t) override {}
@@ -104,10 +106,12 @@ class SizingBackend final : public Backend {
   };
   // A GEMM step's own buffer, taken and given back, as the real backend's (gemm_scratch_floats_)
   void scratch(const std::string& step, const std::string& product, int64_t batch, int64_t group, int64_t M,
-               int64_t N, int64_t K, int64_t a_heads);
+               int64_t N, int64_t K, int64_t a_heads, bool b_16bit);
+  static bool is_16bit(const Storage& storage);  // stored so by store()
   std::vector<SizedTensor> tensors_;
   std::shared_ptr<Pool> pool_;
   decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats_;
+  bool keeps_16bit_;
 };
 
 }  // namespace vkattn

@@ -1,9 +1,11 @@
 #include "vkattn/backends/vulkan_backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <map>
 
+#include <glm/gtc/packing.hpp>
 #include <spdlog/spdlog.h>
 
 #include "engine/backends/tuner.h"
@@ -30,12 +32,39 @@ using vulkan::Buffer;
 struct DeviceStorage final : Storage {
   std::shared_ptr<Buffer> buffer;
   std::weak_ptr<vulkan::BufferPool> pool;
+  Narrow narrow = Narrow::none;  // 16-bit elements, two to a 32-bit word (BackendHooks::store)
   ~DeviceStorage() override {
     if (auto p = pool.lock()) p->release(std::move(buffer));
   }
 };
 
 const std::shared_ptr<Buffer>& buffer_of(const Storage& s) { return static_cast<const DeviceStorage&>(s).buffer; }
+Narrow narrow_of(const Storage& s) { return static_cast<const DeviceStorage&>(s).narrow; }
+// The shaders' constant for how a weight is stored (sixteen_bit.glsl): 0 float32, 1
+// float16, 2 bfloat16.
+uint32_t storage_format(Narrow narrow) { return static_cast<uint32_t>(narrow); }
+static_assert(uint32_t(Narrow::float16) == 1 && uint32_t(Narrow::bfloat16) == 2);
+
+// `values`, every one a `narrow` number, as 16-bit words two to a uint32, the first in the low half
+std::vector<uint32_t> pack_16bit(const std::vector<float>& values, Narrow narrow) {
+  std::vector<uint32_t> words(static_cast<size_t>(stored_words(int64_t(values.size()), narrow)), 0u);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint32_t half = narrow == Narrow::float16 ? glm::packHalf1x16(values[i])
+                                                    : std::bit_cast<uint32_t>(values[i]) >> 16;  // bfloat16: the top half
+    words[i / 2] |= half << (16 * (i % 2));
+  }
+  return words;
+}
+
+// pack_16bit's inverse: `count` floats
+std::vector<float> unpack_16bit(const std::vector<uint32_t>& words, Narrow narrow, int64_t count) {
+  std::vector<float> values(static_cast<size_t>(count));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint32_t half = (words[i / 2] >> (16 * (i % 2))) & 0xffffu;
+    values[i] = narrow == Narrow::float16 ? glm::unpackHalf1x16(uint16_t(half)) : std::bit_cast<float>(half << 16);
+  }
+  return values;
+}
 
 glm::uint u32(int64_t v) { return static_cast<glm::uint>(v); }
 
@@ -122,8 +151,8 @@ std::optional<MemoryLimits> VulkanBackend::memory_limits() const {
   // pass's first GEMM of the class would: hence the cast)
   auto* self = const_cast<VulkanBackend*>(this);
   limits.gemm_scratch_floats = [self](const std::string& product, int64_t batch, int64_t group, int64_t M, int64_t N,
-                                      int64_t K, int64_t a_heads) {
-    return int64_t(self->gemm_launch(product, batch, M, N, K, false, group, a_heads).packed_texels) * 4;
+                                      int64_t K, int64_t a_heads, bool b_16bit) {
+    return int64_t(self->gemm_launch(product, batch, M, N, K, false, group, a_heads, b_16bit).packed_texels) * 4;
   };
   if (s_->options.buffer_limit_bytes > 0 && s_->options.buffer_limit_bytes < limits.max_tensor_bytes) {
     limits.max_tensor_bytes = s_->options.buffer_limit_bytes;
@@ -149,13 +178,25 @@ std::shared_ptr<Storage> VulkanBackend::allocate(const std::string& name, int64_
   return storage;
 }
 
-std::shared_ptr<Storage> VulkanBackend::store(const std::string& name, const Tensor& tensor) {
-  auto storage = allocate(name, tensor.size());
-  s_->recorder.upload(buffer_of(*storage), tensor.data.data(), tensor.data.size() * sizeof(float));
+std::shared_ptr<Storage> VulkanBackend::store(const std::string& name, const Tensor& tensor, Narrow as) {
+  auto storage = allocate(name, stored_words(tensor.size(), as));
+  if (as == Narrow::none) {
+    s_->recorder.upload(buffer_of(*storage), tensor.data.data(), tensor.data.size() * sizeof(float));
+  } else {
+    static_cast<DeviceStorage&>(*storage).narrow = as;
+    const std::vector<uint32_t> words = pack_16bit(tensor.data, as);
+    s_->recorder.upload(buffer_of(*storage), words.data(), words.size() * sizeof(uint32_t));
+  }
   return storage;
 }
 
 std::vector<float> VulkanBackend::load(const Storage& storage, int64_t count) {
+  const Narrow narrow = narrow_of(storage);
+  if (narrow != Narrow::none) {
+    std::vector<uint32_t> words(static_cast<size_t>(stored_words(count, narrow)));
+    s_->recorder.download(buffer_of(storage), words.data(), words.size() * sizeof(uint32_t));
+    return unpack_16bit(words, narrow, count);
+  }
   std::vector<float> data(static_cast<size_t>(count));
   s_->recorder.download(buffer_of(storage), data.data(), data.size() * sizeof(float));
   return data;
@@ -163,11 +204,11 @@ std::vector<float> VulkanBackend::load(const Storage& storage, int64_t count) {
 
 const vulkan::Kernel& VulkanBackend::kernel(vulkan::Op op, std::vector<uint32_t> specialization,
                                             uint32_t workgroup_size, uint32_t texel_bindings, uint32_t lanes,
-                                            const std::string& build) {
+                                            const std::string& build, uint32_t word_bindings) {
   if (workgroup_size == 0) workgroup_size = s_->options.workgroup_size;
   const vulkan::OpInfo& info = vulkan::op_info(op);
   return s_->context->kernels().get(build.empty() ? std::string(info.name) : build, info.bindings, info.push_bytes,
-                                    workgroup_size, specialization, texel_bindings, lanes);
+                                    workgroup_size, specialization, texel_bindings, lanes, word_bindings);
 }
 
 template <class Params>
@@ -182,20 +223,22 @@ void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kern
 }
 
 VulkanBackend::GemmLaunch VulkanBackend::gemm_launch(const std::string& name, int64_t batch, int64_t M, int64_t N,
-                                                     int64_t K, bool b_k_by_n, int64_t group, int64_t a_heads) {
+                                                     int64_t K, bool b_k_by_n, int64_t group, int64_t a_heads,
+                                                     bool b_16bit) {
   GemmLaunch launch;
   launch.plan = gemm_plan_for(name, batch, M, N, K).fitted(uint64_t(N));
   // vec4 loads need every row of A and B to start on a multiple of 4 floats, and A's heads
   // where A is read from (B, H, T, d)
   launch.vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_heads == 0 || K / a_heads % 4 == 0);
-  // texel inputs: whole texels (vec4), each input within the device's texel count
+  // texel inputs: whole texels (vec4), each input within the device's texel count; a 16-bit B
+  // as RG32UI texels (four elements a texel too), where the device reads those
   const uint64_t max_texels = s_->device.max_texel_buffer_elements;
-  launch.texels = launch.plan.texel_inputs && launch.vec4 && uint64_t(batch) * M * K / 4 <= max_texels &&
-                  uint64_t(batch / group) * N * K / 4 <= max_texels;
+  launch.texels = launch.plan.texel_inputs && launch.vec4 && (!b_16bit || s_->device.texel_rg32ui) &&
+                  uint64_t(batch) * M * K / 4 <= max_texels && uint64_t(batch / group) * N * K / 4 <= max_texels;
   // B (batch / group, N, K) as the lanes read it: N rounded up to a subgroup's columns
   const uint64_t block_cols = uint64_t(launch.plan.lanes) * launch.plan.tile_n;
   const uint64_t packed = uint64_t(batch / group) * ceil_div(uint64_t(N), block_cols) * block_cols * K / 4;
-  if (!b_k_by_n && launch.plan.packed_b && launch.texels && packed <= max_texels) {
+  if (!b_k_by_n && !b_16bit && launch.plan.packed_b && launch.texels && packed <= max_texels) {
     launch.packed_texels = packed;
   }
   launch.plan.packed_b = launch.packed_texels > 0;  // what runs
@@ -207,7 +250,8 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
                              float scale, bool b_k_by_n, int64_t group, HeadsLayout a_layout,
                              HeadsLayout c_layout) {
   if (a_layout.heads > 0 && c_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
-  const GemmLaunch launch = gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads);
+  const Narrow b_narrow = narrow_of(b);
+  const GemmLaunch launch = gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads, b_narrow != Narrow::none);
   const vulkan::GemmPlan& plan = launch.plan;
   std::vector<uint32_t> specialization = plan.specialization(launch.vec4, bias != nullptr);
   const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;  // d a multiple of 4
@@ -215,6 +259,7 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   specialization.push_back(a_layout.heads > 0 ? 1u : 0u);                // A_HEADS
   specialization.push_back(launch.packed_texels > 0 ? 1u : 0u);          // PACKED_B
   specialization.push_back(plan.depth);                                   // DEPTH
+  specialization.push_back(storage_format(b_narrow));                     // B_FORMAT
   std::shared_ptr<Storage> packed;  // given back to the pool when this step is recorded
   if (launch.packed_texels > 0) {
     packed = allocate(step + " (B packed)", int64_t(launch.packed_texels) * 4);
@@ -223,8 +268,9 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
     dispatch(step, pack, {buffer_of(b), buffer_of(*packed)},
              vulkan::GemmPackParams{u32(launch.packed_texels), u32(N), u32(K / 4)}, launch.packed_texels);
   }
+  const bool b_words = launch.texels && b_narrow != Narrow::none;  // B as RG32UI texels
   const auto& k = kernel(vulkan::op_named(name), specialization, plan.workgroup_size, launch.texels ? 0b11u : 0u,
-                         plan.required_lanes(), plan.shader(name, launch.texels));
+                         plan.required_lanes(), plan.shader(name, launch.texels, b_words), b_words ? 0b10u : 0u);
   const HeadsLayout& heads = a_layout.heads > 0 ? a_layout : c_layout;
   vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group), u32(heads.heads), u32(heads.tokens)};
   dispatch(step, k,
@@ -455,7 +501,7 @@ void VulkanBackend::run_multiply(const std::string& step, const Storage& x, cons
 
 void VulkanBackend::run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y,
                                   int64_t N, int64_t V, int64_t E) {
-  const auto& k = kernel(vulkan::Op::embedding);
+  const auto& k = kernel(vulkan::Op::embedding, {storage_format(narrow_of(table))});
   dispatch(step, k, {buffer_of(ids), buffer_of(table), buffer_of(y)}, vulkan::EmbeddingParams{u32(N), u32(V), u32(E)},
            uint64_t(N) * E);
 }

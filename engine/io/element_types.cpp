@@ -47,6 +47,10 @@ DType engine_dtype(StoredType type) {
   }
 }
 
+Narrow narrow_type(StoredType type) {
+  return type == StoredType::float16 ? Narrow::float16 : type == StoredType::bfloat16 ? Narrow::bfloat16 : Narrow::none;
+}
+
 // An integer element as a float, exactly: |v| <= 2^24, the largest range float32 holds without gaps.
 static float exact_integer(int64_t v, size_t index, const std::string& context) {
   constexpr int64_t kLimit = int64_t{1} << 24;

@@ -19,6 +19,8 @@ const char* stored_type_name(StoredType type);
 // The engine dtype a stored type becomes: boolean for bool, int64 for every integer type,
 // float32 for every float.
 DType engine_dtype(StoredType type);
+// The 16-bit type a stored float16 or bfloat16 stays exactly when widened (Tensor::narrow), or none.
+Narrow narrow_type(StoredType type);
 
 // Converts `bytes` (a whole number of elements) to floats. A bool byte other than 0 or 1 is a
 // FileError "CONTEXT: bool element N holds V, not 0 or 1"; an integer beyond ±2^24 (float32

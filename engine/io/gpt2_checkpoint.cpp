@@ -15,10 +15,12 @@ namespace {
 
 using nlohmann::json;
 
-// Columns [begin, begin + count) of a (rows, cols) matrix, transposed: (count, rows).
+// Columns [begin, begin + count) of a (rows, cols) matrix, transposed: (count, rows), as 16-bit
+// as they were (Tensor::narrow).
 Tensor columns_transposed(const Tensor& t, int64_t begin, int64_t count) {
   const int64_t rows = t.dim(0), cols = t.dim(1);
   Tensor out({count, rows});
+  out.narrow = t.narrow;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < count; ++c) {
       out.data[static_cast<size_t>(c * rows + r)] = t.data[static_cast<size_t>(r * cols + begin + c)];

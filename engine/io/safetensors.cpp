@@ -139,7 +139,9 @@ Safetensors parse_safetensors(std::span<const std::byte> bytes, const std::strin
 
   for (const Entry& e : entries) {
     auto values = decode_elements(e.type, buffer.subspan(e.begin, e.end - e.begin), source + ": tensor '" + e.name + "'");
-    out.tensors.emplace(e.name, Tensor(e.shape, std::move(values), engine_dtype(e.type)));
+    Tensor t(e.shape, std::move(values), engine_dtype(e.type));
+    t.narrow = narrow_type(e.type);
+    out.tensors.emplace(e.name, std::move(t));
     out.stored_dtypes.emplace(e.name, e.dtype);
   }
   return out;

@@ -66,10 +66,10 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
 Value Bert::embed(Backend& backend, const Value& ids, const Value& token_types) const {
   const auto& w = weights_;
   Value words = backend.embedding("embeddings.word_embeddings", ids,
-                                  backend.upload_weight("embeddings.word_embeddings.weight", w.word_embeddings));
+                                  backend.upload_matrix("embeddings.word_embeddings.weight", w.word_embeddings));
   Value types = backend.embedding(
       "embeddings.token_type_embeddings", token_types,
-      backend.upload_weight("embeddings.token_type_embeddings.weight", w.token_type_embeddings));
+      backend.upload_matrix("embeddings.token_type_embeddings.weight", w.token_type_embeddings));
   // Hugging Face's order: words + token types, then + positions
   Value x = backend.residual_add("embeddings.add_token_types", words, types);  // (B, T, E)
   x = backend.positional_encoding("embeddings.position_embeddings", x,
@@ -81,7 +81,7 @@ Value Bert::embed(Backend& backend, const Value& ids, const Value& token_types) 
 
 Value Bert::pool(Backend& backend, const Value& x) const {
   Value first = backend.first_token("pooler.first_token", x);  // (B, E)
-  Value weight = backend.upload_weight("pooler.dense.weight", weights_.pooler_weight);
+  Value weight = backend.upload_matrix("pooler.dense.weight", weights_.pooler_weight);
   Value bias = backend.upload_weight("pooler.dense.bias", weights_.pooler_bias);
   return backend.tanh("pooler.tanh", backend.linear("pooler.dense", first, weight, &bias));  // (B, E)
 }

@@ -69,9 +69,9 @@ Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& 
 Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& c,
                    const Tensor& linear1_weight, const Tensor& linear1_bias, const Tensor& linear2_weight,
                    const Tensor& linear2_bias) {
-  Value w1 = backend.upload_weight("linear1.weight", linear1_weight);
+  Value w1 = backend.upload_matrix("linear1.weight", linear1_weight);
   Value b1 = backend.upload_weight("linear1.bias", linear1_bias);
-  Value w2 = backend.upload_weight("linear2.weight", linear2_weight);
+  Value w2 = backend.upload_matrix("linear2.weight", linear2_weight);
   Value b2 = backend.upload_weight("linear2.bias", linear2_bias);
   Value hidden = backend.linear("linear1", x, w1, &b1);  // (B, L, F)
   switch (c.activation) {

@@ -64,7 +64,7 @@ void CausalLM::check_ids(const std::string& who, const Tensor& ids, int64_t firs
 
 Value CausalLM::embed(Backend& backend, const Value& ids, int64_t first_position) const {
   const int64_t T = ids.dim(1), E = config_.layer.d_model;
-  Value table = backend.upload_weight("token_embedding.weight", weights_.token_embedding);
+  Value table = backend.upload_matrix("token_embedding.weight", weights_.token_embedding);
   Value x = backend.embedding("token_embedding", ids, table);  // (B, T, E)
   // the rows of this step's positions: a cache's step starts past row 0 (not a weight to keep:
   // they change from step to step)
@@ -79,8 +79,8 @@ Value CausalLM::head(Backend& backend, const Value& x) const {
   Value bias = backend.upload_weight("norm.bias", weights_.norm.bias);
   Value h = backend.layer_norm("norm", x, weight, bias, config_.layer.layer_norm_eps);  // (B, T, E)
   // tied: the embedding's table, the same kept weight as embed()'s
-  Value w = config_.tie_word_embeddings ? backend.upload_weight("token_embedding.weight", weights_.token_embedding)
-                                        : backend.upload_weight("lm_head.weight", weights_.lm_head_weight);
+  Value w = config_.tie_word_embeddings ? backend.upload_matrix("token_embedding.weight", weights_.token_embedding)
+                                        : backend.upload_matrix("lm_head.weight", weights_.lm_head_weight);
   if (!weights_.lm_head_bias) return backend.linear("lm_head", h, w, nullptr);
   Value b = backend.upload_weight("lm_head.bias", *weights_.lm_head_bias);
   return backend.linear("lm_head", h, w, &b);  // (B, T, V)

@@ -104,9 +104,9 @@ GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x,
     return t ? std::optional<Value>(b.upload_weight(name, *t)) : std::nullopt;
   };
   auto ptr = [](const std::optional<Value>& v) { return v ? &*v : nullptr; };
-  Value wq = b.upload_weight("q_proj.weight", w.q_proj_weight);
-  Value wk = b.upload_weight("k_proj.weight", w.k_proj_weight);
-  Value wv = b.upload_weight("v_proj.weight", w.v_proj_weight);
+  Value wq = b.upload_matrix("q_proj.weight", w.q_proj_weight);
+  Value wk = b.upload_matrix("k_proj.weight", w.k_proj_weight);
+  Value wv = b.upload_matrix("v_proj.weight", w.v_proj_weight);
   auto bq = upload_optional_weight("q_proj.bias", w.q_proj_bias);
   auto bk = upload_optional_weight("k_proj.bias", w.k_proj_bias);
   auto bv = upload_optional_weight("v_proj.bias", w.v_proj_bias);
@@ -120,7 +120,7 @@ GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x,
 }
 
 Value GroupedQueryAttention::merge_and_project(Backend& b, const Value& heads) const {
-  Value wo = b.upload_weight("o_proj.weight", weights_.o_proj_weight);
+  Value wo = b.upload_matrix("o_proj.weight", weights_.o_proj_weight);
   std::optional<Value> bo;
   if (weights_.o_proj_bias) bo = b.upload_weight("o_proj.bias", *weights_.o_proj_bias);
   return b.merge_heads_linear("merge_heads", "o_proj", heads, wo, bo ? &*bo : nullptr);  // (B, T, E)

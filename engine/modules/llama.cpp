@@ -22,7 +22,7 @@ Tensor linear_weight(int64_t out, int64_t in, std::mt19937& rng) {
 // A linear step with its weight (and bias) uploaded under `name`.
 Value projection(Backend& backend, const std::string& name, const Value& x, const Tensor& weight,
                  const std::optional<Tensor>& bias) {
-  Value w = backend.upload_weight(name + ".weight", weight);
+  Value w = backend.upload_matrix(name + ".weight", weight);
   if (!bias) return backend.linear(name, x, w, nullptr);
   Value b = backend.upload_weight(name + ".bias", *bias);
   return backend.linear(name, x, w, &b);
@@ -120,7 +120,7 @@ Value Llama::head(Backend& backend, const Value& x) const {
   Value norm = backend.upload_weight("norm.weight", weights_.norm);
   Value h = backend.rms_norm("norm", x, norm, config_.rms_norm_eps);  // (B, T, E)
   if (!config_.tie_word_embeddings) return projection(backend, "lm_head", h, weights_.lm_head, std::nullopt);
-  Value table = backend.upload_weight("embed_tokens.weight", weights_.embed_tokens);  // embed's, kept once
+  Value table = backend.upload_matrix("embed_tokens.weight", weights_.embed_tokens);  // embed's, kept once
   return backend.linear("lm_head", h, table, nullptr);  // (B, T, V)
 }
 
@@ -171,7 +171,7 @@ Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<T
   return run_pass(backend, "llama", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);
-    Value table = b.upload_weight("embed_tokens.weight", weights_.embed_tokens);
+    Value table = b.upload_matrix("embed_tokens.weight", weights_.embed_tokens);
     Value x = b.embedding("embed_tokens", b.upload("ids", ids), table);  // (B, T, E)
     const GroupedQueryOptions options{.attention = path};  // the weights are not wanted
     for (size_t i = 0; i < attention_.size(); ++i) {
@@ -211,7 +211,7 @@ Tensor Llama::decode(Backend& backend, const Tensor& ids, KVCache& cache, const 
   Tensor logits = run_pass(backend, "llama_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);
-    Value table = b.upload_weight("embed_tokens.weight", weights_.embed_tokens);
+    Value table = b.upload_matrix("embed_tokens.weight", weights_.embed_tokens);
     Value x = b.embedding("embed_tokens", b.upload("ids", ids), table);  // (B, T, E)
     for (size_t i = 0; i < attention_.size(); ++i) {
       StepScope scope(b, "layers." + std::to_string(i));

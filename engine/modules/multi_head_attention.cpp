@@ -312,7 +312,7 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
   const bool one_input = q_in.storage == k_in.storage && k_in.storage == v_in.storage &&
                          q_in.shape == k_in.shape && k_in.shape == v_in.shape;
   if (options.pack_in_proj && one_input && in_proj_weight_ && !c.add_bias_kv) {
-    Value w_in = backend.upload_weight("in_proj_weight", *in_proj_weight_);
+    Value w_in = backend.upload_matrix("in_proj_weight", *in_proj_weight_);
     std::optional<Value> b_in;
     if (in_proj_bias_) b_in = backend.upload_weight("in_proj_bias", *in_proj_bias_);
     Value qkv = backend.linear("in_proj", q_in, w_in, ptr(b_in));  // (B, L, 3E): q, k, v side by side
@@ -356,9 +356,9 @@ MultiHeadAttention::Projections MultiHeadAttention::upload_projections(Backend& 
   auto upload_optional_weight = [&](const char* name, const std::optional<Tensor>& t) {
     return t ? std::optional<Value>(backend.upload_weight(name, *t)) : std::nullopt;
   };
-  Projections p{backend.upload_weight("q_proj_weight", w.q_proj_weight),
-                backend.upload_weight("k_proj_weight", w.k_proj_weight),
-                backend.upload_weight("v_proj_weight", w.v_proj_weight), std::nullopt, std::nullopt, std::nullopt};
+  Projections p{backend.upload_matrix("q_proj_weight", w.q_proj_weight),
+                backend.upload_matrix("k_proj_weight", w.k_proj_weight),
+                backend.upload_matrix("v_proj_weight", w.v_proj_weight), std::nullopt, std::nullopt, std::nullopt};
   p.q_bias = upload_optional_weight("q_proj_bias", w.q_proj_bias);
   p.k_bias = upload_optional_weight("k_proj_bias", w.k_proj_bias);
   p.v_bias = upload_optional_weight("v_proj_bias", w.v_proj_bias);
@@ -366,7 +366,7 @@ MultiHeadAttention::Projections MultiHeadAttention::upload_projections(Backend& 
 }
 
 MultiHeadAttention::OutProj MultiHeadAttention::upload_out_proj(Backend& backend) const {
-  OutProj out{backend.upload_weight("out_proj.weight", weights_.out_proj_weight), std::nullopt};
+  OutProj out{backend.upload_matrix("out_proj.weight", weights_.out_proj_weight), std::nullopt};
   if (weights_.out_proj_bias) out.bias = backend.upload_weight("out_proj.bias", *weights_.out_proj_bias);
   return out;
 }
@@ -417,7 +417,7 @@ Value MultiHeadAttention::attend_memory(Backend& backend, Value x, const KVCache
   check_decodable();
   const int64_t H = config_.num_heads, S = memory.keys.dim(2);
   const OutProj out_proj = upload_out_proj(backend);
-  Value weight = backend.upload_weight("q_proj_weight", weights_.q_proj_weight);
+  Value weight = backend.upload_matrix("q_proj_weight", weights_.q_proj_weight);
   std::optional<Value> bias;
   if (weights_.q_proj_bias) bias = backend.upload_weight("q_proj_bias", *weights_.q_proj_bias);
   Value q = backend.linear_split_heads("q_proj", "split_heads_q", x, weight, bias ? &*bias : nullptr, H);

@@ -36,7 +36,9 @@ void Buffer::make() {
   using M = vk::MemoryPropertyFlagBits;
   vk::BufferUsageFlags usage = U::eTransferSrc | U::eTransferDst;
   if (kind_ == Kind::device) usage |= U::eStorageBuffer;
-  if (kind_ == Kind::device && context_->device_report().texel_rgba32f) usage |= U::eUniformTexelBuffer;
+  if (kind_ == Kind::device && (context_->device_report().texel_rgba32f || context_->device_report().texel_rg32ui)) {
+    usage |= U::eUniformTexelBuffer;
+  }
   const vk::raii::Device& device = context_->device();
   buffer_ = vk::raii::Buffer(device, vk::BufferCreateInfo({}, bytes_, usage, vk::SharingMode::eExclusive));
 
@@ -52,12 +54,15 @@ void Buffer::make() {
   if (kind_ == Kind::staging) mapped_ = memory_.mapMemory(0, bytes_);
 }
 
-vk::BufferView Buffer::texel_view() const {
-  if (!*texel_view_) {
-    texel_view_ = vk::raii::BufferView(
-        context_->device(), vk::BufferViewCreateInfo({}, *buffer_, vk::Format::eR32G32B32A32Sfloat, 0, bytes_ / 16 * 16));
+vk::BufferView Buffer::texel_view(bool words) const {
+  auto& view = words ? word_view_ : texel_view_;
+  const vk::DeviceSize texel = words ? 8 : 16;
+  if (!*view) {
+    view = vk::raii::BufferView(context_->device(),
+                                vk::BufferViewCreateInfo({}, *buffer_, words ? vk::Format::eR32G32Uint : vk::Format::eR32G32B32A32Sfloat,
+                                                         0, bytes_ / texel * texel));
   }
-  return *texel_view_;
+  return *view;
 }
 
 Buffer::~Buffer() {

@@ -27,8 +27,9 @@ class Buffer {
   // Host address of a staging buffer's memory (coherent); null for device buffers.
   void* mapped() const { return mapped_; }
   // The buffer as RGBA32F texels, bytes / 16 of them (a device buffer on a device with
-  // texel_rgba32f), made on first use and kept with the buffer, which a pool reuses.
-  vk::BufferView texel_view() const;
+  // texel_rgba32f), made on first use and kept with the buffer, which a pool reuses. `words`:
+  // as RG32UI texels instead, bytes / 8 of them (16-bit weights, four to a texel; texel_rg32ui).
+  vk::BufferView texel_view(bool words = false) const;
 
  private:
   void make();  // the VkBuffer and its memory; vk::SystemError when the driver refuses
@@ -39,7 +40,7 @@ class Buffer {
   vk::raii::Buffer buffer_ = nullptr;
   vk::raii::DeviceMemory memory_ = nullptr;
   void* mapped_ = nullptr;
-  mutable vk::raii::BufferView texel_view_ = nullptr;
+  mutable vk::raii::BufferView texel_view_ = nullptr, word_view_ = nullptr;
 };
 
 }  // namespace vkattn::vulkan

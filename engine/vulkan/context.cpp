@@ -196,6 +196,8 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   }
   r.texel_rgba32f = bool(device.getFormatProperties(vk::Format::eR32G32B32A32Sfloat).bufferFeatures &
                          vk::FormatFeatureFlagBits::eUniformTexelBuffer);
+  r.texel_rg32ui = bool(device.getFormatProperties(vk::Format::eR32G32Uint).bufferFeatures &
+                        vk::FormatFeatureFlagBits::eUniformTexelBuffer);
   r.max_texel_buffer_elements = limits.maxTexelBufferElements;
   r.switches = choose_switches(r);
 

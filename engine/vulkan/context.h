@@ -64,6 +64,7 @@ struct DeviceReport {
   // RGBA32F uniform texel buffers (texelFetch), up to this many texels in one: the GEMM's inputs
   // on CPU devices, where a texel fetch costs less than a storage-buffer load
   bool texel_rgba32f = false;
+  bool texel_rg32ui = false;  // RG32UI uniform texel buffers: 16-bit weights read as texels
   uint32_t max_texel_buffer_elements = 0;
   bool timestamps = false;  // on the compute queue
   float timestamp_period_ns = 0.0f;

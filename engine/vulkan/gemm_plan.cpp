@@ -53,10 +53,11 @@ std::vector<uint32_t> GemmPlan::specialization(bool vec4, bool has_bias) const {
   return {vec4 ? 1u : 0u, has_bias ? 1u : 0u, tile_m, tile_n, side, lanes};
 }
 
-std::string GemmPlan::shader(const std::string& step, bool texels) const {
-  if (variant != GemmVariant::broadcast) return step + (texels ? "_texel" : "");
+std::string GemmPlan::shader(const std::string& step, bool texels, bool b_words) const {
+  const std::string inputs = texels ? (b_words ? "_texel16" : "_texel") : "";
+  if (variant != GemmVariant::broadcast) return step + inputs;
   // the tile unrolled where it compiles in about a second (shaders/gemm.glsl, UNROLL_TILES)
-  return step + "_subgroup" + (texels ? "_texel" : "") + (lanes <= kMostUnrolledLanes ? "_unrolled" : "");
+  return step + "_subgroup" + inputs + (lanes <= kMostUnrolledLanes ? "_unrolled" : "");
 }
 
 std::string GemmPlan::describe() const {

@@ -52,9 +52,10 @@ struct GemmPlan {
   // The specialization constants 1… of gemm.glsl (constant 0, the workgroup size, is separate).
   std::vector<uint32_t> specialization(bool vec4, bool has_bias) const;
   // The shader that runs `step` (linear, attention_scores, attention_values) under this plan:
-  // <step>, <step>_subgroup (broadcast), each with _texel when `texels`; broadcast at up to
-  // kMostUnrolledLanes lanes takes the build with its tile unrolled, <step>_subgroup…_unrolled.
-  std::string shader(const std::string& step, bool texels) const;
+  // <step>, <step>_subgroup (broadcast), each with _texel when `texels` (_texel16 where B is kept
+  // 16-bit, `b_words`: linear alone); broadcast at up to kMostUnrolledLanes lanes takes the build
+  // with its tile unrolled, <step>_subgroup…_unrolled.
+  std::string shader(const std::string& step, bool texels, bool b_words = false) const;
   static constexpr uint32_t kMostUnrolledLanes = 8;
   // The rule's plan for a product of `rows` rows: B packed only from kPackedRowBlocks row blocks.
   GemmPlan for_rows(uint64_t rows) const;

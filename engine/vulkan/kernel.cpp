@@ -9,10 +9,11 @@ namespace vkattn::vulkan {
 
 Kernel::Kernel(const Context& context, std::string name, uint32_t bindings, uint32_t push_constant_bytes,
                uint32_t workgroup_size, std::span<const uint32_t> specialization, uint32_t texel_bindings,
-               uint32_t lanes)
+               uint32_t lanes, uint32_t word_bindings)
     : name_(std::move(name)),
       bindings_(bindings),
       texel_bindings_(texel_bindings),
+      word_bindings_(word_bindings),
       push_constant_bytes_(push_constant_bytes),
       workgroup_size_(workgroup_size),
       lanes_(lanes) {
@@ -56,10 +57,11 @@ Kernel::Kernel(const Context& context, std::string name, uint32_t bindings, uint
 
 const Kernel& Kernels::get(const std::string& name, uint32_t bindings, uint32_t push_constant_bytes,
                            uint32_t workgroup_size, std::span<const uint32_t> specialization, uint32_t texel_bindings,
-                           uint32_t lanes) {
-  // "softmax@256/0 b2 t0 p16:1:0"
+                           uint32_t lanes, uint32_t word_bindings) {
+  // "softmax@256/0 b2 t0 w0 p16:1:0"
   std::string key = name + "@" + std::to_string(workgroup_size) + "/" + std::to_string(lanes) + " b" +
-                    std::to_string(bindings) + " t" + std::to_string(texel_bindings) + " p" +
+                    std::to_string(bindings) + " t" + std::to_string(texel_bindings) + " w" +
+                    std::to_string(word_bindings) + " p" +
                     std::to_string(push_constant_bytes);
   for (uint32_t v : specialization) key += ":" + std::to_string(v);
   std::shared_ptr<Slot> slot;
@@ -73,7 +75,7 @@ const Kernel& Kernels::get(const std::string& name, uint32_t bindings, uint32_t 
   std::lock_guard lock(slot->mutex);
   if (!slot->kernel) {
     slot->kernel = std::make_unique<Kernel>(context_, name, bindings, push_constant_bytes, workgroup_size,
-                                            specialization, texel_bindings, lanes);
+                                            specialization, texel_bindings, lanes, word_bindings);
     ++made_;
   }
   return *slot->kernel;

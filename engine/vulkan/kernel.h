@@ -20,14 +20,16 @@ namespace vkattn::vulkan {
 
 class Kernel {
  public:
-  // Bit i of `texel_bindings` makes binding i an RGBA32F uniform texel buffer, not a storage buffer.
+  // Bit i of `texel_bindings` makes binding i an RGBA32F uniform texel buffer, not a storage
+  // buffer; an RG32UI one where bit i of `word_bindings` is set too (16-bit weights' words).
   Kernel(const Context& context, std::string name, uint32_t bindings, uint32_t push_constant_bytes,
          uint32_t workgroup_size, std::span<const uint32_t> specialization = {}, uint32_t texel_bindings = 0,
-         uint32_t lanes = 0);
+         uint32_t lanes = 0, uint32_t word_bindings = 0);
 
   const std::string& name() const { return name_; }
   uint32_t bindings() const { return bindings_; }
   bool texel_binding(uint32_t i) const { return (texel_bindings_ >> i) & 1u; }
+  bool word_binding(uint32_t i) const { return (word_bindings_ >> i) & 1u; }
   uint32_t push_constant_bytes() const { return push_constant_bytes_; }
   uint32_t workgroup_size() const { return workgroup_size_; }
   uint32_t lanes() const { return lanes_; }  // the required subgroup size; 0 = none required
@@ -39,6 +41,7 @@ class Kernel {
   std::string name_;
   uint32_t bindings_;
   uint32_t texel_bindings_;
+  uint32_t word_bindings_;
   uint32_t push_constant_bytes_;
   uint32_t workgroup_size_;
   uint32_t lanes_;
@@ -58,7 +61,8 @@ class Kernels {
  public:
   explicit Kernels(const Context& context) : context_(context) {}
   const Kernel& get(const std::string& name, uint32_t bindings, uint32_t push_constant_bytes, uint32_t workgroup_size,
-                    std::span<const uint32_t> specialization = {}, uint32_t texel_bindings = 0, uint32_t lanes = 0);
+                    std::span<const uint32_t> specialization = {}, uint32_t texel_bindings = 0, uint32_t lanes = 0,
+                    uint32_t word_bindings = 0);
   size_t size() const;  // kernels made so far
 
  private:

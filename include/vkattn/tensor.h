@@ -16,6 +16,15 @@ enum class DType { float32, boolean, int64 };
 // "float32" / "bool" / "int64": numpy's names, as the trace writes them.
 const char* dtype_name(DType dtype);
 
+// The 16-bit type every value of a float tensor is exactly, where it came so from a file (a
+// float16 or bfloat16 checkpoint's weights, widened to float32 on the host), or none. A backend
+// that keeps such weights 16-bit (Backend::upload_matrix) stores them in 2 bytes each.
+enum class Narrow { none, float16, bfloat16 };
+// "float16" / "bfloat16" ("float32" for none: what the numbers are then)
+const char* narrow_name(Narrow narrow);
+// The 32-bit words `count` elements take on a backend: one each, or two to a word when 16-bit.
+int64_t stored_words(int64_t count, Narrow narrow);
+
 // "(2, 5, 64)"
 std::string shape_string(const Shape& shape);
 
@@ -41,6 +50,7 @@ struct Tensor {
   Shape shape;
   std::vector<float> data;
   DType dtype = DType::float32;
+  Narrow narrow = Narrow::none;  // float32 values that are all float16 / bfloat16 numbers
 
   Tensor() = default;
   // A zero-filled tensor.

@@ -9,14 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/support/sixteen_bit.h"
 #include "vkattn/tensor.h"
 
 namespace vkattn::testing {
-
-inline uint16_t bfloat16_bits(float value) {
-  const auto bits = std::bit_cast<uint32_t>(value);
-  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
-}
 
 inline void write_safetensors(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors,
                               const std::string& dtype = "F32", const std::map<std::string, std::string>& metadata = {}) {

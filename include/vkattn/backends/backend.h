@@ -56,6 +56,9 @@ struct Value {
   Shape shape;
   DType dtype = DType::float32;
   std::shared_ptr<Storage> storage;
+  // float16 / bfloat16: a weight kept 16-bit (upload_matrix), which only linear (as its weight)
+  // and embedding (as its table) read; every other step refuses it
+  Narrow narrow = Narrow::none;
 
   int64_t dim(int64_t i) const { return shape.at(static_cast<size_t>(i < 0 ? static_cast<int64_t>(shape.size()) + i : i)); }
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
@@ -67,6 +70,8 @@ struct Value {
 struct KeptWeights {
   uint64_t owner = 0;
   std::map<std::string, Value> values;
+  // The bytes they take on their backend (Backend::stored_bytes): 2 an element where kept 16-bit
+  uint64_t bytes() const;
 };
 // A number no other module's weights have had in this process: a module takes one when made
 // (its copies share it, and its weights, which do not change).
@@ -90,9 +95,9 @@ struct MemoryLimits {
   // The floats a GEMM step takes besides its output, given back when it ends (VulkanBackend: B
   // rewritten for the broadcast tiling, shaders/gemm_pack.comp), 0 for none, none where unset:
   // `product` linear or attention_scores, A (batch, M, K) with its columns read from `a_heads`
-  // heads (0: in place), B (batch / group, N, K).
+  // heads (0: in place), B (batch / group, N, K), 16-bit where b_16bit (upload_matrix).
   std::function<int64_t(const std::string& product, int64_t batch, int64_t group, int64_t M, int64_t N, int64_t K,
-                        int64_t a_heads)>
+                        int64_t a_heads, bool b_16bit)>
       gemm_scratch_floats;
 };
 
@@ -117,6 +122,16 @@ class Backend : protected BackendHooks {
   // name and shape) instead of uploading it again: a decoder uploads its weights on its first
   // step only. Elsewhere the same as upload().
   Value upload_weight(const std::string& name, const Tensor& tensor);
+  // upload_weight() for a matrix that only linear (as its weight) or embedding (as its table)
+  // reads: a float16 or bfloat16 checkpoint's (tensor.narrow) stays so where the backend
+  // keeps_16bit(), 2 bytes an element, and the shader widens each element to fp32 as it reads it:
+  // the same numbers as from the widened copy, in half the memory and half the bytes read.
+  Value upload_matrix(const std::string& name, const Tensor& tensor);
+  // Whether upload_matrix keeps 16-bit weights so (VulkanBackend: yes; the CPU reference keeps
+  // every tensor as float32).
+  virtual bool keeps_16bit() const { return false; }
+  // The bytes `value` takes on the backend: 4 an element, 2 where kept 16-bit.
+  static uint64_t stored_bytes(const Value& value);
   // Where upload_weight keeps weights from now on (null: nowhere); returns where it kept them.
   KeptWeights* keep_weights_in(KeptWeights* kept) {
     std::swap(kept, kept_);
@@ -321,6 +336,9 @@ class Backend : protected BackendHooks {
 
  private:
   Value make_output(const std::string& step, Shape shape);
+  // upload() and upload_weight() with the tensor stored `as` (BackendHooks::store)
+  Value upload_as(const std::string& name, const Tensor& tensor, Narrow as);
+  Value keep_weight(const std::string& name, const Tensor& tensor, Narrow as);
   using Clock = std::chrono::steady_clock;
   // Runs step `step` and remembers its host time (at_step names its failures).
   template <class F>

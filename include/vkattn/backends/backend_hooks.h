@@ -28,7 +28,9 @@ class BackendHooks {
   // Storage for `count` float32 elements (contents undefined until a step writes them).
   // `name` is the step's or the uploaded tensor's (scoped), for messages and for sizing.
   virtual std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) = 0;
-  virtual std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) = 0;
+  // `as`: none (float32), or tensor.narrow where upload_matrix keeps a weight 16-bit: then the
+  // storage holds stored_words(count, as) words, two elements to a word, the first in its low half.
+  virtual std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor, Narrow as) = 0;
   virtual std::vector<float> load(const Storage& storage, int64_t count) = 0;
   // Step timing by the device itself: on_begin_pass(timed) says whether tracers listen, and
   // device_step_times() returns one time per step run since, or nothing when the device cannot

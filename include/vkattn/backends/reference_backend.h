@@ -17,7 +17,7 @@ class ReferenceBackend final : public Backend {
 
  protected:
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
-  std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
+  std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor, Narrow as) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
 
   void run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b, Storage& y,

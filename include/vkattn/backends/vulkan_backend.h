@@ -127,10 +127,13 @@ class VulkanBackend final : public Backend {
   // The device memory a pass must fit in, and the buffers a GEMM step takes besides its output,
   // as preflight() counts them.
   std::optional<MemoryLimits> memory_limits() const override;
+  // A float16 or bfloat16 checkpoint's matrices stay 16-bit (upload_matrix): linear.comp and
+  // embedding.comp widen each element as they read it (shaders/sixteen_bit.glsl).
+  bool keeps_16bit() const override { return true; }
 
  protected:
   std::shared_ptr<Storage> allocate(const std::string& name, int64_t count) override;
-  std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor) override;
+  std::shared_ptr<Storage> store(const std::string& name, const Tensor& tensor, Narrow as) override;
   std::vector<float> load(const Storage& storage, int64_t count) override;
   // A pass keeps the buffers the one before it used, and frees the rest (on_begin_pass runs
   // at the start of each outermost pass).
@@ -194,8 +197,10 @@ class VulkanBackend final : public Backend {
   // (vulkan::Kernels), its bindings and push constants as the table of ops says (ops.def);
   // `workgroup_size` 0 means options_.workgroup_size; `lanes` > 0 requires that subgroup size;
   // `build` names another build of the op's shader ("linear_subgroup_texel"; empty: the op's own).
+  // `word_bindings`: those of the texel bindings read as RG32UI texels (16-bit weights).
   const vulkan::Kernel& kernel(vulkan::Op op, std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
-                               uint32_t texel_bindings = 0, uint32_t lanes = 0, const std::string& build = {});
+                               uint32_t texel_bindings = 0, uint32_t lanes = 0, const std::string& build = {},
+                               uint32_t word_bindings = 0);
   // The GEMM plan for C (batch, M, N) = A (batch, M, K) · B through `name`'s shader: measured or
   // remembered for the problem's shape class when tuning is on, else gemm_plan() with B packed
   // only for enough rows (GemmPlan::for_rows); a plan asked for (options.gemm) as it is.
@@ -205,10 +210,11 @@ class VulkanBackend final : public Backend {
   // softmax's or layer_norm's plan for `rows` rows of `cols`: as gemm_plan_for.
   const vulkan::RowPlan& row_plan_for(const std::string& step, int64_t rows, int64_t cols);
   // How run_gemm runs C (batch, M, N) = A (batch, M, K) · B through `name`'s shader (arguments as
-  // its): the plan, and whether and how large B packed (in the .cpp).
+  // its; b_16bit: B kept 16-bit, read from its storage buffer or as RG32UI texels, never
+  // packed): the plan, and whether and how large B packed (in the .cpp).
   struct GemmLaunch;
   GemmLaunch gemm_launch(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K, bool b_k_by_n,
-                         int64_t group, int64_t a_heads);
+                         int64_t group, int64_t a_heads, bool b_16bit);
   // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
   // B is stored (batch / group, K, N) when `b_k_by_n`, else (batch / group, N, K): `group`
   // consecutive items of A share one of B (grouped-query attention; 1 elsewhere).

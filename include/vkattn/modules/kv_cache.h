@@ -50,6 +50,9 @@ class KVCache {
   // (KeepWeights); null for another backend. They hold the module's size in device memory beside
   // bytes(), until the cache goes or another module decodes with it.
   KeptWeights* kept_weights(const Backend& backend) { return &backend == backend_ ? &kept_weights_ : nullptr; }
+  const KeptWeights* kept_weights(const Backend& backend) const {
+    return &backend == backend_ ? &kept_weights_ : nullptr;
+  }
   // Empty again (the rows stay allocated and are overwritten by the next appends; the kept
   // weights stay too).
   void clear() { length_ = 0; }
