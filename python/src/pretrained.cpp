@@ -40,6 +40,9 @@ class Pretrained {
   }
 
   std::string device() const { return device_label(*device_); }
+  uint64_t device_bytes() const {
+    return loaded_.model ? loaded_.model->kept_bytes() : loaded_.encoder->kept_bytes();
+  }
   const nlohmann::json& config() const { return config_; }
   std::vector<int64_t> encode(const std::string& text) const { return loaded_.tokenizer->encode(text); }
   py::bytes decode(const std::vector<int64_t>& ids, bool continuation) const {
@@ -125,6 +128,7 @@ void bind_pretrained(py::module_& m) {
       .def(py::init<const std::filesystem::path&, const std::string&, const std::string&>(), py::arg("path"),
            py::arg("kind"), py::arg("selector"))
       .def_property_readonly("device", &Pretrained::device)
+      .def_property_readonly("device_bytes", &Pretrained::device_bytes)
       .def_property_readonly("config",
                              [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
       .def("encode", &Pretrained::encode, py::arg("text"))

@@ -49,6 +49,20 @@ def test_the_config_is_config_json_with_what_vkattn_read():
     assert llama.config["num_key_value_heads"] == 2 and llama.config["stored_dtype"] == "BF16"
 
 
+def test_a_sixteen_bit_checkpoints_matrices_take_two_bytes_each_on_a_gpu():
+    """tiny_llama (BF16): on a Vulkan device its matrices stay 16-bit, so its weights take about
+    the bytes of its file; the CPU reference widens all of them to float32."""
+    for device in ("gpu", "cpu"):
+        llama = vkattn.from_pretrained(os.path.join(MODELS, "tiny_llama"), device=device)
+        assert llama.device_bytes == 0
+        llama("Alice was")
+        parameters, stored = llama.config["parameters"], llama.config["stored_bytes"]
+        if device == "gpu":
+            assert stored < llama.device_bytes < 1.01 * stored  # the norms' few vectors as float32
+        else:
+            assert llama.device_bytes == 4 * parameters
+
+
 def test_transformerlens_hook_names_give_its_tensors():
     """Each hook against TransformerLens's definition of it, computed here from tiny_gpt2's torch
     modules: (batch, pos, head, d_head) for q, k, v and z, the masked scores, the pattern, the

@@ -65,6 +65,12 @@ class _Checkpoint:
         """Where it runs: "gpu: <the device's name>" or "cpu: reference (C++ loops)"."""
         return self._impl.device
 
+    @property
+    def device_bytes(self):
+        """The bytes its weights take on its device once a forward has put them there (0 before):
+        a 16-bit checkpoint's matrices 2 each on a GPU, everything 4 on the CPU reference."""
+        return self._impl.device_bytes
+
     def _check_steps(self, recorded, tokens, atol, rtol):
         """`recorded` ({vkattn step name: tensor}) against this model's steps on `tokens`."""
         from .check import CheckReport

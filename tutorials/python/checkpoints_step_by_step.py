@@ -164,6 +164,9 @@ def main():
     logits_llama, trace = llama.trace(PROMPT)
     print(f"\none forward is {len(trace.steps)} steps; the first layer's:")
     show_layer(trace, 0)
+    print(f"its weights take {llama.device_bytes / 1024:.1f} KiB on the device: "
+          + ("its matrices stay 16-bit,\nwidened to fp32 as each step reads them"
+             if llama.device_bytes < 2 * c["stored_bytes"] else "all widened to float32"))
     _, state = torch_model("tiny_llama", c)
     print("\nWhat the Llama recipe does differently, checked from the trace:")
     x = trace["embed_tokens"]

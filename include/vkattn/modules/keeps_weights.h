@@ -17,6 +17,9 @@ class KeepsWeights {
   // another backend upload theirs as always; calling this again with another backend moves them
   // there. `backend` must outlive the module's passes on it.
   void keep_weights_on(Backend& backend) { at_ = std::make_shared<At>(At{&backend, {}}); }
+  // The bytes the weights kept there take (KeptWeights::bytes: a 16-bit checkpoint's matrices 2
+  // each); 0 before the first pass there, or where the module keeps none.
+  uint64_t kept_bytes() const { return at_ ? at_->kept.bytes() : 0; }
 
  protected:
   // For the scope of one pass on `backend` (a KeepWeights made around it): the kept weights
