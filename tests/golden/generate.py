@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes the PyTorch golden fixtures that tests/test_golden.cpp and tests/test_cli_run.cpp check.
+"""Writes the PyTorch golden fixtures that tests/modules/test_golden.cpp and tests/tools/test_cli_run.cpp check.
 
 Run it from anywhere with Debian's python3-torch and python3-numpy:
     apt-get install python3-torch python3-numpy && /usr/bin/python3 tests/golden/generate.py

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes the PyTorch golden fixtures of the decoder: nn.TransformerDecoderLayer,
-nn.TransformerDecoder and nn.Transformer, which tests/test_decoder.cpp and tests/cli_test.sh check.
+nn.TransformerDecoder and nn.Transformer, which tests/modules/test_decoder.cpp and tests/tools/cli_test.sh check.
 
 Run it from anywhere with Debian's python3-torch (1.13 or 2.x) and python3-numpy:
     /usr/bin/python3 tests/golden_decoder/generate.py

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes the PyTorch golden fixtures of the encoder: nn.TransformerEncoderLayer, nn.TransformerEncoder
 and the SimpleTransformer classifier of ../shared/articles/04-self-attention-in-pytorch.txt, which
-tests/test_encoder.cpp, tests/cli_test.sh and the simple_transformer example check.
+tests/modules/test_encoder.cpp, tests/tools/cli_test.sh and the simple_transformer example check.
 
 Run it from anywhere with Debian's python3-torch and python3-numpy:
     /usr/bin/python3 tests/golden_encoder/generate.py

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes the PyTorch fixtures of GroupedQueryAttention (Llama / Mistral / Qwen attention), which
-tests/test_grouped_query_attention.cpp and tests/cli_test.sh check on both backends and paths.
+tests/modules/test_grouped_query_attention.cpp and tests/tools/cli_test.sh check on both backends and paths.
 
 Run it from anywhere with Debian's python3-torch (1.13 or 2.x) and python3-numpy:
     /usr/bin/python3 tests/golden_grouped_query/generate.py

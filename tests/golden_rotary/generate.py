@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes the PyTorch fixtures of the rotary_embedding step (RoPE), which tests/test_rotary.cpp
+"""Writes the PyTorch fixtures of the rotary_embedding step (RoPE), which tests/ops/test_rotary.cpp
 checks on both backends. Run it with Debian's python3-torch (1.13 or 2.x) and python3-numpy:
     /usr/bin/python3 tests/golden_rotary/generate.py
 

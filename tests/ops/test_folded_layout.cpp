@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "engine/backends/tuner.h"
-#include "support/gpu.h"
+#include "tests/support/gpu.h"
 #include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tracing/report.h"

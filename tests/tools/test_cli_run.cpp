@@ -524,8 +524,8 @@ TEST(BadInputTable, ListsEveryCaseWithItsMessage) {
       EXPECT_NE(rows[name].find(bad.message), std::string::npos) << name << "'s row lacks: " << bad.message;
     }
   }
-  const std::string cli_test = read(VKATTN_SOURCE_DIR "/tests/cli_test.sh");
-  const std::string test_errors = read(VKATTN_SOURCE_DIR "/tests/test_errors.cpp");
+  const std::string cli_test = read(VKATTN_SOURCE_DIR "/tests/tools/cli_test.sh");
+  const std::string test_errors = read(VKATTN_SOURCE_DIR "/tests/ops/test_errors.cpp");
   for (const auto& [name, row] : rows) {
     if (name.rfind("cli/", 0) == 0) {
       EXPECT_NE(cli_test.find("\"" + name.substr(4) + "\""), std::string::npos) << name << " is not in cli_test.sh";
