@@ -1,5 +1,5 @@
 // BERT as the hub stores it (BertModel; BertForMaskedLM's and BertForPreTraining's files under
-// "bert.", their "cls." heads left unread), read as a Bert: the same recipe under torch's names.
+// "bert."; the masked-LM head "cls.predictions" where there), read as a Bert: the same recipe under torch's names.
 //   embeddings.{word,position,token_type}_embeddings, embeddings.LayerNorm   as they are
 //   encoder.layer.N.attention.self.query, key, value    layers.N.self_attn.q_proj, k_proj, v_proj
 //   encoder.layer.N.attention.output.dense              layers.N.self_attn.out_proj
@@ -92,7 +92,20 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
   } else {
     c.pooler = false;  // BertModel(add_pooling_layer=False), or a masked LM's file without one
   }
-  tensors.ignore_prefix("cls.");  // the pre-training heads (masked LM, next sentence): not run
+  // BertForMaskedLM's (and BertForPreTraining's) masked-LM head, its decoder tied to the word
+  // embeddings unless the file has one of its own; the next-sentence head is not run
+  if (tensors.has("cls.predictions.bias")) {
+    c.masked_lm = true;
+    const std::string at = "cls.predictions.";
+    BertMaskedLMWeights m{.dense_weight = tensors.take(at + "transform.dense.weight", {E, E}, "(E, E)"),
+                          .dense_bias = tensors.take(at + "transform.dense.bias", {E}, "(E,)"),
+                          .norm = norm(at + "transform.LayerNorm"),
+                          .bias = tensors.take(at + "bias", {V}, "(vocab_size,)")};
+    m.decoder_weight = tensors.take_if_there(at + "decoder.weight", {V, E}, "(vocab_size, hidden_size)");
+    tensors.ignore(at + "decoder.bias");  // predictions.bias again, when written
+    w.masked_lm = std::move(m);
+  }
+  tensors.ignore_prefix("cls.seq_relationship.");
   tensors.check_all_taken("a BERT of " + std::to_string(layers) + " layers (embeddings, encoder.layer.0 … " +
                           std::to_string(layers - 1) + ", pooler)");
   return state;

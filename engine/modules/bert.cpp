@@ -32,6 +32,13 @@ BertWeights BertWeights::random(const BertConfig& c, uint32_t seed) {
     w.pooler_weight = uniform({E, E}, -bound, bound, rng);
     w.pooler_bias = uniform({E}, -bound, bound, rng);
   }
+  if (c.masked_lm) {  // tied to word_embeddings, as BertForMaskedLM's
+    const float bound = 1.0f / std::sqrt(static_cast<float>(E));
+    w.masked_lm = BertMaskedLMWeights{.dense_weight = uniform({E, E}, -bound, bound, rng),
+                                      .dense_bias = uniform({E}, -bound, bound, rng),
+                                      .norm = random_norm(E, rng),
+                                      .bias = uniform({c.vocab_size}, -bound, bound, rng)};
+  }
   return w;
 }
 
@@ -55,6 +62,20 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
     checks::weight(kWho, "pooler.dense.bias", w.pooler_bias, {E}, "(E,)");
   } else if (w.pooler_weight.size() != 0 || w.pooler_bias.size() != 0) {
     throw ShapeError("Bert: pooler.dense is given but the config has no pooler");
+  }
+  if (c.masked_lm != w.masked_lm.has_value()) {
+    throw ShapeError(std::string("Bert: the config ") + (c.masked_lm ? "has" : "has no") +
+                     " masked-LM head but its weights (cls.predictions) are " + (c.masked_lm ? "missing" : "given"));
+  }
+  if (const auto& m = w.masked_lm) {
+    checks::weight(kWho, "cls.predictions.transform.dense.weight", m->dense_weight, {E, E}, "(E, E)");
+    checks::weight(kWho, "cls.predictions.transform.dense.bias", m->dense_bias, {E}, "(E,)");
+    checks::weight(kWho, "cls.predictions.transform.LayerNorm.weight", m->norm.weight, {E}, "(E,)");
+    checks::weight(kWho, "cls.predictions.transform.LayerNorm.bias", m->norm.bias, {E}, "(E,)");
+    checks::weight(kWho, "cls.predictions.bias", m->bias, {c.vocab_size}, "(V,)");
+    if (m->decoder_weight) {
+      checks::weight(kWho, "cls.predictions.decoder.weight", *m->decoder_weight, {c.vocab_size, E}, "(V, E)");
+    }
   }
   if (static_cast<int64_t>(w.layers.size()) != c.num_layers) {
     throw ShapeError("Bert: " + std::to_string(w.layers.size()) + " layers of weights for num_layers=" +
@@ -86,9 +107,25 @@ Value Bert::pool(Backend& backend, const Value& x) const {
   return backend.tanh("pooler.tanh", backend.linear("pooler.dense", first, weight, &bias));  // (B, E)
 }
 
-BertOutput Bert::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
-                         const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
-  const std::string who = "Bert.forward";
+Value Bert::predict_tokens(Backend& backend, const Value& x) const {
+  const BertMaskedLMWeights& m = *weights_.masked_lm;
+  const std::string at = "cls.predictions.";
+  Value weight = backend.upload_matrix(at + "transform.dense.weight", m.dense_weight);
+  Value bias = backend.upload_weight(at + "transform.dense.bias", m.dense_bias);
+  Value h = backend.linear(at + "transform.dense", x, weight, &bias);  // (B, T, E)
+  h = backend.gelu(at + "transform.gelu", h);
+  Value norm_weight = backend.upload_weight(at + "transform.LayerNorm.weight", m.norm.weight);
+  Value norm_bias = backend.upload_weight(at + "transform.LayerNorm.bias", m.norm.bias);
+  h = backend.layer_norm(at + "transform.LayerNorm", h, norm_weight, norm_bias, config_.layer.layer_norm_eps);
+  // tied: the embedding's table, the same kept weight as embed()'s
+  Value decoder = m.decoder_weight ? backend.upload_matrix(at + "decoder.weight", *m.decoder_weight)
+                                   : backend.upload_matrix("embeddings.word_embeddings.weight", weights_.word_embeddings);
+  Value decoder_bias = backend.upload_weight(at + "bias", m.bias);
+  return backend.linear(at + "decoder", h, decoder, &decoder_bias);  // (B, T, V)
+}
+
+Bert::Inputs Bert::check_inputs(const std::string& who, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
+                                const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
   checks::token_ids(who, ids, config_.vocab_size, 0, config_.max_positions, "rows of position_embeddings");
   Tensor types(ids.shape, DType::int64);  // zeros: every token of sentence A
   if (token_type_ids) {
@@ -113,12 +150,23 @@ BertOutput Bert::forward(Backend& backend, const Tensor& ids, const std::optiona
     attention.key_padding_mask =
         checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
   }
+  return {std::move(types), std::move(attention)};
+}
+
+Value Bert::encode(Backend& b, const Tensor& ids, const Inputs& inputs) const {
+  Value x = embed(b, b.upload("ids", ids), b.upload("token_type_ids", inputs.types));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    StepScope scope(b, "layers." + std::to_string(i));
+    x = layers_[i].steps(b, x, inputs.attention);  // (B, T, E)
+  }
+  return x;
+}
+
+BertOutput Bert::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
+                         const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
+  const Inputs inputs = check_inputs("Bert.forward", ids, token_type_ids, key_padding_mask, path);
   auto recipe = [&](Backend& b) {
-    Value x = embed(b, b.upload("ids", ids), b.upload("token_type_ids", types));
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      StepScope scope(b, "layers." + std::to_string(i));
-      x = layers_[i].steps(b, x, attention);  // (B, T, E)
-    }
+    Value x = encode(b, ids, inputs);
     std::optional<Value> pooled;
     if (config_.pooler) pooled = pool(b, x);
     return std::pair{x, pooled};
@@ -133,6 +181,20 @@ BertOutput Bert::forward(Backend& backend, const Tensor& ids, const std::optiona
   });
 }
 
+Tensor Bert::masked_lm(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
+                       const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
+  if (!config_.masked_lm) {
+    throw ConfigError("Bert.masked_lm: this BERT has no masked-LM head (cls.predictions: BertForMaskedLM's)");
+  }
+  const Inputs inputs = check_inputs("Bert.masked_lm", ids, token_type_ids, key_padding_mask, path);
+  auto recipe = [&](Backend& b) { return predict_tokens(b, encode(b, ids, inputs)); };
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return in_pass(backend, "bert_masked_lm", [&] {
+    backend.preflight("bert_masked_lm", [&](Backend& b) { recipe(b); });
+    return backend.download(recipe(backend));
+  });
+}
+
 uint64_t Bert::parameter_count() const {
   auto count = [](const Tensor& t) { return static_cast<uint64_t>(t.size()); };
   const auto& w = weights_;
@@ -140,6 +202,10 @@ uint64_t Bert::parameter_count() const {
                count(w.embeddings_norm.weight) + count(w.embeddings_norm.bias) + count(w.pooler_weight) +
                count(w.pooler_bias);
   for (const auto& layer : w.layers) n += layer.parameter_count();
+  if (const auto& m = w.masked_lm) {
+    n += count(m->dense_weight) + count(m->dense_bias) + count(m->norm.weight) + count(m->norm.bias) + count(m->bias);
+    if (m->decoder_weight) n += count(*m->decoder_weight);
+  }
   return n;
 }
 
@@ -150,7 +216,7 @@ std::string Bert::describe() const {
   out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions, " << c.type_vocab_size
       << " token types, " << c.num_layers << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead="
       << l.nhead << ",\n  dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation)
-      << ", post-norm)" << (c.pooler ? ", pooler" : "");
+      << ", post-norm)" << (c.pooler ? ", pooler" : "") << (c.masked_lm ? ", masked-LM head" : "");
   return out.str();
 }
 

@@ -36,6 +36,7 @@ class Pretrained {
                     {"parameters", loaded_.model ? loaded_.model->parameter_count()
                                                  : loaded_.encoder->parameter_count()},
                     {"pad_token_id", loaded_.tokenizer->token_id("[PAD]")},
+                    {"mask_token_id", loaded_.tokenizer->token_id("[MASK]")},
                     {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}});
   }
 
@@ -73,17 +74,10 @@ class Pretrained {
   py::object encoder_forward(const IdArray& ids, const std::optional<IdArray>& token_type_ids,
                              const std::optional<py::array>& key_padding_mask, bool trace,
                              std::optional<bool> fold_layout_steps) {
-    if (!loaded_.encoder) throw ConfigError(loaded_.architecture + " is a language model: call it for its logits");
-    const Bert& bert = *loaded_.encoder;
-    const Tensor t = ids_tensor(ids, bert.vocab_size(), "token id", "the vocabulary");
-    std::optional<Tensor> types;
-    if (token_type_ids) {
-      types = ids_tensor(*token_type_ids, bert.config().type_vocab_size, "token type", "the token types (type_vocab_size)");
-    }
-    const std::optional<Tensor> padding = to_mask(key_padding_mask);
+    const EncoderInputs in = encoder_inputs(ids, token_type_ids, key_padding_mask);
     BertOutput out;  // the hidden state is the pass's result, so that traces end on it
     auto pass = [&](Backend& backend) {
-      out = bert.forward(backend, t, types, padding);
+      out = in.bert.forward(backend, in.ids, in.types, in.padding);
       return out.last_hidden_state;
     };
     auto pair = [&] {
@@ -98,6 +92,15 @@ class Pretrained {
     return py::make_tuple(pair(), recorded);
   }
 
+  // An encoder's masked-LM logits (B, T, V) (BertForMaskedLM's head), inputs as encoder_forward's.
+  py::object masked_lm(const IdArray& ids, const std::optional<IdArray>& token_type_ids,
+                       const std::optional<py::array>& key_padding_mask, bool trace,
+                       std::optional<bool> fold_layout_steps) {
+    const EncoderInputs in = encoder_inputs(ids, token_type_ids, key_padding_mask);
+    return run([&](Backend& backend) { return in.bert.masked_lm(backend, in.ids, in.types, in.padding); }, trace,
+               fold_layout_steps);
+  }
+
   // `max_new_tokens` ids after `prompt` through the KV cache (Generation): greedy at temperature
   // 0, else sampled from `seed`; fewer where the model gives its end-of-text token (not returned).
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature,
@@ -109,6 +112,25 @@ class Pretrained {
   }
 
  private:
+  // An encoder's ids, token types and padding mask as the engine takes them.
+  struct EncoderInputs {
+    const Bert& bert;
+    Tensor ids;
+    std::optional<Tensor> types, padding;
+  };
+  EncoderInputs encoder_inputs(const IdArray& ids, const std::optional<IdArray>& token_type_ids,
+                               const std::optional<py::array>& key_padding_mask) const {
+    if (!loaded_.encoder) throw ConfigError(loaded_.architecture + " is a language model: call it for its logits");
+    const Bert& bert = *loaded_.encoder;
+    EncoderInputs in{bert, ids_tensor(ids, bert.vocab_size(), "token id", "the vocabulary"), std::nullopt,
+                     to_mask(key_padding_mask)};
+    if (token_type_ids) {
+      in.types = ids_tensor(*token_type_ids, bert.config().type_vocab_size, "token type",
+                            "the token types (type_vocab_size)");
+    }
+    return in;
+  }
+
   template <class F>
   py::object run(F&& pass, bool trace, std::optional<bool> fold_layout_steps) {
     if (!trace) return to_array(on_device(*device_, pass));
@@ -138,6 +160,8 @@ void bind_pretrained(py::module_& m) {
            py::arg("attention") = "auto")
       .def("encoder_forward", &Pretrained::encoder_forward, py::arg("ids"), py::arg("token_type_ids"),
            py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("masked_lm", &Pretrained::masked_lm, py::arg("ids"), py::arg("token_type_ids"), py::arg("key_padding_mask"),
+           py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
            py::arg("top_k"), py::arg("seed"));
 }

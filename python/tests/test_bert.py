@@ -43,6 +43,34 @@ def test_texts_padded_to_one_length_match_torch(device, torch_bert):
     np.testing.assert_array_equal(again.last_hidden_state, out.last_hidden_state)
 
 
+@pytest.fixture(scope="module")
+def torch_masked_lm():
+    """torch's BertForMaskedLM of the whole file: the encoder and its cls.predictions head."""
+    train = definition("tiny_bert")
+    weights = read_safetensors(os.path.join(FOLDER, "model.safetensors"))
+    model = train.BertForMaskedLM(weights["bert.embeddings.word_embeddings.weight"].shape[0])
+    model.load_state_dict(weights)
+    return model.eval()
+
+
+def test_the_masked_lm_head_gives_torchs_logits_and_fills_a_mask(device, torch_masked_lm):
+    bert = vkattn.from_pretrained(FOLDER, device=device)
+    text = "Alice was beginning to get very [MASK] of sitting by her sister."
+    ids = bert.encode(text)
+    with torch.no_grad():
+        expected = torch_masked_lm(torch.tensor([ids]))  # (1, T, V)
+    assert_close(bert.masked_lm(text), expected, atol=1e-4, rtol=1e-4)
+    assert_close(bert.masked_lm(np.array([ids])), expected, atol=1e-4, rtol=1e-4)
+    (fills,) = bert.fill_mask(text, top_k=3)
+    position = ids.index(bert.config["mask_token_id"])
+    probabilities = torch.softmax(expected[0, position], -1)
+    best = torch.argsort(probabilities, descending=True)[:3]
+    assert [token for token, _ in fills] == [bert.decode([int(t)]) for t in best]
+    np.testing.assert_allclose([p for _, p in fills], probabilities[best].numpy(), atol=1e-5)
+    with pytest.raises(vkattn.ShapeError, match="has no \\[MASK\\] token to fill"):
+        bert.fill_mask("Alice was tired.")
+
+
 def test_token_types_are_read(device, torch_bert):
     bert = vkattn.from_pretrained(FOLDER, device=device)
     a, b = bert.encode("Down the rabbit-hole."), bert.encode("Alice felt sleepy.")[1:]

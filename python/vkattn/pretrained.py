@@ -188,6 +188,29 @@ class PretrainedEncoder(_Checkpoint):
         recorded = dict(getattr(recorded, "tensors", recorded))
         return self._check_steps(recorded, tokens, atol, rtol)
 
+    def masked_lm(self, tokens, token_type_ids=None, attention_mask=None):
+        """BertForMaskedLM's logits (B, T, vocab_size) of a text, texts or ids (inputs as a
+        call's): the vocabulary's scores at each position. ConfigError where the checkpoint has
+        no masked-LM head (its cls.predictions)."""
+        return self._impl.masked_lm(*self._inputs(tokens, token_type_ids, attention_mask), False)
+
+    def fill_mask(self, text, top_k=5):
+        """The likeliest tokens at each [MASK] of `text`, as Hugging Face's fill-mask pipeline
+        gives them: a list (one per [MASK], in order) of `top_k` (token, probability) pairs."""
+        ids = self.encode(text)
+        mask_id = self.config["mask_token_id"]
+        where = [i for i, t in enumerate(ids) if t == mask_id]
+        if mask_id < 0 or not where:
+            raise _vkattn.ShapeError(f"fill_mask: {text!r} has no [MASK] token to fill")
+        logits = self.masked_lm(np.asarray([ids], dtype=np.int64))[0]
+        out = []
+        for i in where:
+            p = np.exp(logits[i] - logits[i].max())
+            p /= p.sum()
+            best = np.argsort(-p, kind="stable")[:top_k]
+            out.append([(self.decode([int(t)]), float(p[t])) for t in best])
+        return out
+
     def trace(self, tokens, token_type_ids=None, attention_mask=None, values=True, fold_layout_steps=None):
         """(EncoderOutput, Trace): the forward with every step of every layer recorded."""
         (hidden, pooled), recorded = self._impl.encoder_forward(

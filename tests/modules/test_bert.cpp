@@ -4,12 +4,14 @@
 // and a one-line error naming the file, entry or tensor for each way a folder can be wrong.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "tests/support/checkpoint_folder.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "tests/support/safetensors_writer.h"
+#include "tests/support/tolerance.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/pretrained.h"
 #include "vkattn/io/safetensors.h"
@@ -109,6 +111,58 @@ TEST_F(BertCheckpoint, EveryStepIsTracedUnderItsName) {
   EXPECT_EQ(names.back(), "pooler.tanh tanh");
 }
 
+// BertForMaskedLM's head (cls.predictions), traced under its names, against the same arithmetic
+// written out here from the last hidden state: LayerNorm(gelu(x · Wᵀ + b)) · word_embeddingsᵀ + bias
+// (python/tests/test_bert.py holds it to torch's BertForMaskedLM too).
+TEST_F(BertCheckpoint, TheMaskedLMHeadGivesTheVocabularysScoresOnBothBackends) {
+  const io::Pretrained p = io::load_pretrained(kTinyBert);
+  const Bert& bert = *p.encoder;
+  ASSERT_TRUE(bert.config().masked_lm);
+  EXPECT_NE(bert.describe().find("masked-LM head"), std::string::npos);
+  const Tensor ids({1, 5}, {2, 7, 4, 9, 3}, DType::int64);  // [CLS] … [MASK] … [SEP]
+  StepRecorder recorder(false);
+  gpu().add_tracer(recorder);
+  const Tensor logits = bert.masked_lm(gpu(), ids);
+  gpu().remove_tracer(recorder);
+  EXPECT_EQ(recorder.pass(), "bert_masked_lm");
+  std::vector<std::string> names;
+  for (const auto& s : recorder.steps()) names.push_back(s.event.name + " " + s.event.op);
+  const std::vector<std::string> head{"cls.predictions.transform.dense linear", "cls.predictions.transform.gelu gelu",
+                                      "cls.predictions.transform.LayerNorm layer_norm", "cls.predictions.decoder linear"};
+  ASSERT_GE(names.size(), head.size());
+  EXPECT_EQ(std::vector<std::string>(names.end() - 4, names.end()), head);
+
+  const int64_t T = 5, E = 64, V = bert.vocab_size();
+  ASSERT_EQ(logits.shape, (Shape{1, T, V}));
+  const Tensor x = bert.forward(cpu(), ids).last_hidden_state;
+  const auto& m = *bert.weights().masked_lm;
+  const auto& table = bert.weights().word_embeddings;
+  float worst = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> h(E);
+    for (int64_t o = 0; o < E; ++o) {
+      double v = m.dense_bias.data[o];
+      for (int64_t i = 0; i < E; ++i) v += double(x.data[t * E + i]) * m.dense_weight.data[o * E + i];
+      h[o] = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    }
+    double mean = 0, variance = 0;
+    for (double v : h) mean += v / E;
+    for (double v : h) variance += (v - mean) * (v - mean) / E;
+    for (int64_t o = 0; o < E; ++o) {
+      h[o] = (h[o] - mean) / std::sqrt(variance + bert.config().layer.layer_norm_eps) * m.norm.weight.data[o] +
+             m.norm.bias.data[o];
+    }
+    for (int64_t v = 0; v < V; ++v) {
+      double want = m.bias.data[v];
+      for (int64_t o = 0; o < E; ++o) want += h[o] * table.data[v * E + o];
+      worst = std::max(worst, float(std::abs(want - logits.data[t * V + v])));
+    }
+  }
+  EXPECT_LT(worst, 1e-4f);
+  const Tensor on_cpu = bert.masked_lm(cpu(), ids);
+  EXPECT_TRUE(testing::all_close(logits, on_cpu));
+}
+
 TEST_F(BertCheckpoint, BadInputsAreNamed) {
   const io::Pretrained p = io::load_pretrained(kTinyBert);
   const Bert& bert = *p.encoder;
@@ -166,6 +220,33 @@ TEST(BertFolders, WhatIsWrongIsNamed) {
   EXPECT_EQ(a.last_hidden_state.data, b.last_hidden_state.data);
   EXPECT_FALSE(a.pooler_output);
   EXPECT_EQ(renamed.encoder->parameter_count() + 64 * 64 + 64, original.encoder->parameter_count());
+
+  // BertModel's file (no cls.): no masked-LM head, said by name when asked for one
+  weights = io::read_safetensors(kTinyBert / "model.safetensors").tensors;
+  std::erase_if(weights, [](const auto& item) { return item.first.starts_with("cls."); });
+  testing::write_safetensors(tensors / "model.safetensors", weights);
+  const io::Pretrained bare = io::load_pretrained(tensors);
+  EXPECT_FALSE(bare.encoder->config().masked_lm);
+  expect_error<ConfigError>([&] { bare.encoder->masked_lm(cpu, ids); }, {"Bert.masked_lm", "no masked-LM head"});
+  // a head missing a tensor; a decoder of its own (untied) read as it is
+  weights = io::read_safetensors(kTinyBert / "model.safetensors").tensors;
+  weights.erase("cls.predictions.transform.dense.bias");
+  testing::write_safetensors(tensors / "model.safetensors", weights);
+  expect_error<FileError>([&] { io::load_pretrained(tensors); }, {"missing tensor 'cls.predictions.transform.dense.bias'"});
+  weights = io::read_safetensors(kTinyBert / "model.safetensors").tensors;
+  Tensor doubled = weights.at("bert.embeddings.word_embeddings.weight");
+  for (float& v : doubled.data) v *= 2;
+  weights["cls.predictions.decoder.weight"] = doubled;
+  testing::write_safetensors(tensors / "model.safetensors", weights);
+  const io::Pretrained untied = io::load_pretrained(tensors);
+  const Tensor tied_logits = original.encoder->masked_lm(cpu, ids), untied_logits = untied.encoder->masked_lm(cpu, ids);
+  const Tensor& bias = original.encoder->weights().masked_lm->bias;
+  const int64_t V = original.encoder->vocab_size();
+  for (int64_t i = 0; i < tied_logits.size(); ++i) {  // (h · W + b) with W doubled: 2 · (logit - b) + b
+    const float b = bias.data[i % V];
+    EXPECT_NEAR(untied_logits.data[i], 2 * (tied_logits.data[i] - b) + b, 1e-3f) << i;
+  }
+  EXPECT_EQ(untied.encoder->parameter_count(), original.encoder->parameter_count() + uint64_t(doubled.size()));
 }
 
 }  // namespace

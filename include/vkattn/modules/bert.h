@@ -9,6 +9,10 @@
 //                                                       exact gelu: norm1(x + self_attn(x)), …
 //   pooler.first_token, pooler.dense (linear),          tanh(dense(x[:, 0])): the [CLS] row
 //     pooler.tanh
+// and, for masked_lm() (BertForMaskedLM's head, cls.predictions), from the last hidden state:
+//   cls.predictions.transform.dense (linear), …gelu,    (B, T, E) -> (B, T, E)
+//     …LayerNorm (layer_norm)
+//   cls.predictions.decoder (linear)                    -> (B, T, V): · word_embeddingsᵀ + bias
 // Padding is a key_padding_mask (True = padding), as torch's: Hugging Face's attention_mask is its
 // opposite (1 = a token to attend to). Padded positions are computed like any other; no query
 // attends to them. Dropout is the identity (eval mode).
@@ -33,6 +37,15 @@ struct BertConfig {
   TransformerEncoderLayerConfig layer;  // E hidden_size, H num_attention_heads, F intermediate_size,
                                         // gelu (hidden_act), layer_norm_eps, post-norm
   bool pooler = true;             // BertModel(add_pooling_layer=True)
+  bool masked_lm = false;         // BertForMaskedLM's head (cls.predictions)
+};
+
+// BertForMaskedLM's head (cls.predictions): the vocabulary's scores of each position.
+struct BertMaskedLMWeights {
+  Tensor dense_weight, dense_bias;  // (E, E), (E,): transform.dense
+  LayerNormWeights norm;            // (E,) each: transform.LayerNorm
+  Tensor bias;                      // (V,): predictions.bias (the decoder's)
+  std::optional<Tensor> decoder_weight;  // (V, E) when not tied to embeddings.word_embeddings
 };
 
 struct BertWeights {
@@ -42,6 +55,7 @@ struct BertWeights {
   LayerNormWeights embeddings_norm;  // (E,) each: embeddings.LayerNorm
   std::vector<TransformerEncoderLayerWeights> layers;  // encoder.layer.N.… under torch's names
   Tensor pooler_weight, pooler_bias;  // (E, E), (E,): pooler.dense; none without the pooler
+  std::optional<BertMaskedLMWeights> masked_lm;  // with config.masked_lm
 
   // Embeddings U(-1, 1), linear weights U(-1/√in, 1/√in), norms 1 ± 0.25 and ± 0.25, from `seed`.
   static BertWeights random(const BertConfig& config, uint32_t seed);
@@ -58,6 +72,7 @@ class Bert : public KeepsWeights {
   Bert(BertConfig config, BertWeights weights);
 
   const BertConfig& config() const { return config_; }
+  const BertWeights& weights() const { return weights_; }
 
   // ids (B, T) int64; token_type_ids (B, T) int64 in [0, type_vocab_size), zeros when absent;
   // key_padding_mask (B, T), bool True = padding, or float added; `attention` each layer's path
@@ -65,6 +80,13 @@ class Bert : public KeepsWeights {
   BertOutput forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
                      const std::optional<Tensor>& key_padding_mask = {},
                      AttentionPath attention = AttentionPath::automatic) const;
+
+  // BertForMaskedLM's logits (B, T, V) of the same inputs: what the vocabulary would put at each
+  // position ([MASK]'s fill is its likeliest). ConfigError when the checkpoint has no such head.
+  // One traced pass "bert_masked_lm".
+  Tensor masked_lm(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
+                   const std::optional<Tensor>& key_padding_mask = {},
+                   AttentionPath attention = AttentionPath::automatic) const;
 
   int64_t vocab_size() const { return config_.vocab_size; }
   uint64_t parameter_count() const;
@@ -76,6 +98,18 @@ class Bert : public KeepsWeights {
   Value embed(Backend& backend, const Value& ids, const Value& token_types) const;
   // pooler.dense and tanh on each sequence's first row: (B, T, E) -> (B, E)
   Value pool(Backend& backend, const Value& x) const;
+  // cls.predictions on the last hidden state: (B, T, E) -> (B, T, V)
+  Value predict_tokens(Backend& backend, const Value& x) const;
+  // forward()'s and masked_lm()'s inputs checked: the token types (zeros when absent) and the
+  // layers' options
+  struct Inputs {
+    Tensor types;
+    ForwardOptions attention;
+  };
+  Inputs check_inputs(const std::string& who, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
+                      const std::optional<Tensor>& key_padding_mask, AttentionPath path) const;
+  // The encoder's steps: embeddings and layers -> the last hidden state (B, T, E)
+  Value encode(Backend& backend, const Tensor& ids, const Inputs& inputs) const;
 
   BertConfig config_;
   BertWeights weights_;
