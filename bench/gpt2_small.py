@@ -21,6 +21,10 @@ vkattn's greedy tokens are torch's (random weights leave small margins between t
 
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/gpt2_small.py \\
       [--vkattn build/bin/vkattn] [--new-tokens 32] [--vocab 32768] [--backend gpu|cpu] [--dtype F32|BF16]
+      [--torch-device cpu|cuda]
+
+On a machine with a GPU, --torch-device cuda runs torch there (float32, TF32 off), the same weights
+and cache, each step's time taken after torch.cuda.synchronize() (scripts/gpu run does).
 """
 import argparse
 import importlib.util
@@ -83,8 +87,9 @@ class CachedGPT2:
         self.t = model.transformer
         self.E = self.t.wte.weight.shape[1]
         self.H, self.d = heads, self.E // heads
-        self.k = [torch.zeros(1, self.H, capacity, self.d) for _ in self.t.h]
-        self.v = [torch.zeros(1, self.H, capacity, self.d) for _ in self.t.h]
+        device = self.t.wte.weight.device
+        self.k = [torch.zeros(1, self.H, capacity, self.d, device=device) for _ in self.t.h]
+        self.v = [torch.zeros(1, self.H, capacity, self.d, device=device) for _ in self.t.h]
         self.length = 0
 
     def __call__(self, ids):  # ids (1, T) -> the last position's logits (V,)
@@ -96,7 +101,8 @@ class CachedGPT2:
             k_cache[:, :, p:p + T], v_cache[:, :, p:p + T] = k, v
             scores = q @ k_cache[:, :, :p + T].transpose(-1, -2) / math.sqrt(self.d)
             if T > 1:  # the prompt: each position sees those up to it
-                scores = scores.masked_fill(torch.ones(T, p + T, dtype=torch.bool).triu(p + 1), float("-inf"))
+                blocked = torch.ones(T, p + T, dtype=torch.bool, device=x.device).triu(p + 1)
+                scores = scores.masked_fill(blocked, float("-inf"))
             y = (scores.softmax(-1) @ v_cache[:, :, :p + T]).transpose(1, 2).reshape(1, T, self.E)
             x = x + block.attn.c_proj(y)
             x = x + block.mlp(block.ln_2(x))
@@ -104,18 +110,25 @@ class CachedGPT2:
         return (self.t.ln_f(x[:, -1]) @ self.t.wte.weight.T)[0]
 
 
-def torch_generate(model, prompt_ids, new_tokens, heads=12):
-    """(prompt ms, ms per new token: the median, the tokens)"""
-    cached = CachedGPT2(model, len(prompt_ids) + new_tokens, heads)
-    with torch.no_grad():
+def torch_generate(model, prompt_ids, new_tokens, device, heads=12):
+    """(prompt ms, ms per new token: the median, the tokens), torch on `device`"""
+    cached = CachedGPT2(model.to(device), len(prompt_ids) + new_tokens, heads)
+
+    def timed(ids):  # (logits, ms): the step's work done before the clock stops
         start = time.perf_counter()
-        logits = cached(torch.tensor([prompt_ids]))
-        prompt_ms = 1e3 * (time.perf_counter() - start)
+        logits = cached(torch.tensor(ids, device=device))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return logits, 1e3 * (time.perf_counter() - start)
+
+    with torch.no_grad():
+        timed([prompt_ids[:1]])  # a first call makes CUDA's kernels and handles: not timed
+        cached.length = 0
+        logits, prompt_ms = timed([prompt_ids])
         tokens, times = [int(logits.argmax())], []
         for _ in range(new_tokens - 1):
-            start = time.perf_counter()
-            logits = cached(torch.tensor([[tokens[-1]]]))
-            times.append(1e3 * (time.perf_counter() - start))
+            logits, ms = timed([[tokens[-1]]])
+            times.append(ms)
             tokens.append(int(logits.argmax()))
     return prompt_ms, statistics.median(times), tokens
 
@@ -134,11 +147,13 @@ def main():
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=32768, help="GPT-2's first tokens, 257 … 50257")
     parser.add_argument("--backend", default="gpu", choices=["gpu", "cpu"])
+    parser.add_argument("--torch-device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default="F32", choices=["F32", "BF16"],
                         help="the weights as stored: BF16 keeps vkattn's matrices 16-bit on the device")
     args = parser.parse_args()
     blas_warning()
-    environment(args.vkattn, "cpu")
+    environment(args.vkattn, args.torch_device)
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 as vkattn computes it
     torch.manual_seed(0)
     train = gpt2_definition()
     vocab, merges = gpt2_tokenizer(args.vocab)
@@ -159,12 +174,12 @@ def main():
     # the prompt's ids by train.py's GPT-2 BPE (ASCII: the same as vkattn's tokenizer)
     ids = train.encode(PROMPT, vocab, {pair: rank for rank, pair in enumerate(merges)})
     assert len(ids) == ours["prompt_tokens"], (len(ids), ours["prompt_tokens"])
-    torch_prompt_ms, torch_token_ms, torch_tokens = torch_generate(model, ids, args.new_tokens)
+    torch_prompt_ms, torch_token_ms, torch_tokens = torch_generate(model, ids, args.new_tokens, args.torch_device)
     same = sum(a == b for a, b in zip(ours["tokens"], torch_tokens))
     print(f"prompt: {len(ids)} tokens; then {args.new_tokens} new tokens, greedy, with the KV cache "
           f"({same} of vkattn's {len(ours['tokens'])} tokens are torch's)")
     print(f"{'':26}{'prompt ms':>10}{'ms/token':>10}{'tokens/s':>10}")
-    rows = [(f"torch {torch.__version__} (cpu)", torch_prompt_ms, torch_token_ms),
+    rows = [(f"torch {torch.__version__} ({args.torch_device})", torch_prompt_ms, torch_token_ms),
             (f"vkattn ({args.backend}, 2nd run)", ours["prompt_ms"], ours["ms_per_token"]),
             (f"vkattn ({args.backend}, 1st run)", first["prompt_ms"], first["ms_per_token"])]
     for name, prompt_ms, token_ms in rows:

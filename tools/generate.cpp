@@ -134,7 +134,8 @@ std::string device_weights_line(const KeptWeights& kept, uint64_t parameters) {
 
 Loaded load(const GenerateArgs& a) {
   if (!a.model.empty()) {
-    io::Pretrained p = io::load_pretrained(a.model);
+    io::Pretrained p = io::load_pretrained(
+        a.model, {.weights_dtype = a.weights_dtype == "BF16" ? Narrow::bfloat16 : Narrow::none});
     if (!p.model) {
       throw UsageError("--model " + a.model + ": a " + p.architecture + " encodes text but does not generate it " +
                        "(try vkattn run --model " + a.model + " --text …)");
@@ -170,6 +171,11 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
                                   "layers.N, norm, lm_head) with num_heads and its vocabulary in __metadata__, as "
                                   "models/tiny_char/train.py writes");
   model->excludes(weights);
+  cmd->add_option("--weights-dtype", a.weights_dtype,
+                  "BF16: --model's weights rounded to bfloat16 as they are read, kept so on the GPU "
+                  "(an F32 checkpoint in half the memory, its numbers rounded); stored: as the files hold them")
+      ->check(CLI::IsMember({"stored", "BF16"}))
+      ->capture_default_str();
   cmd->add_option("--prompt", a.prompt, "the text to continue")->required();
   cmd->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
@@ -192,6 +198,10 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
 
 int run_generate(const GenerateArgs& a) {
   if (a.model.empty() == a.weights.empty()) throw UsageError("generate needs --model DIR or --weights M.safetensors");
+  if (a.weights_dtype != "stored" && a.model.empty()) {
+    throw UsageError("--weights-dtype " + a.weights_dtype + " rounds a --model folder's weights; --weights " +
+                     a.weights + " is read as it is");
+  }
   Loaded loaded = load(a);
   const LanguageModel& model = *loaded.model;
   std::vector<int64_t> tokens;

@@ -3,6 +3,9 @@
 #include "vkattn/io/pretrained.h"
 
 #include <nlohmann/json.hpp>
+
+#include <bit>
+#include <cmath>
 #include <set>
 
 #include "engine/io/checkpoints.h"
@@ -95,7 +98,23 @@ std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::
 
 }  // namespace
 
-Pretrained load_pretrained(const fs::path& dir) {
+// Every float tensor rounded to bfloat16, to nearest even (NaN stays NaN), and marked so.
+static void round_to_bfloat16(std::map<std::string, Tensor>& tensors) {
+  for (auto& [name, t] : tensors) {
+    if (t.dtype != DType::float32 || t.narrow == Narrow::bfloat16) continue;
+    for (float& v : t.data) {
+      if (std::isnan(v)) continue;
+      const auto bits = std::bit_cast<uint32_t>(v);
+      v = std::bit_cast<float>(((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16) << 16);
+    }
+    t.narrow = Narrow::bfloat16;
+  }
+}
+
+Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
+  if (options.weights_dtype == Narrow::float16) {
+    throw ConfigError("load_pretrained: weights_dtype float16 is not offered (bfloat16 is: float32's range)");
+  }
   if (!fs::is_directory(dir)) {
     throw FileError(dir.string() + ": not a folder (a checkpoint is config.json and its files)");
   }
@@ -124,6 +143,7 @@ Pretrained load_pretrained(const fs::path& dir) {
   std::string dtype;
   uint64_t bytes = 0;
   auto tensors = read_checkpoint_tensors(dir, dtype, bytes);
+  if (options.weights_dtype == Narrow::bfloat16) round_to_bfloat16(tensors);
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<Bert> encoder;
   if (bert) {

@@ -22,10 +22,18 @@ Tensor ids_tensor(const IdArray& ids, int64_t limit, const std::string& what, co
   return t;
 }
 
+io::LoadOptions load_options(const std::string& weights_dtype) {
+  if (weights_dtype.empty()) return {};
+  if (weights_dtype == "bfloat16") return {.weights_dtype = Narrow::bfloat16};
+  throw ConfigError("weights_dtype '" + weights_dtype + "' is not one vkattn rounds weights to (None or 'bfloat16')");
+}
+
 class Pretrained {
  public:
-  Pretrained(const std::filesystem::path& dir, const std::string& kind, const std::string& selector)
-      : device_(open_device(kind, selector)), loaded_(io::load_pretrained(dir)) {
+  // weights_dtype: "" (as stored) or "bfloat16" (io::LoadOptions)
+  Pretrained(const std::filesystem::path& dir, const std::string& kind, const std::string& selector,
+             const std::string& weights_dtype)
+      : device_(open_device(kind, selector)), loaded_(io::load_pretrained(dir, load_options(weights_dtype))) {
     KeepsWeights& kept = loaded_.model ? static_cast<KeepsWeights&>(*loaded_.model) : *loaded_.encoder;
     kept.keep_weights_on(*device_->backend);
     // config.json's entries, and what vkattn read of it
@@ -147,8 +155,8 @@ class Pretrained {
 
 void bind_pretrained(py::module_& m) {
   py::class_<Pretrained>(m, "_Pretrained")
-      .def(py::init<const std::filesystem::path&, const std::string&, const std::string&>(), py::arg("path"),
-           py::arg("kind"), py::arg("selector"))
+      .def(py::init<const std::filesystem::path&, const std::string&, const std::string&, const std::string&>(),
+           py::arg("path"), py::arg("kind"), py::arg("selector"), py::arg("weights_dtype") = "")
       .def_property_readonly("device", &Pretrained::device)
       .def_property_readonly("device_bytes", &Pretrained::device_bytes)
       .def_property_readonly("config",

@@ -167,6 +167,26 @@ TEST_F(Pretrained, ASixteenBitCheckpointsMatricesStaySixteenBitOnTheGpu) {
   EXPECT_LT(max_difference(last_logits(gpu(), p, ids), last_logits(cpu(), p, ids)), 1e-4f);
 }
 
+// weights_dtype bfloat16: an F32 checkpoint rounded as it is read gives the model its BF16 copy
+// is (written by the safetensors writer, rounding to nearest even too), bit for bit on the GPU,
+// its matrices kept 16-bit there; float16 is refused by name.
+TEST_F(Pretrained, AnF32CheckpointRoundedToBfloat16IsItsBF16Copy) {
+  auto bf16 = copy_of_tiny_gpt2("bf16_copy");
+  testing::write_safetensors(bf16 / "model.safetensors", tiny_gpt2_tensors(), "BF16");
+  const io::Pretrained rounded = io::load_pretrained(kTinyGpt2, {.weights_dtype = Narrow::bfloat16});
+  const io::Pretrained stored = io::load_pretrained(bf16), as_is = io::load_pretrained(kTinyGpt2);
+  EXPECT_EQ(rounded.stored_dtype, "F32");  // what the files hold
+  const auto ids = rounded.tokenizer->encode("Alice was beginning");
+  const auto logits = last_logits(gpu(), rounded, ids);
+  EXPECT_EQ(logits, last_logits(gpu(), stored, ids));
+  EXPECT_GT(max_difference(logits, last_logits(gpu(), as_is, ids)), 0.0f);  // rounded: other numbers
+  Generation generation(gpu(), *rounded.model, ids, {.max_new_tokens = 1});
+  generation.prompt_pass();
+  EXPECT_LT(generation.cache()->kept_weights(gpu())->bytes(), uint64_t(rounded.model->parameter_count()) * 4 * 55 / 100);
+  expect_error<ConfigError>([&] { io::load_pretrained(kTinyGpt2, {.weights_dtype = Narrow::float16}); },
+                            {"weights_dtype float16 is not offered"});
+}
+
 // The same weights as Qwen2 reads them (q/k/v biases, here zero), as Mistral with a window longer
 // than the text, and tied (lm_head from embed_tokens): each the logits it must give.
 TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {

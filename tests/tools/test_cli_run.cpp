@@ -460,7 +460,12 @@ const std::vector<BadRun> kGenerateBadInputs = {
            "tiny_bert: a BertForMaskedLM encodes text but does not generate it (try vkattn run --model "},
     BadRun{"model_not_a_checkpoint", {"generate", "--model", "{models}", "--prompt", "Alice"},
            "models: no config.json (a checkpoint folder as the hub lays it out has config.json, model.safetensors "
-           "and the tokenizer's files)"}};
+           "and the tokenizer's files)"},
+    BadRun{"weights_dtype_of_a_state_dict", good_generate({"--weights-dtype", "BF16"}),
+           "--weights-dtype BF16 rounds a --model folder's weights; --weights"},
+    BadRun{"weights_dtype_unknown", {"generate", "--model", "{models}/tiny_gpt2", "--prompt", "Alice",
+                                     "--weights-dtype", "F16"},
+           "--weights-dtype: F16 not in {stored,BF16}"}};
 INSTANTIATE_TEST_SUITE_P(CliGenerate, CliBadInput, ::testing::ValuesIn(kGenerateBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -1024,6 +1029,14 @@ TEST_F(CliRun, GenerateFromAHubFolderEqualsTorchTokenForToken) {
               std::string::npos)
         << llama.out;
   }
+  // an F32 checkpoint rounded to bfloat16 as it is read: its matrices kept 16-bit on the GPU
+  const Exit rounded = vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", "3",
+                               "--weights-dtype", "BF16"});
+  EXPECT_EQ(rounded.code, 0) << rounded.err;
+  EXPECT_NE(rounded.out.find("GPT2LMHeadModel: 0.14 M parameters, 551.2 KiB as F32 in the files\n"
+                             "  263.1 KiB kept on the device (its matrices kept 16-bit, the rest float32"),
+            std::string::npos)
+      << rounded.out;
 }
 
 // `vkattn run --model`: every step of GPT-2 traced, both backends agreeing, torch's logits out

@@ -1,7 +1,8 @@
 #pragma once
 // A checkpoint folder as the Hugging Face hub lays it out, in:
 //   config.json                      the architecture ("architectures", "model_type") and its sizes
-//   model.safetensors, or shards     the weights (F32, F16 or BF16, widened to float32 here)
+//   model.safetensors, or shards     the weights (F32, F16 or BF16, widened to float32 here and
+//                                    marked 16-bit where they were: Tensor::narrow)
 //     with model.safetensors.index.json
 //   tokenizer.json, vocab.json + merges.txt,      the tokenizer (<vkattn/text/tokenizer.h>)
 //     or vocab.txt
@@ -10,7 +11,7 @@
 //     torch's (out, in), c_attn split into q, k, v, gelu_new as gelu_tanh, the head tied to wte
 //   LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM as a Llama: RMSNorm, SwiGLU,
 //     grouped-query attention with RoPE (rope_theta; rope_scaling is refused by name)
-//   BertModel (also BertForMaskedLM, BertForPreTraining: their encoder, the heads unread) as a
+//   BertModel (also BertForMaskedLM, BertForPreTraining: their encoder and masked-LM head) as a
 //     Bert: post-norm encoder layers, token types, the pooler; WordPiece for its tokenizer
 // Any other is a ConfigError naming it; a missing file, or a tensor missing, extra or mis-shaped,
 // a FileError naming the file and the tensor.
@@ -38,6 +39,14 @@ struct Pretrained {
   uint64_t stored_bytes = 0;                     // the weights' bytes in the files
 };
 
-Pretrained load_pretrained(const std::filesystem::path& dir);
+struct LoadOptions {
+  // bfloat16: every float tensor rounded to bfloat16 (to nearest even) as it is read, as torch's
+  // model.to(torch.bfloat16) rounds it, so that a device keeps the model's matrices in 2 bytes
+  // an element (Backend::upload_matrix) — an F32 checkpoint in half the memory, its numbers
+  // rounded. none: the tensors as the files hold them. float16 is not offered.
+  Narrow weights_dtype = Narrow::none;
+};
+
+Pretrained load_pretrained(const std::filesystem::path& dir, const LoadOptions& options = {});
 
 }  // namespace vkattn::io
