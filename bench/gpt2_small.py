@@ -11,7 +11,8 @@ in merge order, and <|endoftext|> last) with their merges: with all 50,257 (124 
 F32 embedding is 147 MiB, over the 128 MiB one buffer may hold on lavapipe
 (maxStorageBufferRange), and vkattn refuses it there by name; as BF16, kept 16-bit on the device,
 it is 74 MiB and runs. The default 32,768 makes 111 M parameters. Then:
-  - torch (eval, no_grad, float32 from the same rounded weights): the prompt's forward filling a KV cache written here from the same
+  - torch (eval, no_grad, float32 from the same rounded weights): the prompt's forward filling a
+    KV cache written here from the same
     weights (each layer's keys and values in preallocated (1, H, capacity, d) tensors), then one
     token at a time, greedy;
   - vkattn: `vkattn generate --model FOLDER --json` twice — the first run makes the pipelines and

@@ -49,8 +49,8 @@ static_assert(uint32_t(Narrow::float16) == 1 && uint32_t(Narrow::bfloat16) == 2)
 std::vector<uint32_t> pack_16bit(const std::vector<float>& values, Narrow narrow) {
   std::vector<uint32_t> words(static_cast<size_t>(stored_words(int64_t(values.size()), narrow)), 0u);
   for (size_t i = 0; i < values.size(); ++i) {
-    const uint32_t half = narrow == Narrow::float16 ? glm::packHalf1x16(values[i])
-                                                    : std::bit_cast<uint32_t>(values[i]) >> 16;  // bfloat16: the top half
+    // bfloat16: a float's top half
+    const uint32_t half = narrow == Narrow::float16 ? glm::packHalf1x16(values[i]) : std::bit_cast<uint32_t>(values[i]) >> 16;
     words[i / 2] |= half << (16 * (i % 2));
   }
   return words;
@@ -251,7 +251,8 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
                              HeadsLayout c_layout) {
   if (a_layout.heads > 0 && c_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
   const Narrow b_narrow = narrow_of(b);
-  const GemmLaunch launch = gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads, b_narrow != Narrow::none);
+  const GemmLaunch launch =
+      gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads, b_narrow != Narrow::none);
   const vulkan::GemmPlan& plan = launch.plan;
   std::vector<uint32_t> specialization = plan.specialization(launch.vec4, bias != nullptr);
   const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;  // d a multiple of 4

@@ -118,8 +118,9 @@ Value Bert::predict_tokens(Backend& backend, const Value& x) const {
   Value norm_bias = backend.upload_weight(at + "transform.LayerNorm.bias", m.norm.bias);
   h = backend.layer_norm(at + "transform.LayerNorm", h, norm_weight, norm_bias, config_.layer.layer_norm_eps);
   // tied: the embedding's table, the same kept weight as embed()'s
-  Value decoder = m.decoder_weight ? backend.upload_matrix(at + "decoder.weight", *m.decoder_weight)
-                                   : backend.upload_matrix("embeddings.word_embeddings.weight", weights_.word_embeddings);
+  Value decoder = m.decoder_weight
+                      ? backend.upload_matrix(at + "decoder.weight", *m.decoder_weight)
+                      : backend.upload_matrix("embeddings.word_embeddings.weight", weights_.word_embeddings);
   Value decoder_bias = backend.upload_weight(at + "bias", m.bias);
   return backend.linear(at + "decoder", h, decoder, &decoder_bias);  // (B, T, V)
 }

@@ -58,9 +58,8 @@ vk::BufferView Buffer::texel_view(bool words) const {
   auto& view = words ? word_view_ : texel_view_;
   const vk::DeviceSize texel = words ? 8 : 16;
   if (!*view) {
-    view = vk::raii::BufferView(context_->device(),
-                                vk::BufferViewCreateInfo({}, *buffer_, words ? vk::Format::eR32G32Uint : vk::Format::eR32G32B32A32Sfloat,
-                                                         0, bytes_ / texel * texel));
+    const vk::Format format = words ? vk::Format::eR32G32Uint : vk::Format::eR32G32B32A32Sfloat;
+    view = vk::raii::BufferView(context_->device(), vk::BufferViewCreateInfo({}, *buffer_, format, 0, bytes_ / texel * texel));
   }
   return *view;
 }

@@ -150,7 +150,9 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
   std::vector<vk::DescriptorBufferInfo> infos;
   std::vector<vk::BufferView> views;
   for (const auto& buffer : buffers) infos.emplace_back(buffer->handle(), 0, VK_WHOLE_SIZE);
-  for (uint32_t i = 0; i < buffers.size(); ++i) views.push_back(kernel.texel_binding(i) ? buffers[i]->texel_view(kernel.word_binding(i)) : nullptr);
+  for (uint32_t i = 0; i < buffers.size(); ++i) {
+    views.push_back(kernel.texel_binding(i) ? buffers[i]->texel_view(kernel.word_binding(i)) : nullptr);
+  }
   std::vector<vk::WriteDescriptorSet> writes;
   for (uint32_t i = 0; i < infos.size(); ++i) {
     if (kernel.texel_binding(i)) {
