@@ -243,8 +243,8 @@ TEST(BertFolders, WhatIsWrongIsNamed) {
   const Tensor& bias = original.encoder->weights().masked_lm->bias;
   const int64_t V = original.encoder->vocab_size();
   for (int64_t i = 0; i < tied_logits.size(); ++i) {  // (h · W + b) with W doubled: 2 · (logit - b) + b
-    const float b = bias.data[i % V];
-    EXPECT_NEAR(untied_logits.data[i], 2 * (tied_logits.data[i] - b) + b, 1e-3f) << i;
+    const float bias_v = bias.data[i % V];
+    EXPECT_NEAR(untied_logits.data[i], 2 * (tied_logits.data[i] - bias_v) + bias_v, 1e-3f) << i;
   }
   EXPECT_EQ(untied.encoder->parameter_count(), original.encoder->parameter_count() + uint64_t(doubled.size()));
 }
