@@ -1,5 +1,6 @@
 // BERT as the hub stores it (BertModel; BertForMaskedLM's and BertForPreTraining's files under
-// "bert."; the masked-LM head "cls.predictions" where there), read as a Bert: the same recipe under torch's names.
+// "bert."; the masked-LM head "cls.predictions" where there), read as a Bert: the same recipe
+// under torch's names.
 //   embeddings.{word,position,token_type}_embeddings, embeddings.LayerNorm   as they are
 //   encoder.layer.N.attention.self.query, key, value    layers.N.self_attn.q_proj, k_proj, v_proj
 //   encoder.layer.N.attention.output.dense              layers.N.self_attn.out_proj

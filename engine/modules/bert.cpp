@@ -4,6 +4,7 @@
 #include <random>
 #include <sstream>
 
+#include "engine/modules/block.h"
 #include "engine/modules/checks.h"
 #include "engine/modules/pass.h"
 #include "engine/modules/random_weights.h"
@@ -95,9 +96,7 @@ Value Bert::embed(Backend& backend, const Value& ids, const Value& token_types) 
   Value x = backend.residual_add("embeddings.add_token_types", words, types);  // (B, T, E)
   x = backend.positional_encoding("embeddings.position_embeddings", x,
                                   backend.upload_weight("embeddings.position_embeddings.weight", w.position_embeddings));
-  Value weight = backend.upload_weight("embeddings.LayerNorm.weight", w.embeddings_norm.weight);
-  Value bias = backend.upload_weight("embeddings.LayerNorm.bias", w.embeddings_norm.bias);
-  return backend.layer_norm("embeddings.LayerNorm", x, weight, bias, config_.layer.layer_norm_eps);
+  return block::norm_step(backend, "embeddings.LayerNorm", x, w.embeddings_norm, config_.layer.layer_norm_eps);
 }
 
 Value Bert::pool(Backend& backend, const Value& x) const {
@@ -109,20 +108,20 @@ Value Bert::pool(Backend& backend, const Value& x) const {
 
 Value Bert::predict_tokens(Backend& backend, const Value& x) const {
   const BertMaskedLMWeights& m = *weights_.masked_lm;
-  const std::string at = "cls.predictions.";
-  Value weight = backend.upload_matrix(at + "transform.dense.weight", m.dense_weight);
-  Value bias = backend.upload_weight(at + "transform.dense.bias", m.dense_bias);
-  Value h = backend.linear(at + "transform.dense", x, weight, &bias);  // (B, T, E)
-  h = backend.gelu(at + "transform.gelu", h);
-  Value norm_weight = backend.upload_weight(at + "transform.LayerNorm.weight", m.norm.weight);
-  Value norm_bias = backend.upload_weight(at + "transform.LayerNorm.bias", m.norm.bias);
-  h = backend.layer_norm(at + "transform.LayerNorm", h, norm_weight, norm_bias, config_.layer.layer_norm_eps);
-  // tied: the embedding's table, the same kept weight as embed()'s
+  // tied: the embedding's table, the same kept weight as embed()'s (so named outside the scope)
   Value decoder = m.decoder_weight
-                      ? backend.upload_matrix(at + "decoder.weight", *m.decoder_weight)
+                      ? backend.upload_matrix("cls.predictions.decoder.weight", *m.decoder_weight)
                       : backend.upload_matrix("embeddings.word_embeddings.weight", weights_.word_embeddings);
-  Value decoder_bias = backend.upload_weight(at + "bias", m.bias);
-  return backend.linear(at + "decoder", h, decoder, &decoder_bias);  // (B, T, V)
+  StepScope head(backend, "cls.predictions");
+  Value h = [&] {  // transform: LayerNorm(hidden_act(dense(x))), (B, T, E)
+    StepScope transform(backend, "transform");
+    Value weight = backend.upload_matrix("dense.weight", m.dense_weight);
+    Value bias = backend.upload_weight("dense.bias", m.dense_bias);
+    Value dense = block::activate(backend, backend.linear("dense", x, weight, &bias), config_.layer.activation);
+    return block::norm_step(backend, "LayerNorm", dense, m.norm, config_.layer.layer_norm_eps);
+  }();
+  Value bias = backend.upload_weight("bias", m.bias);
+  return backend.linear("decoder", h, decoder, &bias);  // (B, T, V)
 }
 
 Bert::Inputs Bert::check_inputs(const std::string& who, const Tensor& ids, const std::optional<Tensor>& token_type_ids,

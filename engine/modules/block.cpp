@@ -1,6 +1,7 @@
 #include "engine/modules/block.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "engine/modules/checks.h"
 #include "engine/modules/random_weights.h"
@@ -66,6 +67,15 @@ Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& 
   return norm_step(backend, "norm" + n, sum, norm, c.layer_norm_eps);
 }
 
+Value activate(Backend& backend, const Value& x, Activation activation) {
+  switch (activation) {
+    case Activation::gelu: return backend.gelu("gelu", x);
+    case Activation::gelu_tanh: return backend.gelu_tanh("gelu_tanh", x);
+    case Activation::relu: return backend.relu("relu", x);
+  }
+  throw std::logic_error("activate: an Activation without a step");
+}
+
 Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& c,
                    const Tensor& linear1_weight, const Tensor& linear1_bias, const Tensor& linear2_weight,
                    const Tensor& linear2_bias) {
@@ -73,12 +83,7 @@ Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLay
   Value b1 = backend.upload_weight("linear1.bias", linear1_bias);
   Value w2 = backend.upload_matrix("linear2.weight", linear2_weight);
   Value b2 = backend.upload_weight("linear2.bias", linear2_bias);
-  Value hidden = backend.linear("linear1", x, w1, &b1);  // (B, L, F)
-  switch (c.activation) {
-    case Activation::gelu: hidden = backend.gelu("gelu", hidden); break;
-    case Activation::gelu_tanh: hidden = backend.gelu_tanh("gelu_tanh", hidden); break;
-    case Activation::relu: hidden = backend.relu("relu", hidden); break;
-  }
+  Value hidden = activate(backend, backend.linear("linear1", x, w1, &b1), c.activation);  // (B, L, F)
   return backend.linear("linear2", hidden, w2, &b2);  // (B, L, E)
 }
 

@@ -55,6 +55,9 @@ Value norm_step(Backend& backend, const std::string& name, const Value& x, const
 Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& norm,
                const TransformerEncoderLayerConfig& config, const std::function<Value(const Value&)>& f);
 
+// The step of `activation`, named as it is ("gelu", "gelu_tanh", "relu"): same shape out
+Value activate(Backend& backend, const Value& x, Activation activation);
+
 // linear2(activation(linear1(x))): (B, L, E) -> (B, L, F) -> (B, L, E)
 Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& config,
                    const Tensor& linear1_weight, const Tensor& linear1_bias, const Tensor& linear2_weight,
