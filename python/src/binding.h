@@ -62,6 +62,14 @@ auto on_device(Device& device, F&& f) {
 // "gpu: <the device's name>" or "cpu: reference (C++ loops)"
 std::string device_label(const Device& d);
 
+// vkattn.DeviceTensor (device_tensor.cpp): a value on one of those devices, which keeps it open.
+struct DeviceTensor {
+  std::shared_ptr<Device> device;
+  Value value;
+};
+// `tensor` when it is on `device`, else the DeviceError that names both (`name`: "query").
+const DeviceTensor& on_same_device(const DeviceTensor& tensor, const std::string& name, const Device& device);
+
 // ---- traces ------------------------------------------------------------------------------------
 
 // A recorded pass with its values, and the module's configuration for the dump.
@@ -113,6 +121,7 @@ auto traced(Device& device, nlohmann::json config, F&& pass, std::optional<bool>
 
 // ---- the bindings of other files -----------------------------------------------------------------
 
-void bind_pretrained(py::module_& m);  // pretrained.cpp: vkattn._Pretrained
+void bind_pretrained(py::module_& m);      // pretrained.cpp: vkattn._Pretrained
+void bind_device_tensors(py::module_& m);  // device_tensor.cpp: vkattn.DeviceTensor, _to_device
 
 }  // namespace vkattn::python

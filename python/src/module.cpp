@@ -130,6 +130,47 @@ class Attention {
     return py::make_tuple(out[0], out[1], recorded);
   }
 
+  // forward() on tensors already on this module's device (vkattn.DeviceTensor), its results left
+  // there, as torch's forward on CUDA tensors: query (B, L, E) or (L, E), key (B, S, kdim) and
+  // value (B, S, vdim) likewise. Batch-first only: (L, B, E) would need a transposing step first.
+  py::tuple forward_on_device(const DeviceTensor& query, const DeviceTensor& key, const DeviceTensor& value,
+                              const std::optional<py::array>& key_padding_mask, bool need_weights,
+                              const std::optional<py::array>& attn_mask, bool average_attn_weights, bool is_causal,
+                              const std::string& attention) {
+    const Value& q = on_same_device(query, "query", *device_).value;
+    const Value& k = on_same_device(key, "key", *device_).value;
+    const Value& v = on_same_device(value, "value", *device_).value;
+    if (q.rank() != k.rank() || q.rank() != v.rank() || q.rank() < 2 || q.rank() > 3) {
+      throw ShapeError("forward: query " + shape_string(q.shape) + ", key " + shape_string(k.shape) + " and value " +
+                       shape_string(v.shape) + " must all be batched (B, L, E) or all unbatched (L, E)");
+    }
+    const bool batched = q.rank() == 3;
+    if (batched && !module_.config().batch_first) {
+      throw ConfigError("forward: device tensors are batch-first (B, L, E), and this module was made with "
+                        "batch_first=False; make it with batch_first=True");
+    }
+    ForwardOptions o;
+    o.key_padding_mask = to_mask(key_padding_mask);
+    o.attn_mask = to_mask(attn_mask);
+    o.is_causal = is_causal;
+    o.need_weights = need_weights;
+    o.average_attn_weights = average_attn_weights;
+    o.attention = parse_attention_path(attention);
+    auto batch = [&](const Value& x) { return batched ? x : view(x, {1, x.dim(0), x.dim(1)}); };
+    if (!batched && o.key_padding_mask && o.key_padding_mask->rank() == 1) {
+      o.key_padding_mask->shape.insert(o.key_padding_mask->shape.begin(), 1);  // (S,) -> (1, S)
+    }
+    AttentionValues out = on_device(*device_, [&](Backend& backend) {
+      return module_.forward(backend, batch(q), batch(k), batch(v), o);  // views: one tensor stays one
+    });
+    auto unbatch = [&](const Value& x) {  // (1, ...) -> (...)
+      return batched ? x : view(x, Shape(x.shape.begin() + 1, x.shape.end()));
+    };
+    py::object weights = py::none();
+    if (out.weights) weights = py::cast(DeviceTensor{device_, unbatch(*out.weights)});
+    return py::make_tuple(DeviceTensor{device_, unbatch(out.output)}, weights);
+  }
+
   CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const FloatArray& query,
                     const std::optional<FloatArray>& key, const std::optional<FloatArray>& value,
                     const std::optional<py::array>& key_padding_mask, const std::optional<py::array>& attn_mask,
@@ -483,6 +524,8 @@ PYBIND11_MODULE(_vkattn, m) {
     return t;
   });
 
+  bind_device_tensors(m);
+
   py::class_<Attention>(m, "_Attention")
       .def(py::init([](int64_t embed_dim, int64_t num_heads, bool bias, bool add_bias_kv, bool add_zero_attn,
                        int64_t kdim, int64_t vdim, bool batch_first, const std::string& kind, const std::string& selector) {
@@ -514,6 +557,9 @@ PYBIND11_MODULE(_vkattn, m) {
       .def("forward", &Attention::forward, py::arg("query"), py::arg("key"), py::arg("value"),
            py::arg("key_padding_mask"), py::arg("need_weights"), py::arg("attn_mask"), py::arg("average_attn_weights"),
            py::arg("is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("forward_on_device", &Attention::forward_on_device, py::arg("query"), py::arg("key"), py::arg("value"),
+           py::arg("key_padding_mask"), py::arg("need_weights"), py::arg("attn_mask"), py::arg("average_attn_weights"),
+           py::arg("is_causal"), py::arg("attention"))
       .def("check", &Attention::check, py::arg("recorded"), py::arg("query"), py::arg("key"), py::arg("value"),
            py::arg("key_padding_mask"), py::arg("attn_mask"), py::arg("is_causal"), py::arg("atol"), py::arg("rtol"));
 

@@ -1,7 +1,8 @@
-"""Devices: which Vulkan devices there are, and what device= means."""
+"""Devices: which Vulkan devices there are, what device= means, and tensors kept on one."""
 from dataclasses import dataclass
 
 from . import _vkattn
+from ._convert import as_array
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,11 @@ def resolve(device):
         raise _vkattn.ConfigError(f"device={device!r}: give None, 'cpu', an index into vkattn.devices() "
                                   "or a substring of a device's name")
     return "gpu", str(device)
+
+
+def to_device(x, device=None):
+    """x (an array or a CPU torch tensor of a float dtype) sent to a device and kept there, as
+    torch's x.to("cuda"): a vkattn.DeviceTensor. A MultiheadAttention on that device takes it as it
+    lies and leaves its results there, so that modules chain without the data crossing back to the
+    host; .numpy() reads one back."""
+    return _vkattn._to_device(as_array(x, "x"), *resolve(device))

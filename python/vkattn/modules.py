@@ -82,7 +82,19 @@ class MultiheadAttention:
     def __call__(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
                  average_attn_weights=True, is_causal=False, attention="auto"):
         """(output, weights) exactly as nn.MultiheadAttention returns them (weights None when not
-        asked for): output like query, weights (B, L, S) averaged or (B, H, L, S) per head."""
+        asked for): output like query, weights (B, L, S) averaged or (B, H, L, S) per head.
+        Given vkattn.DeviceTensors on this module's device (vkattn.to_device, or an earlier
+        forward's output), batch-first or unbatched, it returns DeviceTensors left there: nothing
+        crosses to or from the host but the masks."""
+        on_device = [isinstance(t, _vkattn.DeviceTensor) for t in (query, key, value)]
+        if any(on_device):
+            if not all(on_device):
+                names = [n for n, d in zip(("query", "key", "value"), on_device) if not d]
+                raise _vkattn.ConfigError(f"{' and '.join(names)} must be vkattn.DeviceTensors too: give "
+                                          "query, key and value all as arrays or all as device tensors")
+            return self._impl.forward_on_device(query, key, value, as_mask(key_padding_mask, "key_padding_mask"),
+                                                need_weights, as_mask(attn_mask, "attn_mask"),
+                                                average_attn_weights, is_causal, attention)
         q, k, v = _inputs(query, key, value)
         return self._impl.forward(q, k, v, as_mask(key_padding_mask, "key_padding_mask"), need_weights,
                                   as_mask(attn_mask, "attn_mask"), average_attn_weights, is_causal,

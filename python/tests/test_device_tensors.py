@@ -1,0 +1,119 @@
+"""vkattn.DeviceTensor: tensors kept on a device between forwards, as torch's CUDA tensors are —
+sent there, taken by MultiheadAttention as they lie, its results left there, read back."""
+import numpy as np
+import pytest
+import torch
+
+import vkattn
+from conftest import assert_close
+
+
+def torch_mha(embed_dim=16, num_heads=4, kdim=None, vdim=None, seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.MultiheadAttention(embed_dim, num_heads, kdim=kdim, vdim=vdim, batch_first=True).eval()
+
+
+def random(*shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_an_array_goes_to_the_device_and_comes_back_as_it_was(device):
+    x = random(2, 5, 16)
+    on = vkattn.to_device(x, device=device)
+    assert isinstance(on, vkattn.DeviceTensor)
+    assert on.shape == (2, 5, 16)
+    assert on.device == vkattn.MultiheadAttention(16, 4, device=device).device
+    assert repr(on) == f"vkattn.DeviceTensor(shape=(2, 5, 16)) on {on.device}"
+    back = on.numpy()
+    assert back.dtype == np.float32 and np.array_equal(back, x)
+    assert np.array_equal(vkattn.to_device(torch.from_numpy(x).double(), device=device).numpy(), x)
+
+
+@pytest.mark.parametrize("need_weights,average", [(False, True), (True, True), (True, False)])
+def test_self_attention_on_device_tensors_is_torchs_forward(device, need_weights, average):
+    t = torch_mha()
+    mha = vkattn.MultiheadAttention.from_torch(t, device=device)
+    x = random(3, 17, 16)
+    mask = np.zeros((3, 17), dtype=bool)
+    mask[1, 9:] = True
+    xd = vkattn.to_device(x, device=device)
+    out, weights = mha(xd, xd, xd, key_padding_mask=mask, need_weights=need_weights,
+                       average_attn_weights=average)
+    assert isinstance(out, vkattn.DeviceTensor) and out.shape == (3, 17, 16)
+    xt = torch.from_numpy(x)
+    with torch.no_grad():
+        expected, expected_weights = t(xt, xt, xt, key_padding_mask=torch.from_numpy(mask),
+                                       need_weights=need_weights, average_attn_weights=average)
+    assert_close(out.numpy(), expected)
+    if need_weights:
+        assert isinstance(weights, vkattn.DeviceTensor)
+        assert_close(weights.numpy(), expected_weights)
+    else:
+        assert weights is None
+
+
+def test_cross_attention_with_other_key_and_value_widths_on_device_tensors(device):
+    t = torch_mha(kdim=6, vdim=10)
+    mha = vkattn.MultiheadAttention.from_torch(t, device=device)
+    q, k, v = random(2, 3, 16, seed=2), random(2, 113, 6, seed=3), random(2, 113, 10, seed=4)
+    causal = np.triu(np.full((3, 113), -np.inf, dtype=np.float32), 1)
+    out, _ = mha(*(vkattn.to_device(a, device=device) for a in (q, k, v)), attn_mask=causal, need_weights=False)
+    with torch.no_grad():
+        expected, _ = t(*(torch.from_numpy(a) for a in (q, k, v)), attn_mask=torch.from_numpy(causal),
+                        need_weights=False)
+    assert_close(out.numpy(), expected)
+
+
+def test_unbatched_device_tensors_give_unbatched_results(device):
+    t = torch_mha()
+    mha = vkattn.MultiheadAttention.from_torch(t, device=device)
+    x = random(7, 16)
+    xd = vkattn.to_device(x, device=device)
+    out, weights = mha(xd, xd, xd, key_padding_mask=np.array([False] * 6 + [True]), attn_mask=None)
+    assert out.shape == (7, 16) and weights.shape == (7, 7)
+    xt = torch.from_numpy(x)
+    with torch.no_grad():
+        expected, expected_weights = t(xt, xt, xt, key_padding_mask=torch.tensor([False] * 6 + [True]))
+    assert_close(out.numpy(), expected)
+    assert_close(weights.numpy(), expected_weights)
+
+
+def test_layers_chain_on_the_device_as_they_do_through_the_host(device):
+    layers = [torch_mha(seed=s) for s in range(3)]
+    mine = [vkattn.MultiheadAttention.from_torch(t, device=device) for t in layers]
+    x = random(2, 9, 16)
+    y = vkattn.to_device(x, device=device)
+    for mha in mine:
+        y, _ = mha(y, y, y, need_weights=False, is_causal=True)
+    expected = torch.from_numpy(x)
+    causal = torch.triu(torch.full((9, 9), float("-inf")), 1)
+    with torch.no_grad():
+        for t in layers:
+            expected, _ = t(expected, expected, expected, attn_mask=causal, need_weights=False)
+    assert_close(y.numpy(), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_device_tensors_meet_clear_errors():
+    x = random(2, 5, 16)
+    on_gpu, on_cpu = vkattn.to_device(x), vkattn.to_device(x, device="cpu")
+    mha = vkattn.MultiheadAttention(16, 4, batch_first=True)
+    with pytest.raises(vkattn.DeviceError, match=r"^query is on 'cpu: .*'; this module runs on 'gpu: .*"
+                                                 r"vkattn.to_device\(array, device=...\)$"):
+        mha(on_cpu, on_cpu, on_cpu)
+    with pytest.raises(vkattn.ConfigError, match=r"^key and value must be vkattn.DeviceTensors too"):
+        mha(on_gpu, x, x)
+    with pytest.raises(vkattn.ConfigError, match=r"batch_first=False; make it with batch_first=True$"):
+        vkattn.MultiheadAttention(16, 4)(on_gpu, on_gpu, on_gpu)
+    with pytest.raises(vkattn.ShapeError, match=r"^forward: query \(2, 5, 16\), key \(5, 16\) and value "
+                                                r"\(5, 16\) must all be batched"):
+        flat = vkattn.to_device(x[0])
+        mha(on_gpu, flat, flat)
+    with pytest.raises(vkattn.ShapeError, match=r"out_proj|in_proj|q_proj|query"):
+        wide = vkattn.to_device(random(2, 5, 8))
+        mha(wide, wide, wide)
+    with pytest.raises(vkattn.ConfigError, match=r"^query is a vkattn.DeviceTensor \(vkattn.DeviceTensor"
+                                                 r"\(shape=\(2, 5, 16\)\) on gpu: .*\): only MultiheadAttention"):
+        mha.trace(on_gpu)
+    with pytest.raises(vkattn.ConfigError, match=r"^src is a vkattn.DeviceTensor"):
+        layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=8, batch_first=True).eval()
+        vkattn.TransformerEncoderLayer.from_torch(layer)(on_gpu)
