@@ -24,6 +24,63 @@ Tensor encoder_pass(Backend& backend, const std::string& pass, const EncoderInpu
   return out;
 }
 
+// One traced pass of `steps(backend, x)` on src already on the backend, (B, L, E) or (L, E) as
+// unbatched (a view as (1, L, E)); its result left there, in src's layout.
+template <class Steps>
+Value encoder_pass(Backend& backend, const std::string& pass, const Value& src, const Steps& steps) {
+  const bool batched = src.rank() == 3;
+  return in_pass(backend, pass, [&] {
+    const Value x = batched ? src : view(src, {1, src.dim(0), src.dim(1)});
+    backend.preflight(pass, [&](Backend& b) { steps(b, b.input(x)); });
+    Value out = steps(backend, x);
+    return batched ? out : view(out, {out.dim(1), out.dim(2)});
+  });
+}
+
+// The masks of `options` checked against PyTorch's rules for src of shape (B, L, E) or (L, E)
+// (ShapeError "<who>: …"), in their batched shapes, with the rest of the self-attention's options.
+ForwardOptions encoder_attention(const std::string& who, const TransformerEncoderLayerConfig& c, const Shape& src,
+                                 const EncoderOptions& options) {
+  auto require = [&](bool ok, const std::string& message) {
+    if (!ok) throw ShapeError(who + ": " + message);
+  };
+  const bool batched = src.size() == 3;
+  const int64_t B = batched ? src[0] : 1, L = src[src.size() - 2], H = c.nhead;
+  ForwardOptions a;
+  a.need_weights = false;
+  a.is_causal = options.is_causal;
+  a.attention = options.attention;
+  a.pack_in_proj = options.pack_in_proj;
+  if (options.src_key_padding_mask) {
+    a.key_padding_mask = checks::padding_mask(who, "src_key_padding_mask", *options.src_key_padding_mask,
+                                              batched ? Shape{B, L} : Shape{L}, batched ? "(B, L)" : "(L,)", {B, L},
+                                              " for src " + shape_string(src));
+  }
+  if (options.mask) {
+    const Tensor& m = *options.mask;
+    Shape per_batch = {B * H, L, L};
+    require(m.dtype != DType::int64, "mask is int64 but must be bool or float32");
+    require(m.shape == Shape{L, L} || m.shape == per_batch,
+            "mask " + shape_string(m.shape) + " must be (L, L) = " + shape_string({L, L}) + " or " +
+                (batched ? "(B·H, L, L) = " : "(H, L, L) = ") + shape_string(per_batch) + " for src " +
+                shape_string(src));
+    a.attn_mask = m;
+  }
+  return a;
+}
+
+// src on a backend, checked as prepare_encoder_input checks it on the host but for its values,
+// which stay there: the attention's options.
+ForwardOptions encoder_attention(const std::string& who, const TransformerEncoderLayerConfig& c, const Value& src,
+                                 const EncoderOptions& options) {
+  if ((src.rank() != 3 && src.rank() != 2) || src.dtype != DType::float32 || src.narrow != Narrow::none ||
+      src.dim(-1) != c.d_model) {
+    throw ShapeError(who + ": src " + shape_string(src.shape) + " on the backend must be float32, (B, L, E) " +
+                     "batch-first or (L, E) unbatched, with E = d_model = " + std::to_string(c.d_model));
+  }
+  return encoder_attention(who, c, src.shape, options);
+}
+
 }  // namespace
 
 const char* activation_name(Activation activation) {
@@ -125,6 +182,13 @@ Tensor TransformerEncoderLayer::forward(Backend& backend, const Tensor& src, con
                       [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
 }
 
+Value TransformerEncoderLayer::forward(Backend& backend, const Value& src, const EncoderOptions& options) const {
+  const ForwardOptions attention = encoder_attention("TransformerEncoderLayer.forward", config_, src, options);
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return encoder_pass(backend, "transformer_encoder_layer", src,
+                      [&](Backend& b, const Value& x) { return steps(b, x, attention); });
+}
+
 TransformerEncoderWeights TransformerEncoderWeights::random(const TransformerEncoderConfig& config, uint32_t seed) {
   return block::random_stack<TransformerEncoderLayerWeights, TransformerEncoderWeights>(config, seed);
 }
@@ -151,12 +215,19 @@ Tensor TransformerEncoder::forward(Backend& backend, const Tensor& src, const En
                       [&](Backend& b, const Value& x) { return steps(b, x, input.attention); });
 }
 
+Value TransformerEncoder::forward(Backend& backend, const Value& src, const EncoderOptions& options) const {
+  const ForwardOptions attention = encoder_attention("TransformerEncoder.forward", config_.layer, src, options);
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return encoder_pass(backend, "transformer_encoder", src,
+                      [&](Backend& b, const Value& x) { return steps(b, x, attention); });
+}
+
 EncoderInput prepare_encoder_input(const std::string& who, const TransformerEncoderLayerConfig& c, const Tensor& src,
                                    const EncoderOptions& options) {
   auto require = [&](bool ok, const std::string& message) {
     if (!ok) throw ShapeError(who + ": " + message);
   };
-  const int64_t E = c.d_model, H = c.nhead;
+  const int64_t E = c.d_model;
   checks::float_input(who, "src", src);
   require(src.rank() == 3 || src.rank() == 2,
           "src " + shape_string(src.shape) + " must be (B, L, E) batch-first, or (L, E) unbatched");
@@ -165,28 +236,7 @@ EncoderInput prepare_encoder_input(const std::string& who, const TransformerEnco
   EncoderInput input;
   input.batched = src.rank() == 3;
   input.src = input.batched ? src : Tensor({1, src.dim(0), E}, src.data);
-  const int64_t B = input.src.dim(0), L = input.src.dim(1);
-  auto& a = input.attention;
-  a.need_weights = false;
-  a.is_causal = options.is_causal;
-  a.attention = options.attention;
-  a.pack_in_proj = options.pack_in_proj;
-  if (options.src_key_padding_mask) {
-    a.key_padding_mask = checks::padding_mask(who, "src_key_padding_mask", *options.src_key_padding_mask,
-                                              input.batched ? Shape{B, L} : Shape{L},
-                                              input.batched ? "(B, L)" : "(L,)", {B, L},
-                                              " for src " + shape_string(src.shape));
-  }
-  if (options.mask) {
-    const Tensor& m = *options.mask;
-    Shape per_batch = {B * H, L, L};
-    require(m.dtype != DType::int64, "mask is int64 but must be bool or float32");
-    require(m.shape == Shape{L, L} || m.shape == per_batch,
-            "mask " + shape_string(m.shape) + " must be (L, L) = " + shape_string({L, L}) + " or " +
-                (input.batched ? "(B·H, L, L) = " : "(H, L, L) = ") + shape_string(per_batch) + " for src " +
-                shape_string(src.shape));
-    a.attn_mask = m;
-  }
+  input.attention = encoder_attention(who, c, src.shape, options);
   return input;
 }
 

@@ -345,6 +345,19 @@ class Encoder : public Stack<TransformerEncoderLayer, TransformerEncoder> {
     return py::make_tuple(to_array(std::move(result)), recorded);
   }
 
+  // forward() on src already on this module's device, (B, L, E) or (L, E), its result left there.
+  DeviceTensor forward_on_device(const DeviceTensor& src, const std::optional<py::array>& mask,
+                                 const std::optional<py::array>& src_key_padding_mask, bool is_causal,
+                                 const std::string& attention) {
+    const Value& x = on_same_device(src, "src", *device_).value;
+    EncoderOptions o = options(mask, src_key_padding_mask, is_causal);
+    o.attention = parse_attention_path(attention);
+    Value y = on_device(*device_, [&](Backend& backend) {
+      return on_module<Value>([&](const auto& m) { return m.forward(backend, x, o); });
+    });
+    return {device_, std::move(y)};
+  }
+
   CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const FloatArray& src,
                     const std::optional<py::array>& mask, const std::optional<py::array>& src_key_padding_mask,
                     bool is_causal, double atol, double rtol) {
@@ -581,6 +594,8 @@ PYBIND11_MODULE(_vkattn, m) {
       .def_property_readonly("device", [](const Encoder& e) { return e.device(); })
       .def("forward", &Encoder::forward, py::arg("src"), py::arg("mask"), py::arg("src_key_padding_mask"),
            py::arg("is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("forward_on_device", &Encoder::forward_on_device, py::arg("src"), py::arg("mask"),
+           py::arg("src_key_padding_mask"), py::arg("is_causal"), py::arg("attention"))
       .def("check", &Encoder::check, py::arg("recorded"), py::arg("src"), py::arg("mask"),
            py::arg("src_key_padding_mask"), py::arg("is_causal"), py::arg("atol"), py::arg("rtol"));
 

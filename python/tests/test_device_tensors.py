@@ -112,8 +112,49 @@ def test_device_tensors_meet_clear_errors():
         wide = vkattn.to_device(random(2, 5, 8))
         mha(wide, wide, wide)
     with pytest.raises(vkattn.ConfigError, match=r"^query is a vkattn.DeviceTensor \(vkattn.DeviceTensor"
-                                                 r"\(shape=\(2, 5, 16\)\) on gpu: .*\): only MultiheadAttention"):
+                                                 r"\(shape=\(2, 5, 16\)\) on gpu: .*\): only the forwards of"):
         mha.trace(on_gpu)
-    with pytest.raises(vkattn.ConfigError, match=r"^src is a vkattn.DeviceTensor"):
-        layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=8, batch_first=True).eval()
-        vkattn.TransformerEncoderLayer.from_torch(layer)(on_gpu)
+    with pytest.raises(vkattn.ConfigError, match=r"^tgt is a vkattn.DeviceTensor"):
+        layer = torch.nn.TransformerDecoderLayer(16, 4, dim_feedforward=8, batch_first=True).eval()
+        vkattn.TransformerDecoderLayer.from_torch(layer)(on_gpu, x)
+
+
+def torch_encoder(layers, norm_first=False, batch_first=True):
+    torch.manual_seed(5)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, dim_feedforward=24, norm_first=norm_first,
+                                             batch_first=batch_first)
+    return (torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False) if layers else layer).eval()
+
+
+@pytest.mark.parametrize("layers,norm_first", [(0, False), (2, True)])
+def test_encoders_on_device_tensors_are_torchs(device, layers, norm_first):
+    t = torch_encoder(layers, norm_first)
+    mine = (vkattn.TransformerEncoder if layers else vkattn.TransformerEncoderLayer).from_torch(t, device=device)
+    x = random(3, 17, 16, seed=6)
+    padding = np.zeros((3, 17), dtype=bool)
+    padding[2, 11:] = True
+    y = mine(vkattn.to_device(x, device=device), src_key_padding_mask=padding)
+    assert isinstance(y, vkattn.DeviceTensor) and y.shape == (3, 17, 16)
+    with torch.no_grad():
+        expected = t(torch.from_numpy(x), src_key_padding_mask=torch.from_numpy(padding))
+    assert_close(y.numpy(), expected, atol=1e-5, rtol=1e-4)
+    flat = mine(vkattn.to_device(x[0], device=device), mask=np.triu(np.ones((17, 17), dtype=bool), 1))
+    with torch.no_grad():
+        expected = t(torch.from_numpy(x[:1]), torch.triu(torch.ones(17, 17, dtype=torch.bool), 1))[0]  # the mask
+    assert flat.shape == (17, 16)
+    assert_close(flat.numpy(), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_encoders_refuse_device_tensors_they_cannot_take():
+    x = vkattn.to_device(random(2, 5, 16))
+    with pytest.raises(vkattn.ConfigError, match=r"^src: device tensors are batch-first"):
+        vkattn.TransformerEncoderLayer.from_torch(torch_encoder(0, batch_first=False))(x)
+    encoder = vkattn.TransformerEncoderLayer.from_torch(torch_encoder(0))
+    with pytest.raises(vkattn.ShapeError, match=r"^TransformerEncoderLayer.forward: src \(2, 5, 8\) on the "
+                                                r"backend must be float32, \(B, L, E\) batch-first or \(L, E\) "
+                                                r"unbatched, with E = d_model = 16$"):
+        encoder(vkattn.to_device(random(2, 5, 8)))
+    with pytest.raises(vkattn.ShapeError, match=r"^TransformerEncoderLayer.forward: src_key_padding_mask"):
+        encoder(x, src_key_padding_mask=np.zeros((2, 4), dtype=bool))
+    with pytest.raises(vkattn.DeviceError, match=r"^src is on 'cpu: "):
+        encoder(vkattn.to_device(random(2, 5, 16), device="cpu"))

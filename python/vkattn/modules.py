@@ -230,7 +230,15 @@ class _Encoder(_Stack):
     _engine = _vkattn._Encoder
 
     def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto"):
-        """src (B, L, E) batch_first, (L, B, E) or unbatched (L, E) -> the same shape."""
+        """src (B, L, E) batch_first, (L, B, E) or unbatched (L, E) -> the same shape. A
+        vkattn.DeviceTensor on this module's device (batch-first or unbatched) gives one left there."""
+        if isinstance(src, _vkattn.DeviceTensor):
+            if not self.batch_first and len(src.shape) == 3:
+                raise _vkattn.ConfigError("src: device tensors are batch-first (B, L, E), and this module was "
+                                          "made with batch_first=False; make it with batch_first=True")
+            return self._impl.forward_on_device(src, as_mask(mask, "mask"),
+                                                as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal,
+                                                attention)
         y = self._impl.forward(self._in(src, "src"), as_mask(mask, "mask"),
                                as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal, attention, False)
         return self._out(y)

@@ -238,6 +238,48 @@ INSTANTIATE_TEST_SUITE_P(Sizes, EncoderSweep,
                                            std::tuple{3, 17, 1, 17, false, true}, std::tuple{1, 113, 4, 3, true, false},
                                            std::tuple{2, 65, 2, 33, false, true}));
 
+// ---- on values already on the backend ------------------------------------------------------------------
+class EncoderOnTheBackend : public testing::GpuTest {};
+TEST_F(EncoderOnTheBackend, ChainsWithoutTheHostAndEqualsTheForwardFromIt) {
+  TransformerEncoderConfig config{.layer = {.d_model = 12, .nhead = 3, .dim_feedforward = 7, .norm_first = true},
+                                  .num_layers = 2, .final_norm = true};
+  TransformerEncoder encoder(config, TransformerEncoderWeights::random(config, 11));
+  TransformerEncoderLayer layer(config.layer, TransformerEncoderLayerWeights::random(config.layer, 12));
+  const EncoderOptions options{.src_key_padding_mask = testing::random_bool_mask({2, 17}, 0.3f, 14), .is_causal = true};
+  const EncoderOptions flat_options{.mask = testing::random_bool_mask({17, 17}, 0.2f, 15)};
+  for (const Shape& shape : {Shape{2, 17, 12}, Shape{17, 12}}) {
+    const Tensor src = random_tensor(shape, 13);
+    const EncoderOptions& o = shape.size() == 3 ? options : flat_options;
+    const Tensor want = layer.forward(cpu(), encoder.forward(cpu(), src, o), o);
+    for (Backend* b : {static_cast<Backend*>(&cpu()), static_cast<Backend*>(&gpu())}) {
+      encoder.keep_weights_on(*b);
+      layer.keep_weights_on(*b);
+      const Value x = b->upload("src", src);
+      (void)layer.forward(*b, encoder.forward(*b, x, o), o);  // the weights go up
+      const uint64_t up = b->uploaded_bytes(), down = b->downloaded_bytes();
+      const Value y = layer.forward(*b, encoder.forward(*b, x, o), o);
+      const Tensor& mask = o.mask ? *o.mask : *o.src_key_padding_mask;
+      EXPECT_EQ(b->uploaded_bytes() - up, 3 * mask.data.size() * sizeof(float))
+          << "only the mask crosses, to each of the three self-attentions";
+      EXPECT_EQ(b->downloaded_bytes(), down) << b->name();
+      EXPECT_EQ(y.shape, shape);
+      EXPECT_TRUE(testing::all_close(b->download(y), want, {.atol = 2e-5f, .rtol = 2e-5f})) << b->name();
+    }
+  }
+}
+
+TEST_F(EncoderOnTheBackend, NamesWhatIsWrongWithTheValue) {
+  const TransformerEncoderLayer layer({.d_model = 8, .nhead = 2, .dim_feedforward = 5});
+  const Value wide = cpu().upload("src", random_tensor({2, 3, 6}, 1));
+  testing::expect_error<ShapeError>([&] { (void)(layer.forward(cpu(), wide)); },
+                                    {"TransformerEncoderLayer.forward: src (2, 3, 6) on the backend must be float32, "
+                                     "(B, L, E) batch-first or (L, E) unbatched, with E = d_model = 8"});
+  const Value x = cpu().upload("src", random_tensor({2, 3, 8}, 1));
+  testing::expect_error<ShapeError>(
+      [&] { (void)(layer.forward(cpu(), x, {.src_key_padding_mask = Tensor({2, 4}, DType::boolean)})); },
+      {"src_key_padding_mask (2, 4) must be (B, L) = (2, 3) for src (2, 3, 8)"});
+}
+
 // ---- errors ------------------------------------------------------------------------------------------
 class EncoderErrors : public ::testing::Test {
  protected:

@@ -85,6 +85,10 @@ class TransformerEncoderLayer : public KeepsWeights {
 
   // src (B, L, E) or (L, E) -> the same shape. One traced pass.
   Tensor forward(Backend& backend, const Tensor& src, const EncoderOptions& options = {}) const;
+  // The same pass on src already on `backend` (Backend::upload, or an earlier pass's output), its
+  // result left there: with the weights kept there (keep_weights_on) only the masks cross from the
+  // host, as torch's forward on CUDA tensors. The checks are the host's but for src's values.
+  Value forward(Backend& backend, const Value& src, const EncoderOptions& options = {}) const;
   // The layer's steps on a backend value x (B, L, E), in the backend's current step scope.
   // `attention` carries the masks in their batched shapes (MultiHeadAttention::attend's rules).
   Value steps(Backend& backend, const Value& x, const ForwardOptions& attention) const;
@@ -126,6 +130,8 @@ class TransformerEncoder : public KeepsWeights {
 
   // src (B, L, E) or (L, E) -> the same shape. One traced pass.
   Tensor forward(Backend& backend, const Tensor& src, const EncoderOptions& options = {}) const;
+  // The same pass on src on `backend`, its result left there (TransformerEncoderLayer's).
+  Value forward(Backend& backend, const Value& src, const EncoderOptions& options = {}) const;
   // Every layer's steps in scope layers.N, then the final norm, on x (B, L, E).
   Value steps(Backend& backend, const Value& x, const ForwardOptions& attention) const;
 
