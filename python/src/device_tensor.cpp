@@ -10,8 +10,8 @@ namespace vkattn::python {
 
 const DeviceTensor& on_same_device(const DeviceTensor& tensor, const std::string& name, const Device& device) {
   if (tensor.device.get() == &device) return tensor;
-  throw DeviceError(name + " is on '" + device_label(*tensor.device) + "'; this module runs on '" + device_label(device) +
-                    "': send the array there with vkattn.to_device(array, device=...)");
+  throw DeviceError(name + " is on '" + device_label(*tensor.device) + "'; this module runs on '" +
+                    device_label(device) + "': send the array there with vkattn.to_device(array, device=...)");
 }
 
 void bind_device_tensors(py::module_& m) {
