@@ -606,10 +606,18 @@ Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanB
 Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                       const DecodingProblem& problem, const std::vector<int64_t>& candidates,
                       const Progress& progress) {
-  // The step's own problem (a decode step is small: no larger than what the pass itself holds, its
-  // query heads sharing their cached keys as the pass's do), checked on one head of keys and at
-  // most 3 queries: every count then splits the same keys as when it is timed
+  // The step's own problem (never larger than what the pass itself holds, its query heads sharing
+  // their cached keys as the pass's do), its queries cut as a GEMM's rows are to about
+  // timed_work(): a prompt decoded whole (4 heads × 1,023 queries over 1,023 keys, lesson 09) took
+  // 26.6 s to measure uncut on lavapipe. Checked on one head of keys and at most 3 queries: every
+  // count then splits the same keys as when it is timed.
   const uint64_t group = std::max<uint64_t>(problem.query_heads() / problem.key_heads(), 1);
+  const double work = timed_work(*context);
+  DecodingProblem timed = problem;
+  while (timed.multiply_adds() > 2 * work && timed.queries > 1 && timed.rows / 2 >= kFewestTimedRows) {
+    timed.queries = (timed.queries + 1) / 2;
+    timed.rows = problem.query_heads() * timed.queries;
+  }
   auto runnable = [&](uint64_t key_heads, uint64_t queries, int64_t parts) {
     const auto h = int64_t(key_heads * group), l = int64_t(queries), kh = int64_t(key_heads),
                s = int64_t(problem.keys), d = int64_t(problem.d);
@@ -625,9 +633,9 @@ Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const Vul
   for (int64_t parts : candidates) {
     plans.push_back(decoding_text(parts));
     checks.push_back(runnable(1, std::min<uint64_t>(problem.queries, 3), parts));
-    timeds.push_back(runnable(problem.key_heads(), problem.queries, parts));
+    timeds.push_back(runnable(problem.key_heads(), timed.queries, parts));
   }
-  const std::string text = std::to_string(problem.rows) + " rows, S " + std::to_string(problem.keys) + ", d " +
+  const std::string text = std::to_string(timed.rows) + " rows, S " + std::to_string(problem.keys) + ", d " +
                            std::to_string(problem.d);
   size_t chosen = 0;
   Outcome outcome = measure(

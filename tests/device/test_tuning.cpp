@@ -547,6 +547,20 @@ TEST_F(Tuning, TheDecodingSplitIsTimedOnNoMoreThanThePassHolds) {
   EXPECT_EQ(entry["problem"].get<std::string>(), "64 rows, S 1000, d 64") << entry.dump();
 }
 
+// A prompt decoded whole is timed on part of its queries, as a GEMM on part of its rows: about
+// 10⁸ multiply-adds on a CPU device, no fewer than 1,024 rows (4 heads × 1,024 queries over 512
+// keys, 2.7·10⁸, is timed at 512 queries a head; lesson 09's 4 × 1,023 over 1,023 took 26.6 s whole).
+TEST_F(Tuning, APromptsDecodeIsTimedOnPartOfItsQueries) {
+  const auto& device = testing::shared_context()->device_report();
+  const tuning::DecodingProblem problem{.rows = 4 * 1024, .keys = 512, .d = 64, .queries = 1024};
+  const auto candidates = tuning::decoding_candidates(1, problem);
+  const tuning::Outcome outcome = tuning::tune_decoding(testing::shared_context(), options(), problem, candidates, nullptr);
+  EXPECT_TRUE(outcome.none_ran.empty()) << outcome.none_ran;
+  const bool cpu_device = device.type == vk::PhysicalDeviceType::eCpu;
+  EXPECT_EQ(outcome.problem, cpu_device ? "2048 rows, S 512, d 64" : "4096 rows, S 512, d 64");
+  EXPECT_EQ(outcome.candidates.size(), candidates.size());
+}
+
 // Where the device refuses every candidate (here: each timed problem's buffers exceed its limit),
 // tuning ends without a plan measured: the rule's plan runs, the user is told once, and the cache
 // remembers it, so that the next run neither measures nor says it again.
