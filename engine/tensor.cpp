@@ -1,5 +1,6 @@
 #include "vkattn/tensor.h"
 
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 
@@ -92,6 +93,17 @@ Tensor stack_rows(std::initializer_list<const Tensor*> parts) {
     data.insert(data.end(), t->data.begin(), t->data.end());
   }
   return Tensor(std::move(shape), std::move(data));
+}
+
+Tensor swap_first_axes(const Tensor& x) {
+  const int64_t A = x.dim(0), B = x.dim(1), C = x.dim(2);
+  Tensor y({B, A, C});
+  for (int64_t a = 0; a < A; ++a) {
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy_n(x.data.begin() + (a * B + b) * C, C, y.data.begin() + (b * A + a) * C);
+    }
+  }
+  return y;
 }
 
 Tensor random_tensor(Shape shape, uint32_t seed) {

@@ -215,21 +215,19 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
   return outcome;
 }
 
-Tensor uniform(Shape shape, uint32_t seed) { return random_tensor(std::move(shape), seed); }
-
 // `problem` as a runnable GEMM step with batch × M rows.
 Runnable gemm_runnable(const std::string& step, uint64_t batch, uint64_t M, uint64_t N, uint64_t K) {
   const auto b = int64_t(batch), m = int64_t(M), n = int64_t(N), k = int64_t(K);
   if (step == "linear") {
-    return {{uniform({b * m, k}, 1), uniform({n, k}, 2)},
+    return {{random_tensor({b * m, k}, 1), random_tensor({n, k}, 2)},
             [](Backend& be, const std::vector<Value>& in) { return be.linear("linear", in[0], in[1], nullptr); }};
   }
   if (step == "attention_scores") {  // Q (1, batch, M, K) · K (1, batch, N, K)ᵀ
-    return {{uniform({1, b, m, k}, 1), uniform({1, b, n, k}, 2)},
+    return {{random_tensor({1, b, m, k}, 1), random_tensor({1, b, n, k}, 2)},
             [](Backend& be, const std::vector<Value>& in) { return be.attention_scores("attention_scores", in[0], in[1]); }};
   }
   if (step == "attention_values") {  // P (1, batch, M, K) · V (1, batch, K, N)
-    return {{uniform({1, b, m, k}, 1), uniform({1, b, k, n}, 2)},
+    return {{random_tensor({1, b, m, k}, 1), random_tensor({1, b, k, n}, 2)},
             [](Backend& be, const std::vector<Value>& in) { return be.attention_values("attention_values", in[0], in[1]); }};
   }
   throw std::logic_error("tuning: no GEMM step named " + step);
@@ -542,7 +540,7 @@ Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const Vulkan
   auto runnable = [&](uint64_t heads, uint64_t L, uint64_t S) {
     const auto h = int64_t(heads), l = int64_t(L), s = int64_t(S), d = int64_t(problem.d);
     const bool causal = problem.causal;
-    return Runnable{{uniform({1, h, l, d}, 1), uniform({1, h, s, d}, 2), uniform({1, h, s, d}, 3)},
+    return Runnable{{random_tensor({1, h, l, d}, 1), random_tensor({1, h, s, d}, 2), random_tensor({1, h, s, d}, 3)},
                     [causal](Backend& be, const std::vector<Value>& in) {
                       return be.flash_attention("flash_attention", in[0], in[1], in[2], nullptr, nullptr, causal);
                     }};
@@ -576,12 +574,12 @@ Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanB
   const bool softmax = problem.step == "softmax";
   auto runnable = [&](uint64_t rows) {
     const auto r = int64_t(rows), c = int64_t(problem.cols);
-    Tensor x = uniform({r, c}, 1);
+    Tensor x = random_tensor({r, c}, 1);
     for (size_t i = 0; i < x.data.size(); i += 7) x.data[i] *= 20.0f;  // scores that saturate
     if (softmax) {
       return Runnable{{x}, [](Backend& be, const std::vector<Value>& in) { return be.softmax("softmax", in[0]); }};
     }
-    return Runnable{{x, uniform({c}, 2), uniform({c}, 3)}, [](Backend& be, const std::vector<Value>& in) {
+    return Runnable{{x, random_tensor({c}, 2), random_tensor({c}, 3)}, [](Backend& be, const std::vector<Value>& in) {
                       return be.layer_norm("layer_norm", in[0], in[1], in[2], 1e-5f);
                     }};
   };
@@ -621,7 +619,7 @@ Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const Vul
   auto runnable = [&](uint64_t key_heads, uint64_t queries, int64_t parts) {
     const auto h = int64_t(key_heads * group), l = int64_t(queries), kh = int64_t(key_heads),
                s = int64_t(problem.keys), d = int64_t(problem.d);
-    return Runnable{{uniform({1, h, l, d}, 1), uniform({1, kh, s, d}, 2), uniform({1, kh, s, d}, 3)},
+    return Runnable{{random_tensor({1, h, l, d}, 1), random_tensor({1, kh, s, d}, 2), random_tensor({1, kh, s, d}, 3)},
                     [s, parts](Backend& be, const std::vector<Value>& in) {
                       const Value partials =
                           be.flash_decoding("flash_decoding", in[0], in[1], in[2], s, nullptr, false, 0, parts);
@@ -669,7 +667,8 @@ Outcome tune_path(const std::shared_ptr<vulkan::Context>& context, const VulkanB
   const bool causal = problem.causal;
   auto inputs = [&](uint64_t heads, uint64_t L, uint64_t S) {
     const auto h = int64_t(heads), l = int64_t(L), s = int64_t(S), d = int64_t(problem.d);
-    return std::vector<Tensor>{uniform({1, h, l, d}, 1), uniform({1, h, s, d}, 2), uniform({1, h, s, d}, 3)};
+    return std::vector<Tensor>{random_tensor({1, h, l, d}, 1), random_tensor({1, h, s, d}, 2),
+                               random_tensor({1, h, s, d}, 3)};
   };
   const auto fused = [causal](Backend& be, const std::vector<Value>& in) {
     return be.flash_attention("flash_attention", in[0], in[1], in[2], nullptr, nullptr, causal);

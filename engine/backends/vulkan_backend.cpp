@@ -14,6 +14,7 @@
 #include "engine/vulkan/buffer_pool.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/gemm_plan.h"
+#include "engine/vulkan/grid.h"
 #include "engine/vulkan/kernel.h"
 #include "engine/vulkan/ops.h"
 #include "engine/vulkan/plan_cache.h"
@@ -26,6 +27,7 @@ namespace vkattn {
 namespace {
 
 using vulkan::Buffer;
+using vulkan::ceil_div;
 
 // A tensor's buffer, back to the pool when the last Value holding it is gone (recorded commands
 // that use it keep their own reference: see buffer_pool.h).
@@ -67,8 +69,6 @@ std::vector<float> unpack_16bit(const std::vector<uint32_t>& words, Narrow narro
 }
 
 glm::uint u32(int64_t v) { return static_cast<glm::uint>(v); }
-
-uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 // attention_mask: the scores of a row each invocation masks (its specialization constant RUN)
 constexpr uint32_t kMaskRun = 8;

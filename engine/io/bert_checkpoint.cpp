@@ -13,19 +13,8 @@
 #include "vkattn/errors.h"
 
 namespace vkattn::io::checkpoints {
-namespace {
 
 using nlohmann::json;
-
-// hidden_act: "gelu" is the exact one; "gelu_new" and "gelu_pytorch_tanh" its tanh approximation.
-Activation activation(const ConfigReader& config) {
-  const std::string name = config.text("hidden_act", "gelu");
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::gelu_tanh;
-  if (auto a = activation_from_name(name)) return *a;
-  throw config.error("hidden_act '" + name + "' is not one vkattn runs (gelu, gelu_new, gelu_pytorch_tanh, relu)");
-}
-
-}  // namespace
 
 BertState bert(const json& config_json, std::map<std::string, Tensor> file, const std::string& dir) {
   const ConfigReader config(config_json, dir);
@@ -57,7 +46,7 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
   c.max_positions = P;
   c.type_vocab_size = types;
   c.num_layers = layers;
-  c.layer = {.d_model = E, .nhead = H, .dim_feedforward = F, .activation = activation(config),
+  c.layer = {.d_model = E, .nhead = H, .dim_feedforward = F, .activation = config.activation("hidden_act", "gelu"),
              .layer_norm_eps = config.number("layer_norm_eps", 1e-12f), .norm_first = false};
   auto& w = state.weights;
   w.word_embeddings = tensors.take("embeddings.word_embeddings.weight", {V, E}, "(vocab_size, hidden_size)");

@@ -44,6 +44,13 @@ std::string ConfigReader::text(const char* key, const std::string& fallback) con
   return it->get<std::string>();
 }
 
+Activation ConfigReader::activation(const char* key, const std::string& fallback) const {
+  const std::string name = text(key, fallback);
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::gelu_tanh;
+  if (auto a = activation_from_name(name)) return *a;
+  throw error(std::string(key) + " '" + name + "' is not one vkattn runs (gelu, gelu_new, gelu_pytorch_tanh, relu)");
+}
+
 bool ConfigReader::has(const char* key) const {
   const auto it = config_.find(key);
   return it != config_.end() && !it->is_null();

@@ -26,6 +26,9 @@ class ConfigReader {
   float number(const char* key, float fallback) const;
   bool flag(const char* key, bool fallback) const;
   std::string text(const char* key, const std::string& fallback) const;
+  // The activation a key names (hidden_act, activation_function): "gelu_new" and
+  // "gelu_pytorch_tanh" are gelu's tanh approximation, "gelu" the exact one, and "relu".
+  Activation activation(const char* key, const std::string& fallback) const;
   bool has(const char* key) const;  // present and not null
   // A setting vkattn does not run, refused by name unless it is `supported`.
   void require(const char* key, bool supported, bool fallback) const;

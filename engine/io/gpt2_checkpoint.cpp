@@ -33,15 +33,6 @@ Tensor elements(const Tensor& t, int64_t begin, int64_t count) {
   return Tensor({count}, std::vector<float>(t.data.begin() + begin, t.data.begin() + begin + count));
 }
 
-// gelu_new and gelu_pytorch_tanh are the tanh approximation: gelu_tanh.
-Activation activation(const ConfigReader& config) {
-  const std::string name = config.text("activation_function", "gelu_new");
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::gelu_tanh;
-  if (auto a = activation_from_name(name)) return *a;
-  throw config.error("activation_function '" + name +
-                     "' is not one vkattn runs (gelu_new, gelu_pytorch_tanh, gelu, relu)");
-}
-
 }  // namespace
 
 CausalLMState gpt2(const json& config_json, std::map<std::string, Tensor> file, const std::string& dir) {
@@ -67,7 +58,8 @@ CausalLMState gpt2(const json& config_json, std::map<std::string, Tensor> file, 
   c.max_positions = P;
   c.num_layers = layers;
   c.lm_head_bias = false;
-  c.layer = {.d_model = E, .nhead = H, .dim_feedforward = F, .activation = activation(config),
+  c.layer = {.d_model = E, .nhead = H, .dim_feedforward = F,
+             .activation = config.activation("activation_function", "gelu_new"),
              .layer_norm_eps = config.number("layer_norm_epsilon", 1e-5f), .norm_first = true};
   auto& w = state.weights;
   w.token_embedding = tensors.take("wte.weight", {V, E}, "(vocab_size, n_embd)");

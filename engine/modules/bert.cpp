@@ -13,7 +13,7 @@
 namespace vkattn {
 namespace {
 
-const std::string kWho = "Bert";
+const std::string kBert = "Bert";
 
 }  // namespace
 
@@ -52,15 +52,15 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
   if (c.layer.norm_first) throw ConfigError("Bert: its layers are post-norm (norm_first=false)");
   const int64_t E = c.layer.d_model;
   const auto& w = weights_;
-  checks::weight(kWho, "embeddings.word_embeddings.weight", w.word_embeddings, {c.vocab_size, E}, "(V, E)");
-  checks::weight(kWho, "embeddings.position_embeddings.weight", w.position_embeddings, {c.max_positions, E}, "(P, E)");
-  checks::weight(kWho, "embeddings.token_type_embeddings.weight", w.token_type_embeddings, {c.type_vocab_size, E},
+  checks::weight(kBert, "embeddings.word_embeddings.weight", w.word_embeddings, {c.vocab_size, E}, "(V, E)");
+  checks::weight(kBert, "embeddings.position_embeddings.weight", w.position_embeddings, {c.max_positions, E}, "(P, E)");
+  checks::weight(kBert, "embeddings.token_type_embeddings.weight", w.token_type_embeddings, {c.type_vocab_size, E},
                  "(type_vocab_size, E)");
-  checks::weight(kWho, "embeddings.LayerNorm.weight", w.embeddings_norm.weight, {E}, "(E,)");
-  checks::weight(kWho, "embeddings.LayerNorm.bias", w.embeddings_norm.bias, {E}, "(E,)");
+  checks::weight(kBert, "embeddings.LayerNorm.weight", w.embeddings_norm.weight, {E}, "(E,)");
+  checks::weight(kBert, "embeddings.LayerNorm.bias", w.embeddings_norm.bias, {E}, "(E,)");
   if (c.pooler) {
-    checks::weight(kWho, "pooler.dense.weight", w.pooler_weight, {E, E}, "(E, E)");
-    checks::weight(kWho, "pooler.dense.bias", w.pooler_bias, {E}, "(E,)");
+    checks::weight(kBert, "pooler.dense.weight", w.pooler_weight, {E, E}, "(E, E)");
+    checks::weight(kBert, "pooler.dense.bias", w.pooler_bias, {E}, "(E,)");
   } else if (w.pooler_weight.size() != 0 || w.pooler_bias.size() != 0) {
     throw ShapeError("Bert: pooler.dense is given but the config has no pooler");
   }
@@ -69,13 +69,13 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
                      " masked-LM head but its weights (cls.predictions) are " + (c.masked_lm ? "missing" : "given"));
   }
   if (const auto& m = w.masked_lm) {
-    checks::weight(kWho, "cls.predictions.transform.dense.weight", m->dense_weight, {E, E}, "(E, E)");
-    checks::weight(kWho, "cls.predictions.transform.dense.bias", m->dense_bias, {E}, "(E,)");
-    checks::weight(kWho, "cls.predictions.transform.LayerNorm.weight", m->norm.weight, {E}, "(E,)");
-    checks::weight(kWho, "cls.predictions.transform.LayerNorm.bias", m->norm.bias, {E}, "(E,)");
-    checks::weight(kWho, "cls.predictions.bias", m->bias, {c.vocab_size}, "(V,)");
+    checks::weight(kBert, "cls.predictions.transform.dense.weight", m->dense_weight, {E, E}, "(E, E)");
+    checks::weight(kBert, "cls.predictions.transform.dense.bias", m->dense_bias, {E}, "(E,)");
+    checks::weight(kBert, "cls.predictions.transform.LayerNorm.weight", m->norm.weight, {E}, "(E,)");
+    checks::weight(kBert, "cls.predictions.transform.LayerNorm.bias", m->norm.bias, {E}, "(E,)");
+    checks::weight(kBert, "cls.predictions.bias", m->bias, {c.vocab_size}, "(V,)");
     if (m->decoder_weight) {
-      checks::weight(kWho, "cls.predictions.decoder.weight", *m->decoder_weight, {c.vocab_size, E}, "(V, E)");
+      checks::weight(kBert, "cls.predictions.decoder.weight", *m->decoder_weight, {c.vocab_size, E}, "(V, E)");
     }
   }
   if (static_cast<int64_t>(w.layers.size()) != c.num_layers) {

@@ -9,11 +9,6 @@
 
 namespace vkattn::block {
 
-Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng) {
-  float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
-  return uniform(std::move(shape), -bound, bound, rng);
-}
-
 void check_norm(const std::string& who, const std::string& name, const LayerNormWeights& norm, int64_t E) {
   checks::weight(who, name + ".weight", norm.weight, {E}, "(E,)");
   checks::weight(who, name + ".bias", norm.bias, {E}, "(E,)");

@@ -17,9 +17,6 @@
 
 namespace vkattn::block {
 
-// torch.nn.Linear's weight (out, in) or bias (out,): U(-1/√in, 1/√in)
-Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng);
-
 // A LayerNorm's weight and bias, (E,) each: checks::weight's ShapeError
 void check_norm(const std::string& who, const std::string& name, const LayerNormWeights& norm, int64_t E);
 // The config checks every layer shares (dim_feedforward, layer_norm_eps): ConfigError

@@ -13,7 +13,7 @@
 namespace vkattn {
 namespace {
 
-const std::string kWho = "CausalLM";
+const std::string kCausalLM = "CausalLM";
 
 }  // namespace
 
@@ -41,16 +41,16 @@ CausalLM::CausalLM(CausalLMConfig config, CausalLMWeights weights) : config_(con
   }
   const int64_t E = c.layer.d_model, V = c.vocab_size;
   const auto& w = weights_;
-  checks::weight(kWho, "token_embedding.weight", w.token_embedding, {V, E}, "(V, E)");
-  checks::weight(kWho, "position_embedding.weight", w.position_embedding, {c.max_positions, E}, "(P, E)");
-  checks::weight(kWho, "norm.weight", w.norm.weight, {E}, "(E,)");
-  checks::weight(kWho, "norm.bias", w.norm.bias, {E}, "(E,)");
+  checks::weight(kCausalLM, "token_embedding.weight", w.token_embedding, {V, E}, "(V, E)");
+  checks::weight(kCausalLM, "position_embedding.weight", w.position_embedding, {c.max_positions, E}, "(P, E)");
+  checks::weight(kCausalLM, "norm.weight", w.norm.weight, {E}, "(E,)");
+  checks::weight(kCausalLM, "norm.bias", w.norm.bias, {E}, "(E,)");
   if (!c.tie_word_embeddings) {
-    checks::weight(kWho, "lm_head.weight", w.lm_head_weight, {V, E}, "(V, E)");
+    checks::weight(kCausalLM, "lm_head.weight", w.lm_head_weight, {V, E}, "(V, E)");
   } else if (w.lm_head_weight.size() != 0) {
     throw ShapeError("CausalLM: lm_head.weight is given but tie_word_embeddings is on (the head is token_embedding)");
   }
-  checks::optional_weight(kWho, "lm_head.bias", w.lm_head_bias, c.lm_head_bias, "lm_head_bias", {V}, "(V,)");
+  checks::optional_weight(kCausalLM, "lm_head.bias", w.lm_head_bias, c.lm_head_bias, "lm_head_bias", {V}, "(V,)");
   if (static_cast<int64_t>(w.layers.size()) != c.num_layers) {
     throw ShapeError("CausalLM: " + std::to_string(w.layers.size()) + " layers of weights for num_layers=" +
                      std::to_string(c.num_layers));

@@ -12,13 +12,13 @@
 namespace vkattn {
 namespace {
 
-const std::string kWho = "GroupedQueryAttention";
+const std::string kGqa = "GroupedQueryAttention";
 
 std::string number(const char* name, int64_t value) { return std::string(name) + "=" + std::to_string(value); }
 
 // The config itself, or a ConfigError naming what is wrong with it (before any weight is made).
 const GroupedQueryAttentionConfig& checked(const GroupedQueryAttentionConfig& c) {
-  auto fail = [](const std::string& message) { throw ConfigError(kWho + ": " + message); };
+  auto fail = [](const std::string& message) { throw ConfigError(kGqa + ": " + message); };
   if (c.hidden_size < 1 || c.num_heads < 1 || c.num_kv_heads < 0 || c.head_dim < 0) {
     fail(number("hidden_size", c.hidden_size) + ", " + number("num_heads", c.num_heads) + ", " +
          number("num_kv_heads", c.num_kv_heads) + ", " + number("head_dim", c.head_dim) +
@@ -54,16 +54,16 @@ GroupedQueryAttentionWeights GroupedQueryAttentionWeights::random(const GroupedQ
   std::mt19937 rng(seed);
   const int64_t E = c.hidden_size, Hd = c.num_heads * c.dim(), KVd = c.kv_heads() * c.dim();
   GroupedQueryAttentionWeights w;
-  w.q_proj_weight = block::linear_parameter({Hd, E}, E, rng);
-  w.k_proj_weight = block::linear_parameter({KVd, E}, E, rng);
-  w.v_proj_weight = block::linear_parameter({KVd, E}, E, rng);
-  w.o_proj_weight = block::linear_parameter({E, Hd}, Hd, rng);
+  w.q_proj_weight = linear_parameter({Hd, E}, E, rng);
+  w.k_proj_weight = linear_parameter({KVd, E}, E, rng);
+  w.v_proj_weight = linear_parameter({KVd, E}, E, rng);
+  w.o_proj_weight = linear_parameter({E, Hd}, Hd, rng);
   if (c.attention_bias) {
-    w.q_proj_bias = block::linear_parameter({Hd}, E, rng);
-    w.k_proj_bias = block::linear_parameter({KVd}, E, rng);
-    w.v_proj_bias = block::linear_parameter({KVd}, E, rng);
+    w.q_proj_bias = linear_parameter({Hd}, E, rng);
+    w.k_proj_bias = linear_parameter({KVd}, E, rng);
+    w.v_proj_bias = linear_parameter({KVd}, E, rng);
   }
-  if (c.o_proj_bias) w.o_proj_bias = block::linear_parameter({E}, Hd, rng);
+  if (c.o_proj_bias) w.o_proj_bias = linear_parameter({E}, Hd, rng);
   return w;
 }
 
@@ -75,14 +75,14 @@ GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config,
   const auto& c = config_;
   const int64_t E = c.hidden_size, Hd = c.num_heads * c.dim(), KVd = c.kv_heads() * c.dim();
   const auto& w = weights_;
-  checks::weight(kWho, "q_proj.weight", w.q_proj_weight, {Hd, E}, "(H·d, E)");
-  checks::weight(kWho, "k_proj.weight", w.k_proj_weight, {KVd, E}, "(H_kv·d, E)");
-  checks::weight(kWho, "v_proj.weight", w.v_proj_weight, {KVd, E}, "(H_kv·d, E)");
-  checks::weight(kWho, "o_proj.weight", w.o_proj_weight, {E, Hd}, "(E, H·d)");
-  checks::optional_weight(kWho, "q_proj.bias", w.q_proj_bias, c.attention_bias, "attention_bias", {Hd}, "(H·d,)");
-  checks::optional_weight(kWho, "k_proj.bias", w.k_proj_bias, c.attention_bias, "attention_bias", {KVd}, "(H_kv·d,)");
-  checks::optional_weight(kWho, "v_proj.bias", w.v_proj_bias, c.attention_bias, "attention_bias", {KVd}, "(H_kv·d,)");
-  checks::optional_weight(kWho, "o_proj.bias", w.o_proj_bias, c.o_proj_bias, "o_proj_bias", {E}, "(E,)");
+  checks::weight(kGqa, "q_proj.weight", w.q_proj_weight, {Hd, E}, "(H·d, E)");
+  checks::weight(kGqa, "k_proj.weight", w.k_proj_weight, {KVd, E}, "(H_kv·d, E)");
+  checks::weight(kGqa, "v_proj.weight", w.v_proj_weight, {KVd, E}, "(H_kv·d, E)");
+  checks::weight(kGqa, "o_proj.weight", w.o_proj_weight, {E, Hd}, "(E, H·d)");
+  checks::optional_weight(kGqa, "q_proj.bias", w.q_proj_bias, c.attention_bias, "attention_bias", {Hd}, "(H·d,)");
+  checks::optional_weight(kGqa, "k_proj.bias", w.k_proj_bias, c.attention_bias, "attention_bias", {KVd}, "(H_kv·d,)");
+  checks::optional_weight(kGqa, "v_proj.bias", w.v_proj_bias, c.attention_bias, "attention_bias", {KVd}, "(H_kv·d,)");
+  checks::optional_weight(kGqa, "o_proj.bias", w.o_proj_bias, c.o_proj_bias, "o_proj_bias", {E}, "(E,)");
 }
 
 Tensor GroupedQueryAttention::batch_first(const std::string& who, const Tensor& x, bool& batched) const {
@@ -130,7 +130,7 @@ AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* 
                                               const GroupedQueryOptions& options) const {
   const auto& c = config_;
   const bool need_weights = options.need_weights;
-  const AttentionPath path = attention_path(kWho, options.attention, need_weights);
+  const AttentionPath path = attention_path(kGqa, options.attention, need_weights);
   Heads h = project(b, std::move(x), options.position);
   // heads (B, H, T, d); P (B, H, T, T) when the weights are wanted
   AttentionCore core = attention_core(b, h.q, h.k, h.v, nullptr, key_padding_mask, c.causal, c.sliding_window, path,
@@ -145,7 +145,7 @@ AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* 
 
 AttentionResult GroupedQueryAttention::forward(Backend& backend, const Tensor& x_in,
                                                const GroupedQueryOptions& options) const {
-  const std::string who = kWho + ".forward";
+  const std::string who = kGqa + ".forward";
   bool batched = false;
   const Tensor x = batch_first(who, x_in, batched);
   const int64_t B = x.dim(0), T = x.dim(1);
@@ -192,7 +192,7 @@ Value GroupedQueryAttention::attend_cached(Backend& b, Value x, const KVCache::L
 
 Tensor GroupedQueryAttention::decode(Backend& backend, const Tensor& x_in, KVCache& cache,
                                      const DecodeOptions& options) const {
-  const std::string who = kWho + ".decode";
+  const std::string who = kGqa + ".decode";
   if (!config_.causal) throw ConfigError(who + ": decoding with a cache needs causal attention (causal=false)");
   bool batched = false;
   const Tensor x = batch_first(who, x_in, batched);

@@ -12,15 +12,10 @@
 namespace vkattn {
 namespace {
 
-const std::string kWho = "Llama";
-
-Tensor linear_weight(int64_t out, int64_t in, std::mt19937& rng) {
-  const float bound = 1.0f / std::sqrt(static_cast<float>(in));
-  return uniform({out, in}, -bound, bound, rng);
-}
+const std::string kLlama = "Llama";
 
 // A linear step with its weight (and bias) uploaded under `name`.
-Value projection(Backend& backend, const std::string& name, const Value& x, const Tensor& weight,
+Value uploaded_linear(Backend& backend, const std::string& name, const Value& x, const Tensor& weight,
                  const std::optional<Tensor>& bias) {
   Value w = backend.upload_matrix(name + ".weight", weight);
   if (!bias) return backend.linear(name, x, w, nullptr);
@@ -38,9 +33,9 @@ LlamaWeights LlamaWeights::random(const LlamaConfig& c, uint32_t seed) {
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LlamaLayerWeights l;
     l.self_attn = GroupedQueryAttentionWeights::random(c.attention, seed + 100 * static_cast<uint32_t>(i + 1));
-    l.gate_proj = linear_weight(F, E, rng);
-    l.up_proj = linear_weight(F, E, rng);
-    l.down_proj = linear_weight(E, F, rng);
+    l.gate_proj = linear_parameter({F, E}, E, rng);
+    l.up_proj = linear_parameter({F, E}, E, rng);
+    l.down_proj = linear_parameter({E, F}, F, rng);
     if (c.mlp_bias) {
       l.gate_proj_bias = uniform({F}, -0.1f, 0.1f, rng);
       l.up_proj_bias = uniform({F}, -0.1f, 0.1f, rng);
@@ -51,7 +46,7 @@ LlamaWeights LlamaWeights::random(const LlamaConfig& c, uint32_t seed) {
     w.layers.push_back(std::move(l));
   }
   w.norm = uniform({E}, 0.75f, 1.25f, rng);
-  if (!c.tie_word_embeddings) w.lm_head = linear_weight(V, E, rng);
+  if (!c.tie_word_embeddings) w.lm_head = linear_parameter({V, E}, E, rng);
   return w;
 }
 
@@ -67,10 +62,10 @@ Llama::Llama(LlamaConfig config, LlamaWeights weights) : config_(std::move(confi
   }
   const int64_t E = c.attention.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const auto& w = weights_;
-  checks::weight(kWho, "embed_tokens.weight", w.embed_tokens, {V, E}, "(V, E)");
-  checks::weight(kWho, "norm.weight", w.norm, {E}, "(E,)");
+  checks::weight(kLlama, "embed_tokens.weight", w.embed_tokens, {V, E}, "(V, E)");
+  checks::weight(kLlama, "norm.weight", w.norm, {E}, "(E,)");
   if (!c.tie_word_embeddings) {
-    checks::weight(kWho, "lm_head.weight", w.lm_head, {V, E}, "(V, E)");
+    checks::weight(kLlama, "lm_head.weight", w.lm_head, {V, E}, "(V, E)");
   } else if (w.lm_head.size() != 0) {
     throw ShapeError("Llama: lm_head.weight is given but tie_word_embeddings is on (the head is embed_tokens)");
   }
@@ -81,14 +76,14 @@ Llama::Llama(LlamaConfig config, LlamaWeights weights) : config_(std::move(confi
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const auto& l = w.layers[i];
     const std::string n = "layers." + std::to_string(i) + ".";
-    checks::weight(kWho, n + "mlp.gate_proj.weight", l.gate_proj, {F, E}, "(F, E)");
-    checks::weight(kWho, n + "mlp.up_proj.weight", l.up_proj, {F, E}, "(F, E)");
-    checks::weight(kWho, n + "mlp.down_proj.weight", l.down_proj, {E, F}, "(E, F)");
-    checks::optional_weight(kWho, n + "mlp.gate_proj.bias", l.gate_proj_bias, c.mlp_bias, "mlp_bias", {F}, "(F,)");
-    checks::optional_weight(kWho, n + "mlp.up_proj.bias", l.up_proj_bias, c.mlp_bias, "mlp_bias", {F}, "(F,)");
-    checks::optional_weight(kWho, n + "mlp.down_proj.bias", l.down_proj_bias, c.mlp_bias, "mlp_bias", {E}, "(E,)");
-    checks::weight(kWho, n + "input_layernorm.weight", l.input_layernorm, {E}, "(E,)");
-    checks::weight(kWho, n + "post_attention_layernorm.weight", l.post_attention_layernorm, {E}, "(E,)");
+    checks::weight(kLlama, n + "mlp.gate_proj.weight", l.gate_proj, {F, E}, "(F, E)");
+    checks::weight(kLlama, n + "mlp.up_proj.weight", l.up_proj, {F, E}, "(F, E)");
+    checks::weight(kLlama, n + "mlp.down_proj.weight", l.down_proj, {E, F}, "(E, F)");
+    checks::optional_weight(kLlama, n + "mlp.gate_proj.bias", l.gate_proj_bias, c.mlp_bias, "mlp_bias", {F}, "(F,)");
+    checks::optional_weight(kLlama, n + "mlp.up_proj.bias", l.up_proj_bias, c.mlp_bias, "mlp_bias", {F}, "(F,)");
+    checks::optional_weight(kLlama, n + "mlp.down_proj.bias", l.down_proj_bias, c.mlp_bias, "mlp_bias", {E}, "(E,)");
+    checks::weight(kLlama, n + "input_layernorm.weight", l.input_layernorm, {E}, "(E,)");
+    checks::weight(kLlama, n + "post_attention_layernorm.weight", l.post_attention_layernorm, {E}, "(E,)");
     attention_.emplace_back(c.attention, l.self_attn);  // checks the attention's config and weights
   }
 }
@@ -108,10 +103,10 @@ Value Llama::block(Backend& backend, size_t layer, const Value& x,
   Value mlp = [&] {
     Value in = backend.rms_norm("post_attention_layernorm", h, norm2, eps);
     StepScope scope(backend, "mlp");
-    Value gate = projection(backend, "gate_proj", in, l.gate_proj, l.gate_proj_bias);  // (B, T, F)
-    Value up = projection(backend, "up_proj", in, l.up_proj, l.up_proj_bias);          // (B, T, F)
+    Value gate = uploaded_linear(backend, "gate_proj", in, l.gate_proj, l.gate_proj_bias);  // (B, T, F)
+    Value up = uploaded_linear(backend, "up_proj", in, l.up_proj, l.up_proj_bias);          // (B, T, F)
     Value product = backend.multiply("multiply", backend.silu("silu", gate), up);
-    return projection(backend, "down_proj", product, l.down_proj, l.down_proj_bias);  // (B, T, E)
+    return uploaded_linear(backend, "down_proj", product, l.down_proj, l.down_proj_bias);  // (B, T, E)
   }();
   return backend.residual_add("residual_add2", h, mlp);
 }
@@ -119,7 +114,7 @@ Value Llama::block(Backend& backend, size_t layer, const Value& x,
 Value Llama::head(Backend& backend, const Value& x) const {
   Value norm = backend.upload_weight("norm.weight", weights_.norm);
   Value h = backend.rms_norm("norm", x, norm, config_.rms_norm_eps);  // (B, T, E)
-  if (!config_.tie_word_embeddings) return projection(backend, "lm_head", h, weights_.lm_head, std::nullopt);
+  if (!config_.tie_word_embeddings) return uploaded_linear(backend, "lm_head", h, weights_.lm_head, std::nullopt);
   Value table = backend.upload_matrix("embed_tokens.weight", weights_.embed_tokens);  // embed's, kept once
   return backend.linear("lm_head", h, table, nullptr);  // (B, T, V)
 }

@@ -7,6 +7,7 @@
 #include "engine/modules/attention_core.h"
 #include "engine/modules/checks.h"
 #include "engine/modules/pass.h"
+#include "engine/modules/random_weights.h"
 #include "vkattn/errors.h"
 
 namespace vkattn {
@@ -19,24 +20,6 @@ void require(bool ok, const std::string& message) {
 }
 
 std::string describe(const char* name, const Tensor& t) { return std::string(name) + " " + shape_string(t.shape); }
-
-Tensor uniform(Shape shape, int64_t fan_in, std::mt19937& rng) {
-  float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
-  std::uniform_real_distribution<float> dist(-bound, bound);
-  Tensor t(std::move(shape));
-  for (float& v : t.data) v = dist(rng);
-  return t;
-}
-
-// (L, B, C) <-> (B, L, C): swaps the first two dims of a rank-3 tensor.
-Tensor swap01(const Tensor& x) {
-  int64_t A = x.dim(0), Bn = x.dim(1), C = x.dim(2);
-  Tensor y({Bn, A, C});
-  for (int64_t a = 0; a < A; ++a)
-    for (int64_t b = 0; b < Bn; ++b)
-      for (int64_t c = 0; c < C; ++c) y.data[(b * A + a) * C + c] = x.data[(a * Bn + b) * C + c];
-  return y;
-}
 
 
 // Appends a zero column on the last axis (…, S) -> (…, S+1): the mask entry of an appended
@@ -87,19 +70,19 @@ MultiHeadAttentionWeights MultiHeadAttentionWeights::random(const MultiHeadAtten
   std::mt19937 rng(seed);
   int64_t E = c.embed_dim;
   MultiHeadAttentionWeights w;
-  w.q_proj_weight = uniform({E, E}, E, rng);
-  w.k_proj_weight = uniform({E, c.key_dim()}, c.key_dim(), rng);
-  w.v_proj_weight = uniform({E, c.value_dim()}, c.value_dim(), rng);
-  w.out_proj_weight = uniform({E, E}, E, rng);
+  w.q_proj_weight = linear_parameter({E, E}, E, rng);
+  w.k_proj_weight = linear_parameter({E, c.key_dim()}, c.key_dim(), rng);
+  w.v_proj_weight = linear_parameter({E, c.value_dim()}, c.value_dim(), rng);
+  w.out_proj_weight = linear_parameter({E, E}, E, rng);
   if (c.bias) {
-    w.q_proj_bias = uniform({E}, E, rng);
-    w.k_proj_bias = uniform({E}, c.key_dim(), rng);
-    w.v_proj_bias = uniform({E}, c.value_dim(), rng);
-    w.out_proj_bias = uniform({E}, E, rng);
+    w.q_proj_bias = linear_parameter({E}, E, rng);
+    w.k_proj_bias = linear_parameter({E}, c.key_dim(), rng);
+    w.v_proj_bias = linear_parameter({E}, c.value_dim(), rng);
+    w.out_proj_bias = linear_parameter({E}, E, rng);
   }
   if (c.add_bias_kv) {
-    w.bias_k = uniform({E}, E, rng);
-    w.bias_v = uniform({E}, E, rng);
+    w.bias_k = linear_parameter({E}, E, rng);
+    w.bias_v = linear_parameter({E}, E, rng);
   }
   return w;
 }
@@ -200,7 +183,7 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
               " must all be batched (rank 3) or all unbatched (rank 2)");
   auto batch_first = [&](const Tensor& t) {
     if (!batched) return Tensor({1, t.dim(0), t.dim(1)}, t.data);
-    return c.batch_first ? t : swap01(t);
+    return c.batch_first ? t : swap_first_axes(t);
   };
   Tensor query = batch_first(query_in), key = batch_first(key_in), value = batch_first(value_in);
   const int64_t B = query.dim(0), L = query.dim(1), S = key.dim(1);
@@ -254,7 +237,7 @@ AttentionResult MultiHeadAttention::run_steps(Backend& backend, const Tensor& qu
   AttentionResult result;
   result.output = backend.download(out);
   if (!batched) result.output.shape = {L, E};
-  else if (!c.batch_first) result.output = swap01(result.output);
+  else if (!c.batch_first) result.output = swap_first_axes(result.output);
   if (weights) {
     result.weights = backend.download(*weights);
     if (!batched) result.weights->shape.erase(result.weights->shape.begin());

@@ -1,5 +1,6 @@
 #pragma once
 // Reproducible random parameters for the modules' ::random(config, seed) weights.
+#include <cmath>
 #include <cstdint>
 #include <random>
 
@@ -14,6 +15,12 @@ inline Tensor uniform(Shape shape, float low, float high, std::mt19937& rng) {
   Tensor t(std::move(shape));
   for (float& v : t.data) v = dist(rng);
   return t;
+}
+
+// torch.nn.Linear's weight (out, in) or bias (out,): U(-1/√in, 1/√in), in = fan_in
+inline Tensor linear_parameter(Shape shape, int64_t fan_in, std::mt19937& rng) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
+  return uniform(std::move(shape), -bound, bound, rng);
 }
 
 // A LayerNorm's weight 1 ± 0.25 and bias ± 0.25: far enough from torch's 1 and 0 that tests see them

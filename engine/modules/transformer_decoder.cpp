@@ -38,10 +38,10 @@ TransformerDecoderLayerWeights TransformerDecoderLayerWeights::random(const Tran
   TransformerDecoderLayerWeights w;
   w.self_attn = MultiHeadAttentionWeights::random(block::attention_config(c), seed + 1);
   w.multihead_attn = MultiHeadAttentionWeights::random(block::attention_config(c), seed + 2);
-  w.linear1_weight = block::linear_parameter({F, E}, E, rng);
-  w.linear1_bias = block::linear_parameter({F}, E, rng);
-  w.linear2_weight = block::linear_parameter({E, F}, F, rng);
-  w.linear2_bias = block::linear_parameter({E}, F, rng);
+  w.linear1_weight = linear_parameter({F, E}, E, rng);
+  w.linear1_bias = linear_parameter({F}, E, rng);
+  w.linear2_weight = linear_parameter({E, F}, F, rng);
+  w.linear2_bias = linear_parameter({E}, F, rng);
   w.norm1 = random_norm(E, rng);
   w.norm2 = random_norm(E, rng);
   w.norm3 = random_norm(E, rng);

@@ -14,7 +14,6 @@ namespace vkattn {
 namespace {
 
 using block::check_norm;
-using block::linear_parameter;
 
 // One traced pass of `steps(backend, src)` on src (B, L, E), back to the caller's layout.
 template <class Steps>

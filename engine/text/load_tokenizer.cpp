@@ -135,14 +135,12 @@ std::unique_ptr<Tokenizer> byte_level_bpe(const json& file, const std::string& s
                                         std::move(options));
 }
 
-const char* const kSpace = "\xe2\x96\x81";  // ▁
-
 // Whether a BPE tokenizer.json is SentencePiece's (Llama 2's): byte fallback, or spaces as ▁.
 bool is_sentencepiece(const json& file) {
   if (file.at("model").value("byte_fallback", false)) return true;
   if (pre_tokenizer_kind(file.value("pre_tokenizer", json())) == "Metaspace") return true;
   for (const json& n : members(file.value("normalizer", json()), "normalizers")) {
-    if (n.is_object() && n.value("type", "") == "Replace" && n.value("content", "") == kSpace) return true;
+    if (n.is_object() && n.value("type", "") == "Replace" && n.value("content", "") == kSentencePieceSpace) return true;
   }
   return false;
 }
@@ -168,16 +166,18 @@ std::unique_ptr<Tokenizer> sentencepiece_bpe(const json& file, const json& confi
   for (const json& n : members(file.value("normalizer", json()), "normalizers")) {
     if (n.is_null()) continue;
     const std::string kind = n.value("type", "?");
-    if (kind == "Prepend" && n.value("prepend", "") == kSpace) {
+    if (kind == "Prepend" && n.value("prepend", "") == kSentencePieceSpace) {
       options.prepend = true;
-    } else if (kind != "Replace" || n.value("content", "") != kSpace || n.value("pattern", json()).value("String", "") != " ") {
+    } else if (kind != "Replace" || n.value("content", "") != kSentencePieceSpace ||
+               n.value("pattern", json()).value("String", "") != " ") {
       throw FileError(source + ": the normalizer " + kind + " " + n.dump().substr(0, 60) +
                       " is not one vkattn reads with SentencePiece's BPE (Prepend ▁, Replace ' ' by ▁)");
     }
   }
   const json pre = file.value("pre_tokenizer", json());
   if (!pre.is_null()) {
-    if (pre_tokenizer_kind(pre) != "Metaspace" || pre.value("replacement", kSpace) != kSpace) {
+    if (pre_tokenizer_kind(pre) != "Metaspace" ||
+        pre.value("replacement", kSentencePieceSpace) != kSentencePieceSpace) {
       throw FileError(source + ": the pre-tokenizer is " + pre_tokenizer_kind(pre) +
                       "; vkattn reads SentencePiece's BPE with Metaspace (replacement ▁) or none");
     }

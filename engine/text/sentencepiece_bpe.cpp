@@ -10,8 +10,6 @@
 namespace vkattn::text {
 namespace {
 
-const std::string kSpace = "\xe2\x96\x81";  // ▁, SentencePiece's space
-
 std::string byte_token(unsigned char byte) {
   char name[8];
   std::snprintf(name, sizeof name, "<0x%02X>", byte);
@@ -83,14 +81,14 @@ std::vector<int64_t> SentencePieceBPE::encode(std::string_view text) const {
     const bool first = part.data() == text.data();
     const bool prepend = options_.prepend && (first || !options_.prepend_first_only) &&
                          (options_.prepend_to_space || !part.starts_with(' '));
-    std::string normalised = prepend ? kSpace : "";
-    for (char c : part) normalised += c == ' ' ? kSpace : std::string(1, c);
+    std::string normalised = prepend ? kSentencePieceSpace : "";
+    for (char c : part) normalised += c == ' ' ? kSentencePieceSpace : std::string(1, c);
     if (!options_.split) {
       encode_word(normalised, ids);
       return;
     }
     for (size_t begin = 0; begin < normalised.size();) {  // a word from each ▁ on
-      size_t end = normalised.find(kSpace, begin + 1);
+      size_t end = normalised.find(kSentencePieceSpace, begin + 1);
       if (end == std::string::npos) end = normalised.size();
       encode_word(normalised.substr(begin, end - begin), ids);
       begin = end;
@@ -107,9 +105,9 @@ std::string SentencePieceBPE::text_of(std::span<const int64_t> ids) const {
       continue;
     }
     for (size_t at = 0; at < token.size();) {  // ▁ back to spaces
-      if (token.compare(at, kSpace.size(), kSpace) == 0) {
+      if (token.compare(at, kSentencePieceSpace.size(), kSentencePieceSpace) == 0) {
         text += ' ';
-        at += kSpace.size();
+        at += kSentencePieceSpace.size();
       } else {
         text += token[at++];
       }

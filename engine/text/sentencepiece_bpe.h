@@ -16,6 +16,8 @@
 
 namespace vkattn::text {
 
+inline const std::string kSentencePieceSpace = "\xe2\x96\x81";  // ▁ (U+2581), a space in its tokens
+
 struct SentencePieceOptions {
   bool prepend = true;              // "▁" before the text (Prepend normalizer; Metaspace's scheme)
   bool prepend_first_only = false;  // Metaspace's "first": not after a special token

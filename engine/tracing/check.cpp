@@ -26,8 +26,6 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // A score at or below this is a blocked one, whatever the code filled it with (-1e9, -1e30, -inf).
 constexpr float kBlockedScore = -1e8f;
 
-std::string fmt(double v, int digits = 4) { return number_text(v, digits); }
-
 std::string axes_string(const std::vector<std::string>& names) {
   std::string s = "(";
   for (size_t k = 0; k < names.size(); ++k) s += (k ? ", " : "") + names[k];
@@ -284,14 +282,14 @@ Finding diagnose(const diagnosis::Around& at, const Tensor& yours, const Tensor&
     if (Finding f = softmax_axis_diagnosis(yours, step.dims)) return f;
   }
   if (auto c = common_factor(yours, at.theirs, o.atol, o.rtol)) {
-    return said("yours is " + fmt(*c) + " × vkattn's everywhere", {"constant_factor"});
+    return said("yours is " + number_text(*c) + " × vkattn's everywhere", {"constant_factor"});
   }
   if (Finding f = rows_not_normalised(at, yours)) return f;
   if (op == "softmax") {
     for (size_t k = 0; k < yours.data.size(); ++k) {
       if (std::isnan(yours.data[k]) && !std::isnan(at.theirs.data[k])) {
         return said("yours is NaN at " + index_string(step.shape, static_cast<int64_t>(k), step.dims) +
-                        ", vkattn's " + fmt(at.theirs.data[k]),
+                        ", vkattn's " + number_text(at.theirs.data[k]),
                     {"masked_row_nan"});
       }
     }
@@ -552,7 +550,7 @@ std::string CheckReport::text() const {
       // The error means something only between tensors of one shape.
       std::string error = !s.diff || !shaped_alike(*s.yours, s.shape) ? "-"
                           : s.infinite_error                            ? "inf"
-                                                                        : fmt(s.diff->max_abs_error, 3);
+                                                                        : number_text(s.diff->max_abs_error, 3);
       rest += cell(shape_string(*s.yours), 18) + cell(error, 11) +
               (s.verdict == StepVerdict::agrees ? "agrees" : "DIFFERS");
     }
@@ -576,8 +574,8 @@ std::string CheckReport::text() const {
     if (s.diff && s.diff->mismatches && shaped_alike(*s.yours, s.shape)) {
       // wrapped: the index and the values' widths vary (up to 14 characters a value)
       out << wrap(std::to_string(s.diff->mismatches) + " of " + std::to_string(element_count(s.shape)) +
-                      " elements differ, first at " + s.where + ": yours " + fmt(s.diff->a_value, 7) +
-                      ", vkattn's " + fmt(s.diff->b_value, 7),
+                      " elements differ, first at " + s.where + ": yours " + number_text(s.diff->a_value, 7) +
+                      ", vkattn's " + number_text(s.diff->b_value, 7),
                   98, "  ")
           << "\n";
     }

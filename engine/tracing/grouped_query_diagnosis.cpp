@@ -14,8 +14,6 @@
 namespace vkattn::diagnosis {
 namespace {
 
-std::string fmt(double v, int digits = 3) { return number_text(v, digits); }
-
 const char* convention_words(RotaryConvention c) {
   return c == RotaryConvention::half ? "halves (i, i + d/2: GPT-NeoX, Hugging Face's rotate_half)"
                                      : "neighbouring pairs (2i, 2i + 1: GPT-J, Meta's Llama code)";
@@ -105,9 +103,11 @@ Finding rotary(const Tensor& yours_in, const Tensor& input, const RotaryCheck& r
   const float theta = static_cast<float>(std::round(estimate / scale) * scale);
   if (!std::isfinite(theta) || std::fabs(theta - rope.theta) <= 1e-3 * rope.theta) return {};
   if (!same_values(yours.data, rotated(input, rope, theta, rope.convention), 10 * atol, 10 * rtol)) return {};
-  return worded("rope_theta", "yours turns pair 1 by " + fmt(step) + " rad a position: θ = " + fmt(theta, 6) + "; the recipe's θ = " +
-         fmt(rope.theta, 6) + " turns it by " + fmt(std::pow(rope.theta, -2.0 / static_cast<double>(r))) +
-         ". RoPE's base is the model's rope_theta (config.json)");
+  const double recipe_step = std::pow(rope.theta, -2.0 / static_cast<double>(r));
+  return worded("rope_theta", "yours turns pair 1 by " + number_text(step, 3) + " rad a position: θ = " +
+                                  number_text(theta, 6) + "; the recipe's θ = " + number_text(rope.theta, 6) +
+                                  " turns it by " + number_text(recipe_step, 3) +
+                                  ". RoPE's base is the model's rope_theta (config.json)");
 }
 
 Finding repeated_heads(const Tensor& yours, const Tensor& theirs, int64_t group, double atol, double rtol) {

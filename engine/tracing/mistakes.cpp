@@ -16,14 +16,12 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-std::string fmt(double v, int digits = 4) { return number_text(v, digits); }
-
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-3 * std::fabs(b); }
 
 // "0.125, -0.5, 0.25, …": a vector's first three values.
 std::string preview(const std::vector<double>& v) {
   std::string s;
-  for (size_t k = 0; k < std::min<size_t>(v.size(), 3); ++k) s += (k ? ", " : "") + fmt(v[k], 3);
+  for (size_t k = 0; k < std::min<size_t>(v.size(), 3); ++k) s += (k ? ", " : "") + number_text(v[k], 3);
   return s + (v.size() > 3 ? ", …" : "");
 }
 
@@ -55,15 +53,6 @@ Tensor transposed(const Tensor& w) {
 }
 
 // A rank-3 tensor's first two axes swapped: (B, T, C) -> (T, B, C).
-std::vector<float> swap01(const Tensor& t) {
-  const int64_t A = t.dim(0), B = t.dim(1), C = t.dim(2);
-  std::vector<float> out(t.data.size());
-  for (int64_t a = 0; a < A; ++a)
-    for (int64_t b = 0; b < B; ++b)
-      std::copy_n(t.data.begin() + (a * B + b) * C, C, out.begin() + (b * A + a) * C);
-  return out;
-}
-
 // Softmax over the last axis of `scores` · c (c > 0), as the recipe takes it.
 std::vector<float> softmax_of(const Tensor& scores, double c = 1) {
   const int64_t S = scores.shape.back(), R = element_count(scores.shape) / S;
@@ -170,7 +159,7 @@ Finding projection(const Around& at, const Tensor& yours) {
   const Tensor& theirs = at.theirs;
   // yours is vkattn's with batch and time swapped: the input given to check, or the model
   if (!at.produced.count(x_name) && theirs.rank() == 3 && theirs.dim(0) > 1 && theirs.dim(1) > 1 &&
-      same_values(yours.data, swap01(theirs), at.options.atol, at.options.rtol)) {
+      same_values(yours.data, swap_first_axes(theirs).data, at.options.atol, at.options.rtol)) {
     return said("yours " + shape_string(at.yours_shape) + " is vkattn's " + step + " " + shape_string(theirs.shape) +
                     " with its first two axes swapped: (t, b) for (b, t)",
                 {"input_layout", "axes_order"});
@@ -280,7 +269,7 @@ Finding scale(const Around& at, const Tensor& yours) {
   if (at.event.op == "attention_scores") {
     auto c = common_factor(yours, at.theirs, atol, rtol);
     if (!c) return {};
-    const std::string evidence = "yours is " + fmt(*c) + " × vkattn's everywhere";
+    const std::string evidence = "yours is " + number_text(*c) + " × vkattn's everywhere";
     auto [d, H] = head_size_and_count(at.event);
     for (const auto& [factor, ids] : wrong_scales(d, H)) {
       if (d > 0 && near(*c, factor)) return said(evidence + " " + shapes(d, H), ids);
@@ -295,7 +284,7 @@ Finding scale(const Around& at, const Tensor& yours) {
   const std::vector<float> mine = nan_as_zero(yours);
   for (const auto& [factor, ids] : wrong_scales(d, H)) {
     if (same_values(mine, softmax_of(*scores, factor), atol, rtol)) {
-      return said("yours is the softmax of vkattn's scores × " + fmt(factor) + " " + shapes(d, H), ids);
+      return said("yours is the softmax of vkattn's scores × " + number_text(factor) + " " + shapes(d, H), ids);
     }
   }
   return {};
@@ -383,8 +372,8 @@ Finding rows_not_normalised(const Around& at, const Tensor& yours) {
   }
   if (first < 0) return {};
   const std::string j = at.event.output.dims.empty() ? "the last axis" : at.event.output.dims.back();
-  return said("your rows sum to " + fmt(low) + " … " + fmt(high) + " along " + j + " (dim=-1), the first off 1 at " +
-                  index_string(at.theirs.shape, first * S, at.event.output.dims),
+  return said("your rows sum to " + number_text(low) + " … " + number_text(high) + " along " + j +
+                  " (dim=-1), the first off 1 at " + index_string(at.theirs.shape, first * S, at.event.output.dims),
               {"rows_not_normalised"});
 }
 
@@ -415,8 +404,8 @@ Finding dropout(const Around& at, const Tensor& yours) {
   const double n = static_cast<double>(kept + dropped), seen = static_cast<double>(dropped) / n, p = 1 - 1 / c;
   if (std::fabs(seen - p) > std::max(0.1, 4 * std::sqrt(p * (1 - p) / n))) return {};
   return said("yours is 0 at " + std::to_string(dropped) + " of the " + std::to_string(kept + dropped) +
-                  " elements where vkattn's is not (" + fmt(100 * seen, 2) + " %), and " + fmt(c) +
-                  " × vkattn's at the rest: p = " + fmt(p, 2) + " gives 1/(1 - p) = " + fmt(c),
+                  " elements where vkattn's is not (" + number_text(100 * seen, 2) + " %), and " + number_text(c) +
+                  " × vkattn's at the rest: p = " + number_text(p, 2) + " gives 1/(1 - p) = " + number_text(c),
               {"dropout"});
 }
 

@@ -6,6 +6,6 @@
 
 namespace vkattn {
 
-std::string number_text(double v, int digits);
+std::string number_text(double v, int digits = 4);
 
 }  // namespace vkattn

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 
+#include "engine/vulkan/grid.h"
 #include "engine/vulkan/lanes.h"
 #include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 namespace {
-
-uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 // The broadcast variant keeps a tile_m × tile_n accumulator per lane: fine for the 4 to 16 lanes
 // of a CPU's vector unit, far too many registers for a GPU's 32 or 64. Its lanes must be

@@ -7,8 +7,6 @@
 
 namespace vkattn::vulkan {
 
-static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
 glm::uvec3 fold_grid(uint64_t groups, glm::uvec3 limits) {
   uint64_t capacity = uint64_t(limits.x) * limits.y * limits.z;
   if (groups == 0) groups = 1;

@@ -8,6 +8,9 @@
 
 namespace vkattn::vulkan {
 
+// How many blocks of b cover a (b > 0): workgroups over elements, tiles over rows.
+constexpr uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
 // The smallest-x-first grid (x, y, z) with x·y·z >= groups and each dim within `limits`.
 // Throws DeviceError when even the full grid cannot hold `groups`.
 glm::uvec3 fold_grid(uint64_t groups, glm::uvec3 limits);

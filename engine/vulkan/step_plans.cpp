@@ -3,13 +3,12 @@
 #include <algorithm>
 
 #include "engine/vulkan/gemm_plan.h"
+#include "engine/vulkan/grid.h"
 #include "engine/vulkan/lanes.h"
 #include "vkattn/errors.h"
 
 namespace vkattn::vulkan {
 namespace {
-
-uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 // flash_attention_subgroup's workgroup: this many subgroups, as the device allows
 constexpr uint32_t kFlashSubgroups = 8;

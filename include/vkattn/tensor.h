@@ -46,6 +46,10 @@ Tensor random_tensor(Shape shape, uint32_t seed);
 // (q, k and v's projection weights as PyTorch's packed in_proj_weight).
 Tensor stack_rows(std::initializer_list<const Tensor*> parts);
 
+// A rank-3 tensor's first two axes swapped: (A, B, C) -> (B, A, C), torch's x.transpose(0, 1)
+// (sequence-first (L, B, E) and batch-first (B, L, E)).
+Tensor swap_first_axes(const Tensor& x);
+
 struct Tensor {
   Shape shape;
   std::vector<float> data;
