@@ -57,7 +57,7 @@ class Bench {
         mha_(config_, MultiHeadAttentionWeights::random(config_, a.seed)),
         query_(random_tensor({a.batch, a.seq, a.embed}, a.seed + 1)),
         memory_(a.kv_seq ? random_tensor({a.batch, a.kv_seq, a.embed}, a.seed + 2) : Tensor()),
-        backend_(make_backend(a.backend, a.device)) {
+        backend_(make_watched_backend(a.backend, a.device)) {
     options_.need_weights = false;
     options_.is_causal = a.causal;
     options_.attention = parse_attention_path(a.attention);

@@ -151,7 +151,7 @@ int run_check(const CheckArgs& a) {
   std::vector<std::pair<std::string, Tensor>> recorded;
   for (const auto& file : files) recorded.emplace_back(file.stem().string(), io::read_npy(file));
 
-  auto backend = make_backend(a.backend, a.device);
+  auto backend = make_watched_backend(a.backend, a.device);
   CheckReport report = check_module(a, recorded, *backend);
   std::cout << report.text();
   if (!report.unknown.empty()) {

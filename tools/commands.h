@@ -17,10 +17,11 @@ namespace vkattn::cli {
 
 CLI::App* add_devices(CLI::App& app);
 int run_devices();
-// "gpu" on `device` (an index or name substring; empty: VKATTN_DEVICE or the best), or "cpu".
-// UsageError for a device that matches none, or a device given with cpu.
-std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device,
-                                      const VulkanBackendOptions& options = {});
+// "gpu" on `device` (an index or name substring; empty: VKATTN_DEVICE or the best), or "cpu",
+// watched (progress of long steps, Ctrl-C between submissions). UsageError for a device that
+// matches none, or a device given with cpu.
+std::unique_ptr<Backend> make_watched_backend(const std::string& backend, const std::string& device,
+                                              const VulkanBackendOptions& options = {});
 
 struct TuneArgs {
   std::vector<std::string> shapes{"S1", "S2", "S3", "S4"};

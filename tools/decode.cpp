@@ -89,7 +89,7 @@ int run_decode(const DecodeArgs& a) {
   options.tgt_is_causal = a.causal;
   options.attention = parse_attention_path(a.attention);
 
-  auto backend = make_backend(a.backend, a.device);
+  auto backend = make_watched_backend(a.backend, a.device);
   std::vector<std::unique_ptr<Tracer>> sinks;
   if (!a.trace.empty()) {
     backend->add_tracer(*sinks.emplace_back(std::make_unique<TraceDump>(a.trace, a.trace_values, trace_config(a, state))));

@@ -137,8 +137,8 @@ int run_devices() {
   return chosen ? 0 : 1;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& backend, const std::string& device,
-                                      const VulkanBackendOptions& options) {
+std::unique_ptr<Backend> make_watched_backend(const std::string& backend, const std::string& device,
+                                              const VulkanBackendOptions& options) {
   try {
     auto made = vkattn::make_backend(backend, device, options);
     watch(*made);  // progress of long steps, Ctrl-C between submissions

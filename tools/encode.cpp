@@ -82,7 +82,7 @@ int run_encode(const EncodeArgs& a) {
   options.attention = parse_attention_path(a.attention);
   options.pack_in_proj = a.pack_in_proj;
 
-  auto backend = make_backend(a.backend, a.device);
+  auto backend = make_watched_backend(a.backend, a.device);
   std::vector<std::unique_ptr<Tracer>> sinks;
   if (!a.trace.empty()) {
     backend->add_tracer(*sinks.emplace_back(std::make_unique<TraceDump>(a.trace, a.trace_values, trace_config(a, state))));

@@ -217,7 +217,7 @@ int run_generate(const GenerateArgs& a) {
                      std::to_string(tokens.size()) + " tokens needs " + std::to_string(length) +
                      " positions; the model has " + std::to_string(P));
   }
-  auto backend = make_backend(a.backend, a.device);
+  auto backend = make_watched_backend(a.backend, a.device);
   const size_t prompt_tokens = tokens.size();
   Generation generation(*backend, model, std::move(tokens),
                         {.max_new_tokens = a.max_new_tokens, .temperature = a.temperature, .top_k = a.top_k,

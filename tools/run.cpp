@@ -211,7 +211,8 @@ int run_run(const RunArgs& a) {
   // One pass, or two side by side (the GPU's is the result; the reference checks it).
   std::vector<std::unique_ptr<Backend>> backends;
   for (const std::string& name : a.side_by_side ? std::vector<std::string>{"gpu", "cpu"} : std::vector{a.backend}) {
-    backends.push_back(make_backend(name, a.side_by_side && name == "cpu" ? "" : a.device));  // --device picks the GPU
+    // --device picks the GPU
+    backends.push_back(make_watched_backend(name, a.side_by_side && name == "cpu" ? "" : a.device));
   }
   if (module.settle_path) module.trace["attention"] = module.settle_path(*backends.front());
   // Side by side, the GPU's times are shown: its first forward, which makes the pipelines, is not.

@@ -22,14 +22,14 @@
 namespace vkattn::cli {
 namespace {
 
-struct Shape {
+struct BenchShape {
   std::string name;
   int64_t batch, seq, embed, heads;
   bool causal;
 };
 
 // The benchmark's shapes (bench/compare.py)
-const std::map<std::string, Shape> kNamed = {
+const std::map<std::string, BenchShape> kNamed = {
     {"S1", {"S1", 32, 100, 512, 8, false}},
     {"S2", {"S2", 1, 1024, 512, 8, true}},
     {"S3", {"S3", 4, 256, 768, 12, false}},
@@ -37,14 +37,14 @@ const std::map<std::string, Shape> kNamed = {
 };
 
 // "S1" or "BxLxExH" with ":causal"
-Shape parse_shape(const std::string& text) {
+BenchShape parse_shape(const std::string& text) {
   if (auto it = kNamed.find(text); it != kNamed.end()) return it->second;
   static const std::regex form(R"((\d+)x(\d+)x(\d+)x(\d+)(:causal)?)");
   std::smatch m;
   if (!std::regex_match(text, m, form)) {
     throw UsageError("--shapes: '" + text + "' is neither S1…S4 nor BxLxExH[:causal] (e.g. 32x100x512x8)");
   }
-  Shape s{text, std::stoll(m[1]), std::stoll(m[2]), std::stoll(m[3]), std::stoll(m[4]), m[5].matched};
+  BenchShape s{text, std::stoll(m[1]), std::stoll(m[2]), std::stoll(m[3]), std::stoll(m[4]), m[5].matched};
   if (s.batch < 1 || s.seq < 1 || s.embed < 1 || s.heads < 1 || s.embed % s.heads != 0) {
     throw UsageError("--shapes: '" + text + "': sizes must be positive and H must divide E");
   }
@@ -73,12 +73,12 @@ CLI::App* add_tune(CLI::App& app, TuneArgs& a) {
 }
 
 int run_tune(const TuneArgs& a) {
-  std::vector<Shape> shapes;
+  std::vector<BenchShape> shapes;
   for (const auto& text : a.shapes) shapes.push_back(parse_shape(text));
   // tuning is asked for here, whatever VKATTN_TUNE says
   VulkanBackendOptions options;
   options.tune = true;
-  auto made = make_backend("gpu", a.device, options);
+  auto made = make_watched_backend("gpu", a.device, options);
   auto& backend = dynamic_cast<VulkanBackend&>(*made);
   const auto& device = backend.context().device_report();
   auto cache = vulkan::plan_cache(device);
@@ -105,7 +105,7 @@ int run_tune(const TuneArgs& a) {
   });
   std::cout << "tuning on " << device.name << "; driver: " << vulkan::driver_string(device) << "\n";
   const auto start = std::chrono::steady_clock::now();
-  for (const Shape& s : shapes) {
+  for (const BenchShape& s : shapes) {
     std::cout << s.name << ": B " << s.batch << ", L " << s.seq << ", E " << s.embed << ", H " << s.heads
               << (s.causal ? ", causal" : "") << std::endl;
     MultiHeadAttentionConfig config{.embed_dim = s.embed, .num_heads = s.heads, .batch_first = true};
