@@ -10,6 +10,7 @@
 
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/recorder.h"
+#include "engine/vulkan/step_plans.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "vkattn/backends/vulkan_backend.h"

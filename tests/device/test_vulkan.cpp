@@ -11,6 +11,7 @@
 #include "engine/vulkan/grid.h"
 #include "engine/vulkan/kernel.h"
 #include "engine/vulkan/ops.h"
+#include "engine/vulkan/recorder.h"
 #include "engine/vulkan/shader_registry.h"
 #include "tests/support/gpu.h"
 #include "vkattn/errors.h"

@@ -8,6 +8,8 @@
 #include <tuple>
 
 #include "engine/backends/sizing_backend.h"
+#include "engine/vulkan/context.h"
+#include "engine/vulkan/recorder.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 #include "vkattn/modules/causal_lm.h"

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <tuple>
 
+#include "engine/vulkan/context.h"
 #include "engine/vulkan/faults.h"
 #include "reference/reference.h"
 #include "tests/support/expect_error.h"

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <tuple>
 
+#include "engine/vulkan/step_plans.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"

@@ -1,5 +1,7 @@
 #include "tests/support/gpu.h"
 
+#include "engine/vulkan/context.h"
+
 namespace vkattn::testing {
 
 std::shared_ptr<vulkan::Context> shared_context() {

@@ -1,16 +1,14 @@
 #pragma once
 // Shared by the GPU tests: one Vulkan context per test process (from the environment, so ctest's
 // VKATTN_VALIDATION=1 turns the validation layer on), random tensors, and a fixture that fails
-// the test on any validation message raised while it ran.
+// the test on any validation message raised while it ran. The context is named only: a test that
+// calls into it (its device report, its plans) includes engine/vulkan/context.h, and so reads
+// vulkan_raii.hpp, itself.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <random>
 
-#include "engine/vulkan/context.h"
-#include "engine/vulkan/gemm_plan.h"
-#include "engine/vulkan/recorder.h"
-#include "engine/vulkan/step_plans.h"
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/tensor.h"

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "engine/vulkan/context.h"
+#include "engine/vulkan/recorder.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 #include "vkattn/errors.h"
