@@ -1,6 +1,5 @@
 #include "vkattn/modules/multi_head_attention.h"
 
-#include <cmath>
 #include <limits>
 #include <random>
 
