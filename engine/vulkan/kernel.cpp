@@ -1,6 +1,10 @@
 #include "engine/vulkan/kernel.h"
 
+#include <chrono>
+#include <iterator>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "engine/vulkan/shader_registry.h"
 #include "vkattn/errors.h"
@@ -59,11 +63,9 @@ const Kernel& Kernels::get(const std::string& name, uint32_t bindings, uint32_t 
                            uint32_t workgroup_size, std::span<const uint32_t> specialization, uint32_t texel_bindings,
                            uint32_t lanes, uint32_t word_bindings) {
   // "softmax@256/0 b2 t0 w0 p16:1:0"
-  std::string key = name + "@" + std::to_string(workgroup_size) + "/" + std::to_string(lanes) + " b" +
-                    std::to_string(bindings) + " t" + std::to_string(texel_bindings) + " w" +
-                    std::to_string(word_bindings) + " p" +
-                    std::to_string(push_constant_bytes);
-  for (uint32_t v : specialization) key += ":" + std::to_string(v);
+  std::string key = fmt::format("{}@{}/{} b{} t{} w{} p{}", name, workgroup_size, lanes, bindings, texel_bindings,
+                                word_bindings, push_constant_bytes);
+  for (uint32_t v : specialization) fmt::format_to(std::back_inserter(key), ":{}", v);
   std::shared_ptr<Slot> slot;
   {
     std::lock_guard lock(mutex_);
@@ -74,9 +76,13 @@ const Kernel& Kernels::get(const std::string& name, uint32_t bindings, uint32_t 
   // compiled outside the map's lock: other threads' kernels need not wait for this one
   std::lock_guard lock(slot->mutex);
   if (!slot->kernel) {
+    const auto start = std::chrono::steady_clock::now();
     slot->kernel = std::make_unique<Kernel>(context_, name, bindings, push_constant_bytes, workgroup_size,
                                             specialization, texel_bindings, lanes, word_bindings);
     ++made_;
+    // what a first run spends its time on, on lavapipe (VKATTN_LOG=debug)
+    spdlog::debug("pipeline {} made in {:.1f} ms", key,
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   return *slot->kernel;
 }
