@@ -8,11 +8,12 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <tuple>
 
-#include "engine/vulkan/lanes.h"
 #include "engine/vulkan/step_plans.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/gemm_tilings.h"
 #include "tests/support/gpu.h"
 #include "tests/support/printers.h"
 #include "tests/support/sixteen_bit.h"
@@ -457,72 +458,30 @@ TEST_P(Workgroup, EveryStepMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Sizes, Workgroup, Values(1u, 48u, 64u, 256u));
 
 // ---- GEMM tilings: linear, attention_scores and attention_values under every plan ---------------------
-// Whatever the device would pick, each tiling of gemm.glsl must give the reference's numbers:
-// K a multiple of 4 (vec4 loads, and texel inputs where asked) and not, M and N inside one tile,
-// on its edge and past it.
-// Broadcast: tile_n and the rows of A per lane; shared: the side, an invocation's tile and k per
-// shared tile (the GPU's 8 × 8 among them: 128 × 128 blocks, which the small products here leave
-// mostly empty, and k tiles shorter and longer than K).
-// Inputs: 0 storage buffers, 1 texel buffers, 2 texel buffers with B packed (broadcast only).
-struct GemmTilingCase {
-  vulkan::GemmVariant variant;
-  uint32_t size;      // broadcast: tile_n; shared: side
-  uint32_t row_sets;  // broadcast: rows of A per lane
-  uint32_t tile_m = 4, tile_n = 4, depth = 16;  // shared
-  std::string name() const {
-    const std::string at = std::to_string(size);
-    if (variant == vulkan::GemmVariant::broadcast) return "broadcast_rows" + std::to_string(row_sets) + "_tile_n" + at;
-    return "shared_side" + at + "_" + std::to_string(tile_m) + "x" + std::to_string(tile_n) + "_depth" +
-           std::to_string(depth);
-  }
-};
-void PrintTo(const GemmTilingCase& c, std::ostream* out) { *out << c.name(); }
-class GemmTiling : public ::testing::TestWithParam<std::tuple<GemmTilingCase, int>> {};
+// Whatever the device would pick, each tiling of gemm.glsl (tests/support/gemm_tilings.h) must give
+// the reference's numbers, with W kept 16-bit too; a tiling the device cannot run is refused.
+class GemmTiling : public ::testing::TestWithParam<std::tuple<testing::GemmTiling, testing::GemmInputs>> {};
 TEST_P(GemmTiling, MatchesReference) {
   auto [tiling, inputs] = GetParam();
-  const bool texel_inputs = inputs > 0;
-  const auto [variant, size, row_sets, tile_m, tile_n, depth] = tiling;
   const auto& device = testing::shared_context()->device_report();
-  const vulkan::Lanes lanes = vulkan::guaranteed_lanes(device, vulkan::SubgroupOps::shuffle, 16);
-  if (variant == vulkan::GemmVariant::broadcast && (!lanes || lanes.count < 4)) {
-    // no 4 to 16 lanes guaranteed (subgroups off, no size control, a GPU's 32 or 64): the
-    // broadcast tiling is refused
-    EXPECT_THROW(vulkan::plan_gemm(device, variant), DeviceError);
+  const std::optional<vulkan::GemmPlan> plan = testing::tiling_plan(tiling, inputs, device);
+  if (!plan) {
+    // no 4 to 16 lanes guaranteed for broadcast (subgroups off, no size control, a GPU's 32 or
+    // 64), no texel buffers, or B packed for the shared tiling
+    EXPECT_THROW(
+        {
+          vulkan::GemmPlan asked = vulkan::plan_gemm(device, tiling.variant);
+          asked.texel_inputs = inputs != testing::GemmInputs::storage;
+          asked.packed_b = inputs == testing::GemmInputs::texel_packed;
+          VulkanBackend(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(asked)});
+        },
+        DeviceError);
     return;
-  }
-  vulkan::GemmPlan plan = vulkan::plan_gemm(device, variant);
-  plan.texel_inputs = texel_inputs;
-  plan.packed_b = inputs == 2;
-  if (plan.packed_b && variant != vulkan::GemmVariant::broadcast) {
-    EXPECT_THROW(VulkanBackend(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)}), DeviceError);
-    return;
-  }
-  if (texel_inputs && !device.texel_rgba32f) {
-    EXPECT_THROW(VulkanBackend(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)}), DeviceError);
-    return;
-  }
-  if (variant == vulkan::GemmVariant::broadcast) {
-    plan.tile_n = size;
-    plan.tile_m = plan.lanes * row_sets;
-  }
-  if (variant == vulkan::GemmVariant::shared) {
-    plan.side = size;
-    plan.workgroup_size = size * size;
-    plan.tile_m = tile_m;
-    plan.tile_n = tile_n;
-    plan.depth = depth;
   }
   uint64_t before = testing::shared_context()->validation_message_count();
-  VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(plan)});
+  VulkanBackend gpu(testing::shared_context(), {.gemm = std::make_shared<const vulkan::GemmPlan>(*plan)});
   ReferenceBackend cpu;
-  auto step = [&](std::vector<Tensor> in, const Step& s) { EXPECT_TRUE(gpu_matches_reference(gpu, cpu, in, s, {})) << plan.describe(); };
-  // (a plan asked for packs B at every size; the 520-row cases are 16 row blocks of every tile,
-  // where the rule packs too, the last with 3 key heads for 6 query heads)
-  for (auto [N, K, M] : {std::tuple{1, 1, 1}, {3, 4, 65}, {17, 64, 130}, {113, 17, 3}, {9, 128, 64}, {70, 3, 129},
-                         {520, 64, 70}}) {
-    step({random_tensor({N, K}, 1), random_tensor({M, K}, 2), random_tensor({M}, 3)},
-         [](Backend& b, const std::vector<Value>& v) { return b.linear("q_proj", v[0], v[1], &v[2]); });
-  }
+  EXPECT_TRUE(testing::gemm_products_match(gpu, cpu)) << plan->describe();
   // W kept 16-bit (upload_matrix), whatever inputs the plan asks for (a 16-bit B is read from its
   // storage buffer): the numbers of its widened copy
   for (Narrow narrow : {Narrow::float16, Narrow::bfloat16}) {
@@ -534,32 +493,17 @@ TEST_P(GemmTiling, MatchesReference) {
         EXPECT_EQ(kept.narrow, b.keeps_16bit() ? narrow : Narrow::none);
         return b.download(b.linear("q_proj", b.upload("x", x), kept, &on));
       };
-      EXPECT_TRUE(all_close(run(gpu), run(cpu))) << plan.describe() << ", W " << narrow_name(narrow) << " ("
+      EXPECT_TRUE(all_close(run(gpu), run(cpu))) << plan->describe() << ", W " << narrow_name(narrow) << " ("
                                                  << M << ", " << K << "), " << N << " rows";
     }
-  }
-  for (auto [BH, L, S, d, H_kv] : {std::tuple{2, 17, 5, 4, 2}, {3, 9, 70, 64, 3}, {1, 113, 3, 17, 1}, {1, 3, 8, 6, 1},
-                                   {2, 520, 33, 8, 2}, {6, 520, 3, 4, 3}}) {
-    step({random_tensor({1, BH, L, d}, 4), random_tensor({1, H_kv, S, d}, 5)},
-         [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); });
-    step({random_tensor({1, BH, L, S}, 6), random_tensor({1, H_kv, S, d}, 7)},
-         [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); });
   }
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 INSTANTIATE_TEST_SUITE_P(Plans, GemmTiling,
-                         Combine(Values(GemmTilingCase{vulkan::GemmVariant::broadcast, 4, 1}, GemmTilingCase{vulkan::GemmVariant::broadcast, 8, 2},
-                                        GemmTilingCase{vulkan::GemmVariant::broadcast, 16, 1}, GemmTilingCase{vulkan::GemmVariant::broadcast, 16, 2},
-                                        GemmTilingCase{vulkan::GemmVariant::shared, 8, 0}, GemmTilingCase{vulkan::GemmVariant::shared, 16, 0},
-                                        GemmTilingCase{vulkan::GemmVariant::shared, 16, 0, 8, 8, 16},
-                                        GemmTilingCase{vulkan::GemmVariant::shared, 16, 0, 8, 8, 8},
-                                        GemmTilingCase{vulkan::GemmVariant::shared, 8, 0, 8, 4, 32},
-                                        GemmTilingCase{vulkan::GemmVariant::shared, 8, 0, 4, 8, 4}),
-                                 Values(0, 1, 2)),
+                         Combine(::testing::ValuesIn(testing::gemm_tilings()),
+                                 Values(testing::GemmInputs::storage, testing::GemmInputs::texel, testing::GemmInputs::texel_packed)),
                          [](const auto& case_info) {
-                           const int inputs = std::get<1>(case_info.param);
-                           return std::get<0>(case_info.param).name() +
-                                  (inputs == 0 ? "_storage" : inputs == 1 ? "_texel" : "_texel_packed");
+                           return std::get<0>(case_info.param).name() + "_" + testing::input_name(std::get<1>(case_info.param));
                          });
 
 TEST(GemmPlan, ABadPlanIsRefusedWithWhatTheDeviceLacks) {

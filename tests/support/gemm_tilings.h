@@ -1,0 +1,53 @@
+#pragma once
+// The tilings of shaders/gemm.glsl that the suite holds to the reference, and the products it
+// holds them to. test_ops's Plans/GemmTiling runs each hand-made tiling below with each kind of
+// input; test_tuning's TunedPlans.EveryGemmCandidate runs each plan the tuner may choose that
+// Plans/GemmTiling does not already run (on lavapipe, 5 of its 8: compiling a tiling's pipelines
+// is most of either test's time).
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "engine/vulkan/gemm_plan.h"
+#include "vkattn/backends/backend.h"
+
+namespace vkattn::testing {
+
+// Broadcast: tile_n and the rows of A per lane; shared: the side, an invocation's tile and k per
+// shared tile.
+struct GemmTiling {
+  vulkan::GemmVariant variant;
+  uint32_t size;      // broadcast: tile_n; shared: side
+  uint32_t row_sets;  // broadcast: rows of A per lane
+  uint32_t tile_m = 4, tile_n = 4, depth = 16;  // shared
+  std::string name() const;  // "broadcast_rows2_tile_n16", "shared_side16_8x8_depth8"
+};
+inline void PrintTo(const GemmTiling& tiling, std::ostream* out) { *out << tiling.name(); }
+
+// A and B from storage buffers, from texel buffers, or from texel buffers with B packed.
+enum class GemmInputs { storage, texel, texel_packed };
+std::string input_name(GemmInputs inputs);  // "storage", "texel", "texel_packed"
+inline void PrintTo(GemmInputs inputs, std::ostream* out) { *out << input_name(inputs); }
+
+// Broadcast at 4 to 16 columns a lane and one or two rows; shared at either side, with an
+// invocation's 4 × 4, 8 × 8 (the GPU's: 128 × 128 blocks) and 8 × 4 / 4 × 8 tiles, k tiles of 4 to
+// 32.
+const std::vector<GemmTiling>& gemm_tilings();
+
+// The plan `tiling` with `inputs` gives on `device`, or nullopt where the device refuses it (no
+// guaranteed lanes for broadcast, no RGBA32F texel buffers, B packed for the shared tiling).
+std::optional<vulkan::GemmPlan> tiling_plan(const GemmTiling& tiling, GemmInputs inputs, const vulkan::DeviceReport& device);
+
+// Whether Plans/GemmTiling runs `plan` on `device`: one of its tilings gives the same plan.
+bool among_gemm_tilings(const vulkan::GemmPlan& plan, const vulkan::DeviceReport& device);
+
+// linear, attention_scores and attention_values on `gpu` against `cpu` over the products that
+// break a tiling: K a multiple of 4 (vec4 loads) and not, M and N inside one tile, on its edge and
+// past it, 520 rows (16 row blocks of the largest tile, where the rule packs B), K = 512 (many k
+// tiles), L ≠ S, d not a multiple of 4, shared key/value heads.
+::testing::AssertionResult gemm_products_match(Backend& gpu, Backend& cpu);
+
+}  // namespace vkattn::testing
