@@ -106,6 +106,13 @@ using Attn = std::tuple<int, int, int, int, int>;
 const auto kAttentionShapes = Values(Attn{1, 1, 1, 1, 1}, Attn{1, 1, 3, 3, 3}, Attn{2, 3, 17, 17, 5}, Attn{1, 2, 17, 113, 8},
                                      Attn{3, 1, 113, 17, 3}, Attn{1, 4, 113, 113, 16}, Attn{2, 8, 5, 7, 1},
                                      Attn{1, 1, 65, 63, 65}, Attn{2, 2, 1, 113, 17}, Attn{1, 3, 113, 1, 17});
+// "B2_H3_L17_S17_d5": a case's name says its shape (ctest's lanes runs filter on d)
+std::string attention_name(const Attn& shape) {
+  auto [B, H, L, S, d] = shape;
+  return "B" + std::to_string(B) + "_H" + std::to_string(H) + "_L" + std::to_string(L) + "_S" + std::to_string(S) + "_d" +
+         std::to_string(d);
+}
+std::string attention_case_name(const ::testing::TestParamInfo<Attn>& info) { return attention_name(info.param); }
 
 class Scores : public Ops, public ::testing::WithParamInterface<Attn> {};
 TEST_P(Scores, MatchesReference) {
@@ -114,7 +121,7 @@ TEST_P(Scores, MatchesReference) {
   EXPECT_TRUE(check(in, [](Backend& b, const std::vector<Value>& v) { return b.attention_scores("attention_scores", v[0], v[1]); },
                     {"b", "h", "i", "j"}));
 }
-INSTANTIATE_TEST_SUITE_P(Sweep, Scores, kAttentionShapes);
+INSTANTIATE_TEST_SUITE_P(Sweep, Scores, kAttentionShapes, attention_case_name);
 
 class AttentionValues : public Ops, public ::testing::WithParamInterface<Attn> {};
 TEST_P(AttentionValues, MatchesReference) {
@@ -123,7 +130,7 @@ TEST_P(AttentionValues, MatchesReference) {
   EXPECT_TRUE(check(in, [](Backend& b, const std::vector<Value>& v) { return b.attention_values("attention_values", v[0], v[1]); },
                     {"b", "h", "i", "c"}));
 }
-INSTANTIATE_TEST_SUITE_P(Sweep, AttentionValues, kAttentionShapes);
+INSTANTIATE_TEST_SUITE_P(Sweep, AttentionValues, kAttentionShapes, attention_case_name);
 
 class AverageHeads : public Ops, public ::testing::WithParamInterface<Attn> {};
 TEST_P(AverageHeads, MatchesReference) {
@@ -132,7 +139,7 @@ TEST_P(AverageHeads, MatchesReference) {
   EXPECT_TRUE(check({random_tensor({B, H, L, S}, 12)},
                     [](Backend& b, const std::vector<Value>& v) { return b.average_heads("average_heads", v[0]); }, {"b", "i", "j"}));
 }
-INSTANTIATE_TEST_SUITE_P(Sweep, AverageHeads, kAttentionShapes);
+INSTANTIATE_TEST_SUITE_P(Sweep, AverageHeads, kAttentionShapes, attention_case_name);
 
 // ---- attention_mask: every kind and combination ----------------------------------------------------
 // An additive float mask with some -inf (blocked) entries, as a canonicalised bool mask has.
@@ -164,6 +171,13 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Mask, Combine(Values(Attn{1, 1, 1, 1, 0}, Attn{2
 using Masks = std::tuple<int, bool, bool>;
 const auto kMaskKinds = Values(Masks{0, false, false}, Masks{2, true, false}, Masks{3, false, true}, Masks{2, true, true},
                                Masks{0, true, true});
+// "B1_H2_L17_S113_d8_attn2_padding_causal"
+std::string flash_case_name(const ::testing::TestParamInfo<std::tuple<Attn, Masks>>& info) {
+  auto [shape, masks] = info.param;
+  auto [attn_rank, padding, causal] = masks;
+  return attention_name(shape) + (attn_rank ? "_attn" + std::to_string(attn_rank) : "") + (padding ? "_padding" : "") +
+         (causal ? "_causal" : "");
+}
 
 // q, k, v (B, H, ·, d), then attn_mask and key_padding_mask with some -inf; key padding blocks
 // every key of the last batch item, so its rows are fully masked.
@@ -238,10 +252,11 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
     for (int64_t k = (B - 1) * H * L * d; k < B * H * L * d; ++k) ASSERT_EQ(out.data[static_cast<size_t>(k)], 0.0f) << "fully masked row";
   }
 }
-INSTANTIATE_TEST_SUITE_P(Sweep, FlashAttention, Combine(kAttentionShapes, kMaskKinds));
+INSTANTIATE_TEST_SUITE_P(Sweep, FlashAttention, Combine(kAttentionShapes, kMaskKinds), flash_case_name);
 // d = 64 over 600 keys, L ≠ S: the first kernel (one invocation per row, a d-float accumulator
 // each) returned garbage on lavapipe from about 500 keys on; this shape stays in the sweep.
-INSTANTIATE_TEST_SUITE_P(LongRows, FlashAttention, Combine(Values(Attn{2, 2, 67, 600, 64}, Attn{1, 1, 600, 9, 64}), kMaskKinds));
+INSTANTIATE_TEST_SUITE_P(LongRows, FlashAttention, Combine(Values(Attn{2, 2, 67, 600, 64}, Attn{1, 1, 600, 9, 64}), kMaskKinds),
+                         flash_case_name);
 
 TEST_F(Ops, FlashAttentionRefusesMismatchedShapes) {
   Value q = gpu().upload("q", random_tensor({1, 2, 3, 4}, 1)), k = gpu().upload("k", random_tensor({1, 2, 5, 4}, 2));
