@@ -87,7 +87,8 @@ bool among_gemm_tilings(const vulkan::GemmPlan& plan, const vulkan::DeviceReport
   }
   // q (1, H, L, d) · k (1, H_kv, S, d)ᵀ, then weights (1, H, L, S) · v (1, H_kv, S, d)
   for (auto [H, L, S, d, H_kv] : {std::tuple{1, 1, 1, 1, 1}, {2, 17, 5, 4, 2}, {3, 9, 70, 64, 3}, {1, 113, 3, 17, 1},
-                                  {1, 3, 8, 6, 1}, {4, 17, 113, 8, 2}, {2, 520, 33, 8, 2}, {6, 520, 3, 4, 3}}) {
+                                  {1, 3, 8, 6, 1}, {4, 17, 113, 8, 2}, {2, 520, 33, 8, 2}, {4, 520, 9, 8, 2},
+                                  {6, 520, 3, 4, 3}}) {
     const std::string shape = " H " + std::to_string(H) + " (" + std::to_string(H_kv) + " key heads), L " +
                               std::to_string(L) + ", S " + std::to_string(S) + ", d " + std::to_string(d);
     check("attention_scores" + shape, {random_tensor({1, H, L, d}, 4), random_tensor({1, H_kv, S, d}, 5)},
