@@ -2,8 +2,8 @@
 // The tilings of shaders/gemm.glsl that the suite holds to the reference, and the products it
 // holds them to. test_ops's Plans/GemmTiling runs each hand-made tiling below with each kind of
 // input; test_tuning's TunedPlans.EveryGemmCandidate runs each plan the tuner may choose that
-// Plans/GemmTiling does not already run (on lavapipe, 5 of its 8: compiling a tiling's pipelines
-// is most of either test's time).
+// Plans/GemmTiling does not already run (on lavapipe at 8 lanes GemmTiling runs 5 of the 8:
+// compiling a tiling's pipelines is most of either test's time).
 #include <gtest/gtest.h>
 
 #include <optional>
