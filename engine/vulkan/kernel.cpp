@@ -80,7 +80,7 @@ const Kernel& Kernels::get(const std::string& name, uint32_t bindings, uint32_t 
     slot->kernel = std::make_unique<Kernel>(context_, name, bindings, push_constant_bytes, workgroup_size,
                                             specialization, texel_bindings, lanes, word_bindings);
     ++made_;
-    // what a first run spends its time on, on lavapipe (VKATTN_LOG=debug)
+    // how long the driver took to make it (VKATTN_LOG=debug); lavapipe compiles at first dispatch
     spdlog::debug("pipeline {} made in {:.1f} ms", key,
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
