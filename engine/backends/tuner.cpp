@@ -306,13 +306,9 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
         add(plan);
       }
     }
-    // Storage inputs where the rule reads texels: at the rule's tile only (every tile read them
-    // slower on Mesa 22 and 25; compiling a candidate costs more than timing it)
-    if (rule.texel_inputs) {
-      vulkan::GemmPlan plan = rule;
-      plan.texel_inputs = plan.packed_b = false;
-      add(plan);
-    }
+    // (storage inputs are no candidate where the rule reads texels, as here: they read slower at
+    // every tile on Mesa 22 and 25 and on SwiftShader, and compiling a candidate costs more than
+    // timing it: docs/tuning.md)
     // B read where it lies, at the rule's tile: packing costs a read and a write of B, which a
     // product with few row blocks, or a device whose fetches do not care, may not repay
     if (rule.packed_b) {
@@ -381,12 +377,8 @@ std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& devi
       add(plan);
     }
   }
-  // Storage inputs where the subgroup plan reads texels, at its rows only (as gemm_candidates)
-  if (subgroups.texel_inputs) {
-    vulkan::FlashPlan plan = subgroups;
-    plan.texel_inputs = false;
-    add(plan);
-  }
+  // (nor storage inputs where the subgroup plan reads texels: 1.7× as long on Mesa 22 and 25, no
+  // faster on SwiftShader: docs/tuning.md)
   // FlashAttention-2's order on a GPU, as d leaves its tiles room in shared memory
   if (!cpu) {
     for (const auto& plan : vulkan::tiled_flash_plans(device, d)) add(plan);
