@@ -84,10 +84,15 @@ std::string unscoped(const std::string& step) { return step.substr(step.rfind('.
 
 }  // namespace
 
-Lesson::Lesson(std::unique_ptr<Backend> gpu, std::filesystem::path images, bool values, std::filesystem::path report,
+Lesson::Lesson(std::string device, std::filesystem::path images, bool values, std::filesystem::path report,
                std::string title)
-    : gpu_(std::move(gpu)), images_(std::move(images)), values_(values), report_(std::move(report)), title_(std::move(title)) {
+    : device_(std::move(device)), gpu_(make_backend("gpu", device_)), images_(std::move(images)), values_(values),
+      report_(std::move(report)), title_(std::move(title)) {
   if (!report_.empty()) io::check_output_path(report_);  // before the lesson's work, not after it
+}
+
+std::unique_ptr<Backend> Lesson::gpu_with(const VulkanBackendOptions& options) const {
+  return make_backend("gpu", device_, options);
 }
 
 void Lesson::report(const std::string& title, StepRecorder pass, StepRecorder against, const std::string& pass_label,
@@ -246,7 +251,7 @@ int run(int argc, char** argv, const std::string& title, const std::function<voi
     return 2;
   }
   try {
-    Lesson l(make_backend("gpu", device), images, values, report, title);
+    Lesson l(device, images, values, report, title);
     std::cout << title << "\n";
     lesson(l);
     return l.finish();

@@ -28,6 +28,7 @@
 
 #include "vkattn/backends/backend.h"
 #include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/io/heatmap.h"
 #include "vkattn/io/plot.h"
 #include "vkattn/tracing/tracer.h"
@@ -40,8 +41,9 @@ using Notes = std::map<std::string, std::string>;
 
 class Lesson {
  public:
-  // `report`: a page (FILE.html) written by finish() with every part's two passes, or empty.
-  Lesson(std::unique_ptr<Backend> gpu, std::filesystem::path images, bool values, std::filesystem::path report = {},
+  // The GPU is the device `device` names (make_backend's; empty: the best). `report`: a page
+  // (FILE.html) written by finish() with every part's two passes, or empty.
+  Lesson(std::string device, std::filesystem::path images, bool values, std::filesystem::path report = {},
          std::string title = {});
 
   // Runs `steps(Backend&)` on the GPU (once untimed, then traced), then on the CPU reference, each
@@ -76,6 +78,8 @@ class Lesson {
   void report(const std::string& title, StepRecorder pass, StepRecorder against, const std::string& pass_label,
               const std::string& against_label);
   Backend& gpu() { return *gpu_; }
+  // Another backend on the same device, shaped by `options` (lesson 09 times with tuning off)
+  std::unique_ptr<Backend> gpu_with(const VulkanBackendOptions& options) const;
   ReferenceBackend& cpu() { return cpu_; }
   // 0 when the GPU agreed with the reference at every step of every part, else 1; says so.
   // Throws when a step was shown that the lesson's words never explained.
@@ -102,6 +106,7 @@ class Lesson {
   void compare(const std::string& heading, const StepRecorder& gpu_steps, const StepRecorder& cpu_steps,
                double first_run_s, const Notes* notes);
 
+  std::string device_;
   std::unique_ptr<Backend> gpu_;
   ReferenceBackend cpu_;
   std::filesystem::path images_;

@@ -158,14 +158,19 @@ int main(int argc, char** argv) {
     // ---- 4: time per token against the context length ---------------------------------------------
     // tiny_char is too small to show it (its 128 positions cost little either way): a model of
     // random weights of a more usual width does; the time does not depend on the weights' values.
+    // On the fixed rules' plans: tuning (on by default) would first measure the plans of each
+    // length's products, which doubled a first run of the lesson (100 s against 50 s on lavapipe,
+    // Mesa 22, a 2-core EPYC, Mesa's shader cache empty) and made the table no faster.
+    const std::unique_ptr<Backend> gpu = lesson.gpu_with({.tune = false});
     CausalLMConfig wide_config{.vocab_size = 54, .max_positions = 1024,
                                .layer = {.d_model = 256, .nhead = 4, .dim_feedforward = 1024,
                                          .activation = Activation::gelu, .norm_first = true},
                                .num_layers = 4};
     const CausalLM wide(wide_config, CausalLMWeights::random(wide_config, 1));
     std::ostringstream table;
-    table << "One new token after S - 1 others, on the GPU (" << lesson.gpu().device_name() << "), a model of "
-          << "4 layers, d_model 256, 4 heads, random weights; the median of 3 runs:\n"
+    table << "One new token after S - 1 others, on the GPU (" << gpu->device_name() << "), a model of "
+          << "4 layers, d_model 256, 4 heads, random weights, the fixed rules' plans (not tuned: "
+          << "docs/tuning.md); the median of 3 runs:\n"
           << std::setw(7) << "S" << std::setw(16) << "cache (ms)" << std::setw(20) << "no cache (ms)" << std::setw(12)
           << "ratio\n"
           << std::fixed;
@@ -173,13 +178,13 @@ int main(int argc, char** argv) {
     for (int64_t S : {64, 256, 512, 1024}) {
       std::vector<int64_t> context;
       for (int64_t i = 0; i < S; ++i) context.push_back(i * 7 % 54);  // any ids: the time does not read them
-      KVCache cache = wide.make_cache(lesson.gpu(), 1, S);
-      wide.decode(lesson.gpu(), ids(std::vector<int64_t>(context.begin(), context.end() - 1)), cache);
+      KVCache cache = wide.make_cache(*gpu, 1, S);
+      wide.decode(*gpu, ids(std::vector<int64_t>(context.begin(), context.end() - 1)), cache);
       const double cache_ms = median_ms(3, [&] {
         cache.crop(S - 1);
-        wide.decode(lesson.gpu(), ids(context, static_cast<size_t>(S - 1)), cache);
+        wide.decode(*gpu, ids(context, static_cast<size_t>(S - 1)), cache);
       });
-      const double plain_ms = median_ms(3, [&] { wide.forward(lesson.gpu(), ids(context)); });
+      const double plain_ms = median_ms(3, [&] { wide.forward(*gpu, ids(context)); });
       with.x.push_back(static_cast<double>(S));
       with.y.push_back(cache_ms);
       without.x.push_back(static_cast<double>(S));
@@ -189,7 +194,7 @@ int main(int argc, char** argv) {
     }
     lesson.say(table.str());
     lesson.plot("time_per_token", {with, without},
-                {.title = "one new token (4 layers, d_model 256) on " + lesson.gpu().device_name(),
+                {.title = "one new token (4 layers, d_model 256) on " + gpu->device_name(),
                  .x = "context length S", .y = "time (ms)"});
     lesson.say("With the cache a token costs about the same at any length: one row's projections and "
                "feed-forward, and attention of one query over S keys. Without it the whole context runs "
