@@ -49,7 +49,7 @@ using Step = std::function<Value(Backend&, const std::vector<Value>&)>;
 
 // ---- every plan tuning can choose, forced ----------------------------------------------------------
 // (a candidate test_ops's Plans/GemmTiling runs is not run again: the same products, the same
-// pipelines; on lavapipe at 8 lanes 3 of the 8 are left to run here)
+// pipelines; on lavapipe at 8 lanes 3 of the 7 are left to run here)
 TEST(TunedPlans, EveryGemmCandidateMatchesTheReference) {
   const auto& device = testing::shared_context()->device_report();
   const auto candidates = tuning::gemm_candidates(device);

@@ -1,8 +1,8 @@
 #pragma once
 // The tilings of shaders/gemm.glsl that the suite holds to the reference, and the products it
-// holds them to. test_ops's Plans/GemmTiling runs each hand-made tiling below with each kind of
-// input; test_tuning's TunedPlans.EveryGemmCandidate runs each plan the tuner may choose that
-// Plans/GemmTiling does not already run (on lavapipe at 8 lanes GemmTiling runs 5 of the 8:
+// holds them to. test_ops's Plans/GemmTiling runs each case below (a hand-made tiling with a kind
+// of input); test_tuning's TunedPlans.EveryGemmCandidate runs each plan the tuner may choose that
+// Plans/GemmTiling does not already run (on lavapipe at 8 lanes GemmTiling runs 4 of the 7:
 // compiling a tiling's pipelines is most of either test's time).
 #include <gtest/gtest.h>
 
@@ -37,11 +37,28 @@ inline void PrintTo(GemmInputs inputs, std::ostream* out) { *out << input_name(i
 // 32.
 const std::vector<GemmTiling>& gemm_tilings();
 
+// A tiling with one kind of input; `with_16bit_b`: also with B kept 16-bit (upload_matrix).
+struct GemmCase {
+  GemmTiling tiling;
+  GemmInputs inputs;
+  bool with_16bit_b;
+  std::string name() const;  // "broadcast_rows2_tile_n16_texel_packed"
+};
+inline void PrintTo(const GemmCase& c, std::ostream* out) { *out << c.name(); }
+
+// Every tiling with the inputs its variant reads where the rule gives it (broadcast, a CPU
+// device's: texels, B packed or not; shared, a GPU's: storage buffers). The other kinds of input,
+// and B kept 16-bit, change only how an element is loaded (gemm.glsl's a_at, b4_at, …), not the
+// tiling around it: they run at the smallest broadcast tile and at the rule's, at the CPU
+// device's two shared tilings and at the GPU's. (Every tiling with every input and 16-bit B took
+// 263 s of test_ops's 400 on Mesa 25: storage inputs compile 2–3× as slowly there as texels.)
+const std::vector<GemmCase>& gemm_cases();
+
 // The plan `tiling` with `inputs` gives on `device`, or nullopt where the device refuses it (no
 // guaranteed lanes for broadcast, no RGBA32F texel buffers, B packed for the shared tiling).
 std::optional<vulkan::GemmPlan> tiling_plan(const GemmTiling& tiling, GemmInputs inputs, const vulkan::DeviceReport& device);
 
-// Whether Plans/GemmTiling runs `plan` on `device`: one of its tilings gives the same plan.
+// Whether Plans/GemmTiling runs `plan` on `device`: one of its cases gives the same plan.
 bool among_gemm_tilings(const vulkan::GemmPlan& plan, const vulkan::DeviceReport& device);
 
 // linear, attention_scores and attention_values on `gpu` against `cpu` over the products that
