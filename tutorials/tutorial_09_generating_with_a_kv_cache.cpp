@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     // tiny_char is too small to show it (its 128 positions cost little either way): a model of
     // random weights of a more usual width does; the time does not depend on the weights' values.
     // On the fixed rules' plans: tuning (on by default) would first measure the plans of each
-    // length's products, which doubled a first run of the lesson (100 s against 50 s on lavapipe,
+    // length's products, which doubled a first run of the lesson (100 s against 53 s on lavapipe,
     // Mesa 22, a 2-core EPYC, Mesa's shader cache empty) and made the table no faster.
     const std::unique_ptr<Backend> gpu = lesson.gpu_with({.tune = false});
     CausalLMConfig wide_config{.vocab_size = 54, .max_positions = 1024,
