@@ -306,9 +306,9 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
         add(plan);
       }
     }
-    // (storage inputs are no candidate where the rule reads texels, as here: they read slower at
-    // every tile on Mesa 22 and 25 and on SwiftShader, and compiling a candidate costs more than
-    // timing it: docs/tuning.md)
+    // (storage inputs are no candidate where the rule reads texels, as here: they read slower on
+    // Mesa 22 and 25, at every tile measured, and on SwiftShader, and compiling a candidate costs
+    // more than timing it: docs/tuning.md)
     // B read where it lies, at the rule's tile: packing costs a read and a write of B, which a
     // product with few row blocks, or a device whose fetches do not care, may not repay
     if (rule.packed_b) {
