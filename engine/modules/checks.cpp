@@ -21,10 +21,12 @@ void float_input(const std::string& who, const std::string& name, const Tensor& 
   }
 }
 
-void features(const std::string& who, const std::string& name, const Tensor& t, int64_t E, const std::string& config) {
-  if (t.rank() == 0 || t.dim(-1) != E) {
-    throw ShapeError(who + ": " + name + " " + shape_string(t.shape) + " has " +
-                     std::to_string(t.rank() ? t.dim(-1) : 0) + " features but " + config + "=" + std::to_string(E));
+void features(const std::string& who, const std::string& name, const Shape& shape, int64_t E,
+              const std::string& config) {
+  if (shape.empty() || shape.back() != E) {
+    throw ShapeError(who + ": " + name + " " + shape_string(shape) + " has " +
+                     std::to_string(shape.empty() ? 0 : shape.back()) + " features but " + config + "=" +
+                     std::to_string(E));
   }
 }
 

@@ -20,7 +20,9 @@ void weight(const std::string& who, const std::string& name, const Tensor& t, co
 void float_input(const std::string& who, const std::string& name, const Tensor& t);
 
 // Its last dim, the features: ShapeError "<who>: <name> (…) has N features but <config>=<E>".
-void features(const std::string& who, const std::string& name, const Tensor& t, int64_t E, const std::string& config);
+// `shape` is the tensor's (a host tensor's or a backend value's).
+void features(const std::string& who, const std::string& name, const Shape& shape, int64_t E,
+              const std::string& config);
 
 // A weight given exactly when the config's `flag` is on: ShapeError "<who>: weight <name> is missing
 // but <flag> is on" (or "is given but <flag> is off"), then weight()'s check.

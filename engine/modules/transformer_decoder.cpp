@@ -18,6 +18,76 @@ void check_attention(const std::string& who, const char* name, const MultiHeadAt
   }
 }
 
+// The two attentions' options of a decoder's forward.
+struct DecoderAttention {
+  ForwardOptions self_attention;   // tgt_mask, tgt_key_padding_mask, tgt_is_causal, the path
+  ForwardOptions cross_attention;  // memory_mask, memory_key_padding_mask, the path
+};
+
+// tgt (B, T, E) or (T, E) and memory (B, S, E) or (S, E), by their shapes, and the masks of
+// `options` checked against PyTorch's rules (ShapeError "<who>: …"): the masks in their batched
+// shapes, with the rest of the attentions' options.
+DecoderAttention decoder_attention(const std::string& who, const TransformerDecoderLayerConfig& c,
+                                   const Shape& tgt, const Shape& memory, const DecoderOptions& options) {
+  auto require = [&](bool ok, const std::string& message) {
+    if (!ok) throw ShapeError(who + ": " + message);
+  };
+  const int64_t E = c.d_model, H = c.nhead;
+  require(tgt.size() == 3 || tgt.size() == 2,
+          "tgt " + shape_string(tgt) + " must be (B, T, E) batch-first, or (T, E) unbatched");
+  require(memory.size() == tgt.size(), "memory " + shape_string(memory) + " must be " +
+                                           (tgt.size() == 3 ? "(B, S, E)" : "(S, E)") + " like tgt " +
+                                           shape_string(tgt));
+  checks::features(who, "tgt", tgt, E, "d_model");
+  checks::features(who, "memory", memory, E, "d_model");
+
+  const bool batched = tgt.size() == 3;
+  const int64_t B = batched ? tgt[0] : 1, T = tgt[tgt.size() - 2], S = memory[memory.size() - 2];
+  require(!batched || memory[0] == B,
+          "tgt " + shape_string(tgt) + " and memory " + shape_string(memory) + " must share the batch size");
+  require(T >= 1 && S >= 1,
+          "tgt " + shape_string(tgt) + " and memory " + shape_string(memory) + " need at least one position each");
+
+  auto padding = [&](const char* name, const std::optional<Tensor>& m, int64_t N, const char* axis) {
+    if (!m) return std::optional<Tensor>();
+    const std::string dims = batched ? std::string("(B, ") + axis + ")" : std::string("(") + axis + ",)";
+    return std::optional<Tensor>(checks::padding_mask(who, name, *m, batched ? Shape{B, N} : Shape{N}, dims, {B, N}));
+  };
+  auto attn_mask = [&](const char* name, const std::optional<Tensor>& m, int64_t N, const char* axis) {
+    if (!m) return std::optional<Tensor>();
+    Shape per_batch = {B * H, T, N};
+    require(m->dtype != DType::int64, std::string(name) + " is int64 but must be bool or float32");
+    require(m->shape == Shape{T, N} || m->shape == per_batch,
+            std::string(name) + " " + shape_string(m->shape) + " must be (T, " + axis + ") = " +
+                shape_string({T, N}) + " or " + (batched ? "(B·H, T, " : "(H, T, ") + axis + ") = " +
+                shape_string(per_batch));
+    return m;
+  };
+  DecoderAttention a;
+  for (ForwardOptions* o : {&a.self_attention, &a.cross_attention}) {
+    o->need_weights = false;
+    o->attention = options.attention;
+  }
+  a.self_attention.is_causal = options.tgt_is_causal;
+  a.self_attention.attn_mask = attn_mask("tgt_mask", options.tgt_mask, T, "T");
+  a.self_attention.key_padding_mask = padding("tgt_key_padding_mask", options.tgt_key_padding_mask, T, "T");
+  a.cross_attention.attn_mask = attn_mask("memory_mask", options.memory_mask, S, "S");
+  a.cross_attention.key_padding_mask = padding("memory_key_padding_mask", options.memory_key_padding_mask, S, "S");
+  return a;
+}
+
+// tgt and memory on a backend, checked as prepare_decoder_input checks them on the host but for
+// their values, which stay there: the two attentions' options.
+DecoderAttention decoder_attention(const std::string& who, const TransformerDecoderLayerConfig& c, const Value& tgt,
+                                   const Value& memory, const DecoderOptions& options) {
+  for (auto [name, v] : {std::pair{"tgt", &tgt}, std::pair{"memory", &memory}}) {
+    if (v->dtype != DType::float32 || v->narrow != Narrow::none) {
+      throw ShapeError(who + ": " + name + " " + shape_string(v->shape) + " on the backend must be float32");
+    }
+  }
+  return decoder_attention(who, c, tgt.shape, memory.shape, options);
+}
+
 // One traced pass of `steps(backend, tgt, memory)`, back to the caller's layout.
 template <class Steps>
 Tensor decoder_pass(Backend& backend, const std::string& pass, const DecoderInput& input, const Steps& steps) {
@@ -27,6 +97,21 @@ Tensor decoder_pass(Backend& backend, const std::string& pass, const DecoderInpu
   });
   if (!input.batched) out.shape.erase(out.shape.begin());
   return out;
+}
+
+// One traced pass of `steps(backend, tgt, memory)` on values already on the backend, (B, T, E) and
+// (B, S, E), or unbatched (viewed as a batch of one); its result left there, in tgt's layout.
+template <class Steps>
+Value decoder_pass(Backend& backend, const std::string& pass, const Value& tgt, const Value& memory,
+                   const Steps& steps) {
+  const bool batched = tgt.rank() == 3;
+  auto as_batch = [&](const Value& v) { return batched ? v : view(v, {1, v.dim(0), v.dim(1)}); };
+  return in_pass(backend, pass, [&] {
+    const Value x = as_batch(tgt), m = as_batch(memory);
+    backend.preflight(pass, [&](Backend& b) { steps(b, b.input(x), b.input(m)); });
+    Value out = steps(backend, x, m);
+    return batched ? out : view(out, {out.dim(1), out.dim(2)});
+  });
 }
 
 }  // namespace
@@ -124,6 +209,16 @@ Tensor TransformerDecoderLayer::forward(Backend& backend, const Tensor& tgt, con
   });
 }
 
+Value TransformerDecoderLayer::forward(Backend& backend, const Value& tgt, const Value& memory,
+                                       const DecoderOptions& options) const {
+  const DecoderAttention a = decoder_attention("TransformerDecoderLayer.forward", config_, tgt, memory, options);
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return decoder_pass(backend, "transformer_decoder_layer", tgt, memory,
+                      [&](Backend& b, const Value& x, const Value& m) {
+                        return steps(b, x, m, a.self_attention, a.cross_attention);
+                      });
+}
+
 TransformerDecoderWeights TransformerDecoderWeights::random(const TransformerDecoderConfig& config, uint32_t seed) {
   return block::random_stack<TransformerDecoderLayerWeights, TransformerDecoderWeights>(config, seed);
 }
@@ -150,6 +245,15 @@ Tensor TransformerDecoder::forward(Backend& backend, const Tensor& tgt, const Te
   KeepWeights keep(backend, kept_on(backend), weights_owner());
   return decoder_pass(backend, "transformer_decoder", input, [&](Backend& b, const Value& x, const Value& m) {
     return steps(b, x, m, input.self_attention, input.cross_attention);
+  });
+}
+
+Value TransformerDecoder::forward(Backend& backend, const Value& tgt, const Value& memory,
+                                  const DecoderOptions& options) const {
+  const DecoderAttention a = decoder_attention("TransformerDecoder.forward", config_.layer, tgt, memory, options);
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return decoder_pass(backend, "transformer_decoder", tgt, memory, [&](Backend& b, const Value& x, const Value& m) {
+    return steps(b, x, m, a.self_attention, a.cross_attention);
   });
 }
 
@@ -235,56 +339,15 @@ Tensor TransformerDecoder::decode(Backend& backend, const Tensor& tgt, const Dec
 
 DecoderInput prepare_decoder_input(const std::string& who, const TransformerDecoderLayerConfig& c, const Tensor& tgt,
                                    const Tensor& memory, const DecoderOptions& options) {
-  auto require = [&](bool ok, const std::string& message) {
-    if (!ok) throw ShapeError(who + ": " + message);
-  };
-  const int64_t E = c.d_model, H = c.nhead;
   checks::float_input(who, "tgt", tgt);
   checks::float_input(who, "memory", memory);
-  require(tgt.rank() == 3 || tgt.rank() == 2,
-          "tgt " + shape_string(tgt.shape) + " must be (B, T, E) batch-first, or (T, E) unbatched");
-  require(memory.rank() == tgt.rank(), "memory " + shape_string(memory.shape) + " must be " +
-                                           (tgt.rank() == 3 ? "(B, S, E)" : "(S, E)") + " like tgt " +
-                                           shape_string(tgt.shape));
-  checks::features(who, "tgt", tgt, E, "d_model");
-  checks::features(who, "memory", memory, E, "d_model");
-
+  DecoderAttention attention = decoder_attention(who, c, tgt.shape, memory.shape, options);
   DecoderInput input;
   input.batched = tgt.rank() == 3;
-  input.tgt = input.batched ? tgt : Tensor({1, tgt.dim(0), E}, tgt.data);
-  input.memory = input.batched ? memory : Tensor({1, memory.dim(0), E}, memory.data);
-  const int64_t B = input.tgt.dim(0), T = input.tgt.dim(1), S = input.memory.dim(1);
-  require(input.memory.dim(0) == B, "tgt " + shape_string(tgt.shape) + " and memory " + shape_string(memory.shape) +
-                                        " must share the batch size");
-  require(T >= 1 && S >= 1, "tgt " + shape_string(tgt.shape) + " and memory " + shape_string(memory.shape) +
-                                " need at least one position each");
-
-  auto padding = [&](const char* name, const std::optional<Tensor>& m, int64_t N, const char* axis) {
-    if (!m) return std::optional<Tensor>();
-    const std::string dims = input.batched ? std::string("(B, ") + axis + ")" : std::string("(") + axis + ",)";
-    return std::optional<Tensor>(
-        checks::padding_mask(who, name, *m, input.batched ? Shape{B, N} : Shape{N}, dims, {B, N}));
-  };
-  auto attn_mask = [&](const char* name, const std::optional<Tensor>& m, int64_t N, const char* axis) {
-    if (!m) return std::optional<Tensor>();
-    Shape per_batch = {B * H, T, N};
-    require(m->dtype != DType::int64, std::string(name) + " is int64 but must be bool or float32");
-    require(m->shape == Shape{T, N} || m->shape == per_batch,
-            std::string(name) + " " + shape_string(m->shape) + " must be (T, " + axis + ") = " +
-                shape_string({T, N}) + " or " + (input.batched ? "(B·H, T, " : "(H, T, ") + axis + ") = " +
-                shape_string(per_batch));
-    return m;
-  };
-  for (ForwardOptions* a : {&input.self_attention, &input.cross_attention}) {
-    a->need_weights = false;
-    a->attention = options.attention;
-  }
-  input.self_attention.is_causal = options.tgt_is_causal;
-  input.self_attention.attn_mask = attn_mask("tgt_mask", options.tgt_mask, T, "T");
-  input.self_attention.key_padding_mask = padding("tgt_key_padding_mask", options.tgt_key_padding_mask, T, "T");
-  input.cross_attention.attn_mask = attn_mask("memory_mask", options.memory_mask, S, "S");
-  input.cross_attention.key_padding_mask =
-      padding("memory_key_padding_mask", options.memory_key_padding_mask, S, "S");
+  input.tgt = input.batched ? tgt : Tensor({1, tgt.dim(0), c.d_model}, tgt.data);
+  input.memory = input.batched ? memory : Tensor({1, memory.dim(0), c.d_model}, memory.data);
+  input.self_attention = std::move(attention.self_attention);
+  input.cross_attention = std::move(attention.cross_attention);
   return input;
 }
 

@@ -230,7 +230,7 @@ EncoderInput prepare_encoder_input(const std::string& who, const TransformerEnco
   checks::float_input(who, "src", src);
   require(src.rank() == 3 || src.rank() == 2,
           "src " + shape_string(src.shape) + " must be (B, L, E) batch-first, or (L, E) unbatched");
-  checks::features(who, "src", src, E, "d_model");
+  checks::features(who, "src", src.shape, E, "d_model");
 
   EncoderInput input;
   input.batched = src.rank() == 3;

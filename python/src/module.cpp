@@ -406,6 +406,20 @@ class Decoder : public Stack<TransformerDecoderLayer, TransformerDecoder> {
     return py::make_tuple(to_array(std::move(result)), recorded);
   }
 
+  // forward() on tgt and memory already on this module's device, batch-first or unbatched (an
+  // encoder's output for memory), its result left there.
+  DeviceTensor forward_on_device(const DeviceTensor& tgt, const DeviceTensor& memory, const Masks& masks,
+                                 bool tgt_is_causal, const std::string& attention) {
+    const Value& t = on_same_device(tgt, "tgt", *device_).value;
+    const Value& m = on_same_device(memory, "memory", *device_).value;
+    DecoderOptions o = options(masks, tgt_is_causal);
+    o.attention = parse_attention_path(attention);
+    Value y = on_device(*device_, [&](Backend& backend) {
+      return on_module<Value>([&](const auto& module) { return module.forward(backend, t, m, o); });
+    });
+    return {device_, std::move(y)};
+  }
+
   CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const FloatArray& tgt,
                     const FloatArray& memory, const Masks& masks, bool tgt_is_causal, double atol, double rtol) {
     const auto yours = tensors(recorded);
@@ -607,6 +621,8 @@ PYBIND11_MODULE(_vkattn, m) {
       .def_property_readonly("device", [](const Decoder& d) { return d.device(); })
       .def("forward", &Decoder::forward, py::arg("tgt"), py::arg("memory"), py::arg("masks"),
            py::arg("tgt_is_causal"), py::arg("attention"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("forward_on_device", &Decoder::forward_on_device, py::arg("tgt"), py::arg("memory"), py::arg("masks"),
+           py::arg("tgt_is_causal"), py::arg("attention"))
       .def("check", &Decoder::check, py::arg("recorded"), py::arg("tgt"), py::arg("memory"), py::arg("masks"),
            py::arg("tgt_is_causal"), py::arg("atol"), py::arg("rtol"));
 

@@ -114,9 +114,10 @@ def test_device_tensors_meet_clear_errors():
     with pytest.raises(vkattn.ConfigError, match=r"^query is a vkattn.DeviceTensor \(vkattn.DeviceTensor"
                                                  r"\(shape=\(2, 5, 16\)\) on gpu: .*\): only the forwards of"):
         mha.trace(on_gpu)
-    with pytest.raises(vkattn.ConfigError, match=r"^tgt is a vkattn.DeviceTensor"):
-        layer = torch.nn.TransformerDecoderLayer(16, 4, dim_feedforward=8, batch_first=True).eval()
-        vkattn.TransformerDecoderLayer.from_torch(layer)(on_gpu, x)
+    with pytest.raises(vkattn.ConfigError, match=r"^x is a vkattn.DeviceTensor"):
+        state = {f"{n}_proj.weight": random(rows, 16, seed=i)
+                 for i, (n, rows) in enumerate([("q", 16), ("k", 8), ("v", 8), ("o", 16)])}
+        vkattn.GroupedQueryAttention(state, num_heads=4, num_kv_heads=2)(on_gpu)
 
 
 def torch_encoder(layers, norm_first=False, batch_first=True):
@@ -158,3 +159,55 @@ def test_encoders_refuse_device_tensors_they_cannot_take():
         encoder(x, src_key_padding_mask=np.zeros((2, 4), dtype=bool))
     with pytest.raises(vkattn.DeviceError, match=r"^src is on 'cpu: "):
         encoder(vkattn.to_device(random(2, 5, 16), device="cpu"))
+
+
+def torch_decoder(layers, norm_first=False, batch_first=True):
+    torch.manual_seed(7)
+    layer = torch.nn.TransformerDecoderLayer(16, 4, dim_feedforward=24, norm_first=norm_first,
+                                             batch_first=batch_first)
+    return (torch.nn.TransformerDecoder(layer, layers) if layers else layer).eval()
+
+
+@pytest.mark.parametrize("layers,norm_first", [(0, False), (2, True)])
+def test_decoders_take_an_encoders_output_on_the_device_as_torchs_transformer_does(device, layers, norm_first):
+    encoder, decoder = torch_encoder(1, norm_first), torch_decoder(layers, norm_first)
+    mine_encoder = vkattn.TransformerEncoder.from_torch(encoder, device=device)
+    mine = (vkattn.TransformerDecoder if layers else vkattn.TransformerDecoderLayer).from_torch(decoder, device=device)
+    src, tgt = random(3, 17, 16, seed=8), random(3, 5, 16, seed=9)
+    padding = np.zeros((3, 17), dtype=bool)
+    padding[1, 12:] = True
+    memory = mine_encoder(vkattn.to_device(src, device=device), src_key_padding_mask=padding)
+    y = mine(vkattn.to_device(tgt, device=device), memory, memory_key_padding_mask=padding, tgt_is_causal=True,
+             tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(5))
+    assert isinstance(y, vkattn.DeviceTensor) and y.shape == (3, 5, 16)
+    with torch.no_grad():
+        kept = encoder(torch.from_numpy(src), src_key_padding_mask=torch.from_numpy(padding))
+        expected = decoder(torch.from_numpy(tgt), kept, memory_key_padding_mask=torch.from_numpy(padding),
+                           tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(5))
+    assert_close(y.numpy(), expected, atol=1e-5, rtol=1e-4)
+    memory_mask = np.triu(np.ones((5, 17), dtype=bool), 9)
+    flat = mine(vkattn.to_device(tgt[0], device=device), vkattn.to_device(src[0], device=device),
+                memory_mask=memory_mask)
+    with torch.no_grad():
+        expected = decoder(torch.from_numpy(tgt[:1]), torch.from_numpy(src[:1]),
+                           memory_mask=torch.from_numpy(memory_mask))[0]
+    assert flat.shape == (5, 16)
+    assert_close(flat.numpy(), expected, atol=1e-5, rtol=1e-4)
+
+
+def test_decoders_refuse_device_tensors_they_cannot_take():
+    tgt, memory = vkattn.to_device(random(2, 5, 16)), vkattn.to_device(random(2, 7, 16))
+    with pytest.raises(vkattn.ConfigError, match=r"^tgt: device tensors are batch-first"):
+        vkattn.TransformerDecoderLayer.from_torch(torch_decoder(0, batch_first=False))(tgt, memory)
+    decoder = vkattn.TransformerDecoderLayer.from_torch(torch_decoder(0))
+    with pytest.raises(vkattn.ConfigError, match=r"^memory must be a vkattn.DeviceTensor too: give tgt and "
+                                                 r"memory both as arrays or both as device tensors$"):
+        decoder(tgt, random(2, 7, 16))
+    with pytest.raises(vkattn.ShapeError, match=r"^TransformerDecoderLayer.forward: memory \(2, 7, 8\) has 8 "
+                                                r"features but d_model=16$"):
+        decoder(tgt, vkattn.to_device(random(2, 7, 8)))
+    with pytest.raises(vkattn.ShapeError, match=r"^TransformerDecoderLayer.forward: tgt \(2, 5, 16\) and memory "
+                                                r"\(3, 7, 16\) must share the batch size$"):
+        decoder(tgt, vkattn.to_device(random(3, 7, 16)))
+    with pytest.raises(vkattn.DeviceError, match=r"^memory is on 'cpu: "):
+        decoder(tgt, vkattn.to_device(random(2, 7, 16), device="cpu"))

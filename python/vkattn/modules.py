@@ -223,6 +223,23 @@ class _Stack:
     def _out(self, y):
         return y.transpose(1, 0, 2).copy() if not self.batch_first and y.ndim == 3 else y
 
+    def _on_device(self, **inputs):
+        """True when the inputs are all vkattn.DeviceTensors, False when none is; ConfigError when
+        only some are, or when one is batched and this module is not batch-first."""
+        on = {name: isinstance(x, _vkattn.DeviceTensor) for name, x in inputs.items()}
+        if not any(on.values()):
+            return False
+        if not all(on.values()):
+            arrays = [name for name, device in on.items() if not device]
+            raise _vkattn.ConfigError(f"{' and '.join(arrays)} must be a vkattn.DeviceTensor too: give "
+                                      f"{' and '.join(on)} {'all' if len(on) > 2 else 'both'} as arrays or "
+                                      f"{'all' if len(on) > 2 else 'both'} as device tensors")
+        for name, x in inputs.items():
+            if not self.batch_first and len(x.shape) == 3:
+                raise _vkattn.ConfigError(f"{name}: device tensors are batch-first (batch, positions, features), and "
+                                          "this module was made with batch_first=False; make it with batch_first=True")
+        return True
+
 
 class _Encoder(_Stack):
     """The common part of TransformerEncoderLayer and TransformerEncoder."""
@@ -232,10 +249,7 @@ class _Encoder(_Stack):
     def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=False, attention="auto"):
         """src (B, L, E) batch_first, (L, B, E) or unbatched (L, E) -> the same shape. A
         vkattn.DeviceTensor on this module's device (batch-first or unbatched) gives one left there."""
-        if isinstance(src, _vkattn.DeviceTensor):
-            if not self.batch_first and len(src.shape) == 3:
-                raise _vkattn.ConfigError("src: device tensors are batch-first (B, L, E), and this module was "
-                                          "made with batch_first=False; make it with batch_first=True")
+        if self._on_device(src=src):
             return self._impl.forward_on_device(src, as_mask(mask, "mask"),
                                                 as_mask(src_key_padding_mask, "src_key_padding_mask"), is_causal,
                                                 attention)
@@ -277,8 +291,12 @@ class _Decoder(_Stack):
     def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                  memory_key_padding_mask=None, tgt_is_causal=False, attention="auto"):
         """tgt (B, T, E) and memory (B, S, E) batch_first, (T, B, E) and (S, B, E), or unbatched
-        -> tgt's shape. Masks as torch's decoder takes them (bool True blocks)."""
+        -> tgt's shape. Masks as torch's decoder takes them (bool True blocks). vkattn.DeviceTensors
+        on this module's device (batch-first or unbatched; an encoder's output for memory) give
+        one left there."""
         masks = self._masks(tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask)
+        if self._on_device(tgt=tgt, memory=memory):
+            return self._impl.forward_on_device(tgt, memory, masks, bool(tgt_is_causal), attention)
         y = self._impl.forward(self._in(tgt, "tgt"), self._in(memory, "memory"), masks, bool(tgt_is_causal),
                                attention, False)
         return self._out(y)

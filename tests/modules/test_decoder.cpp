@@ -2,7 +2,8 @@
 // nn.TransformerDecoderLayer / nn.TransformerDecoder / nn.Transformer in float64) through the
 // state_dict loaders, on both backends and both attention paths, within 1e-4; the steps a trace
 // shows; decode() over a KVCache and memory projected once against the full forward at every
-// position; and the loaders' and modules' errors.
+// position; forwards on values left on the backend (an encoder's output as memory); and the
+// loaders' and modules' errors.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -244,6 +245,78 @@ TEST_P(DecoderDecode, EqualsTheCausalForwardAtEveryPosition) {
 INSTANTIATE_TEST_SUITE_P(Memory, DecoderDecode,
                          ::testing::Combine(::testing::Values("gpu", "cpu"), ::testing::Values(1, 17, 113, 1000)),
                          [](const auto& p) { return std::get<0>(p.param) + "_S" + std::to_string(std::get<1>(p.param)); });
+
+// ---- on values already on the backend ------------------------------------------------------------------
+class DecoderOnTheBackend : public testing::GpuTest {};
+
+// An encoder's output on the backend is the memory of a decoder and a decoder layer after it, as
+// nn.Transformer chains them: nothing read back, only the masks sent, and the host's result.
+TEST_F(DecoderOnTheBackend, ChainsFromAnEncoderWithoutTheHostAndEqualsTheForwardFromIt) {
+  const TransformerEncoderLayerConfig c{.d_model = 12, .nhead = 3, .dim_feedforward = 7, .norm_first = true};
+  TransformerEncoderLayer encoder(c, TransformerEncoderLayerWeights::random(c, 21));
+  TransformerDecoder decoder({c, 2, true}, TransformerDecoderWeights::random({c, 2, true}, 22));
+  TransformerDecoderLayer layer(c, TransformerDecoderLayerWeights::random(c, 23));
+  const int64_t B = 2, T = 5, S = 17;
+  const Tensor memory_padding = testing::random_bool_mask({B, S}, 0.3f, 24);
+  const EncoderOptions encoding{.src_key_padding_mask = memory_padding};
+  DecoderOptions batched;  // padding on both sides, causal
+  batched.tgt_key_padding_mask = testing::random_bool_mask({B, T}, 0.2f, 25);
+  batched.memory_key_padding_mask = memory_padding;
+  batched.tgt_is_causal = true;
+  DecoderOptions flat;  // unbatched: the two attention masks
+  flat.tgt_mask = testing::random_bool_mask({T, T}, 0.2f, 26);
+  flat.memory_mask = testing::random_bool_mask({T, S}, 0.3f, 27);
+  for (const bool is_batched : {true, false}) {
+    const Tensor src = random_tensor(is_batched ? Shape{B, S, 12} : Shape{S, 12}, 28);
+    const Tensor tgt = random_tensor(is_batched ? Shape{B, T, 12} : Shape{T, 12}, 29);
+    const DecoderOptions& o = is_batched ? batched : flat;
+    const EncoderOptions e = is_batched ? encoding : EncoderOptions{};
+    const Tensor memory = encoder.forward(cpu(), src, e);
+    const Tensor want = layer.forward(cpu(), decoder.forward(cpu(), tgt, memory, o), memory, o);
+    // the masks one forward sends: each of the 3 layers' two attentions its own, the encoder its padding
+    uint64_t masks = 0;
+    for (const auto* m : {&o.tgt_mask, &o.memory_mask, &o.tgt_key_padding_mask, &o.memory_key_padding_mask}) {
+      if (*m) masks += 3 * (*m)->data.size() * sizeof(float);
+    }
+    if (e.src_key_padding_mask) masks += e.src_key_padding_mask->data.size() * sizeof(float);
+    for (Backend* b : {static_cast<Backend*>(&cpu()), static_cast<Backend*>(&gpu())}) {
+      encoder.keep_weights_on(*b);
+      decoder.keep_weights_on(*b);
+      layer.keep_weights_on(*b);
+      const Value x = b->upload("src", src), y = b->upload("tgt", tgt);
+      auto forward = [&] {
+        const Value kept = encoder.forward(*b, x, e);
+        return layer.forward(*b, decoder.forward(*b, y, kept, o), kept, o);
+      };
+      (void)forward();  // the weights go up
+      const uint64_t up = b->uploaded_bytes(), down = b->downloaded_bytes();
+      const Value out = forward();
+      EXPECT_EQ(b->uploaded_bytes() - up, masks) << b->name() << ": only the masks cross";
+      EXPECT_EQ(b->downloaded_bytes(), down) << b->name();
+      EXPECT_EQ(out.shape, tgt.shape);
+      EXPECT_TRUE(all_close(b->download(out), want, {.atol = 2e-5f, .rtol = 2e-5f})) << b->name();
+    }
+  }
+}
+
+TEST_F(DecoderOnTheBackend, NamesWhatIsWrongWithTheValues) {
+  const TransformerDecoderLayer layer({.d_model = 8, .nhead = 2, .dim_feedforward = 5});
+  const Value tgt = cpu().upload("tgt", random_tensor({2, 3, 8}, 1));
+  const Value wide = cpu().upload("memory", random_tensor({2, 4, 6}, 2));
+  testing::expect_error<ShapeError>([&] { (void)(layer.forward(cpu(), tgt, wide)); },
+                                    {"TransformerDecoderLayer.forward: memory (2, 4, 6) has 6 features but d_model=8"});
+  const Value flat = cpu().upload("memory", random_tensor({4, 8}, 3));
+  testing::expect_error<ShapeError>([&] { (void)(layer.forward(cpu(), tgt, flat)); },
+                                    {"memory (4, 8) must be (B, S, E) like tgt (2, 3, 8)"});
+  const Value memory = cpu().upload("memory", random_tensor({2, 4, 8}, 4));
+  DecoderOptions options;
+  options.memory_key_padding_mask = Tensor({2, 3}, DType::boolean);
+  testing::expect_error<ShapeError>([&] { (void)(layer.forward(cpu(), tgt, memory, options)); },
+                                    {"memory_key_padding_mask (2, 3) must be (B, S) = (2, 4)"});
+  const Value ids = cpu().upload("ids", Tensor({2, 3, 8}, DType::int64));
+  testing::expect_error<ShapeError>([&] { (void)(layer.forward(cpu(), ids, memory)); },
+                                    {"TransformerDecoderLayer.forward: tgt (2, 3, 8) on the backend must be float32"});
+}
 
 // ---- errors --------------------------------------------------------------------------------------
 class DecoderErrors : public testing::GpuTest {};

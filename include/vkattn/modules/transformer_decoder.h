@@ -94,6 +94,11 @@ class TransformerDecoderLayer : public KeepsWeights {
 
   // tgt (B, T, E) or (T, E), memory (B, S, E) or (S, E) -> like tgt. One traced pass.
   Tensor forward(Backend& backend, const Tensor& tgt, const Tensor& memory, const DecoderOptions& options = {}) const;
+  // The same pass on tgt and memory already on `backend` (Backend::upload, or earlier passes'
+  // outputs: an encoder's for memory), its result left there: with the weights kept there
+  // (keep_weights_on) only the masks cross from the host, as torch's forward on CUDA tensors. The
+  // checks are the host's but for the values.
+  Value forward(Backend& backend, const Value& tgt, const Value& memory, const DecoderOptions& options = {}) const;
   // The layer's steps on backend values x (B, T, E) and memory (B, S, E), in the current scope.
   Value steps(Backend& backend, const Value& x, const Value& memory, const ForwardOptions& self_attention,
               const ForwardOptions& cross_attention) const;
@@ -138,6 +143,8 @@ class TransformerDecoder : public KeepsWeights {
 
   // tgt (B, T, E) or (T, E), memory (B, S, E) or (S, E) -> like tgt. One traced pass.
   Tensor forward(Backend& backend, const Tensor& tgt, const Tensor& memory, const DecoderOptions& options = {}) const;
+  // The same pass on tgt and memory on `backend`, its result left there (TransformerDecoderLayer's).
+  Value forward(Backend& backend, const Value& tgt, const Value& memory, const DecoderOptions& options = {}) const;
   // Every layer's steps in scope layers.N, then the final norm.
   Value steps(Backend& backend, const Value& x, const Value& memory, const ForwardOptions& self_attention,
               const ForwardOptions& cross_attention) const;
