@@ -16,6 +16,25 @@ const std::string kGqa = "GroupedQueryAttention";
 
 std::string number(const char* name, int64_t value) { return std::string(name) + "=" + std::to_string(value); }
 
+// x's shape: (B, T, E) batch-first or (T, E) unbatched (ShapeError "<who>: …").
+void check_x(const std::string& who, const Shape& x, int64_t E) {
+  if ((x.size() != 2 && x.size() != 3) || x.back() != E) {
+    throw ShapeError(who + ": x " + shape_string(x) + " must be (B, T, E) or (T, E) with E = hidden_size = " +
+                     std::to_string(E));
+  }
+}
+
+// forward()'s options for x (B, T, E) or (T, E), checked (ShapeError "<who>: …"): the key padding
+// mask additive as (B, T), or none.
+std::optional<Tensor> forward_padding(const std::string& who, const Shape& x, const GroupedQueryOptions& options) {
+  if (options.position < 0) throw ShapeError(who + ": position=" + std::to_string(options.position) + " must be >= 0");
+  if (!options.key_padding_mask) return std::nullopt;
+  const bool batched = x.size() == 3;
+  const int64_t B = batched ? x[0] : 1, T = x[x.size() - 2];
+  return checks::padding_mask(who, "key_padding_mask", *options.key_padding_mask, batched ? Shape{B, T} : Shape{T},
+                              batched ? "(B, T)" : "(T,)", {B, T});
+}
+
 // The config itself, or a ConfigError naming what is wrong with it (before any weight is made).
 const GroupedQueryAttentionConfig& checked(const GroupedQueryAttentionConfig& c) {
   auto fail = [](const std::string& message) { throw ConfigError(kGqa + ": " + message); };
@@ -87,13 +106,9 @@ GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config,
 
 Tensor GroupedQueryAttention::batch_first(const std::string& who, const Tensor& x, bool& batched) const {
   const int64_t E = config_.hidden_size;
-  auto require = [&](bool ok, const std::string& message) {
-    if (!ok) throw ShapeError(who + ": " + message);
-  };
   checks::float_input(who, "x", x);
+  check_x(who, x.shape, E);
   batched = x.rank() == 3;
-  require((x.rank() == 2 || batched) && x.dim(-1) == E,
-          "x " + shape_string(x.shape) + " must be (B, T, E) or (T, E) with E = hidden_size = " + std::to_string(E));
   return batched ? x : Tensor({1, x.dim(0), E}, x.data);
 }
 
@@ -148,14 +163,8 @@ AttentionResult GroupedQueryAttention::forward(Backend& backend, const Tensor& x
   const std::string who = kGqa + ".forward";
   bool batched = false;
   const Tensor x = batch_first(who, x_in, batched);
-  const int64_t B = x.dim(0), T = x.dim(1);
-  std::optional<Tensor> mask;
-  if (options.key_padding_mask) {
-    const Tensor& m = *options.key_padding_mask;
-    mask = checks::padding_mask(who, "key_padding_mask", m, batched ? Shape{B, T} : Shape{T},
-                                batched ? "(B, T)" : "(T,)", {B, T});
-  }
-  if (options.position < 0) throw ShapeError(who + ": position=" + std::to_string(options.position) + " must be >= 0");
+  const int64_t T = x.dim(1);
+  const std::optional<Tensor> mask = forward_padding(who, x_in.shape, options);
   AttentionResult result;
   std::optional<Value> weights;
   KeepWeights keep(backend, kept_on(backend), weights_owner());
@@ -172,6 +181,34 @@ AttentionResult GroupedQueryAttention::forward(Backend& backend, const Tensor& x
     if (!batched) result.weights->shape.erase(result.weights->shape.begin());
   }
   return result;
+}
+
+AttentionValues GroupedQueryAttention::forward(Backend& backend, const Value& x_in,
+                                               const GroupedQueryOptions& options) const {
+  const std::string who = kGqa + ".forward";
+  if (x_in.dtype != DType::float32 || x_in.narrow != Narrow::none) {
+    throw ShapeError(who + ": x " + shape_string(x_in.shape) + " on the backend must be float32");
+  }
+  check_x(who, x_in.shape, config_.hidden_size);
+  const std::optional<Tensor> mask = forward_padding(who, x_in.shape, options);
+  const bool batched = x_in.rank() == 3;
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return in_pass(backend, "grouped_query_attention", [&] {
+    const Value x = batched ? x_in : view(x_in, {1, x_in.dim(0), x_in.dim(1)});  // (B, T, E)
+    auto recipe = [&](Backend& b, Value in) {
+      std::optional<Value> padding;
+      if (mask) padding = b.upload("key_padding_mask", *mask);
+      return attend(b, std::move(in), padding ? &*padding : nullptr, options);
+    };
+    backend.preflight("grouped_query_attention", [&](Backend& b) { recipe(b, b.input(x)); });
+    AttentionValues out = recipe(backend, x);
+    if (!batched) {  // (1, …) -> (…)
+      auto unbatch = [](const Value& v) { return view(v, Shape(v.shape.begin() + 1, v.shape.end())); };
+      out.output = unbatch(out.output);
+      if (out.weights) out.weights = unbatch(*out.weights);
+    }
+    return out;
+  });
 }
 
 KVCache GroupedQueryAttention::make_cache(Backend& backend, int64_t batch, int64_t capacity) const {

@@ -235,6 +235,20 @@ class GroupedQuery {
     return py::make_tuple(out[0], out[1], recorded);
   }
 
+  // forward() on x already on this module's device, (B, T, E) or (T, E), its output and weights
+  // left there.
+  py::tuple forward_on_device(const DeviceTensor& x, const std::optional<py::array>& key_padding_mask,
+                              bool need_weights, bool average_attn_weights, const std::string& attention,
+                              int64_t position) {
+    const Value& input = on_same_device(x, "x", *device_).value;
+    GroupedQueryOptions o{to_mask(key_padding_mask), parse_attention_path(attention), need_weights,
+                          average_attn_weights, position};
+    AttentionValues out = on_device(*device_, [&](Backend& backend) { return module_.forward(backend, input, o); });
+    py::object weights = py::none();
+    if (out.weights) weights = py::cast(DeviceTensor{device_, std::move(*out.weights)});
+    return py::make_tuple(DeviceTensor{device_, std::move(out.output)}, weights);
+  }
+
   CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const FloatArray& x,
                     const std::optional<py::array>& key_padding_mask, int64_t position, double atol, double rtol) {
     std::vector<std::pair<std::string, Tensor>> yours;
@@ -598,6 +612,8 @@ PYBIND11_MODULE(_vkattn, m) {
       .def("forward", &GroupedQuery::forward, py::arg("x"), py::arg("key_padding_mask"), py::arg("need_weights"),
            py::arg("average_attn_weights"), py::arg("attention"), py::arg("position"), py::arg("trace"),
            py::arg("fold_layout_steps") = py::none())
+      .def("forward_on_device", &GroupedQuery::forward_on_device, py::arg("x"), py::arg("key_padding_mask"),
+           py::arg("need_weights"), py::arg("average_attn_weights"), py::arg("attention"), py::arg("position"))
       .def("check", &GroupedQuery::check, py::arg("recorded"), py::arg("x"), py::arg("key_padding_mask"),
            py::arg("position"), py::arg("atol"), py::arg("rtol"));
   py::class_<Encoder>(m, "_Encoder")

@@ -71,6 +71,23 @@ def run(bug, device=None):
     return out, x, attention, vkattn.check(rec, attention, query=x)
 
 
+def test_on_device_tensors_it_computes_what_torch_does_and_leaves_its_results_there(device):
+    out, x, attention, _ = run(None, device)
+    y, weights = attention(vkattn.to_device(x, device=device), need_weights=True)
+    assert isinstance(y, vkattn.DeviceTensor) and isinstance(weights, vkattn.DeviceTensor)
+    assert y.shape == (B, T, E) and weights.shape == (B, H, T, T)
+    assert_close(y.numpy(), out, atol=1e-5, rtol=1e-4)
+    assert_close(weights.numpy(), attention(x, need_weights=True)[1], atol=1e-6, rtol=1e-5)
+    flat, _ = attention(vkattn.to_device(x[1], device=device))  # unbatched
+    assert flat.shape == (T, E)
+    assert_close(flat.numpy(), out[1], atol=1e-5, rtol=1e-4)
+    again, _ = attention(y)  # chained, as a model's layers are
+    assert_close(again.numpy(), attention(out)[0], atol=1e-5, rtol=1e-4)
+    with pytest.raises(vkattn.ShapeError, match=r"^GroupedQueryAttention.forward: x \(2, 7, 16\) must be "
+                                                r"\(B, T, E\) or \(T, E\) with E = hidden_size = 32$"):
+        attention(vkattn.to_device(np.zeros((2, 7, 16), dtype=np.float32), device=device))
+
+
 def test_the_module_computes_what_torch_does(device):
     out, x, attention, _ = run(None, device)
     assert attention.num_kv_heads == H_KV and attention.head_dim == D and attention.rope == "half"

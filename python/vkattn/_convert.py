@@ -25,8 +25,8 @@ def _first_bad(a, bad):
 def as_array(x, name):
     """A float input as a C-order float32 array; ShapeError for another dtype, NaN or infinity."""
     if isinstance(x, DeviceTensor):
-        raise ConfigError(f"{name} is a vkattn.DeviceTensor ({x!r}): only the forwards of MultiheadAttention, "
-                          f"the encoders and the decoders take device tensors so far; read it back with "
+        raise ConfigError(f"{name} is a vkattn.DeviceTensor ({x!r}): only the attention modules' forwards, "
+                          f"the encoders' and the decoders' take device tensors so far; read it back with "
                           f"{name}.numpy()")
     a = _numpy(x)
     if a.dtype.kind != "f":

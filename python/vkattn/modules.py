@@ -157,7 +157,11 @@ class GroupedQueryAttention:
                  position=0):
         """(output, weights): x (B, T, E) or (T, E) -> output like x; weights per head (B, H, T, T)
         when need_weights (averaged over heads with average_attn_weights), else None. `position`
-        is x's first position (RoPE's offset)."""
+        is x's first position (RoPE's offset). Given a vkattn.DeviceTensor on this module's device,
+        it returns DeviceTensors left there."""
+        if isinstance(x, _vkattn.DeviceTensor):
+            return self._impl.forward_on_device(x, as_mask(key_padding_mask, "key_padding_mask"), need_weights,
+                                                average_attn_weights, attention, position)
         return self._impl.forward(as_array(x, "x"), as_mask(key_padding_mask, "key_padding_mask"), need_weights,
                                   average_attn_weights, attention, position, False)
 

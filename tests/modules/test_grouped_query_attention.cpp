@@ -2,7 +2,8 @@
 // (tests/golden_grouped_query/generate.py) on both backends and both paths within 1e-4; token by
 // token with a cache of H_kv heads equal to the whole forward, windows included; shared heads equal
 // to K and V projections copied per query head (bit for bit); the steps in the trace with their
-// shapes; and one-line errors for bad configurations and state_dicts.
+// shapes; forwards on values left on the backend; and one-line errors for bad configurations and
+// state_dicts.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -274,6 +275,57 @@ TEST_F(CheckSince2017, NamesRepeatForRepeatInterleave) {
   EXPECT_NE(report.steps[*report.first_divergent].diagnosis.find("copies the 2 key/value heads with .repeat"),
             std::string::npos)
       << report.text();
+}
+
+// ---- on values already on the backend ------------------------------------------------------------------
+class GroupedQueryOnTheBackend : public testing::GpuTest {};
+
+// Two attentions chained on the backend (a window, RoPE from position 5, padding) give the
+// forward from the host's output and weights, with nothing read back and only the masks sent.
+TEST_F(GroupedQueryOnTheBackend, ChainsWithoutTheHostAndEqualsTheForwardFromIt) {
+  const GroupedQueryAttentionConfig c{.hidden_size = 24, .num_heads = 6, .num_kv_heads = 2, .sliding_window = 7};
+  GroupedQueryAttention first(c, GroupedQueryAttentionWeights::random(c, 31));
+  GroupedQueryAttention second(c, GroupedQueryAttentionWeights::random(c, 32));
+  for (const Shape& shape : {Shape{2, 17, 24}, Shape{17, 24}}) {
+    const bool batched = shape.size() == 3;
+    GroupedQueryOptions o{.key_padding_mask = testing::random_bool_mask(batched ? Shape{2, 17} : Shape{17}, 0.2f, 33),
+                          .need_weights = true, .average_attn_weights = !batched, .position = 5};
+    const Tensor x = random_tensor(shape, 34);
+    const AttentionResult want = second.forward(cpu(), first.forward(cpu(), x, o).output, o);
+    for (Backend* b : {static_cast<Backend*>(&cpu()), static_cast<Backend*>(&gpu())}) {
+      first.keep_weights_on(*b);
+      second.keep_weights_on(*b);
+      const Value in = b->upload("x", x);
+      (void)second.forward(*b, first.forward(*b, in, o).output, o);  // the weights go up
+      const uint64_t up = b->uploaded_bytes(), down = b->downloaded_bytes();
+      const AttentionValues got = second.forward(*b, first.forward(*b, in, o).output, o);
+      // each of the two passes sends the mask, and each rotary_embedding (q's and k's) its inverse
+      // frequencies (d / 2) and the cos and sin of the T positions it rotates (T·d/2 each)
+      const size_t d = 4, T = 17, rope = d / 2 + T * d;
+      EXPECT_EQ(b->uploaded_bytes() - up, 2 * (o.key_padding_mask->data.size() + 2 * rope) * sizeof(float))
+          << b->name() << ": only the masks and RoPE's tables cross";
+      EXPECT_EQ(b->downloaded_bytes(), down) << b->name();
+      EXPECT_EQ(got.output.shape, shape);
+      EXPECT_TRUE(all_close(b->download(got.output), want.output, {.atol = 2e-5f, .rtol = 2e-5f})) << b->name();
+      ASSERT_TRUE(got.weights.has_value());
+      EXPECT_EQ(got.weights->shape, want.weights->shape) << "per head (B, H, T, T), or averaged and unbatched (T, T)";
+      EXPECT_TRUE(all_close(b->download(*got.weights), *want.weights, {.atol = 2e-6f, .rtol = 2e-5f})) << b->name();
+    }
+  }
+}
+
+TEST_F(GroupedQueryOnTheBackend, NamesWhatIsWrongWithTheValue) {
+  const GroupedQueryAttention module({.hidden_size = 32, .num_heads = 4, .num_kv_heads = 2});
+  expect_error<ShapeError>([&] { module.forward(cpu(), cpu().upload("x", random_tensor({2, 5, 16}, 1))); },
+                           {"GroupedQueryAttention.forward: x (2, 5, 16) must be (B, T, E) or (T, E) with E = "
+                            "hidden_size = 32"});
+  const Value x = cpu().upload("x", random_tensor({2, 5, 32}, 2));
+  expect_error<ShapeError>([&] { module.forward(cpu(), x, {.key_padding_mask = Tensor({2, 4}, DType::boolean)}); },
+                           {"GroupedQueryAttention.forward: key_padding_mask (2, 4) must be (B, T) = (2, 5)"});
+  expect_error<ShapeError>([&] { module.forward(cpu(), x, {.position = -1}); },
+                           {"GroupedQueryAttention.forward: position=-1 must be >= 0"});
+  expect_error<ShapeError>([&] { module.forward(cpu(), cpu().upload("ids", Tensor({2, 5, 32}, DType::int64))); },
+                           {"GroupedQueryAttention.forward: x (2, 5, 32) on the backend must be float32"});
 }
 
 // ---- bad configurations and state_dicts: one line each --------------------------------------------

@@ -80,6 +80,10 @@ class GroupedQueryAttention : public KeepsWeights {
   // x (B, T, E) batch-first, or (T, E) unbatched -> like x. One traced pass
   // "grouped_query_attention"; with need_weights the weights too, without B when unbatched.
   AttentionResult forward(Backend& backend, const Tensor& x, const GroupedQueryOptions& options = {}) const;
+  // The same pass on x already on `backend` (Backend::upload, or an earlier pass's output), its
+  // output and weights left there, in x's layout: with the weights kept there (keep_weights_on)
+  // only the mask crosses from the host. The checks are the host's but for x's values.
+  AttentionValues forward(Backend& backend, const Value& x, const GroupedQueryOptions& options = {}) const;
   // The steps alone on x (B, T, E) already on the backend; key_padding_mask (B, T) additive or
   // null (options' own mask is forward()'s to check and upload).
   AttentionValues attend(Backend& backend, Value x, const Value* key_padding_mask,
