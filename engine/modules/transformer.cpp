@@ -1,5 +1,6 @@
 #include "vkattn/modules/transformer.h"
 
+#include <functional>
 #include <string>
 
 #include "engine/modules/pass.h"
@@ -16,6 +17,26 @@ TransformerDecoderConfig decoder_config(const TransformerConfig& c) {
   return {c.layer, c.num_decoder_layers, /*final_norm=*/true};
 }
 
+EncoderOptions encoder_options(const TransformerOptions& o) {
+  EncoderOptions e;
+  e.mask = o.src_mask;
+  e.src_key_padding_mask = o.src_key_padding_mask;
+  e.is_causal = o.src_is_causal;
+  e.attention = o.attention;
+  return e;
+}
+
+DecoderOptions decoder_options(const TransformerOptions& o) {
+  DecoderOptions d;
+  d.tgt_mask = o.tgt_mask;
+  d.memory_mask = o.memory_mask;
+  d.tgt_key_padding_mask = o.tgt_key_padding_mask;
+  d.memory_key_padding_mask = o.memory_key_padding_mask;
+  d.tgt_is_causal = o.tgt_is_causal;
+  d.attention = o.attention;
+  return d;
+}
+
 }  // namespace
 
 TransformerWeights TransformerWeights::random(const TransformerConfig& config, uint32_t seed) {
@@ -28,38 +49,53 @@ Transformer::Transformer(TransformerConfig config, TransformerWeights weights)
       encoder_(encoder_config(config_), std::move(weights.encoder)),
       decoder_(decoder_config(config_), std::move(weights.decoder)) {}
 
+Value Transformer::steps(Backend& b, const std::function<Value()>& src, const std::function<Value()>& tgt,
+                         const ForwardOptions& source, const ForwardOptions& self_attention,
+                         const ForwardOptions& cross_attention) const {
+  Value memory;
+  {
+    StepScope scope(b, "encoder");
+    memory = encoder_.steps(b, src(), source);  // (B, S, E)
+  }
+  StepScope scope(b, "decoder");
+  return decoder_.steps(b, tgt(), memory, self_attention, cross_attention);  // (B, T, E)
+}
+
 Tensor Transformer::forward(Backend& backend, const Tensor& src, const Tensor& tgt,
                             const TransformerOptions& options) const {
   const std::string who = "Transformer.forward";
-  EncoderOptions encoder_options;
-  encoder_options.mask = options.src_mask;
-  encoder_options.src_key_padding_mask = options.src_key_padding_mask;
-  encoder_options.is_causal = options.src_is_causal;
-  encoder_options.attention = options.attention;
-  EncoderInput source = prepare_encoder_input(who, config_.layer, src, encoder_options);
-  DecoderOptions decoder_options;
-  decoder_options.tgt_mask = options.tgt_mask;
-  decoder_options.memory_mask = options.memory_mask;
-  decoder_options.tgt_key_padding_mask = options.tgt_key_padding_mask;
-  decoder_options.memory_key_padding_mask = options.memory_key_padding_mask;
-  decoder_options.tgt_is_causal = options.tgt_is_causal;
-  decoder_options.attention = options.attention;
+  EncoderInput source = prepare_encoder_input(who, config_.layer, src, encoder_options(options));
   // memory has src's shape: its checks are src's, named as torch's forward names them
-  DecoderInput target = prepare_decoder_input(who, config_.layer, tgt, src, decoder_options);
+  DecoderInput target = prepare_decoder_input(who, config_.layer, tgt, src, decoder_options(options));
 
   KeepWeights keep(backend, kept_on(backend), weights_owner());
   Tensor out = run_pass(backend, "transformer", [&](Backend& b) {
-    Value memory;
-    {
-      StepScope scope(b, "encoder");
-      memory = encoder_.steps(b, b.upload("src", source.src), source.attention);  // (B, S, E)
-    }
-    StepScope scope(b, "decoder");
-    return decoder_.steps(b, b.upload("tgt", target.tgt), memory, target.self_attention,
-                          target.cross_attention);  // (B, T, E)
+    return steps(
+        b, [&] { return b.upload("src", source.src); }, [&] { return b.upload("tgt", target.tgt); },
+        source.attention, target.self_attention, target.cross_attention);
   });
   if (!target.batched) out.shape.erase(out.shape.begin());
   return out;
+}
+
+Value Transformer::forward(Backend& backend, const Value& src, const Value& tgt,
+                           const TransformerOptions& options) const {
+  const std::string who = "Transformer.forward";
+  const ForwardOptions source = encoder_attention(who, config_.layer, src, encoder_options(options));
+  const DecoderAttention target = decoder_attention(who, config_.layer, tgt, src, decoder_options(options));
+  const bool batched = tgt.rank() == 3;
+  auto as_batch = [&](const Value& v) { return batched ? v : view(v, {1, v.dim(0), v.dim(1)}); };
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return in_pass(backend, "transformer", [&] {
+    const Value s = as_batch(src), t = as_batch(tgt);
+    auto recipe = [&](Backend& b, const Value& in_src, const Value& in_tgt) {
+      return steps(
+          b, [&] { return in_src; }, [&] { return in_tgt; }, source, target.self_attention, target.cross_attention);
+    };
+    backend.preflight("transformer", [&](Backend& b) { recipe(b, b.input(s), b.input(t)); });
+    Value out = recipe(backend, s, t);
+    return batched ? out : view(out, {out.dim(1), out.dim(2)});
+  });
 }
 
 }  // namespace vkattn

@@ -18,12 +18,6 @@ void check_attention(const std::string& who, const char* name, const MultiHeadAt
   }
 }
 
-// The two attentions' options of a decoder's forward.
-struct DecoderAttention {
-  ForwardOptions self_attention;   // tgt_mask, tgt_key_padding_mask, tgt_is_causal, the path
-  ForwardOptions cross_attention;  // memory_mask, memory_key_padding_mask, the path
-};
-
 // tgt (B, T, E) or (T, E) and memory (B, S, E) or (S, E), by their shapes, and the masks of
 // `options` checked against PyTorch's rules (ShapeError "<who>: …"): the masks in their batched
 // shapes, with the rest of the attentions' options.
@@ -74,18 +68,6 @@ DecoderAttention decoder_attention(const std::string& who, const TransformerDeco
   a.cross_attention.attn_mask = attn_mask("memory_mask", options.memory_mask, S, "S");
   a.cross_attention.key_padding_mask = padding("memory_key_padding_mask", options.memory_key_padding_mask, S, "S");
   return a;
-}
-
-// tgt and memory on a backend, checked as prepare_decoder_input checks them on the host but for
-// their values, which stay there: the two attentions' options.
-DecoderAttention decoder_attention(const std::string& who, const TransformerDecoderLayerConfig& c, const Value& tgt,
-                                   const Value& memory, const DecoderOptions& options) {
-  for (auto [name, v] : {std::pair{"tgt", &tgt}, std::pair{"memory", &memory}}) {
-    if (v->dtype != DType::float32 || v->narrow != Narrow::none) {
-      throw ShapeError(who + ": " + name + " " + shape_string(v->shape) + " on the backend must be float32");
-    }
-  }
-  return decoder_attention(who, c, tgt.shape, memory.shape, options);
 }
 
 // One traced pass of `steps(backend, tgt, memory)`, back to the caller's layout.
@@ -349,6 +331,16 @@ DecoderInput prepare_decoder_input(const std::string& who, const TransformerDeco
   input.self_attention = std::move(attention.self_attention);
   input.cross_attention = std::move(attention.cross_attention);
   return input;
+}
+
+DecoderAttention decoder_attention(const std::string& who, const TransformerDecoderLayerConfig& c, const Value& tgt,
+                                   const Value& memory, const DecoderOptions& options) {
+  for (auto [name, v] : {std::pair{"tgt", &tgt}, std::pair{"memory", &memory}}) {
+    if (v->dtype != DType::float32 || v->narrow != Narrow::none) {
+      throw ShapeError(who + ": " + name + " " + shape_string(v->shape) + " on the backend must be float32");
+    }
+  }
+  return decoder_attention(who, c, tgt.shape, memory.shape, options);
 }
 
 }  // namespace vkattn

@@ -68,18 +68,6 @@ ForwardOptions encoder_attention(const std::string& who, const TransformerEncode
   return a;
 }
 
-// src on a backend, checked as prepare_encoder_input checks it on the host but for its values,
-// which stay there: the attention's options.
-ForwardOptions encoder_attention(const std::string& who, const TransformerEncoderLayerConfig& c, const Value& src,
-                                 const EncoderOptions& options) {
-  if ((src.rank() != 3 && src.rank() != 2) || src.dtype != DType::float32 || src.narrow != Narrow::none ||
-      src.dim(-1) != c.d_model) {
-    throw ShapeError(who + ": src " + shape_string(src.shape) + " on the backend must be float32, (B, L, E) " +
-                     "batch-first or (L, E) unbatched, with E = d_model = " + std::to_string(c.d_model));
-  }
-  return encoder_attention(who, c, src.shape, options);
-}
-
 }  // namespace
 
 const char* activation_name(Activation activation) {
@@ -237,6 +225,16 @@ EncoderInput prepare_encoder_input(const std::string& who, const TransformerEnco
   input.src = input.batched ? src : Tensor({1, src.dim(0), E}, src.data);
   input.attention = encoder_attention(who, c, src.shape, options);
   return input;
+}
+
+ForwardOptions encoder_attention(const std::string& who, const TransformerEncoderLayerConfig& c, const Value& src,
+                                 const EncoderOptions& options) {
+  if ((src.rank() != 3 && src.rank() != 2) || src.dtype != DType::float32 || src.narrow != Narrow::none ||
+      src.dim(-1) != c.d_model) {
+    throw ShapeError(who + ": src " + shape_string(src.shape) + " on the backend must be float32, (B, L, E) " +
+                     "batch-first or (L, E) unbatched, with E = d_model = " + std::to_string(c.d_model));
+  }
+  return encoder_attention(who, c, src.shape, options);
 }
 
 }  // namespace vkattn

@@ -38,7 +38,7 @@ def resolve(device):
 
 def to_device(x, device=None):
     """x (an array or a CPU torch tensor of a float dtype) sent to a device and kept there, as
-    torch's x.to("cuda"): a vkattn.DeviceTensor. A MultiheadAttention, TransformerEncoderLayer or
-    TransformerEncoder on that device takes it as it lies and leaves its results there, so that
-    modules chain without the data crossing back to the host; .numpy() reads one back."""
+    torch's x.to("cuda"): a vkattn.DeviceTensor. The attention modules, encoders and decoders on
+    that device take it as it lies and leave their results there, so that modules chain without
+    the data crossing back to the host; .numpy() reads one back."""
     return _vkattn._to_device(as_array(x, "x"), *resolve(device))

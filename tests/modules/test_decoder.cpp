@@ -299,6 +299,32 @@ TEST_F(DecoderOnTheBackend, ChainsFromAnEncoderWithoutTheHostAndEqualsTheForward
   }
 }
 
+TEST_F(DecoderOnTheBackend, TheTransformerToo) {
+  const TransformerConfig c{.layer = {.d_model = 8, .nhead = 2, .dim_feedforward = 6, .activation = Activation::gelu},
+                            .num_encoder_layers = 2, .num_decoder_layers = 1};
+  const Transformer transformer(c, TransformerWeights::random(c, 41));
+  TransformerOptions batched{.src_key_padding_mask = testing::random_bool_mask({2, 9}, 0.3f, 42)};
+  batched.memory_key_padding_mask = batched.src_key_padding_mask;
+  batched.tgt_is_causal = true;
+  const TransformerOptions flat{.src_mask = testing::random_bool_mask({9, 9}, 0.2f, 43),
+                                .memory_mask = testing::random_bool_mask({4, 9}, 0.2f, 44)};
+  for (const bool is_batched : {true, false}) {
+    const Tensor src = random_tensor(is_batched ? Shape{2, 9, 8} : Shape{9, 8}, 45);
+    const Tensor tgt = random_tensor(is_batched ? Shape{2, 4, 8} : Shape{4, 8}, 46);
+    const TransformerOptions& o = is_batched ? batched : flat;
+    const Tensor want = transformer.forward(cpu(), src, tgt, o);
+    for (Backend* b : {static_cast<Backend*>(&cpu()), static_cast<Backend*>(&gpu())}) {
+      const Value out = transformer.forward(*b, b->upload("src", src), b->upload("tgt", tgt), o);
+      EXPECT_EQ(out.shape, tgt.shape);
+      EXPECT_TRUE(all_close(b->download(out), want, {.atol = 2e-5f, .rtol = 2e-5f})) << b->name();
+    }
+  }
+  const Value wide = cpu().upload("tgt", random_tensor({2, 4, 6}, 47));
+  testing::expect_error<ShapeError>(
+      [&] { (void)transformer.forward(cpu(), cpu().upload("src", random_tensor({2, 9, 8}, 48)), wide); },
+      {"Transformer.forward: tgt (2, 4, 6) has 6 features but d_model=8"});
+}
+
 TEST_F(DecoderOnTheBackend, NamesWhatIsWrongWithTheValues) {
   const TransformerDecoderLayer layer({.d_model = 8, .nhead = 2, .dim_feedforward = 5});
   const Value tgt = cpu().upload("tgt", random_tensor({2, 3, 8}, 1));

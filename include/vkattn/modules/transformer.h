@@ -6,6 +6,7 @@
 // Both stacks end with a LayerNorm, as torch builds them. Inputs are batch-first, (B, S, E) and
 // (B, T, E), or unbatched; one traced pass "transformer", its steps under encoder. and decoder.
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "vkattn/backends/backend.h"
@@ -53,8 +54,16 @@ class Transformer : public KeepsWeights {
 
   // src (B, S, E) or (S, E), tgt (B, T, E) or (T, E) -> like tgt. One traced pass.
   Tensor forward(Backend& backend, const Tensor& src, const Tensor& tgt, const TransformerOptions& options = {}) const;
+  // The same pass on src and tgt already on `backend`, its result left there (the decoder's).
+  Value forward(Backend& backend, const Value& src, const Value& tgt, const TransformerOptions& options = {}) const;
 
  private:
+  // The encoder's steps in scope encoder on src() (B, S, E), then the decoder's in scope decoder on
+  // tgt() (B, T, E) over the encoder's output: each input made (uploaded) in its stack's scope.
+  Value steps(Backend& backend, const std::function<Value()>& src, const std::function<Value()>& tgt,
+              const ForwardOptions& source, const ForwardOptions& self_attention,
+              const ForwardOptions& cross_attention) const;
+
   TransformerConfig config_;
   TransformerEncoder encoder_;
   TransformerDecoder decoder_;

@@ -73,6 +73,14 @@ struct DecoderInput {
 };
 DecoderInput prepare_decoder_input(const std::string& who, const TransformerDecoderLayerConfig& config,
                                    const Tensor& tgt, const Tensor& memory, const DecoderOptions& options);
+// The same checks of tgt and memory already on a backend, but for their values, which stay
+// there: the two attentions' options.
+struct DecoderAttention {
+  ForwardOptions self_attention;   // tgt_mask, tgt_key_padding_mask, tgt_is_causal, the path
+  ForwardOptions cross_attention;  // memory_mask, memory_key_padding_mask, the path
+};
+DecoderAttention decoder_attention(const std::string& who, const TransformerDecoderLayerConfig& config,
+                                   const Value& tgt, const Value& memory, const DecoderOptions& options);
 
 // Memory's keys and values for every layer's cross-attention, projected once (project_memory)
 // and kept on the backend for decode(): layer i's keys and values (B, H, S, d).

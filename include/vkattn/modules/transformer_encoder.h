@@ -151,5 +151,9 @@ struct EncoderInput {
 };
 EncoderInput prepare_encoder_input(const std::string& who, const TransformerEncoderLayerConfig& config,
                                    const Tensor& src, const EncoderOptions& options);
+// The same checks of src already on a backend, (B, L, E) or (L, E), but for its values, which
+// stay there: the self-attention's options.
+ForwardOptions encoder_attention(const std::string& who, const TransformerEncoderLayerConfig& config,
+                                 const Value& src, const EncoderOptions& options);
 
 }  // namespace vkattn
