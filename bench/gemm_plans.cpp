@@ -1,12 +1,13 @@
 // bench_gemm: the projection GEMM (linear: x (M, K) · Wᵀ (N, K)) under every GEMM plan tuning
-// measures on the device (tuning::gemm_candidates: on a CPU device broadcast tiles, storage or
-// texel inputs, B packed or not, and the shared tiling beside them; on a GPU shared tilings of
+// measures on the device (tuning::gemm_candidates: on a CPU device broadcast tiles, B packed or
+// not, and the shared tiling beside them; on a GPU shared tilings of
 // 32 to 128 rows and columns a workgroup) — taking turns round after round so that a shared
 // machine's drift falls on all alike. Each plan's output is checked against the CPU reference
 // first (on 64 of its rows). Prints each plan's median and best GFLOP/s, the plan
 // the fixed rule gives the device, and the plan tuning chose for the product's shape class
 // (measured now, or remembered: see engine/backends/tuner.h), with its speed as a share of the
-// fastest measured here.
+// fastest measured here, and the fastest's as a share of the device's peak multiply-add rate
+// (VulkanBackend::measure_peak).
 //
 //   bench_gemm [--m 3200] [--n 512] [--k 512] [--rounds 5] [--reps 8] [--skip-shared]
 //
@@ -97,6 +98,8 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+    // the device's peak multiply-add rate, the roof the fastest plan is held against
+    const DevicePeak peak = candidates.front().backend->measure_peak();
     for (int round = 0; round < rounds; ++round) {
       for (auto& c : candidates) {
         VulkanBackend& gpu = *c.backend;
@@ -138,7 +141,9 @@ int main(int argc, char** argv) {
     }
     std::cout << "r = the fixed rule's plan; t = the plan tuning chose for this shape class:\n  " << tuned;
     if (tuned_ms > 0) std::cout << ", " << std::setprecision(0) << 100 * fastest / tuned_ms << " % of the fastest's speed here";
-    std::cout << "\n";
+    std::cout << "\nthe fastest plan's median: " << std::setprecision(1) << gflop / fastest * 1e3 << " GFLOP/s, "
+              << std::setprecision(0) << 100 * gflop / fastest * 1e12 / peak.flops << " % of the device's peak "
+              << std::setprecision(1) << peak.flops / 1e9 << " GFLOP/s,\n  measured " << peak.how << "\n";
   } catch (const std::exception& e) {  // no driver, a Vulkan call's error: by its VkResult name
     std::cerr << "bench_gemm: " << device_error("", e).what() << "\n";
     return 1;

@@ -1,8 +1,9 @@
 // vkattn bench: one attention shape, validated once against the CPU reference, then timed.
 // Prints the median and fastest forward (wall clock around MultiHeadAttention::forward: inputs
 // and weights uploaded, the output read back), GFLOP/s, peak Vulkan memory and every step's
-// time from one traced forward. --tracing-overhead alternates untraced, shape-traced and
-// value-traced forwards in one run and reports what each tracer costs.
+// time from one traced forward, with its GFLOP/s, GB/s and how near it came to the device's
+// peak (VulkanBackend::measure_peak, backends/roofline.h). --tracing-overhead alternates
+// untraced, shape-traced and value-traced forwards in one run and reports what each tracer costs.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -11,12 +12,16 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
+#include <sstream>
 
 #include "tools/commands.h"
 #include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/roofline.h"
 #include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tracing/compare.h"
+#include "vkattn/tracing/step_table.h"
 
 namespace vkattn::cli {
 
@@ -71,7 +76,7 @@ class Bench {
   }
 
   Backend& backend() { return *backend_; }
-  const VulkanBackend* gpu() const { return dynamic_cast<const VulkanBackend*>(backend_.get()); }
+  VulkanBackend* gpu() { return dynamic_cast<VulkanBackend*>(backend_.get()); }
 
   // One forward with the tracing mode's tracer attached; its wall time in ms.
   double time_forward(const std::string& tracing, StepRecorder* keep = nullptr) {
@@ -195,14 +200,23 @@ int run_bench(const BenchArgs& a) {
   const uint64_t peak = bench.gpu() ? bench.gpu()->peak_allocated_bytes() : 0;
   const double flops = forward_flops(a);
   const double gflops = flops / (total_ms * 1e6);
+  // the device's peak, measured after the forwards (it frees the buffers they kept)
+  std::optional<DevicePeak> device_peak;
+  if (bench.gpu()) device_peak = bench.gpu()->measure_peak();
 
   json steps_json = json::array();
   for (size_t i = 0; i < steps.steps().size(); ++i) {
     const StepEvent& e = steps.steps()[i].event;
     const auto& times = steps.pass_end().step_times;
+    const StepCost cost = step_cost(e);
     steps_json.push_back({{"index", e.index}, {"name", e.name}, {"op", e.op}, {"output", e.output.shape},
-                          {"time_us", i < times.size() ? json(times[i].duration_us) : json()}});
+                          {"time_us", i < times.size() ? json(times[i].duration_us) : json()},
+                          {"flops", cost.flops}, {"bytes", cost.bytes}});
     if (!e.folded.empty()) steps_json.back()["folded"] = e.folded;
+    if (device_peak && i < times.size() && times[i].duration_us > 0 && e.folded.empty()) {
+      // the time the step's least work needs at the device's peak, over the time it took
+      steps_json.back()["of_roofline"] = roofline_seconds(cost, *device_peak) / (times[i].duration_us * 1e-6);
+    }
   }
   const int64_t S = a.kv_seq ? a.kv_seq : a.seq;
   if (a.json) {
@@ -216,6 +230,10 @@ int run_bench(const BenchArgs& a) {
                 {"validation_max_abs_error", validation_error},
                 {"first_forward_ms", a.backend == "cpu" ? json() : json(first_ms)},
                 {"step_clock", steps.pass_end().clock}, {"steps", steps_json}};
+    if (device_peak) {
+      out["device_peak"] = {
+          {"flops_per_s", device_peak->flops}, {"bytes_per_s", device_peak->bytes}, {"how", device_peak->how}};
+    }
     if (a.tracing_overhead) {
       for (const auto& mode : kTracing) {
         out["tracing"][mode] = {{"median_ms", median(ms[mode])}, {"min_ms", *std::min_element(ms[mode].begin(), ms[mode].end())}};
@@ -249,22 +267,58 @@ int run_bench(const BenchArgs& a) {
     std::cout << "carried a forward: " << double(carried_up) / 1048576.0 << " MiB to the device, "
               << double(carried_down) / 1048576.0 << " MiB back\n";
   }
-  std::cout << "\nstep times (" << steps.pass_end().clock << " clock, one shape-traced forward):\n";
+  if (device_peak) {
+    std::cout << "the device's peak: " << device_peak->flops / 1e9 << " GFLOP/s, " << device_peak->bytes / 1e9
+              << " GB/s, measured\n  " << device_peak->how << "\n";
+  }
+  std::cout << "\nstep times (" << steps.pass_end().clock << " clock, one shape-traced forward)";
+  if (device_peak) {
+    std::cout << "; of peak: the time a step's least work needs\nat the device's peak (its multiply-adds at the "
+              << "rate or its bytes at the bandwidth, the longer)\nover its time (docs/performance.md)";
+  }
+  std::cout << ":\n";
   double step_sum = 0;
   for (const auto& t : steps.pass_end().step_times) step_sum += t.duration_us;
-  for (const auto& s : steps_json) {
-    std::cout << std::left << std::setw(4) << s["index"].get<int>() << std::setw(20) << s["name"].get<std::string>()
-              << std::setw(18) << s["op"].get<std::string>() << std::setw(20) << shape_string(s["output"].get<Shape>())
-              << std::right << std::setw(12);
+  // one line a step: its index, its name (with its op), its output, then right-aligned numbers
+  auto cell = [](const std::string& text, size_t width, bool right) {
+    const std::string pad(width - std::min(width, display_width(text)), ' ');
+    return right ? pad + text : text + pad;
+  };
+  auto fixed = [](double v, int digits) {
+    std::ostringstream text;
+    text << std::fixed << std::setprecision(digits) << v;
+    return text.str();
+  };
+  const std::vector<size_t> widths{4, 24, 18, 9, 8, 9, 8, 9};
+  auto row = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (size_t c = 0; c < cells.size(); ++c) line += cell(cells[c], widths[c], c >= 3);
+    std::cout << line.substr(0, line.find_last_not_of(' ') + 1) << "\n";
+  };
+  std::vector<std::string> header{"#", "step", "output", steps.pass_end().clock + " µs", "share", "GFLOP/s", "GB/s"};
+  if (device_peak) header.push_back("of peak");
+  row(header);
+  for (size_t i = 0; i < steps_json.size(); ++i) {
+    const json& s = steps_json[i];
+    const StepEvent& event = steps.steps()[i].event;
+    std::vector<std::string> cells{std::to_string(event.index), step_label(event), shape_string(event.output.shape)};
     if (s.contains("folded")) {
       const std::string& folded = s["folded"].get<std::string>();
-      std::cout << std::left << "  " << folded.substr(0, folded.find(',')) << "\n";  // "folded into q_proj's store"
-    } else if (s["time_us"].is_null()) {
-      std::cout << "-\n";
-    } else {
-      double us = s["time_us"].get<double>();
-      std::cout << us << " µs" << std::setw(8) << 100 * us / step_sum << " %\n";
+      std::cout << cell(cells[0], widths[0], false) << cell(cells[1], widths[1], false) << cell(cells[2], widths[2], false)
+                << "   " << folded.substr(0, folded.find(',')) << "\n";  // "folded into q_proj's store"
+      continue;
     }
+    if (s["time_us"].is_null()) {
+      cells.push_back("-");
+    } else {
+      const double us = s["time_us"].get<double>(), step_flops = s["flops"].get<double>();
+      cells.push_back(fixed(us, 2));
+      cells.push_back(fixed(100 * us / step_sum, 1) + " %");
+      cells.push_back(us > 0 && step_flops > 0 ? fixed(step_flops / (us * 1e3), 2) : "");
+      cells.push_back(us > 0 ? fixed(s["bytes"].get<double>() / (us * 1e3), 2) : "");
+      if (device_peak) cells.push_back(s.contains("of_roofline") ? fixed(100 * s["of_roofline"].get<double>(), 1) + " %" : "");
+    }
+    row(cells);
   }
   if (a.tracing_overhead) {
     std::cout << "\ntracing overhead, " << a.iters << " rounds of one forward per tracer, in rotating order:\n"

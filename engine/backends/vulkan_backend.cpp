@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <map>
 
 #include <glm/gtc/packing.hpp>
@@ -125,6 +127,70 @@ void VulkanBackend::on_failed_pass() noexcept {
 }
 
 void VulkanBackend::synchronize() { s_->recorder.flush(); }
+
+DevicePeak VulkanBackend::measure_peak() {
+  vulkan::Recorder& recorder = s_->recorder;
+  recorder.flush();
+  // the seconds the dispatches `record` makes take: from the first's start to the last's end by
+  // the device's timestamps, else around their submission by the host's clock
+  auto seconds = [&](const std::function<void()>& record) {
+    recorder.time_dispatches(true);
+    const auto start = std::chrono::steady_clock::now();
+    record();
+    const auto times = recorder.dispatch_times();
+    recorder.flush();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    recorder.time_dispatches(false);
+    return times && !times->empty() ? (times->back().second - times->front().first) / 1e6 : wall;
+  };
+  auto best_of_three = [&](const std::function<void()>& record) {
+    double best = seconds(record);
+    for (int i = 0; i < 2; ++i) best = std::min(best, seconds(record));
+    return best;
+  };
+  DevicePeak peak;
+
+  // multiply-adds: invocations doubled from 4096 until a run takes 10 ms (at most 2^22 of them)
+  constexpr uint32_t kIterations = 4096, kMost = 1u << 22;
+  constexpr float kMultiplier = 1.0f - 1.0f / 4096, kAddend = 1.0f / 4096;
+  const vulkan::Kernel& fma = kernel(vulkan::Op::peak_flops, {}, 64);
+  uint32_t count = 4096;
+  std::shared_ptr<Storage> sums = allocate("peak_flops", kMost);
+  auto run_fma = [&] {
+    dispatch("peak_flops", fma, {buffer_of(*sums)}, vulkan::PeakFlopsParams{count, kIterations, kMultiplier, kAddend},
+             count);
+  };
+  while (count < kMost && seconds(run_fma) < 0.01) count *= 2;
+  peak.flops = 64.0 * kIterations * count / best_of_three(run_fma);
+  // every chain went x -> x·m + a, 4096 times: 1 + (x - 1)·m^4096, summed over 32 lanes from x = k/1024
+  const double expected = 32 + (496.0 / 1024 - 32) * std::pow(double(kMultiplier), kIterations);
+  for (float sum : load(*sums, count)) {
+    if (!(std::abs(sum - expected) <= 2e-5 * expected)) {  // one multiply-add fewer: 1.4e-4
+      throw DeviceError("peak_flops: an invocation summed " + std::to_string(sum) + " where " +
+                        std::to_string(expected) + " is right: the device did not run it as written");
+    }
+  }
+  sums.reset();
+
+  // bandwidth: a copy of 16 Mi floats (64 MiB, past the largest GPU caches), twice a run
+  constexpr uint32_t kPer = 16;  // vec4s an invocation copies
+  const int64_t n = std::min<int64_t>(int64_t(1) << 24, memory_limits()->max_tensor_bytes / sizeof(float)) /
+                    (4 * kPer) * (4 * kPer);
+  std::shared_ptr<Storage> x = store("peak_bytes.x", Tensor({n}), Narrow::none), y = allocate("peak_bytes.y", n);
+  const vulkan::Kernel& copy = kernel(vulkan::Op::peak_bytes);
+  auto run_copy = [&] {
+    for (int i = 0; i < 2; ++i) {
+      dispatch("peak_bytes", copy, {buffer_of(*x), buffer_of(*y)}, vulkan::PeakBytesParams{u32(n / 4 / kPer), kPer},
+               uint64_t(n / 4 / kPer));
+    }
+  };
+  peak.bytes = 2 * 8.0 * double(n) / best_of_three(run_copy);
+  x.reset(), y.reset();
+  empty_cache();
+  peak.how = std::string(s_->device.timestamps ? "by the device's clock" : "by the host's clock") +
+             " (shaders/peak_flops.comp; peak_bytes.comp, a copy of " + std::to_string(n * 4 >> 20) + " MiB)";
+  return peak;
+}
 
 void VulkanBackend::empty_cache() {
   s_->recorder.flush();  // buffers released mid-pass may still be read by recorded commands

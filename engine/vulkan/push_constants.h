@@ -22,6 +22,18 @@ struct GemmPackParams {  // shaders/gemm_pack.comp (its workgroup: lanes · tile
   glm::uint inner4;       // K / 4
 };
 
+struct PeakFlopsParams {  // shaders/peak_flops.comp
+  glm::uint count;         // invocations
+  glm::uint iterations;    // multiply-adds of each of the 8 vec4 chains
+  float multiplier;
+  float addend;
+};
+
+struct PeakBytesParams {  // shaders/peak_bytes.comp
+  glm::uint count;        // invocations
+  glm::uint per;          // vec4s each copies
+};
+
 struct HeadsParams {   // shaders/split_heads.comp, shaders/merge_heads.comp
   glm::uint batch;     // B
   glm::uint heads;     // H
@@ -136,7 +148,8 @@ struct MeanPoolParams {  // shaders/mean_pool.comp, first_token.comp
   glm::uint dim;         // E
 };
 
-static_assert(sizeof(GemmParams) == 32 && sizeof(GemmPackParams) == 12);
+static_assert(sizeof(GemmParams) == 32 && sizeof(GemmPackParams) == 12 && sizeof(PeakFlopsParams) == 16);
+static_assert(sizeof(PeakBytesParams) == 8);
 static_assert(sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);
 static_assert(sizeof(AttentionMaskParams) == 32 && sizeof(FlashAttentionParams) == 44);
 static_assert(sizeof(KvCacheAppendParams) == 20 && sizeof(FlashDecodingParams) == 44);

@@ -2,7 +2,8 @@
 // The whole public API of vkattn in one include. A program may include only the parts it uses:
 //   vkattn/tensor.h, errors.h, log.h, version.h        tensors, the exceptions, logging, version
 //   vkattn/backends/  backend.h (the Backend every step runs on), reference_backend.h (the CPU
-//                     reference), vulkan_backend.h (one shader per step), make_backend.h (by name)
+//                     reference), vulkan_backend.h (one shader per step), make_backend.h (by name),
+//                     roofline.h (a step's least work against the device's peak)
 //   vkattn/modules/   multi_head_attention.h (torch.nn.MultiheadAttention), transformer_encoder.h,
 //                     transformer_decoder.h, transformer.h (torch.nn.Transformer), kv_cache.h
 //                     (keys and values kept for decoding), causal_lm.h (a decoder-only LM),
@@ -19,6 +20,7 @@
 #include "vkattn/backends/backend.h"
 #include "vkattn/backends/make_backend.h"
 #include "vkattn/backends/reference_backend.h"
+#include "vkattn/backends/roofline.h"
 #include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/heatmap.h"

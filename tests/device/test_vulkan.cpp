@@ -122,6 +122,21 @@ TEST(Kernels, BackendsOnOneContextCompileEachPipelineOnce) {
   EXPECT_EQ(context->validation_message_count(), 0u) << context->last_validation_message();
 }
 
+// The roofline's peak: the multiply-add kernel ran as written (measure_peak checks each
+// invocation's sum against the closed form, else throws), both rates are rates a device can
+// have, and the buffers it took are given back.
+TEST(DevicePeak, IsMeasuredAndLeavesNothingHeld) {
+  VulkanBackend gpu(testing::shared_context());
+  const uint64_t before = gpu.context().allocated_bytes();
+  const DevicePeak peak = gpu.measure_peak();
+  EXPECT_GT(peak.flops, 1e8) << "0.1 GFLOP/s: slower than any device, lavapipe on one core included";
+  EXPECT_LT(peak.flops, 1e16);
+  EXPECT_GT(peak.bytes, 1e8);
+  EXPECT_LT(peak.bytes, 1e14);
+  EXPECT_NE(peak.how.find("shaders/peak_flops.comp; peak_bytes.comp, a copy of 64 MiB"), std::string::npos) << peak.how;
+  EXPECT_LE(gpu.context().allocated_bytes(), before);
+}
+
 class Recording : public testing::GpuTest {};
 
 TEST_F(Recording, OneForwardIsOneSubmissionPerReadbackWithBarriersOnlyBetweenDependentSteps) {

@@ -887,11 +887,19 @@ TEST_F(CliRun, BenchValidatesTimesAndReportsEveryStepAsJson) {
   EXPECT_GT(j["peak_device_bytes"].get<uint64_t>(), 4u * 2 * 3 * 17 * 3) << "at least the scores (B, H, L, S)";
   EXPECT_LE(j["validation_max_abs_error"].get<double>(), 1e-5);
   EXPECT_EQ(j["step_clock"], "gpu");
+  // the roofline: the device's peak, and each step's least work against it
+  EXPECT_GT(j["device_peak"]["flops_per_s"].get<double>(), 1e8);
+  EXPECT_GT(j["device_peak"]["bytes_per_s"].get<double>(), 1e8);
   std::vector<std::string> names;
   for (const auto& step : j["steps"]) {
     names.push_back(step["name"]);
     EXPECT_GE(step["time_us"].get<double>(), 0.0) << step;
+    if (step["time_us"].get<double>() > 0) {
+      EXPECT_GT(step["of_roofline"].get<double>(), 0.0) << step;
+    }
   }
+  EXPECT_EQ(j["steps"][0]["flops"].get<double>(), 2.0 * 2 * 17 * 12 * 12) << "q_proj: 2·B·L·E·E";
+  EXPECT_EQ(j["steps"][0]["bytes"].get<double>(), 4.0 * (2 * 17 * 12 + 144 + 12 + 2 * 17 * 12)) << "x, W, b and y";
   EXPECT_EQ(names, (std::vector<std::string>{"q_proj", "split_heads_q", "k_proj", "split_heads_k", "v_proj", "split_heads_v",
                                              "attention_scores", "attention_mask", "softmax", "attention_values",
                                              "merge_heads", "out_proj"}));
@@ -922,7 +930,10 @@ TEST_F(CliRun, BenchPrintsAReportAndRefusesBadShapes) {
   ASSERT_EQ(e.code, 0) << e.err;
   // without weights, bench's default path is the fused one
   EXPECT_NE(e.out.find("self-attention B=1 L=5 S=5 E=8 H=2 d=4, need_weights=False, fused, on cpu"), std::string::npos) << e.out;
-  EXPECT_NE(e.out.find("6   flash_attention     flash_attention   (1, 2, 5, 4)"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("#   step                    output              host µs   share  GFLOP/s    GB/s\n"),
+            std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("6   flash_attention         (1, 2, 5, 4)"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("of peak"), std::string::npos) << "the reference has no device peak\n" << e.out;
   e = vkattn({"bench", "--embed", "10", "--heads", "3"});
   EXPECT_EQ(e.code, 2);
   EXPECT_NE(e.err.find("embed_dim=10 is not divisible by num_heads=3"), std::string::npos) << e.err;

@@ -18,6 +18,7 @@
 #include "engine/vulkan/recorder.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/backends/roofline.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/npy.h"
 #include "vkattn/modules/multi_head_attention.h"
@@ -477,6 +478,54 @@ TEST_F(SideBySideTest, AFailedPassShowsHowFarItGotAndNeverAgrees) {
 
 // A check report prints both values of the first differing element, whatever they are: its lines
 // fit 100 columns for values of every width, and NaN and infinities read as Python prints them.
+// ---- the roofline: what each step must do at the least -------------------------------------------
+StepEvent step(const std::string& op, std::vector<Shape> inputs, Shape output) {
+  StepEvent e{.name = op, .op = op};
+  for (Shape& shape : inputs) e.inputs.push_back({.shape = std::move(shape)});
+  e.output.shape = std::move(output);
+  return e;
+}
+
+TEST(Roofline, CountsTheProductsMultiplyAddsAndEveryStepsBytes) {
+  // x (2, 5, 8) · W (4, 8)ᵀ + b: 2·40·8 operations, 80 + 32 + 4 + 40 numbers
+  const StepCost linear = step_cost(step("linear", {{2, 5, 8}, {4, 8}, {4}}, {2, 5, 4}));
+  EXPECT_EQ(linear.flops, 640);
+  EXPECT_EQ(linear.bytes, 4 * 156);
+  // Q (1, 2, 5, 4) · K (1, 2, 3, 4)ᵀ: 30 scores of 4 products; P (1, 2, 5, 3) · V: 40 of 3
+  EXPECT_EQ(step_cost(step("attention_scores", {{1, 2, 5, 4}, {1, 2, 3, 4}}, {1, 2, 5, 3})).flops, 240);
+  EXPECT_EQ(step_cost(step("attention_values", {{1, 2, 5, 3}, {1, 2, 3, 4}}, {1, 2, 5, 4})).flops, 240);
+  // both, over 3 keys of one shared head: 4·40·3
+  EXPECT_EQ(step_cost(step("flash_attention", {{1, 2, 5, 4}, {1, 1, 3, 4}, {1, 1, 3, 4}}, {1, 2, 5, 4})).flops, 480);
+  const StepCost softmax = step_cost(step("softmax", {{1, 2, 5, 3}}, {1, 2, 5, 3}));
+  EXPECT_EQ(softmax.flops, 0) << "counted by its bytes";
+  EXPECT_EQ(softmax.bytes, 4 * 60);
+  StepEvent folded = step("split_heads", {{2, 5, 4}}, {2, 2, 5, 2});
+  folded.folded = "folded into q_proj's store";
+  EXPECT_EQ(step_cost(folded).bytes, 0);
+  // at 1000 operations and 100 bytes a second: the linear's bytes take longer than its sums
+  EXPECT_DOUBLE_EQ(roofline_seconds(linear, {.flops = 1e3, .bytes = 1e2}), 6.24);
+  EXPECT_DOUBLE_EQ(roofline_seconds(linear, {.flops = 1e2, .bytes = 1e4}), 6.4);
+}
+
+// Over a real forward's steps, the operations add up to the forward's: the four projections,
+// Q·Kᵀ and P·V, as `vkattn bench` counts them (cross-attention, L 7, S 3, E 12).
+TEST(Roofline, AForwardsStepsAddUpToItsMultiplyAdds) {
+  const MultiHeadAttentionConfig c{.embed_dim = 12, .num_heads = 3, .batch_first = true};
+  const MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 1));
+  for (AttentionPath path : {AttentionPath::unfused, AttentionPath::fused}) {
+    ReferenceBackend cpu;
+    StepRecorder steps(false);
+    cpu.add_tracer(steps);
+    ForwardOptions options{.need_weights = false, .attention = path};
+    (void)mha.forward(cpu, random_tensor({2, 7, 12}, 2), random_tensor({2, 3, 12}, 3), random_tensor({2, 3, 12}, 4),
+                      options);
+    double flops = 0;
+    for (const auto& s : steps.steps()) flops += step_cost(s.event).flops;
+    const double B = 2, L = 7, S = 3, E = 12;
+    EXPECT_EQ(flops, 2 * B * (L * E * E + 2 * S * E * E + L * E * E) + 4 * B * L * S * E) << attention_path_name(path);
+  }
+}
+
 TEST(CheckReportText, FitsOneHundredColumnsForAnyValueAndPrintsNaNAsPython) {
   const double tiny = -1.234567890123e-38, huge = -3.402823466e38, nan = std::nan("");
   const double inf = std::numeric_limits<double>::infinity();
