@@ -3,7 +3,7 @@
 // its floating-point operations at the peak rate, or its bytes at the peak bandwidth, whichever
 // takes longer — over the time it took. A matrix product far below 100 % leaves the arithmetic
 // units idle; a softmax far below it, the memory. `vkattn bench` prints it beside each step's
-// time, and bench_gemm beside each GEMM plan's (docs/performance.md).
+// time, and bench_gemm the fastest GEMM plan's share of the peak rate (docs/performance.md).
 //
 // What a step must do at the least, from its shapes (StepEvent): the multiply-adds of the matrix
 // products, twice — linear 2·M·N·K, attention_scores 2·(B·H·L·S)·d, attention_values

@@ -125,7 +125,7 @@ class VulkanBackend final : public Backend {
   // rate of shaders/peak_flops.comp (8 independent vec4 chains an invocation, its result checked)
   // and the bandwidth of shaders/peak_bytes.comp (a copy of 64 MiB), each the best of three runs
   // of some milliseconds, by the device's timestamps (the host's clock where it has none).
-  // Outside a pass; it frees the buffers not in use (empty_cache), its own 128 MiB among them.
+  // Outside a pass; it frees the buffers not in use (empty_cache), its own 144 MiB among them.
   DevicePeak measure_peak();
   // The most Vulkan memory (device and staging buffers) allocated at once on this backend's
   // device since it was made or since reset_peak(), in bytes, as torch.cuda.max_memory_allocated.
