@@ -76,6 +76,9 @@ class Bench {
   }
 
   Backend& backend() { return *backend_; }
+  // --resident: the last forward's time until it returned, recorded but not yet submitted (the
+  // checks, the preflight's sizing run and the recording, on the host), in ms
+  double host_ms() const { return host_ms_; }
   VulkanBackend* gpu() { return dynamic_cast<VulkanBackend*>(backend_.get()); }
 
   // One forward with the tracing mode's tracer attached; its wall time in ms.
@@ -88,6 +91,8 @@ class Bench {
     try {
       if (a_.resident) {
         last_values_ = mha_.forward(*backend_, query_value_, memory_value_, memory_value_, options_).output;
+        // recorded, not yet submitted: the host's share of the forward
+        host_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         if (auto* vulkan = dynamic_cast<VulkanBackend*>(backend_.get())) vulkan->synchronize();  // to its end
       } else {
         last_ = mha_.forward(*backend_, query_, kv(), kv(), options_);
@@ -129,6 +134,7 @@ class Bench {
   Value query_value_, memory_value_, last_values_;  // --resident: on the backend
   ForwardOptions options_;
   AttentionResult last_;
+  double host_ms_ = 0;
 };
 
 }  // namespace
@@ -177,9 +183,11 @@ int run_bench(const BenchArgs& a) {
   // Timed forwards. With --tracing-overhead every mode runs once per round, in a rotating order,
   // so that drift on a shared machine falls on all three alike.
   std::map<std::string, std::vector<double>> ms;
+  std::vector<double> host_ms;  // --resident: each forward's host share
   for (int i = 0; i < a.iters; ++i) {
     if (!a.tracing_overhead) {
       ms[a.tracing].push_back(bench.time_forward(a.tracing));
+      host_ms.push_back(bench.host_ms());
       continue;
     }
     for (size_t m = 0; m < kTracing.size(); ++m) {
@@ -225,7 +233,8 @@ int run_bench(const BenchArgs& a) {
                             {"pack_in_proj", a.pack_in_proj}, {"copy_layout_steps", a.copy_layout_steps},
                             {"resident", a.resident}}},
                 {"backend", a.backend}, {"device", bench.backend().device_name()}, {"iters", a.iters},
-                {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms}, {"flops", flops}, {"gflops", gflops},
+                {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms},
+                {"host_ms", a.resident && !host_ms.empty() ? json(median(host_ms)) : json()}, {"flops", flops}, {"gflops", gflops},
                 {"peak_device_bytes", peak}, {"uploaded_bytes", carried_up}, {"downloaded_bytes", carried_down},
                 {"validation_max_abs_error", validation_error},
                 {"first_forward_ms", a.backend == "cpu" ? json() : json(first_ms)},
@@ -262,6 +271,10 @@ int run_bench(const BenchArgs& a) {
             << "): median " << total_ms
             << " ms, fastest " << min_ms << " ms;" << (a.resident ? "\n  " : " ") << flops / 1e9 << " GFLOP each, "
             << gflops << " GFLOP/s\n";
+  if (a.resident && bench.gpu() && !host_ms.empty()) {
+    std::cout << "  of which on the host before submitting (checks, sizing, recording): median "
+              << median(host_ms) << " ms\n";
+  }
   if (bench.gpu()) std::cout << "peak Vulkan memory (device and staging buffers): " << static_cast<double>(peak) / 1048576.0 << " MiB\n";
   if (bench.gpu()) {
     std::cout << "carried a forward: " << double(carried_up) / 1048576.0 << " MiB to the device, "
