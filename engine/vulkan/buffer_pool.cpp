@@ -20,6 +20,7 @@ std::shared_ptr<Buffer> BufferPool::acquire(vk::DeviceSize bytes, Buffer::Kind k
 
 void BufferPool::release(std::shared_ptr<Buffer> buffer) {
   free_bytes_ += buffer->bytes();
+  released_since_trim_.insert(buffer.get());
   auto key = std::pair{buffer->kind(), buffer->bytes()};
   free_.emplace(key, std::move(buffer));
 }
@@ -28,6 +29,7 @@ void BufferPool::clear() {
   free_.clear();
   free_bytes_ = 0;
   taken_since_trim_.clear();
+  released_since_trim_.clear();
 }
 
 void BufferPool::drop_taken() {
@@ -43,7 +45,8 @@ void BufferPool::drop_taken() {
 
 void BufferPool::trim() {
   for (auto it = free_.begin(); it != free_.end();) {
-    if (taken_since_trim_.count(it->second.get())) {
+    const Buffer* buffer = it->second.get();
+    if (taken_since_trim_.count(buffer) || released_since_trim_.count(buffer)) {
       ++it;
     } else {
       free_bytes_ -= it->second->bytes();
@@ -51,6 +54,7 @@ void BufferPool::trim() {
     }
   }
   taken_since_trim_.clear();
+  released_since_trim_.clear();
 }
 
 }  // namespace vkattn::vulkan

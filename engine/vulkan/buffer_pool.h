@@ -31,8 +31,11 @@ class BufferPool {
   void clear();
   // Back into the pool, for the next acquire of its size.
   void release(std::shared_ptr<Buffer> buffer);
-  // Frees the free buffers that no acquire has taken since the last trim: the pool holds what
-  // the work in between needed, not every size it ever saw.
+  // Frees the free buffers that no acquire has taken and no release has given back since the
+  // last trim: the pool holds what the work in between needed, not every size it ever saw. (A
+  // value the caller held across a pass, such as the last forward's output, comes back after the
+  // trim that begins the next pass: freed there, the pass after would make its buffer again, and
+  // vkAllocateMemory costs a GPU's driver tens to hundreds of microseconds.)
   void trim();
   // Frees the free buffers that an acquire has taken since the last trim (those of a pass that
   // failed, begun with a trim): what the pool held before it is kept.
@@ -43,6 +46,7 @@ class BufferPool {
   std::shared_ptr<const Context> context_;
   std::multimap<std::pair<Buffer::Kind, vk::DeviceSize>, std::shared_ptr<Buffer>> free_;
   std::unordered_set<const Buffer*> taken_since_trim_;
+  std::unordered_set<const Buffer*> released_since_trim_;
   uint64_t free_bytes_ = 0;
 };
 

@@ -522,6 +522,29 @@ TEST_F(Module, AFusedPassHoldsTheProjectionsAndOneMoreActivationAtOnce) {
   EXPECT_EQ(peak_of(0, packed), reusing + 3 * activation);
 }
 
+TEST_F(Module, ResidentForwardsThatHoldTheLastOutputMakeNoBuffers) {
+  // As a caller on the device does (vkattn bench --resident, a chain of layers): the last
+  // forward's output is held until the next forward returns. Its buffer comes back to the pool
+  // after the next pass began; the pass after must find it there, not make a new one.
+  MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 2, .batch_first = true};
+  MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 25));
+  mha.keep_weights_on(gpu());
+  const Value x = gpu().upload("x", random_tensor({2, 17, 16}, 26));
+  const auto& context = gpu().context();
+  for (AttentionPath path : {AttentionPath::unfused, AttentionPath::fused}) {
+    ForwardOptions o{.need_weights = false, .attention = path};
+    Value last = mha.forward(gpu(), x, x, x, o).output;
+    last = mha.forward(gpu(), x, x, x, o).output;
+    const uint64_t buffers = context.buffers_created();
+    for (int i = 0; i < 3; ++i) last = mha.forward(gpu(), x, x, x, o).output;
+    EXPECT_EQ(context.buffers_created(), buffers) << attention_path_name(path) << ": "
+                                                  << context.buffers_created() - buffers << " buffers in 3 forwards";
+    const Tensor host = gpu().download(x);
+    EXPECT_TRUE(all_close(gpu().download(last), mha.forward(cpu(), host, host, host, o).output, {1e-4f, 1e-4f},
+                          {"b", "l", "e"}));
+  }
+}
+
 TEST_F(Module, APassReusesTheBuffersOfTensorsItHasFinishedWith) {
   // 4 layers of the same shape: each layer's intermediates and weights are free again by the
   // next layer. (Staging buffers are reused only from one submission to the next: not counted.)
