@@ -123,8 +123,9 @@ class VulkanBackend final : public Backend {
   void synchronize();
   // The device's peak, measured now (a few tenths of a second on lavapipe): the multiply-add
   // rate of shaders/peak_flops.comp (8 independent vec4 chains an invocation, its result checked)
-  // and the bandwidth of shaders/peak_bytes.comp (a copy of 64 MiB), each the best of three runs
-  // of some milliseconds, by the device's timestamps (the host's clock where it has none).
+  // and the bandwidth of shaders/peak_bytes.comp (a copy of 64 MiB), each the fastest of three
+  // runs of some milliseconds (on a GPU, of a quarter of a second of them, while its clock
+  // rises), by the device's timestamps (the host's clock where it has none).
   // Outside a pass; it frees the buffers not in use (empty_cache), its own 144 MiB among them.
   DevicePeak measure_peak();
   // The most Vulkan memory (device and staging buffers) allocated at once on this backend's
