@@ -187,7 +187,7 @@ int run_bench(const BenchArgs& a) {
   for (int i = 0; i < a.iters; ++i) {
     if (!a.tracing_overhead) {
       ms[a.tracing].push_back(bench.time_forward(a.tracing));
-      host_ms.push_back(bench.host_ms());
+      if (a.resident) host_ms.push_back(bench.host_ms());
       continue;
     }
     for (size_t m = 0; m < kTracing.size(); ++m) {
@@ -234,7 +234,7 @@ int run_bench(const BenchArgs& a) {
                             {"resident", a.resident}}},
                 {"backend", a.backend}, {"device", bench.backend().device_name()}, {"iters", a.iters},
                 {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms},
-                {"host_ms", a.resident && !host_ms.empty() ? json(median(host_ms)) : json()}, {"flops", flops}, {"gflops", gflops},
+                {"host_ms", host_ms.empty() ? json() : json(median(host_ms))}, {"flops", flops}, {"gflops", gflops},
                 {"peak_device_bytes", peak}, {"uploaded_bytes", carried_up}, {"downloaded_bytes", carried_down},
                 {"validation_max_abs_error", validation_error},
                 {"first_forward_ms", a.backend == "cpu" ? json() : json(first_ms)},
@@ -271,7 +271,7 @@ int run_bench(const BenchArgs& a) {
             << "): median " << total_ms
             << " ms, fastest " << min_ms << " ms;" << (a.resident ? "\n  " : " ") << flops / 1e9 << " GFLOP each, "
             << gflops << " GFLOP/s\n";
-  if (a.resident && bench.gpu() && !host_ms.empty()) {
+  if (bench.gpu() && !host_ms.empty()) {
     std::cout << "  of which on the host before submitting (checks, sizing, recording): median "
               << median(host_ms) << " ms\n";
   }

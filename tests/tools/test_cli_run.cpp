@@ -922,6 +922,13 @@ TEST_F(CliRun, BenchResidentCarriesNothingAndFromTheHostCarriesInputWeightsAndOu
     EXPECT_EQ(j["uploaded_bytes"].get<uint64_t>(), resident ? 0 : up) << resident;
     EXPECT_EQ(j["downloaded_bytes"].get<uint64_t>(), resident ? 0 : down) << resident;
     EXPECT_LE(j["validation_max_abs_error"].get<double>(), 1e-5) << "the resident output is read back to be checked";
+    // the host's share of a resident forward: part of its time; none from the host
+    if (resident) {
+      EXPECT_GT(j["host_ms"].get<double>(), 0.0);
+      EXPECT_LE(j["host_ms"].get<double>(), j["total_ms"].get<double>()) << "each forward's part, the median of them";
+    } else {
+      EXPECT_TRUE(j["host_ms"].is_null()) << j["host_ms"];
+    }
   }
 }
 
