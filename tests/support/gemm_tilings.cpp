@@ -40,10 +40,10 @@ const std::vector<GemmCase>& gemm_cases() {
   using enum vulkan::GemmVariant;
   using enum GemmInputs;
   static const std::vector<GemmCase> cases = [] {
-    // the smallest broadcast tile, the rule's at 4 and 8 lanes; a CPU device's shared tilings
-    // (side 8 and 16, 4 × 4, 16 k), a GPU's rule (side 16, 8 × 8, 8 k)
+    // the smallest broadcast tile; a CPU device's shared tilings (side 8 and 16, 4 × 4, 16 k), a
+    // GPU's rule (side 16, 8 × 8, 8 k)
     auto every_input = [](const GemmTiling& t) {
-      return t.variant == broadcast ? t.size == 4 || (t.size == 16 && t.row_sets == 2)
+      return t.variant == broadcast ? t.size == 4
                                     : (t.tile_m == 4 && t.tile_n == 4 && t.depth == 16) ||
                                           (t.size == 16 && t.tile_m == 8 && t.tile_n == 8 && t.depth == 8);
     };

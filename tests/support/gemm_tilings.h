@@ -49,9 +49,11 @@ inline void PrintTo(const GemmCase& c, std::ostream* out) { *out << c.name(); }
 // Every tiling with the inputs its variant reads where the rule gives it (broadcast, a CPU
 // device's: texels, B packed or not; shared, a GPU's: storage buffers). The other kinds of input,
 // and B kept 16-bit, change only how an element is loaded (gemm.glsl's a_at, b4_at, …), not the
-// tiling around it: they run at the smallest broadcast tile and at the rule's, at the CPU
-// device's two shared tilings and at the GPU's. (Every tiling with every input and 16-bit B took
-// 263 s of test_ops's 400 on Mesa 25: storage inputs compile 2–3× as slowly there as texels.)
+// tiling around it: they run at the smallest broadcast tile, at the CPU device's two shared
+// tilings and at the GPU's. (Every tiling with every input and 16-bit B took 263 s of test_ops's
+// 400 on Mesa 25: storage inputs compile 2–3× as slowly there as texels. The rule's broadcast
+// tiling with them too took 51 of test_ops's 188 s on Mesa 22 with no shader cache, 23 of them
+// its storage inputs; the golden tests run it with W kept 16-bit against PyTorch.)
 const std::vector<GemmCase>& gemm_cases();
 
 // The plan `tiling` with `inputs` gives on `device`, or nullopt where the device refuses it (no
