@@ -5,4 +5,9 @@
 //   W (M, K)  PyTorch's Linear.weight layout: B of gemm.glsl stored (N, K)
 //   b (M)     optional (HAS_BIAS)
 //   y (N, M)  batch 1, scale 1
+// GEMV defined (the linear_gemv build): a product of a few rows (gemv.glsl); else gemm.glsl.
+#ifdef GEMV
+#include "gemv.glsl"
+#else
 #include "gemm.glsl"
+#endif

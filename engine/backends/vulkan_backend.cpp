@@ -88,6 +88,8 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
   }
   s_->gemm = options.gemm ? *options.gemm : vulkan::plan_gemm(s_->device);
   vulkan::check_gemm_plan(s_->gemm, s_->device);
+  s_->gemv_rows = options.gemv_rows.value_or(options.gemm ? 0 : vulkan::gemv_rule(s_->device));
+  vulkan::check_gemv_rows(s_->gemv_rows, s_->device);
   s_->rows = options.rows ? *options.rows : vulkan::plan_rows(s_->device, s_->options.workgroup_size);
   vulkan::check_row_plan(s_->rows, s_->device, s_->options.workgroup_size);
   s_->flash = options.flash ? *options.flash : vulkan::plan_flash(s_->device, s_->options.workgroup_size, s_->options.flash_rows);
@@ -358,7 +360,23 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
 void VulkanBackend::run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
                                Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
                                HeadsLayout y_layout) {
+  // A folded layout step of one token reads and stores as the plain layout: (B·1, H·d) is (B, H, 1, d)
+  const bool plain = (x_layout.heads == 0 || x_layout.tokens == 1) && (y_layout.heads == 0 || y_layout.tokens == 1);
+  if (plain && N <= int64_t(s_->gemv_rows)) {
+    run_gemv(step, x, w, b, y, N, K, M);
+    return;
+  }
   run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false, 1, x_layout, y_layout);
+}
+
+void VulkanBackend::run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
+                             Storage& y, int64_t N, int64_t K, int64_t M) {
+  const bool vec4 = K % 4 == 0;
+  const auto& k = kernel(vulkan::Op::linear, {vec4 ? 1u : 0u, b ? 1u : 0u, storage_format(narrow_of(w))},
+                         vulkan::kGemvWorkgroup, 0, 0, "linear_gemv");
+  dispatch(step, k, {buffer_of(x), buffer_of(w), b ? buffer_of(*b) : s_->recorder.placeholder(), buffer_of(y)},
+           vulkan::GemmParams{1, u32(N), u32(M), u32(K), 1.0f, 1, 0, 0},
+           uint64_t(M) * vulkan::kGemvLanesPerColumn);
 }
 
 void VulkanBackend::run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,

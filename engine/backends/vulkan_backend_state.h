@@ -37,6 +37,7 @@ struct VulkanBackend::State {
   Options options;
   vulkan::DeviceReport device;  // the context's, with the subgroups switch off when options say so
   vulkan::GemmPlan gemm;
+  uint32_t gemv_rows = 0;  // linear for at most this many rows as the GEMV
   vulkan::RowPlan rows;
   vulkan::FlashPlan flash;
   vulkan::FlashPlan fallback_flash;  // the subgroup plan: where a tiled plan's tiles outgrow shared memory

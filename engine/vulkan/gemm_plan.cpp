@@ -24,6 +24,22 @@ Lanes broadcast_lanes(const DeviceReport& d, uint32_t wanted = 0) {
 
 }  // namespace
 
+uint32_t gemv_rule(const DeviceReport& device) {
+  const bool fits = kGemvWorkgroup <= device.max_workgroup_invocations && kGemvWorkgroup <= device.max_workgroup_size_x;
+  return device.type != vk::PhysicalDeviceType::eCpu && fits ? kGemvRows : 0;
+}
+
+void check_gemv_rows(uint32_t rows, const DeviceReport& device) {
+  if (rows > kGemvRows) {
+    throw DeviceError("linear as a GEMV for up to " + std::to_string(rows) + " rows: it holds at most " +
+                      std::to_string(kGemvRows));
+  }
+  if (rows > 0 && (kGemvWorkgroup > device.max_workgroup_invocations || kGemvWorkgroup > device.max_workgroup_size_x)) {
+    throw DeviceError("linear as a GEMV: device '" + device.name + "' runs no workgroup of " +
+                      std::to_string(kGemvWorkgroup) + " invocations");
+  }
+}
+
 GemmPlan GemmPlan::fitted(uint64_t cols) const {
   GemmPlan plan = *this;
   if (variant == GemmVariant::broadcast) {

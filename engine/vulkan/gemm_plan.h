@@ -68,6 +68,19 @@ struct GemmPlan {
   uint64_t shared_bytes() const { return 2ull * depth * side * (tile_m + tile_n) * sizeof(float); }
 };
 
+// linear for a product of at most kGemvRows rows, as shaders/gemv.glsl: workgroups of
+// kGemvWorkgroup invocations, 32 a column of the output (a decode step's projections: the GEMM's
+// tilings give a GPU's workgroup 128 × 128 outputs, of which one row is used, and a handful of
+// workgroups walking all of K alone).
+constexpr uint32_t kGemvRows = 8, kGemvWorkgroup = 128, kGemvLanesPerColumn = 32;
+// The most rows the device runs linear for as the GEMV: kGemvRows on a GPU, 0 (never) on a CPU
+// device, where lavapipe's broadcast tiling reads one row's W at its copy bandwidth already
+// (vkattn bench --seq 1: 40–57 % of peak) and a workgroup's barriers cost more than on a GPU.
+uint32_t gemv_rule(const DeviceReport& device);
+// Throws DeviceError where `device` cannot run the GEMV for up to `rows` rows (more than
+// kGemvRows, or workgroups of kGemvWorkgroup).
+void check_gemv_rows(uint32_t rows, const DeviceReport& device);
+
 // `requested` automatic picks broadcast on CPU devices that guarantee 4…16 lanes with subgroup
 // shuffles (lanes.h), and shared elsewhere: on a GPU 8 × 8 an invocation over 128 × 128 blocks,
 // on a CPU device 4 × 4 over 64 × 64; texel inputs on CPU devices that have RGBA32F texel

@@ -81,10 +81,12 @@ TEST(OpsTable, EveryRowHasItsShaderWithItsBindingsAndEveryShaderARow) {
   }
   for (std::string_view build : vulkan::shader_builds()) {
     std::string base(build);
-    for (const char* suffix : {"_tiled", "_unrolled", "_texel", "_texel16", "_subgroup"}) {
+    for (const char* suffix : {"_gemv", "_tiled", "_unrolled", "_texel", "_texel16", "_subgroup"}) {
       if (base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
     }
     EXPECT_NO_THROW((void)vulkan::op_named(base)) << build << " is built but no row of ops.def names " << base;
+    // every build binds its row's buffers
+    EXPECT_EQ(declared_bindings(vulkan::shader_spirv(build)), vulkan::op_info(vulkan::op_named(base)).bindings) << build;
   }
   EXPECT_THROW((void)vulkan::op_named("no_such_op"), std::logic_error);
 }

@@ -13,6 +13,7 @@
 
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/faults.h"
+#include "engine/vulkan/gemm_plan.h"
 #include "reference/reference.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
@@ -232,6 +233,25 @@ INSTANTIATE_TEST_SUITE_P(Sweep, CausalLMDecode,
                          Values(Incremental{1, 1, 1, 8, 2, false, false}, Incremental{17, 5, 2, 12, 4, true, true},
                                 Incremental{17, 1, 3, 8, 1, false, true}, Incremental{113, 17, 1, 16, 4, true, false},
                                 Incremental{1000, 1, 1, 16, 2, true, false}));
+
+// A decode step's projections as the GPU's rule runs them, a GEMV (asked for here: lavapipe's
+// rule is the GEMM), with split_heads and merge_heads folded into them: one token each, the
+// plain layout. Three sequences: the steps' 3 rows are the GEMV's, the prompt's 15 the GEMM's.
+TEST_F(Decoding, StepsWhoseProjectionsRunAsAGemvEqualTheFullForward) {
+  VulkanBackend gemv(testing::shared_context(), {.gemv_rows = vulkan::kGemvRows});
+  ASSERT_TRUE(gemv.folds_layout_steps());
+  const int64_t B = 3, S = 9, prompt = 5;
+  CausalLM model = small_model(132, 4, S, true, Activation::gelu);  // K = 132: 33 vec4s, past a column's 32 lanes
+  Tensor ids = random_ids(B, S, 11, 5);
+  Tensor full = model.forward(cpu(), ids);  // (B, S, V)
+  KVCache cache = model.make_cache(gemv, B, S);
+  for (int64_t t = 0; t < S;) {
+    const int64_t n = t == 0 ? prompt : 1;
+    Tensor logits = model.decode(gemv, columns(ids, t, n), cache);
+    ASSERT_TRUE(all_close(logits, columns(full, t, n), {}, {"b", "t", "v"})) << "positions " << t << " … " << t + n - 1;
+    t += n;
+  }
+}
 
 TEST_F(Decoding, TheCacheHoldsExactlyItsKeysAndValues) {
   CausalLM model = small_model(16, 4, 64, true, Activation::gelu);

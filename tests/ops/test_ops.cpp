@@ -11,6 +11,7 @@
 #include <optional>
 #include <tuple>
 
+#include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/step_plans.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gemm_tilings.h"
@@ -59,6 +60,35 @@ TEST_P(Linear, MatchesReference) {
                     {"n", "m"}));
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, Linear, Combine(Values(1, 3, 17, 113), Values(1, 3, 17, 113), Values(1, 3, 65, 113), Bool()));
+
+// ---- linear as a GEMV (shaders/gemv.glsl): a decode step's few rows, asked for on any device ----
+// K past one column's 32 invocations and not (1, 17, 113: no vec4), M not a multiple of the 4
+// columns a workgroup; with and without bias, W kept 16-bit; 9 rows: past the GEMV, the GEMM's
+class Gemv : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+TEST_P(Gemv, MatchesReference) {
+  auto [N, K, M] = GetParam();
+  const uint64_t before = testing::shared_context()->validation_message_count();
+  VulkanBackend gpu(testing::shared_context(), {.gemv_rows = vulkan::kGemvRows});
+  ReferenceBackend cpu;
+  const Tensor x = random_tensor({N, K}, 1), bias = random_tensor({M}, 3);
+  for (Narrow narrow : {Narrow::none, Narrow::float16, Narrow::bfloat16}) {
+    const Tensor w = narrow == Narrow::none ? random_tensor({M, K}, 2) : testing::rounded_to(random_tensor({M, K}, 2), narrow);
+    for (bool with_bias : {false, true}) {
+      auto run = [&](Backend& b) {
+        Value kept = b.upload_matrix("q_proj.weight", w), on = b.upload("bias", bias);
+        return b.download(b.linear("q_proj", b.upload("x", x), kept, with_bias ? &on : nullptr));
+      };
+      EXPECT_TRUE(all_close(run(gpu), run(cpu))) << "W " << narrow_name(narrow) << (with_bias ? ", bias" : "");
+    }
+  }
+  EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, Gemv, Combine(Values(1, 3, 8, 9), Values(1, 17, 64, 113, 512), Values(1, 3, 17, 130)));
+
+TEST(GemvRows, MoreRowsThanTheGemvHoldsAreRefused) {
+  testing::expect_error<DeviceError>([] { VulkanBackend(testing::shared_context(), {.gemv_rows = vulkan::kGemvRows + 1}); },
+                                     {"linear as a GEMV for up to 9 rows: it holds at most 8"});
+}
 
 TEST_F(Ops, LinearKeepsLeadingDims) {
   std::vector<Tensor> in{random_tensor({2, 3, 5}, 1), random_tensor({7, 5}, 2), random_tensor({7}, 3)};

@@ -34,6 +34,10 @@ struct VulkanBackendOptions {
   // linear, attention_scores and attention_values: the tiling the device suits (gemm_plan.h),
   // unless a plan is given (tests run every variant on one device)
   std::shared_ptr<const vulkan::GemmPlan> gemm;
+  // linear for a product of at most this many rows (B·T: a decode step's) runs as a GEMV
+  // (shaders/gemv.glsl), at most 8; 0: never. Unset: 8 on a GPU, 0 on a CPU device
+  // (vulkan::gemv_rule), and 0 where a GEMM plan is given above.
+  std::optional<uint32_t> gemv_rows;
   // Steps may use subgroups where the device guarantees their lanes (vulkan/lanes.h): the GEMMs'
   // broadcast tiling on CPU devices, softmax and layer_norm a row per subgroup, flash_attention
   // rows per subgroup. false forces every subgroup-free variant, as VKATTN_SUBGROUPS=off does.
@@ -229,6 +233,10 @@ class VulkanBackend final : public Backend {
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                 bool b_k_by_n, int64_t group, HeadsLayout a_layout = {}, HeadsLayout c_layout = {});
+  // y (N, M) = x (N, K) · W (M, K)ᵀ + b through shaders/gemv.glsl (linear's _gemv build): a
+  // product of at most gemv_rows rows.
+  void run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y, int64_t N,
+                int64_t K, int64_t M);
   // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,

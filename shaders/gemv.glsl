@@ -1,0 +1,94 @@
+// linear for a few rows — a decode step's projections, N = B·T ≤ ROWS (the <linear>_gemv build):
+//   y[n, m] = Σ_k x[n, k] · W[m, k] (+ bias[m])
+//   x (N, K) row-major;  W (M, K), PyTorch's Linear.weight;  y (N, M)
+// The GEMM's tilings (gemm.glsl) give a GPU's workgroup a 128 × 128 block of y: for one row, a
+// handful of workgroups, each walking all of K alone through shared tiles, and the GPU idles. Here
+// a workgroup owns COLUMNS = workgroup size / LANES_PER_COLUMN columns of y; the LANES_PER_COLUMN
+// invocations of a column read its row of W side by side (neighbouring vec4s: coalesced loads),
+// each keeping every row's partial sum, and sum them through shared memory. W is read once; the
+// few rows of x, from the cache. No subgroup instruction: any device runs it.
+//
+// VEC4 (constant 1): K a multiple of 4, x and W read as vec4. HAS_BIAS (2). B_FORMAT (3): W kept
+// 16-bit (sixteen_bit.glsl), widened as it is read. Bindings as gemm.glsl's: 0 = x, 1 = W,
+// 2 = bias, 3 = y; the push constants its Params, of which rows (N), cols (M) and inner (K).
+#include "common.glsl"
+#include "sixteen_bit.glsl"
+
+layout(constant_id = 1) const bool VEC4 = false;
+layout(constant_id = 2) const bool HAS_BIAS = false;
+layout(constant_id = 3) const uint B_FORMAT = 0u;  // W stored float32 (0), float16 (1), bfloat16 (2)
+// the most rows of x and the invocations a column: kGemvRows and kGemvLanesPerColumn of
+// engine/vulkan/gemm_plan.h (32, a warp of NVIDIA's: 512 bytes of W a load of the column's lanes)
+const uint ROWS = 8u;
+const uint LANES_PER_COLUMN = 32u;
+
+layout(std430, binding = 0) readonly buffer InputX { float x[]; };
+layout(std430, binding = 0) readonly buffer InputX4 { vec4 x4[]; };
+layout(std430, binding = 1) readonly buffer InputW { float w[]; };
+layout(std430, binding = 1) readonly buffer InputW4 { vec4 w4[]; };
+layout(std430, binding = 1) readonly buffer InputW16 { uint w16[]; };
+layout(std430, binding = 1) readonly buffer InputW16x4 { uvec2 w16x4[]; };
+layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 3) writeonly buffer Output { float y[]; };
+
+layout(push_constant) uniform Params {
+  uint batch;   // 1
+  uint rows;    // N ≤ ROWS
+  uint cols;    // M
+  uint inner;   // K
+  float scale;  // 1
+  uint group;   // 1
+  uint heads;   // unused: a folded layout step of one token stores and loads as the plain layout
+  uint tokens;  //   (the host runs this only then)
+} p;
+
+vec4 w4_at(uint at) {  // W's vec4 number `at`
+  if (B_FORMAT == 0u) return w4[at];
+  uvec2 words = w16x4[at];
+  return vec4(widen_pair(words.x, B_FORMAT), widen_pair(words.y, B_FORMAT));
+}
+float w_at(uint at) { return B_FORMAT == 0u ? w[at] : widen(w16[at / 2u], at % 2u, B_FORMAT); }
+
+shared float partial[ROWS][gl_WorkGroupSize.x];
+
+void main() {
+  const uint lane = gl_LocalInvocationID.x % LANES_PER_COLUMN;
+  const uint column_base = gl_LocalInvocationID.x - lane;  // the column's first invocation
+  const uint m = flat_workgroup_id() * (gl_WorkGroupSize.x / LANES_PER_COLUMN) + gl_LocalInvocationID.x / LANES_PER_COLUMN;
+  float sum[ROWS];  // every row's, in registers: the loops over rows run to the constant ROWS
+  for (uint n = 0u; n < ROWS; ++n) sum[n] = 0.0;
+  if (m < p.cols) {  // no return before the barriers: every invocation takes part
+    if (VEC4) {
+      const uint quads = p.inner / 4u;
+      for (uint q = lane; q < quads; q += LANES_PER_COLUMN) {
+        const vec4 wv = w4_at(m * quads + q);
+        for (uint n = 0u; n < ROWS; ++n) {
+          if (n < p.rows) sum[n] += dot(x4[n * quads + q], wv);
+        }
+      }
+    } else {
+      for (uint k = lane; k < p.inner; k += LANES_PER_COLUMN) {
+        const float wk = w_at(m * p.inner + k);
+        for (uint n = 0u; n < ROWS; ++n) {
+          if (n < p.rows) sum[n] += x[n * p.inner + k] * wk;
+        }
+      }
+    }
+  }
+  for (uint n = 0u; n < ROWS; ++n) partial[n][gl_LocalInvocationID.x] = sum[n];
+  barrier();
+  // the column's LANES_PER_COLUMN sums halved until one is left, at its first invocation
+  for (uint half_width = LANES_PER_COLUMN / 2u; half_width > 0u; half_width /= 2u) {
+    if (lane < half_width) {
+      for (uint n = 0u; n < p.rows; ++n) {
+        partial[n][gl_LocalInvocationID.x] += partial[n][gl_LocalInvocationID.x + half_width];
+      }
+    }
+    barrier();
+  }
+  if (lane == 0u && m < p.cols) {
+    for (uint n = 0u; n < p.rows; ++n) {
+      y[n * p.cols + m] = partial[n][column_base] + (HAS_BIAS ? bias[m] : 0.0);
+    }
+  }
+}
