@@ -9,8 +9,11 @@
 // row is test_decoding's (CausalLMDecode, up to 1000 positions).
 //
 //   bench_decoding [--contexts 256,1024,4096] [--tokens 9] [--backend gpu|cpu] [--parts 0,1,8,32]
+//                  [--gemv-rows 0|8]
 //
 // --parts times each context under each of flash_decoding's key splits (0: the backend's choice).
+// --gemv-rows: linear for at most that many rows as a GEMV (shaders/gemv.glsl; 0: the GEMM's
+// tilings), instead of the device's rule (8 on a GPU, 0 on a CPU device).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
   std::string backend_name = "gpu";
   int64_t layers = 4, E = 512, H = 8, F = 2048, V = 256;
   std::vector<int64_t> parts_list{0};
+  std::optional<uint32_t> gemv_rows;
   app.add_option("--contexts", contexts, "context lengths (positions already in the cache)")->delimiter(',');
   app.add_option("--tokens", tokens, "decode steps timed per context (the median is reported)")->capture_default_str();
   app.add_option("--backend", backend_name, "gpu or cpu")->check(CLI::IsMember({"gpu", "cpu"}))->capture_default_str();
@@ -59,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--parts", parts_list, "flash_decoding's key splits to time (0: the backend's choice)")
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--gemv-rows", gemv_rows, "linear for at most this many rows as a GEMV, 0 to 8 (unset: the device's rule)")
+      ->check(CLI::Range(0, 8));
   CLI11_PARSE(app, argc, argv);
   try {
     const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
@@ -68,7 +74,7 @@ int main(int argc, char** argv) {
     c.layer = {E, H, F, Activation::gelu, 1e-5f, true};
     c.num_layers = layers;
     CausalLM model(c, CausalLMWeights::random(c, 1));
-    auto backend = make_backend(backend_name, "");
+    auto backend = make_backend(backend_name, "", {.gemv_rows = gemv_rows});
     std::mt19937 rng(0);
     std::cout << "CausalLM: " << layers << " layers, E " << E << ", " << H << " heads, feed-forward " << F
               << ", vocab " << V << ", B = 1, on " << backend->name() << " (" << backend->device_name() << ")\n"
