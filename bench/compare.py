@@ -212,6 +212,7 @@ def main():
     results = {n: {"torch": [], **{p: [] for p in paths[n]}} for n in names}
     memory = {}
     steps_ms = {(n, p): [] for n in names for p in paths[n]}  # the device's time of the steps alone
+    host_ms = {(n, p): [] for n in names for p in paths[n]}  # /resident: the host's share
     for r in range(args.rounds):
         for n in names:  # torch, then each vkattn path, shape by shape, round after round
             s = SHAPES[n]
@@ -224,6 +225,8 @@ def main():
                 steps_ms[(n, label(p, variant))].append(
                     sum(step["time_us"] or 0 for step in out["steps"]) / 1e3)
                 memory[(n, label(p, variant))] = out["peak_device_bytes"]
+                if out.get("host_ms") is not None:
+                    host_ms[(n, label(p, variant))].append(out["host_ms"])
             print(f"round {r + 1}/{args.rounds}: {n} done", file=sys.stderr, flush=True)
 
     where = torch.cuda.get_device_name() if args.torch_device == "cuda" else f"{CORES} threads"
@@ -231,9 +234,11 @@ def main():
           f"turns of {args.iters} forwards each; ratio = torch_ms / vkattn_ms)")
     print("vkattn ms: a forward from the host (input and weights uploaded, output read back), or with")
     print("/resident on tensors and weights kept on the device, its output left there, as torch's;")
-    print("steps ms: its steps' own time on the device (timestamps), without the transfers")
+    print("steps ms: its steps' own time on the device (timestamps), without the transfers;")
+    print("host ms (/resident): the part of vkattn ms before anything is submitted (checks, sizing,")
+    print("recording)")
     print(f"{'shape':6} {'path':16} {'torch ms':>9} {'vkattn ms':>10} {'GFLOP/s':>8} {'peak MiB':>9} {'ratio':>7} "
-          f"{'steps ms':>9} {'ratio':>7}")
+          f"{'steps ms':>9} {'ratio':>7} {'host ms':>8}")
     table = []
     for n in names:
         s = SHAPES[n]
@@ -241,11 +246,14 @@ def main():
         for p in paths[n]:
             v = statistics.median(results[n][p])
             d = statistics.median(steps_ms[(n, p)])
+            h = statistics.median(host_ms[(n, p)]) if host_ms[(n, p)] else None
             row = dict(shape=n, path=p, torch_ms=t, vkattn_ms=v, gflops=flops(s) / (v * 1e6),
-                       peak_device_bytes=memory[(n, p)], ratio=t / v, steps_ms=d, steps_ratio=t / d if d else None)
+                       peak_device_bytes=memory[(n, p)], ratio=t / v, steps_ms=d, steps_ratio=t / d if d else None,
+                       host_ms=h)
             table.append(row)
             print(f"{n:6} {p:16} {t:9.2f} {v:10.2f} {row['gflops']:8.2f} {row['peak_device_bytes'] / 2**20:9.1f} "
-                  f"{row['ratio']:7.3f} {d:9.2f} {(t / d if d else float('nan')):7.3f}")
+                  f"{row['ratio']:7.3f} {d:9.2f} {(t / d if d else float('nan')):7.3f} "
+                  f"{'-' if h is None else f'{h:.2f}':>8}")
         for variant in ("", "resident"):
             unfused, fused = label("unfused", variant), label("fused", variant)
             if unfused in results[n] and fused in results[n]:
