@@ -160,6 +160,12 @@ std::vector<StepPlan> step_plans(const DeviceReport& device, uint32_t workgroup_
   std::vector<StepPlan> plans;
   const GemmPlan gemm = plan_gemm(device);
   plans.push_back({"linear, attention_scores, attention_values", gemm.describe(), gemm.required_lanes(), gemm.why});
+  if (const uint32_t rows = gemv_rule(device); rows > 0) {
+    plans.push_back({"linear of at most " + std::to_string(rows) + " rows",
+                     "a GEMV: " + std::to_string(kGemvLanesPerColumn) + " invocations a column, workgroup " +
+                         std::to_string(kGemvWorkgroup),
+                     0, "a decode step's projections: the tiling above would give a row a handful of workgroups"});
+  }
   const RowPlan rows = plan_rows(device, workgroup_size);
   plans.push_back({"softmax, layer_norm", rows.describe(), rows.lanes, rows.why});
   const FlashPlan flash = flash_rule(device, workgroup_size, 64);

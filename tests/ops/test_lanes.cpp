@@ -4,6 +4,7 @@
 // lanes.h names; no GPU is needed. Also the driver quirks table and its environment overrides.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "engine/vulkan/gemm_plan.h"
@@ -145,6 +146,24 @@ TEST(Lanes, GpusGetTheirReportedSizeWithinTheRequiredRange) {
   few.max_workgroup_subgroups = 2;
   EXPECT_EQ(plan_rows(few, 256).lanes, 0u);
   EXPECT_EQ(plan_flash(few, 64).workgroup_size, 64u);
+}
+
+TEST(Lanes, AGpuRunsAFewRowsLinearAsAGemvAndACpuDeviceNever) {
+  EXPECT_EQ(gemv_rule(gpu(32, 32, 32)), kGemvRows);
+  EXPECT_EQ(gemv_rule(lavapipe(8)), 0u);
+  const auto listed = [](const DeviceReport& d) {
+    return std::ranges::any_of(step_plans(d), [](const StepPlan& p) { return has(p.steps, "linear of at most 8 rows"); });
+  };
+  EXPECT_TRUE(listed(gpu(32, 32, 32)));
+  EXPECT_FALSE(listed(lavapipe(8)));
+  // workgroups of 128 invocations, or none
+  DeviceReport small = gpu(32, 32, 32);
+  small.max_workgroup_invocations = 64;
+  EXPECT_EQ(gemv_rule(small), 0u);
+  EXPECT_FALSE(listed(small));
+  EXPECT_THROW(check_gemv_rows(kGemvRows, small), DeviceError);
+  EXPECT_NO_THROW(check_gemv_rows(0, small));
+  EXPECT_NO_THROW(check_gemv_rows(kGemvRows, lavapipe(8)));  // asked for: any device with the workgroup
 }
 
 TEST(Lanes, MissingOperationsAndTheSwitchTurnSubgroupsOff) {
