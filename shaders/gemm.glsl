@@ -104,21 +104,7 @@ vec4 b4_at(uint at) { return texelFetch(b_texels, int(at)); }
 float b_at(uint at) { return texelFetch(b_texels, int(at / 4u))[at % 4u]; }
 #endif
 #else
-layout(std430, binding = 0) readonly buffer InputA { float a[]; };
-layout(std430, binding = 0) readonly buffer InputA4 { vec4 a4[]; };
-layout(std430, binding = 1) readonly buffer InputB { float b[]; };
-layout(std430, binding = 1) readonly buffer InputB4 { vec4 b4[]; };
-// B_FORMAT != 0: B kept 16-bit, two elements a word (sixteen_bit.glsl)
-layout(std430, binding = 1) readonly buffer InputB16 { uint b16[]; };
-layout(std430, binding = 1) readonly buffer InputB16x4 { uvec2 b16x4[]; };
-vec4 a4_at(uint at) { return a4[at]; }  // A's vec4 number `at`
-vec4 b4_at(uint at) {
-  if (B_FORMAT == 0u) return b4[at];
-  uvec2 words = b16x4[at];
-  return vec4(widen_pair(words.x, B_FORMAT), widen_pair(words.y, B_FORMAT));
-}
-float a_at(uint at) { return a[at]; }  // A's float number `at`
-float b_at(uint at) { return B_FORMAT == 0u ? b[at] : widen(b16[at / 2u], at % 2u, B_FORMAT); }
+#include "gemm_storage.glsl"
 #endif
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Output { float c[]; };

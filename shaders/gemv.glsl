@@ -22,12 +22,7 @@ layout(constant_id = 3) const uint B_FORMAT = 0u;  // W stored float32 (0), floa
 const uint ROWS = 8u;
 const uint LANES_PER_COLUMN = 32u;
 
-layout(std430, binding = 0) readonly buffer InputX { float x[]; };
-layout(std430, binding = 0) readonly buffer InputX4 { vec4 x4[]; };
-layout(std430, binding = 1) readonly buffer InputW { float w[]; };
-layout(std430, binding = 1) readonly buffer InputW4 { vec4 w4[]; };
-layout(std430, binding = 1) readonly buffer InputW16 { uint w16[]; };
-layout(std430, binding = 1) readonly buffer InputW16x4 { uvec2 w16x4[]; };
+#include "gemm_storage.glsl"  // x as A, W as B
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 3) writeonly buffer Output { float y[]; };
 
@@ -42,13 +37,6 @@ layout(push_constant) uniform Params {
   uint tokens;  //   (the host runs this only then)
 } p;
 
-vec4 w4_at(uint at) {  // W's vec4 number `at`
-  if (B_FORMAT == 0u) return w4[at];
-  uvec2 words = w16x4[at];
-  return vec4(widen_pair(words.x, B_FORMAT), widen_pair(words.y, B_FORMAT));
-}
-float w_at(uint at) { return B_FORMAT == 0u ? w[at] : widen(w16[at / 2u], at % 2u, B_FORMAT); }
-
 shared float partial[ROWS][gl_WorkGroupSize.x];
 
 void main() {
@@ -61,16 +49,16 @@ void main() {
     if (VEC4) {
       const uint quads = p.inner / 4u;
       for (uint q = lane; q < quads; q += LANES_PER_COLUMN) {
-        const vec4 wv = w4_at(m * quads + q);
+        const vec4 wv = b4_at(m * quads + q);
         for (uint n = 0u; n < ROWS; ++n) {
-          if (n < p.rows) sum[n] += dot(x4[n * quads + q], wv);
+          if (n < p.rows) sum[n] += dot(a4_at(n * quads + q), wv);
         }
       }
     } else {
       for (uint k = lane; k < p.inner; k += LANES_PER_COLUMN) {
-        const float wk = w_at(m * p.inner + k);
+        const float wk = b_at(m * p.inner + k);
         for (uint n = 0u; n < ROWS; ++n) {
-          if (n < p.rows) sum[n] += x[n * p.inner + k] * wk;
+          if (n < p.rows) sum[n] += a_at(n * p.inner + k) * wk;
         }
       }
     }
