@@ -1,4 +1,4 @@
-// linear for a few rows — a decode step's projections, N = B·T ≤ ROWS (the <linear>_gemv build):
+// linear for a few rows — a decode step's projections, N = B·T ≤ ROWS (linear.comp's _gemv build):
 //   y[n, m] = Σ_k x[n, k] · W[m, k] (+ bias[m])
 //   x (N, K) row-major;  W (M, K), PyTorch's Linear.weight;  y (N, M)
 // The GEMM's tilings (gemm.glsl) give a GPU's workgroup a 128 × 128 block of y: for one row, a
