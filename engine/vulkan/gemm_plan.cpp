@@ -22,11 +22,15 @@ Lanes broadcast_lanes(const DeviceReport& d, uint32_t wanted = 0) {
   return lanes;
 }
 
+// Whether `device` runs the GEMV's workgroups of kGemvWorkgroup invocations
+bool runs_gemv_workgroups(const DeviceReport& device) {
+  return kGemvWorkgroup <= device.max_workgroup_invocations && kGemvWorkgroup <= device.max_workgroup_size_x;
+}
+
 }  // namespace
 
 uint32_t gemv_rule(const DeviceReport& device) {
-  const bool fits = kGemvWorkgroup <= device.max_workgroup_invocations && kGemvWorkgroup <= device.max_workgroup_size_x;
-  return device.type != vk::PhysicalDeviceType::eCpu && fits ? kGemvRows : 0;
+  return device.type != vk::PhysicalDeviceType::eCpu && runs_gemv_workgroups(device) ? kGemvRows : 0;
 }
 
 void check_gemv_rows(uint32_t rows, const DeviceReport& device) {
@@ -34,7 +38,7 @@ void check_gemv_rows(uint32_t rows, const DeviceReport& device) {
     throw DeviceError("linear as a GEMV for up to " + std::to_string(rows) + " rows: it holds at most " +
                       std::to_string(kGemvRows));
   }
-  if (rows > 0 && (kGemvWorkgroup > device.max_workgroup_invocations || kGemvWorkgroup > device.max_workgroup_size_x)) {
+  if (rows > 0 && !runs_gemv_workgroups(device)) {
     throw DeviceError("linear as a GEMV: device '" + device.name + "' runs no workgroup of " +
                       std::to_string(kGemvWorkgroup) + " invocations");
   }
