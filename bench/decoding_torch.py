@@ -82,11 +82,14 @@ def main():
             torch_ms[context] = (statistics.median(steps[1:]), min(runs))
     out = subprocess.run([args.bench, "--contexts", args.contexts, "--tokens", str(args.tokens)], check=True,
                          capture_output=True, text=True).stdout
-    vkattn_ms = {}
+    vkattn_ms = {}  # the table's rows: context, parts ("32*": the backend's choice), cached, recompute, …
     for line in out.splitlines():
         cells = line.split()
         if cells and cells[0].isdigit():
-            vkattn_ms[int(cells[0])] = (float(cells[1]), float(cells[2]))
+            vkattn_ms[int(cells[0])] = (float(cells[2]), float(cells[3]))
+    missing = [c for c in contexts if c not in vkattn_ms]
+    if missing:
+        sys.exit(f"decoding_torch.py: no row for contexts {missing} in {args.bench}'s table:\n{out}")
     print(f"torch {torch.__version__} on the CPU ({os.environ['OMP_NUM_THREADS']} threads) against vkattn: "
           f"{out.splitlines()[0].split(', on ')[-1]}")
     print("ms per token (tokens/s)       cached                       recompute")
