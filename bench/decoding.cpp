@@ -9,11 +9,14 @@
 // row is test_decoding's (CausalLMDecode, up to 1000 positions).
 //
 //   bench_decoding [--contexts 256,1024,4096] [--tokens 9] [--backend gpu|cpu] [--parts 0,1,8,32]
-//                  [--gemv-rows 0|8]
+//                  [--gemv-rows 0|8] [--steps]
 //
 // --parts times each context under each of flash_decoding's key splits (0: the backend's choice).
 // --gemv-rows: linear for at most that many rows as a GEMV (shaders/gemv.glsl; 0: the GEMM's
 // tilings), instead of the device's rule (8 on a GPU, 0 on a CPU device).
+// --steps: after the table, one more decode step a row, shape-traced, its time by op
+// (timestamps on the GPU) against its wall time: what a token's time is spent on, and how much
+// of it is not the device's steps (the host's checks and recording, submission, the readback).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -21,11 +24,15 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
+#include <limits>
+#include <map>
 #include <random>
+#include <sstream>
 
 #include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/causal_lm.h"
+#include "vkattn/tracing/tracer.h"
 
 using namespace vkattn;
 
@@ -43,6 +50,52 @@ Tensor ids(int64_t n, std::mt19937& rng, int64_t vocab) {
   Tensor t({1, n}, std::vector<float>(static_cast<size_t>(n)), DType::int64);
   for (float& id : t.data) id = static_cast<float>(rng() % static_cast<uint32_t>(vocab));
   return t;
+}
+
+// One traced decode step's time by op (the device's clock on a GPU), against its wall time `wall_ms`:
+//   context 256, parts 32: one decode step, shape-traced, 4.31 ms (gpu clock for the steps)
+//     op                 dispatches     step ms   of the steps
+//     linear                     25       0.912           48 %
+//   the steps' time 1.90 ms, from the first's start to the last's end 2.40 ms; the rest of the
+//   4.31 ms (outside the steps: the host's checks and recording, submission, the readback): 1.91 ms
+std::string step_breakdown(const StepRecorder& steps, double wall_ms) {
+  const auto& times = steps.pass_end().step_times;
+  struct Op {
+    size_t first = 0;  // the op's first step: ops print in the order the pass met them
+    int dispatches = 0;
+    double us = 0;
+  };
+  std::map<std::string, Op> ops;
+  double busy_us = 0, first_start = std::numeric_limits<double>::infinity(), last_end = 0;
+  for (size_t i = 0; i < steps.steps().size() && i < times.size(); ++i) {
+    const StepEvent& e = steps.steps()[i].event;
+    if (!e.folded.empty()) continue;  // done by a neighbour's store or load: no dispatch, 0 µs
+    auto [op, fresh] = ops.try_emplace(e.op, Op{i});
+    op->second.dispatches += 1;
+    op->second.us += times[i].duration_us;
+    busy_us += times[i].duration_us;
+    first_start = std::min(first_start, times[i].start_us);
+    last_end = std::max(last_end, times[i].start_us + times[i].duration_us);
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(2);
+  if (ops.empty()) {
+    out << "  (no step times: the backend could not time this pass)\n";
+    return out.str();
+  }
+  std::vector<std::pair<std::string, Op>> ordered(ops.begin(), ops.end());
+  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
+  out << "  op                 dispatches     step ms   of the steps\n";
+  for (const auto& [name, op] : ordered) {
+    out << "  " << std::left << std::setw(19) << name << std::right << std::setw(10) << op.dispatches
+        << std::setw(12) << std::setprecision(3) << op.us / 1e3 << std::setw(13) << std::setprecision(0)
+        << 100 * op.us / busy_us << " %\n";
+  }
+  out << std::setprecision(2) << "the steps' time " << busy_us / 1e3 << " ms, from the first's start to the last's end "
+      << (last_end - first_start) / 1e3 << " ms; the rest of the\n" << wall_ms
+      << " ms (outside the steps: the host's checks and recording, submission, the readback): "
+      << std::max(0.0, wall_ms - (last_end - first_start) / 1e3) << " ms\n";
+  return out.str();
 }
 
 }  // namespace
@@ -65,6 +118,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--gemv-rows", gemv_rows, "linear for at most this many rows as a GEMV, 0 to 8 (unset: the device's rule)")
       ->check(CLI::Range(0, 8));
+  bool by_step = false;
+  app.add_flag("--steps", by_step, "after the table, one shape-traced decode step a row: its time by op (the device clock on a GPU)");
   CLI11_PARSE(app, argc, argv);
   try {
     const int64_t longest = *std::max_element(contexts.begin(), contexts.end());
@@ -76,6 +131,7 @@ int main(int argc, char** argv) {
     CausalLM model(c, CausalLMWeights::random(c, 1));
     auto backend = make_backend(backend_name, "", {.gemv_rows = gemv_rows});
     std::mt19937 rng(0);
+    std::vector<std::string> breakdowns;  // --steps
     std::cout << "CausalLM: " << layers << " layers, E " << E << ", " << H << " heads, feed-forward " << F
               << ", vocab " << V << ", B = 1, on " << backend->name() << " (" << backend->device_name() << ")\n"
               << "context  parts  cached ms/token  recompute ms/token  speed-up  cache MiB\n";
@@ -89,6 +145,12 @@ int main(int argc, char** argv) {
         DecodeOptions options;
         options.parts = std::min(asked, context);
         model.decode(*backend, last, cache, options);  // pipelines made; not timed
+        {  // and the last step's length too, untimed: where the steps cross a power of two (a
+           // context of 1024), the tuner meets flash_decoding's next shape class there
+          KVCache ahead = model.make_cache(*backend, 1, context + tokens);
+          ahead.advance(context + tokens - 1);
+          model.decode(*backend, last, ahead, options);
+        }
         std::vector<double> cached;
         for (int t = 0; t < tokens - 1; ++t) {
           auto start = Clock::now();
@@ -104,6 +166,24 @@ int main(int argc, char** argv) {
           recompute = std::min(first, ms_since(start));
         }
         const double per_token = median(cached);
+        if (by_step) {
+          StepRecorder steps(false);
+          backend->add_tracer(steps);
+          const auto start = Clock::now();
+          try {
+            model.decode(*backend, ids(1, rng, V), cache, options);
+          } catch (...) {
+            backend->remove_tracer(steps);
+            throw;
+          }
+          const double wall = ms_since(start);
+          backend->remove_tracer(steps);
+          std::ostringstream title;
+          title << "context " << context << (asked ? ", parts " + std::to_string(asked) : "")
+                << ": one decode step, shape-traced, " << std::fixed << std::setprecision(2) << wall << " ms ("
+                << steps.pass_end().clock << " clock for the steps)\n";
+          breakdowns.push_back(title.str() + step_breakdown(steps, wall));
+        }
         // the split the last step ran (its length is context + tokens - 1 positions)
         const int64_t parts =
             options.parts > 0 ? options.parts : backend->decoding_parts(H, context + tokens - 1, E / H);
@@ -117,6 +197,7 @@ int main(int argc, char** argv) {
     std::cout << "cached: the median of " << tokens - 1 << " decode steps; recompute: the faster of two full "
               << "forwards over the context\nparts: flash_decoding's key split (*: the backend's choice)\n"
               << "cache MiB = 2 · layers · B · H · capacity · d · 4 bytes\n";
+    for (const std::string& breakdown : breakdowns) std::cout << "\n" << breakdown;
   } catch (const std::exception& e) {
     std::cerr << "bench_decoding: " << e.what() << "\n";
     return 1;
