@@ -33,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 
 CORES = os.cpu_count() or 1
@@ -95,6 +96,11 @@ def vkattn_run(binary, s, path, iters, variant=""):
     return json.loads(done.stdout)
 
 
+def say(text):
+    """A line of words at most 100 columns wide: the rest wraps, indented (long paths and names)."""
+    print(textwrap.fill(text, 100, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False))
+
+
 def read(path):
     try:
         with open(path) as f:
@@ -124,10 +130,10 @@ def environment(binary, torch_device):
     blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
     blas_info = next((part.split("=", 1)[1] for part in torch.__config__.show().replace("\n", ",").split(",")
                       if part.strip().startswith("BLAS_INFO=")), "unknown")
-    print(f"machine: {release} (debian_version {debian}), {cpu}, {CORES} cores, {vector}")
-    print(f"vkattn device: {chosen[0][2:].strip() if chosen else 'none'}; driver: {driver}")
-    print(f"torch {torch.__version__} on {torch_device}; BLAS: {os.path.relpath(blas, '/usr/lib/x86_64-linux-gnu')} "
-          f"(torch's BLAS_INFO={blas_info})")
+    say(f"machine: {release} (debian_version {debian}), {cpu}, {CORES} cores, {vector}")
+    say(f"vkattn device: {chosen[0][2:].strip() if chosen else 'none'}; driver: {driver}")
+    say(f"torch {torch.__version__} on {torch_device}; BLAS: {os.path.relpath(blas, '/usr/lib/x86_64-linux-gnu')} "
+        f"(torch's BLAS_INFO={blas_info})")
 
 
 def tune(binary, names):
@@ -138,7 +144,7 @@ def tune(binary, names):
     if done.returncode != 0:
         sys.exit(f"compare.py: vkattn tune failed ({done.returncode}): {done.stderr.strip()}")
     classes = next((line for line in done.stdout.splitlines() if "shape classes in" in line), "")
-    print(f"vkattn tune --shapes {','.join(names)}: {classes} ({time.perf_counter() - start:.1f} s with start-up)")
+    say(f"vkattn tune --shapes {','.join(names)}: {classes} ({time.perf_counter() - start:.1f} s with start-up)")
 
 
 def blas_warning():
@@ -177,8 +183,8 @@ def projection_gemm(vkattn_binary, rounds, device):
             sys.exit(f"compare.py: bench_gemm failed ({done.returncode}): {done.stderr.strip()}")
         vkattn_gflops.append(float(tuned[0].split("ms")[1].split()[0]))
     t, v = statistics.median(torch_gflops), statistics.median(vkattn_gflops)
-    print(f"projection GEMM ({m}, {k}) · ({n}, {k})ᵀ: torch (sgemm) {t:.1f} GFLOP/s, vkattn's tuned plan "
-          f"{v:.1f} GFLOP/s: {v / t:.2f}x (median of {rounds} turns)")
+    say(f"projection GEMM ({m}, {k}) · ({n}, {k})ᵀ: torch (sgemm) {t:.1f} GFLOP/s, vkattn's tuned plan "
+        f"{v:.1f} GFLOP/s: {v / t:.2f}x (median of {rounds} turns)")
 
 
 def main():
@@ -230,8 +236,8 @@ def main():
             print(f"round {r + 1}/{args.rounds}: {n} done", file=sys.stderr, flush=True)
 
     where = torch.cuda.get_device_name() if args.torch_device == "cuda" else f"{CORES} threads"
-    print(f"torch {torch.__version__} on {where} against vkattn bench (median of {args.rounds} "
-          f"turns of {args.iters} forwards each; ratio = torch_ms / vkattn_ms)")
+    say(f"torch {torch.__version__} on {where} against vkattn bench (median of {args.rounds} "
+        f"turns of {args.iters} forwards each; ratio = torch_ms / vkattn_ms)")
     print("vkattn ms: a forward from the host (input and weights uploaded, output read back), or with")
     print("/resident on tensors and weights kept on the device, its output left there, as torch's;")
     print("steps ms: its steps' own time on the device (timestamps), without the transfers;")
