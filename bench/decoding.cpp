@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     std::mt19937 rng(0);
     std::vector<std::string> breakdowns;  // --steps
     std::cout << "CausalLM: " << layers << " layers, E " << E << ", " << H << " heads, feed-forward " << F
-              << ", vocab " << V << ", B = 1, on " << backend->name() << " (" << backend->device_name() << ")\n"
+              << ", vocab " << V << ", B = 1,\non " << backend->name() << " (" << backend->device_name() << ")\n"
               << "context  parts  cached ms/token  recompute ms/token  speed-up  cache MiB\n";
     for (int64_t context : contexts) {
       std::optional<double> recompute;

@@ -91,7 +91,7 @@ def main():
     if missing:
         sys.exit(f"decoding_torch.py: no row for contexts {missing} in {args.bench}'s table:\n{out}")
     print(f"torch {torch.__version__} on the CPU ({os.environ['OMP_NUM_THREADS']} threads) against vkattn: "
-          f"{out.splitlines()[0].split(', on ')[-1]}")
+          f"{next(line for line in out.splitlines() if line.startswith('on '))[3:]}")
     print("ms per token (tokens/s)       cached                       recompute")
     print("context            torch          vkattn           torch            vkattn")
     for context in contexts:
