@@ -20,10 +20,12 @@ using backend_checks::require;
 Value Backend::upload(const std::string& name, const Tensor& tensor) { return upload_as(name, tensor, Narrow::none); }
 
 Value Backend::upload_as(const std::string& name, const Tensor& tensor, Narrow as) {
-  require(element_count(tensor.shape) == tensor.size(), name,
-          "tensor data holds " + std::to_string(tensor.size()) + " values but its shape " +
-              shape_string(tensor.shape) + " needs " + std::to_string(element_count(tensor.shape)));
-  require(tensor.size() > 0, name, "tensor " + shape_string(tensor.shape) + " is empty; every dim must be >= 1");
+  require(element_count(tensor.shape) == tensor.size(), name, [&] {
+    return "tensor data holds " + std::to_string(tensor.size()) + " values but its shape " +
+           shape_string(tensor.shape) + " needs " + std::to_string(element_count(tensor.shape));
+  });
+  require(tensor.size() > 0, name,
+          [&] { return "tensor " + shape_string(tensor.shape) + " is empty; every dim must be >= 1"; });
   const std::string scoped_name = scoped(name);
   std::shared_ptr<Storage> storage;
   at_step(scoped_name, [&] { storage = store(scoped_name, tensor, as); });
@@ -113,8 +115,9 @@ void Backend::at_step(const std::string& where, const std::function<void()>& wor
 }
 
 Value view(const Value& value, Shape shape) {
-  require(element_count(shape) == element_count(value.shape), value.name,
-          "cannot view " + describe(value) + " as " + shape_string(shape) + ": the element counts differ");
+  require(element_count(shape) == element_count(value.shape), value.name, [&] {
+    return "cannot view " + describe(value) + " as " + shape_string(shape) + ": the element counts differ";
+  });
   Value out = value;
   out.shape = std::move(shape);
   return out;
@@ -129,15 +132,16 @@ Value Backend::make_output(const std::string& step, Shape shape) {
 
 void Backend::report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
                      std::vector<std::string> dims, const Folding& folding) {
+  const int index = next_index_++;
+  if (tracers_.empty()) return;  // no one listens: no event to build (its preflight reports too)
   StepEvent event;
-  event.index = next_index_++;
+  event.index = index;
   event.name = step;
   event.op = op;
   event.inputs = std::move(inputs);
   if (dims.size() != output.shape.size()) dims.clear();  // a step used outside the recipe's layouts
   event.output = {output.name, output.shape, output.dtype, std::move(dims), folding.stored_as};
   event.folded = folding.note;
-  if (tracers_.empty()) return;
   bool wants_values = std::any_of(tracers_.begin(), tracers_.end(), [](Tracer* t) { return t->wants_values(); });
   std::optional<Tensor> values;
   if (wants_values) {

@@ -19,17 +19,19 @@ using namespace backend_checks;
 Backend::LinearSizes Backend::check_linear(const std::string& step, const Value& x, const Value& weight,
                                            const Value* bias) {
   require_float(step, x);
-  require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim");
+  require(x.rank() >= 1, step, [&] { return "input " + describe(x) + " must have a feature dim"; });
   require_rank(step, weight, 2, "(out_features, in_features)", /*sixteen_bit=*/true);
   int64_t K = x.dim(-1), M = weight.dim(0);
-  require(weight.dim(1) == K, step,
-          "input " + describe(x) + " has " + std::to_string(K) + " features but weight " + describe(weight) +
-              " expects " + std::to_string(weight.dim(1)) + " (x · Wᵀ needs x's last dim = W's columns)");
+  require(weight.dim(1) == K, step, [&] {
+    return "input " + describe(x) + " has " + std::to_string(K) + " features but weight " + describe(weight) +
+           " expects " + std::to_string(weight.dim(1)) + " (x · Wᵀ needs x's last dim = W's columns)";
+  });
   if (bias) {
     require_rank(step, *bias, 1, "(out_features,)");
-    require(bias->dim(0) == M, step,
-            "bias " + describe(*bias) + " must have " + std::to_string(M) + " elements, one per output feature of weight " +
-                describe(weight));
+    require(bias->dim(0) == M, step, [&] {
+      return "bias " + describe(*bias) + " must have " + std::to_string(M) +
+             " elements, one per output feature of weight " + describe(weight);
+    });
   }
   return {element_count(x.shape) / K, K, M};
 }
@@ -51,15 +53,18 @@ Value Backend::linear(const std::string& step_name, const Value& x, const Value&
 Value Backend::split_heads(const std::string& step_name, const Value& x, int64_t heads, int64_t chunks, int64_t chunk) {
   const std::string step = scoped(step_name);
   require_rank(step, x, 3, chunks == 1 ? "(B, T, E)" : "(B, T, n·E)");
-  require(chunks >= 1 && chunk >= 0 && chunk < chunks, step,
-          "chunk " + std::to_string(chunk) + " of " + std::to_string(chunks) + " does not exist (0 <= chunk < chunks)");
-  require(x.dim(2) % chunks == 0, step,
-          "input " + describe(x) + " has " + std::to_string(x.dim(2)) + " features, which do not split into " +
-              std::to_string(chunks) + " equal chunks");
+  require(chunks >= 1 && chunk >= 0 && chunk < chunks, step, [&] {
+    return "chunk " + std::to_string(chunk) + " of " + std::to_string(chunks) + " does not exist (0 <= chunk < chunks)";
+  });
+  require(x.dim(2) % chunks == 0, step, [&] {
+    return "input " + describe(x) + " has " + std::to_string(x.dim(2)) + " features, which do not split into " +
+           std::to_string(chunks) + " equal chunks";
+  });
   int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2) / chunks;
-  require(heads >= 1 && E % heads == 0, step,
-          "input " + describe(x) + " has E=" + std::to_string(E) + " which " + std::to_string(heads) +
-              " heads do not divide (E must be a multiple of H)");
+  require(heads >= 1 && E % heads == 0, step, [&] {
+    return "input " + describe(x) + " has E=" + std::to_string(E) + " which " + std::to_string(heads) +
+           " heads do not divide (E must be a multiple of H)";
+  });
   int64_t d = E / heads;
   Value y = make_output(step, {B, heads, T, d});
   timed(step, [&] { run_split_heads(step, *x.storage, *y.storage, B, T, heads, d, chunks, chunk); });
@@ -70,13 +75,14 @@ Value Backend::split_heads(const std::string& step_name, const Value& x, int64_t
 Value Backend::append_row(const std::string& step_name, const Value& x, const Value* row) {
   const std::string step = scoped(step_name);
   require_float(step, x);
-  require(x.rank() >= 2, step, "input " + describe(x) + " must be (…, T, C)");
+  require(x.rank() >= 2, step, [&] { return "input " + describe(x) + " must be (…, T, C)"; });
   int64_t T = x.dim(-2), C = x.dim(-1);
   int64_t N = element_count(x.shape) / (T * C);
   if (row) {
     require_float(step, *row);
-    require(element_count(row->shape) == C, step,
-            "row " + describe(*row) + " must hold " + std::to_string(C) + " values, one per channel of " + describe(x));
+    require(element_count(row->shape) == C, step, [&] {
+      return "row " + describe(*row) + " must hold " + std::to_string(C) + " values, one per channel of " + describe(x);
+    });
   }
   Shape shape = x.shape;
   shape[shape.size() - 2] += 1;
@@ -92,7 +98,8 @@ Value Backend::attention_scores(const std::string& step_name, const Value& q, co
   const std::string step = scoped(step_name);
   require_rank(step, q, 4, "(B, H, L, d)");
   require_rank(step, k, 4, "(B, H_kv, S, d)");
-  require(q.dim(3) == k.dim(3), step, "query " + describe(q) + " and key " + describe(k) + " must agree on d");
+  require(q.dim(3) == k.dim(3), step,
+          [&] { return "query " + describe(q) + " and key " + describe(k) + " must agree on d"; });
   const int64_t group = kv_group(step, q, k, "key");
   int64_t B = q.dim(0), H = q.dim(1), L = q.dim(2), S = k.dim(2), d = q.dim(3);
   Value scores = make_output(step, {B, H, L, S});
@@ -113,16 +120,18 @@ static int check_masks(const std::string& step, const Value* attn_mask, const Va
     require_float(step, *attn_mask);
     bool ok2 = attn_mask->shape == Shape{L, S};
     bool ok3 = attn_mask->shape == Shape{B * H, L, S};
-    require(ok2 || ok3, step,
-            "attn_mask " + shape_string(attn_mask->shape) + " must be (L, S) = " + shape_string({L, S}) +
-                " or (B·H, L, S) = " + shape_string({B * H, L, S}) + " for " + against);
+    require(ok2 || ok3, step, [&] {
+      return "attn_mask " + shape_string(attn_mask->shape) + " must be (L, S) = " + shape_string({L, S}) +
+             " or (B·H, L, S) = " + shape_string({B * H, L, S}) + " for " + against;
+    });
     rank = ok2 ? 2 : 3;
   }
   if (key_padding_mask) {
     require_float(step, *key_padding_mask);
-    require(key_padding_mask->shape == Shape{B, S}, step,
-            "key_padding_mask " + shape_string(key_padding_mask->shape) + " must be (B, S) = " +
-                shape_string({B, S}) + " for " + against);
+    require(key_padding_mask->shape == Shape{B, S}, step, [&] {
+      return "key_padding_mask " + shape_string(key_padding_mask->shape) + " must be (B, S) = " + shape_string({B, S}) +
+             " for " + against;
+    });
   }
   return rank;
 }
@@ -151,9 +160,10 @@ Value Backend::flash_attention(const std::string& step_name, const Value& q, con
   require_rank(step, q, 4, "(B, H, L, d)");
   require_rank(step, k, 4, "(B, H_kv, S, d)");
   require_rank(step, v, 4, "(B, H_kv, S, d)");
-  require(q.dim(3) == k.dim(3) && v.shape == k.shape, step,
-          "query " + describe(q) + ", key " + describe(k) + " and value " + describe(v) +
-              " must agree on d, and key and value on every dim");
+  require(q.dim(3) == k.dim(3) && v.shape == k.shape, step, [&] {
+    return "query " + describe(q) + ", key " + describe(k) + " and value " + describe(v) +
+           " must agree on d, and key and value on every dim";
+  });
   const int64_t group = kv_group(step, q, k, "key");
   require_window(step, causal, window);
   int64_t B = q.dim(0), H = q.dim(1), L = q.dim(2), S = k.dim(2), d = q.dim(3);
@@ -173,7 +183,7 @@ Value Backend::flash_attention(const std::string& step_name, const Value& q, con
 Value Backend::softmax(const std::string& step_name, const Value& x) {
   const std::string step = scoped(step_name);
   require_float(step, x);
-  require(x.rank() >= 1, step, "input " + describe(x) + " must have a last dim to normalise over");
+  require(x.rank() >= 1, step, [&] { return "input " + describe(x) + " must have a last dim to normalise over"; });
   int64_t S = x.dim(-1), R = element_count(x.shape) / S;
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_softmax(step, *x.storage, *y.storage, R, S); });
@@ -185,7 +195,8 @@ Value Backend::attention_values(const std::string& step_name, const Value& p, co
   const std::string step = scoped(step_name);
   require_rank(step, p, 4, "(B, H, L, S)");
   require_rank(step, v, 4, "(B, H_kv, S, d)");
-  require(p.dim(3) == v.dim(2), step, "weights " + describe(p) + " and value " + describe(v) + " must agree on S");
+  require(p.dim(3) == v.dim(2), step,
+          [&] { return "weights " + describe(p) + " and value " + describe(v) + " must agree on S"; });
   const int64_t group = kv_group(step, p, v, "value");
   int64_t B = p.dim(0), H = p.dim(1), L = p.dim(2), S = p.dim(3), d = v.dim(3);
   Value out = make_output(step, {B, H, L, d});
@@ -211,9 +222,10 @@ Value Backend::linear_split_heads(const std::string& linear_name, const std::str
   const LinearSizes sizes = check_linear(step, x, weight, bias);
   const int64_t N = sizes.N, K = sizes.K, M = sizes.M;  // named, not bound: clang 14 captures no bindings
   const int64_t B = x.dim(0), T = x.dim(1);
-  require(heads >= 1 && M % heads == 0, split,
-          "input " + step + " " + shape_string({B, T, M}) + " has E=" + std::to_string(M) + " which " +
-              std::to_string(heads) + " heads do not divide (E must be a multiple of H)");
+  require(heads >= 1 && M % heads == 0, split, [&] {
+    return "input " + step + " " + shape_string({B, T, M}) + " has E=" + std::to_string(M) + " which " +
+           std::to_string(heads) + " heads do not divide (E must be a multiple of H)";
+  });
   const int64_t d = M / heads;
   Value y = make_output(step, {B, heads, T, d});  // the product, stored split: q_proj allocates it
   y.name = split;

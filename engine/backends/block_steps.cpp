@@ -17,13 +17,16 @@ Value Backend::layer_norm(const std::string& step_name, const Value& x, const Va
                           float eps) {
   const std::string step = scoped(step_name);
   require_float(step, x);
-  require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim to normalise over");
+  require(x.rank() >= 1, step, [&] { return "input " + describe(x) + " must have a feature dim to normalise over"; });
   int64_t E = x.dim(-1), N = element_count(x.shape) / E;
   for (const Value* p : {&weight, &bias}) {
     require_rank(step, *p, 1, "(E,)");
-    require(p->dim(0) == E, step, describe(*p) + " must have " + std::to_string(E) + " elements, one per feature of " + describe(x));
+    require(p->dim(0) == E, step, [&] {
+      return describe(*p) + " must have " + std::to_string(E) + " elements, one per feature of " + describe(x);
+    });
   }
-  require(eps > 0.0f && std::isfinite(eps), step, "eps " + std::to_string(eps) + " must be a positive finite number");
+  require(eps > 0.0f && std::isfinite(eps), step,
+          [&] { return "eps " + std::to_string(eps) + " must be a positive finite number"; });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_layer_norm(step, *x.storage, *weight.storage, *bias.storage, *y.storage, N, E, eps); });
   report(step, "layer_norm", infos({&x, &weight, &bias}), y, {"b", "t", "f"});
@@ -33,11 +36,14 @@ Value Backend::layer_norm(const std::string& step_name, const Value& x, const Va
 Value Backend::rms_norm(const std::string& step_name, const Value& x, const Value& weight, float eps) {
   const std::string step = scoped(step_name);
   require_float(step, x);
-  require(x.rank() >= 1, step, "input " + describe(x) + " must have a feature dim to normalise over");
+  require(x.rank() >= 1, step, [&] { return "input " + describe(x) + " must have a feature dim to normalise over"; });
   int64_t E = x.dim(-1), N = element_count(x.shape) / E;
   require_rank(step, weight, 1, "(E,)");
-  require(weight.dim(0) == E, step, describe(weight) + " must have " + std::to_string(E) + " elements, one per feature of " + describe(x));
-  require(eps > 0.0f && std::isfinite(eps), step, "eps " + std::to_string(eps) + " must be a positive finite number");
+  require(weight.dim(0) == E, step, [&] {
+    return describe(weight) + " must have " + std::to_string(E) + " elements, one per feature of " + describe(x);
+  });
+  require(eps > 0.0f && std::isfinite(eps), step,
+          [&] { return "eps " + std::to_string(eps) + " must be a positive finite number"; });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_rms_norm(step, *x.storage, *weight.storage, *y.storage, N, E, eps); });
   report(step, "rms_norm", infos({&x, &weight}), y, {"b", "t", "f"});
@@ -75,7 +81,8 @@ Value Backend::residual_add(const std::string& step_name, const Value& x, const 
   const std::string step = scoped(step_name);
   require_float(step, x);
   require_float(step, residual);
-  require(x.shape == residual.shape, step, describe(x) + " and " + describe(residual) + " must have the same shape");
+  require(x.shape == residual.shape, step,
+          [&] { return describe(x) + " and " + describe(residual) + " must have the same shape"; });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_residual_add(step, *x.storage, *residual.storage, *y.storage, element_count(x.shape)); });
   report(step, "residual_add", infos({&x, &residual}), y, {"b", "t", "f"});
@@ -104,7 +111,8 @@ Value Backend::multiply(const std::string& step_name, const Value& x, const Valu
   const std::string step = scoped(step_name);
   require_float(step, x);
   require_float(step, other);
-  require(x.shape == other.shape, step, describe(x) + " and " + describe(other) + " must have the same shape");
+  require(x.shape == other.shape, step,
+          [&] { return describe(x) + " and " + describe(other) + " must have the same shape"; });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_multiply(step, *x.storage, *other.storage, *y.storage, element_count(x.shape)); });
   report(step, "multiply", infos({&x, &other}), y, {"b", "t", "f"});
@@ -113,8 +121,11 @@ Value Backend::multiply(const std::string& step_name, const Value& x, const Valu
 
 Value Backend::embedding(const std::string& step_name, const Value& ids, const Value& table) {
   const std::string step = scoped(step_name);
-  require(ids.dtype == DType::int64, step, "token ids " + describe(ids) + " are " + dtype_name(ids.dtype) + " but must be int64");
-  require(ids.rank() == 2, step, "token ids " + describe(ids) + " have rank " + std::to_string(ids.rank()) + " but must be (B, T)");
+  require(ids.dtype == DType::int64, step,
+          [&] { return "token ids " + describe(ids) + " are " + dtype_name(ids.dtype) + " but must be int64"; });
+  require(ids.rank() == 2, step, [&] {
+    return "token ids " + describe(ids) + " have rank " + std::to_string(ids.rank()) + " but must be (B, T)";
+  });
   require_rank(step, table, 2, "(vocab_size, E)", /*sixteen_bit=*/true);
   int64_t B = ids.dim(0), T = ids.dim(1), V = table.dim(0), E = table.dim(1);
   Value y = make_output(step, {B, T, E});
@@ -128,10 +139,14 @@ Value Backend::positional_encoding(const std::string& step_name, const Value& x,
   require_rank(step, x, 3, "(B, T, E)");
   require_rank(step, table, 2, "(max_positions, E)");
   int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
-  require(table.dim(1) == E, step, "table " + describe(table) + " has " + std::to_string(table.dim(1)) +
-                                       " features but input " + describe(x) + " has " + std::to_string(E));
-  require(table.dim(0) >= T, step, "table " + describe(table) + " has " + std::to_string(table.dim(0)) +
-                                       " positions, fewer than the " + std::to_string(T) + " of input " + describe(x));
+  require(table.dim(1) == E, step, [&] {
+    return "table " + describe(table) + " has " + std::to_string(table.dim(1)) + " features but input " + describe(x) +
+           " has " + std::to_string(E);
+  });
+  require(table.dim(0) >= T, step, [&] {
+    return "table " + describe(table) + " has " + std::to_string(table.dim(0)) + " positions, fewer than the " +
+           std::to_string(T) + " of input " + describe(x);
+  });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_positional_encoding(step, *x.storage, *table.storage, *y.storage, B, T, E); });
   report(step, "positional_encoding", infos({&x, &table}), y, {"b", "t", "f"});
@@ -151,18 +166,22 @@ Value Backend::rotary_embedding(const std::string& step_name, const Value& x, in
   require_rank(step, x, 4, "(B, H, T, d)");
   const int64_t B = x.dim(0), H = x.dim(1), T = x.dim(2), d = x.dim(3);
   const int64_t r = rotary_dims == 0 ? d : rotary_dims;
-  require(r > 0 && r <= d && r % 2 == 0, step,
-          "rotary_dims " + std::to_string(r) + " must be even and within the head dim d = " + std::to_string(d) +
-              " of " + describe(x) + (r % 2 ? ": RoPE rotates features in pairs" : ""));
-  require(offset >= 0, step, "position offset " + std::to_string(offset) + " must be >= 0");
-  require(std::isfinite(theta) && theta > 1.0f, step, "theta " + std::to_string(theta) + " must be a number > 1");
+  require(r > 0 && r <= d && r % 2 == 0, step, [&] {
+    return "rotary_dims " + std::to_string(r) + " must be even and within the head dim d = " + std::to_string(d) +
+           " of " + describe(x) + (r % 2 ? ": RoPE rotates features in pairs" : "");
+  });
+  require(offset >= 0, step, [&] { return "position offset " + std::to_string(offset) + " must be >= 0"; });
+  require(std::isfinite(theta) && theta > 1.0f, step,
+          [&] { return "theta " + std::to_string(theta) + " must be a number > 1"; });
   require(scaling.type == RopeScaling::Type::none ||
               (std::isfinite(scaling.factor) && scaling.factor >= 1.0f &&
                (scaling.type != RopeScaling::Type::llama3 ||
                 (scaling.low_freq_factor > 0 && scaling.high_freq_factor > scaling.low_freq_factor &&
                  scaling.original_max_positions > 0))),
-          step, "rope scaling: factor " + std::to_string(scaling.factor) + " must be >= 1, and llama3's " +
-                    "0 < low_freq_factor < high_freq_factor, original_max_positions > 0");
+          step, [&] {
+            return "rope scaling: factor " + std::to_string(scaling.factor) + " must be >= 1, and llama3's " +
+                   "0 < low_freq_factor < high_freq_factor, original_max_positions > 0";
+          });
   Tensor frequencies({r / 2});
   for (int64_t i = 0; i < r / 2; ++i) {
     float f = reference::rotary_inverse_frequency(i, r, theta);
@@ -215,8 +234,9 @@ Value Backend::host_step(const std::string& step_name, const std::string& op, co
     for (const Value* v : inputs) host.push_back(download(*v));
     result = compute(host);
   });
-  require(element_count(result.shape) == result.size() && result.size() > 0, step,
-          "the host step made " + std::to_string(result.size()) + " values for shape " + shape_string(result.shape));
+  require(element_count(result.shape) == result.size() && result.size() > 0, step, [&] {
+    return "the host step made " + std::to_string(result.size()) + " values for shape " + shape_string(result.shape);
+  });
   Value y{step, result.shape, result.dtype, store(step, result, Narrow::none)};
   std::vector<TensorInfo> in;
   for (const Value* v : inputs) in.push_back({v->name, v->shape, v->dtype});

@@ -18,11 +18,12 @@ Value Backend::kv_cache_append(const std::string& step_name, const Value& cache,
   require_rank(step, cache, 4, "(B, H, capacity, d)");
   require_rank(step, rows, 4, "(B, H, T, d)");
   require(rows.dim(0) == cache.dim(0) && rows.dim(1) == cache.dim(1) && rows.dim(3) == cache.dim(3), step,
-          "rows " + describe(rows) + " and cache " + describe(cache) + " must agree on B, H and d");
+          [&] { return "rows " + describe(rows) + " and cache " + describe(cache) + " must agree on B, H and d"; });
   const int64_t B = cache.dim(0), H = cache.dim(1), C = cache.dim(2), d = cache.dim(3), T = rows.dim(2);
-  require(position >= 0 && position + T <= C, step,
-          "the cache holds at most " + std::to_string(C) + " positions (its capacity) but " + std::to_string(T) +
-              " new rows at position " + std::to_string(position) + " would end at " + std::to_string(position + T));
+  require(position >= 0 && position + T <= C, step, [&] {
+    return "the cache holds at most " + std::to_string(C) + " positions (its capacity) but " + std::to_string(T) +
+           " new rows at position " + std::to_string(position) + " would end at " + std::to_string(position + T);
+  });
   Value out{step, cache.shape, DType::float32, cache.storage};  // written in place
   timed(step, [&] { run_kv_cache_append(step, *out.storage, *rows.storage, B * H, C, T, d, position); });
   report(step, "kv_cache_append", infos({&rows}), out, {"b", "h", "s", "c"});
@@ -43,25 +44,30 @@ Value Backend::flash_decoding(const std::string& step_name, const Value& q, cons
   require_rank(step, q, 4, "(B, H, L, d)");
   require_rank(step, k, 4, "(B, H_kv, capacity, d)");
   require_rank(step, v, 4, "(B, H_kv, capacity, d)");
-  require(q.dim(3) == k.dim(3) && v.shape == k.shape, step,
-          "query " + describe(q) + ", key cache " + describe(k) + " and value cache " + describe(v) +
-              " must agree on d, and the caches on every dim");
+  require(q.dim(3) == k.dim(3) && v.shape == k.shape, step, [&] {
+    return "query " + describe(q) + ", key cache " + describe(k) + " and value cache " + describe(v) +
+           " must agree on d, and the caches on every dim";
+  });
   const int64_t group = kv_group(step, q, k, "key cache");
   require_window(step, causal, window);
   const int64_t B = q.dim(0), H = q.dim(1), L = q.dim(2), d = q.dim(3), C = k.dim(2), S = length;
-  require(S >= 1 && S <= C, step,
-          "length " + std::to_string(S) + " must be between 1 and the caches' capacity " + std::to_string(C));
-  require(!causal || L <= S, step,
-          "query " + describe(q) + " holds " + std::to_string(L) + " new positions, more than the " +
-              std::to_string(S) + " in the cache");
+  require(S >= 1 && S <= C, step, [&] {
+    return "length " + std::to_string(S) + " must be between 1 and the caches' capacity " + std::to_string(C);
+  });
+  require(!causal || L <= S, step, [&] {
+    return "query " + describe(q) + " holds " + std::to_string(L) + " new positions, more than the " +
+           std::to_string(S) + " in the cache";
+  });
   if (key_padding_mask) {
     require_float(step, *key_padding_mask);
-    require(key_padding_mask->shape == Shape{B, S}, step,
-            "key_padding_mask " + describe(*key_padding_mask) + " must be (B, S) = " + shape_string({B, S}));
+    require(key_padding_mask->shape == Shape{B, S}, step, [&] {
+      return "key_padding_mask " + describe(*key_padding_mask) + " must be (B, S) = " + shape_string({B, S});
+    });
   }
   if (parts == 0) parts = decoding_parts(B * H * L, S, d, L, B * H / group);
-  require(parts >= 1 && parts <= S, step,
-          "parts=" + std::to_string(parts) + " must be between 1 and the " + std::to_string(S) + " keys");
+  require(parts >= 1 && parts <= S, step, [&] {
+    return "parts=" + std::to_string(parts) + " must be between 1 and the " + std::to_string(S) + " keys";
+  });
   Value out = make_output(step, {B, H, L, parts, d + 2});
   float scale = 1.0f / std::sqrt(static_cast<float>(d));
   timed(step, [&] {
@@ -76,7 +82,8 @@ Value Backend::flash_decoding(const std::string& step_name, const Value& q, cons
 Value Backend::attention_combine(const std::string& step_name, const Value& partials) {
   const std::string step = scoped(step_name);
   require_rank(step, partials, 5, "(B, H, L, parts, d + 2)");
-  require(partials.dim(4) >= 3, step, "partials " + describe(partials) + " must hold d + 2 >= 3 values per part");
+  require(partials.dim(4) >= 3, step,
+          [&] { return "partials " + describe(partials) + " must hold d + 2 >= 3 values per part"; });
   const int64_t B = partials.dim(0), H = partials.dim(1), L = partials.dim(2), P = partials.dim(3),
                 d = partials.dim(4) - 2;
   Value out = make_output(step, {B, H, L, d});

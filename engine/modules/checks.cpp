@@ -60,9 +60,9 @@ void token_ids(const std::string& who, const Tensor& ids, int64_t vocab, int64_t
   require(ids.rank() == 2 && ids.dim(1) >= 1, "token ids " + shape_string(ids.shape) + " must be (B, T), T >= 1");
   for (size_t i = 0; i < ids.data.size(); ++i) {
     const float id = ids.data[i];
-    require(id >= 0 && id < static_cast<float>(vocab), "token id " + std::to_string(static_cast<int64_t>(id)) +
-                                                           " at index " + std::to_string(i) +
-                                                           " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    if (id >= 0 && id < static_cast<float>(vocab)) continue;  // the message only for the id that fails
+    require(false, "token id " + std::to_string(static_cast<int64_t>(id)) + " at index " + std::to_string(i) +
+                       " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   }
   require(first_position + ids.dim(1) <= positions,
           "positions " + std::to_string(first_position) + " … " + std::to_string(first_position + ids.dim(1) - 1) +
