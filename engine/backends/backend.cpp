@@ -132,16 +132,15 @@ Value Backend::make_output(const std::string& step, Shape shape) {
 
 void Backend::report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
                      std::vector<std::string> dims, const Folding& folding) {
-  const int index = next_index_++;
-  if (tracers_.empty()) return;  // no one listens: no event to build (its preflight reports too)
   StepEvent event;
-  event.index = index;
+  event.index = next_index_++;
   event.name = step;
   event.op = op;
   event.inputs = std::move(inputs);
   if (dims.size() != output.shape.size()) dims.clear();  // a step used outside the recipe's layouts
   event.output = {output.name, output.shape, output.dtype, std::move(dims), folding.stored_as};
   event.folded = folding.note;
+  if (tracers_.empty()) return;
   bool wants_values = std::any_of(tracers_.begin(), tracers_.end(), [](Tracer* t) { return t->wants_values(); });
   std::optional<Tensor> values;
   if (wants_values) {

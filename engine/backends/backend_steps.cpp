@@ -46,7 +46,7 @@ Value Backend::linear(const std::string& step_name, const Value& x, const Value&
   timed(step, [&] {
     run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {}, {});
   });
-  report(step, "linear", infos({&x, &weight, bias}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "linear", infos({&x, &weight, bias}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -68,7 +68,7 @@ Value Backend::split_heads(const std::string& step_name, const Value& x, int64_t
   int64_t d = E / heads;
   Value y = make_output(step, {B, heads, T, d});
   timed(step, [&] { run_split_heads(step, *x.storage, *y.storage, B, T, heads, d, chunks, chunk); });
-  report(step, "split_heads", infos({&x}), y, {"b", "h", "t", "c"});
+  if (tracing()) report(step, "split_heads", infos({&x}), y, {"b", "h", "t", "c"});
   return y;
 }
 
@@ -90,7 +90,7 @@ Value Backend::append_row(const std::string& step_name, const Value& x, const Va
   timed(step, [&] {
     run_append_row(step, *x.storage, row ? row->storage.get() : nullptr, *y.storage, N, T, C);
   });
-  report(step, "append_row", infos({&x, row}), y, row_dims(x));
+  if (tracing()) report(step, "append_row", infos({&x, row}), y, row_dims(x));
   return y;
 }
 
@@ -107,7 +107,7 @@ Value Backend::attention_scores(const std::string& step_name, const Value& q, co
   timed(step, [&] {
     run_attention_scores(step, *q.storage, *k.storage, *scores.storage, B * H, L, S, d, scale, group);
   });
-  report(step, "attention_scores", infos({&q, &k}), scores, {"b", "h", "i", "j"});
+  if (tracing()) report(step, "attention_scores", infos({&q, &k}), scores, {"b", "h", "i", "j"});
   return scores;
 }
 
@@ -149,7 +149,8 @@ Value Backend::attention_mask(const std::string& step_name, const Value& scores,
                        key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *out.storage, B, H,
                        L, S);
   });
-  report(step, "attention_mask", infos({&scores, attn_mask, key_padding_mask}), out, {"b", "h", "i", "j"});
+  if (tracing())
+    report(step, "attention_mask", infos({&scores, attn_mask, key_padding_mask}), out, {"b", "h", "i", "j"});
   return out;
 }
 
@@ -176,7 +177,8 @@ Value Backend::flash_attention(const std::string& step_name, const Value& q, con
                         key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *out.storage, B, H,
                         L, S, d, scale, group);
   });
-  report(step, "flash_attention", infos({&q, &k, &v, attn_mask, key_padding_mask}), out, {"b", "h", "i", "c"});
+  if (tracing())
+    report(step, "flash_attention", infos({&q, &k, &v, attn_mask, key_padding_mask}), out, {"b", "h", "i", "c"});
   return out;
 }
 
@@ -187,7 +189,7 @@ Value Backend::softmax(const std::string& step_name, const Value& x) {
   int64_t S = x.dim(-1), R = element_count(x.shape) / S;
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_softmax(step, *x.storage, *y.storage, R, S); });
-  report(step, "softmax", infos({&x}), y, {"b", "h", "i", "j"});
+  if (tracing()) report(step, "softmax", infos({&x}), y, {"b", "h", "i", "j"});
   return y;
 }
 
@@ -201,7 +203,7 @@ Value Backend::attention_values(const std::string& step_name, const Value& p, co
   int64_t B = p.dim(0), H = p.dim(1), L = p.dim(2), S = p.dim(3), d = v.dim(3);
   Value out = make_output(step, {B, H, L, d});
   timed(step, [&] { run_attention_values(step, *p.storage, *v.storage, *out.storage, B * H, L, S, d, group); });
-  report(step, "attention_values", infos({&p, &v}), out, {"b", "h", "i", "c"});
+  if (tracing()) report(step, "attention_values", infos({&p, &v}), out, {"b", "h", "i", "c"});
   return out;
 }
 
@@ -211,7 +213,7 @@ Value Backend::merge_heads(const std::string& step_name, const Value& x) {
   int64_t B = x.dim(0), H = x.dim(1), T = x.dim(2), d = x.dim(3);
   Value y = make_output(step, {B, T, H * d});
   timed(step, [&] { run_merge_heads(step, *x.storage, *y.storage, B, H, T, d); });
-  report(step, "merge_heads", infos({&x}), y, {"b", "i", "f"});
+  if (tracing()) report(step, "merge_heads", infos({&x}), y, {"b", "i", "f"});
   return y;
 }
 
@@ -234,12 +236,16 @@ Value Backend::linear_split_heads(const std::string& linear_name, const std::str
                {heads, T});
   });
   const Value product{step, {B, T, M}, DType::float32, y.storage};  // q_proj's tensor, as it lies in y
-  report(step, "linear", infos({&x, &weight, bias}), product, {"b", "t", "f"},
-         {"", y.shape, [=](Tensor stored) { return merge_read_back(stored, B, heads, T, d); }});
+  if (tracing())
+    report(step, "linear", infos({&x, &weight, bias}), product, {"b", "t", "f"},
+           {"", y.shape, [=](Tensor stored) { return merge_read_back(stored, B, heads, T, d); }});
   fold_time();
-  report(split, "split_heads", {{step, product.shape, product.dtype, {}, y.shape}}, y, {"b", "h", "t", "c"},
-         {"folded into " + linear_name + "'s store, which wrote (B, T, H, d) at strides " + heads_strides(heads, T, d),
-          {}, {}});
+  if (tracing()) {
+    const std::string note = "folded into " + linear_name + "'s store, which wrote (B, T, H, d) at strides " +
+                             heads_strides(heads, T, d);
+    report(split, "split_heads", {{step, product.shape, product.dtype, {}, y.shape}}, y, {"b", "h", "t", "c"},
+           {note, {}, {}});
+  }
   return y;
 }
 
@@ -250,11 +256,12 @@ Value Backend::merge_heads_linear(const std::string& merge_name, const std::stri
   require_rank(merge, heads, 4, "(B, H, T, d)");
   const int64_t B = heads.dim(0), H = heads.dim(1), T = heads.dim(2), d = heads.dim(3);
   const Value merged{merge, {B, T, H * d}, DType::float32, heads.storage};  // the heads, read in place
-  const Folding in_place{"folded into " + linear_name + "'s load, which read (B, T, H, d) at strides " +
-                             heads_strides(H, T, d),
-                         heads.shape, [=](Tensor stored) { return merge_read_back(stored, B, H, T, d); }};
   fold_time();
-  report(merge, "merge_heads", infos({&heads}), merged, {"b", "i", "f"}, in_place);
+  if (tracing()) {
+    report(merge, "merge_heads", infos({&heads}), merged, {"b", "i", "f"},
+           {"folded into " + linear_name + "'s load, which read (B, T, H, d) at strides " + heads_strides(H, T, d),
+            heads.shape, [=](Tensor stored) { return merge_read_back(stored, B, H, T, d); }});
+  }
   const LinearSizes sizes = check_linear(step, merged, weight, bias);
   const int64_t N = sizes.N, K = sizes.K, M = sizes.M;
   Value y = make_output(step, {B, T, M});
@@ -262,10 +269,11 @@ Value Backend::merge_heads_linear(const std::string& merge_name, const std::stri
     run_linear(step, *heads.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M,
                {H, T}, {});
   });
-  TensorInfo input{merged.name, merged.shape, merged.dtype, {}, heads.shape};
-  std::vector<TensorInfo> inputs = infos({&weight, bias});
-  inputs.insert(inputs.begin(), input);
-  report(step, "linear", std::move(inputs), y, {"b", "t", "f"});
+  if (tracing()) {
+    std::vector<TensorInfo> inputs = infos({&weight, bias});
+    inputs.insert(inputs.begin(), TensorInfo{merged.name, merged.shape, merged.dtype, {}, heads.shape});
+    report(step, "linear", std::move(inputs), y, {"b", "t", "f"});
+  }
   return y;
 }
 
@@ -275,7 +283,7 @@ Value Backend::average_heads(const std::string& step_name, const Value& p) {
   int64_t B = p.dim(0), H = p.dim(1), L = p.dim(2), S = p.dim(3);
   Value avg = make_output(step, {B, L, S});
   timed(step, [&] { run_average_heads(step, *p.storage, *avg.storage, B, H, L * S); });
-  report(step, "average_heads", infos({&p}), avg, {"b", "i", "j"});
+  if (tracing()) report(step, "average_heads", infos({&p}), avg, {"b", "i", "j"});
   return avg;
 }
 

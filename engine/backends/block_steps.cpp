@@ -29,7 +29,7 @@ Value Backend::layer_norm(const std::string& step_name, const Value& x, const Va
           [&] { return "eps " + std::to_string(eps) + " must be a positive finite number"; });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_layer_norm(step, *x.storage, *weight.storage, *bias.storage, *y.storage, N, E, eps); });
-  report(step, "layer_norm", infos({&x, &weight, &bias}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "layer_norm", infos({&x, &weight, &bias}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -46,7 +46,7 @@ Value Backend::rms_norm(const std::string& step_name, const Value& x, const Valu
           [&] { return "eps " + std::to_string(eps) + " must be a positive finite number"; });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_rms_norm(step, *x.storage, *weight.storage, *y.storage, N, E, eps); });
-  report(step, "rms_norm", infos({&x, &weight}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "rms_norm", infos({&x, &weight}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -55,7 +55,7 @@ Value Backend::gelu(const std::string& step_name, const Value& x) {
   require_float(step, x);
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_gelu(step, *x.storage, *y.storage, element_count(x.shape)); });
-  report(step, "gelu", infos({&x}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "gelu", infos({&x}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -64,7 +64,7 @@ Value Backend::gelu_tanh(const std::string& step_name, const Value& x) {
   require_float(step, x);
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_gelu_tanh(step, *x.storage, *y.storage, element_count(x.shape)); });
-  report(step, "gelu_tanh", infos({&x}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "gelu_tanh", infos({&x}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -73,7 +73,7 @@ Value Backend::relu(const std::string& step_name, const Value& x) {
   require_float(step, x);
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_relu(step, *x.storage, *y.storage, element_count(x.shape)); });
-  report(step, "relu", infos({&x}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "relu", infos({&x}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -85,7 +85,7 @@ Value Backend::residual_add(const std::string& step_name, const Value& x, const 
           [&] { return describe(x) + " and " + describe(residual) + " must have the same shape"; });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_residual_add(step, *x.storage, *residual.storage, *y.storage, element_count(x.shape)); });
-  report(step, "residual_add", infos({&x, &residual}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "residual_add", infos({&x, &residual}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -94,7 +94,7 @@ Value Backend::silu(const std::string& step_name, const Value& x) {
   require_float(step, x);
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_silu(step, *x.storage, *y.storage, element_count(x.shape)); });
-  report(step, "silu", infos({&x}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "silu", infos({&x}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -103,7 +103,9 @@ Value Backend::tanh(const std::string& step_name, const Value& x) {
   require_float(step, x);
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_tanh(step, *x.storage, *y.storage, element_count(x.shape)); });
-  report(step, "tanh", infos({&x}), y, x.rank() == 2 ? std::vector<std::string>{"b", "f"} : std::vector<std::string>{"b", "t", "f"});
+  if (tracing())
+    report(step, "tanh", infos({&x}), y,
+           x.rank() == 2 ? std::vector<std::string>{"b", "f"} : std::vector<std::string>{"b", "t", "f"});
   return y;
 }
 
@@ -115,7 +117,7 @@ Value Backend::multiply(const std::string& step_name, const Value& x, const Valu
           [&] { return describe(x) + " and " + describe(other) + " must have the same shape"; });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_multiply(step, *x.storage, *other.storage, *y.storage, element_count(x.shape)); });
-  report(step, "multiply", infos({&x, &other}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "multiply", infos({&x, &other}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -130,7 +132,7 @@ Value Backend::embedding(const std::string& step_name, const Value& ids, const V
   int64_t B = ids.dim(0), T = ids.dim(1), V = table.dim(0), E = table.dim(1);
   Value y = make_output(step, {B, T, E});
   timed(step, [&] { run_embedding(step, *ids.storage, *table.storage, *y.storage, B * T, V, E); });
-  report(step, "embedding", infos({&ids, &table}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "embedding", infos({&ids, &table}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -149,7 +151,7 @@ Value Backend::positional_encoding(const std::string& step_name, const Value& x,
   });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_positional_encoding(step, *x.storage, *table.storage, *y.storage, B, T, E); });
-  report(step, "positional_encoding", infos({&x, &table}), y, {"b", "t", "f"});
+  if (tracing()) report(step, "positional_encoding", infos({&x, &table}), y, {"b", "t", "f"});
   return y;
 }
 
@@ -201,7 +203,7 @@ Value Backend::rotary_embedding(const std::string& step_name, const Value& x, in
     run_rotary_embedding(step, *x.storage, *inv_freq.storage, *cos_sin.storage, *y.storage, B * H, T, d, offset, r,
                          convention == RotaryConvention::pairs);
   });
-  report(step, "rotary_embedding", infos({&x, &inv_freq}), y, {"b", "h", "t", "c"});
+  if (tracing()) report(step, "rotary_embedding", infos({&x, &inv_freq}), y, {"b", "h", "t", "c"});
   return y;
 }
 
@@ -211,7 +213,7 @@ Value Backend::mean_pool(const std::string& step_name, const Value& x) {
   int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
   Value y = make_output(step, {B, E});
   timed(step, [&] { run_mean_pool(step, *x.storage, *y.storage, B, T, E); });
-  report(step, "mean_pool", infos({&x}), y, {"b", "f"});
+  if (tracing()) report(step, "mean_pool", infos({&x}), y, {"b", "f"});
   return y;
 }
 
@@ -221,7 +223,7 @@ Value Backend::first_token(const std::string& step_name, const Value& x) {
   int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
   Value y = make_output(step, {B, E});
   timed(step, [&] { run_first_token(step, *x.storage, *y.storage, B, T, E); });
-  report(step, "first_token", infos({&x}), y, {"b", "f"});
+  if (tracing()) report(step, "first_token", infos({&x}), y, {"b", "f"});
   return y;
 }
 
@@ -238,9 +240,11 @@ Value Backend::host_step(const std::string& step_name, const std::string& op, co
     return "the host step made " + std::to_string(result.size()) + " values for shape " + shape_string(result.shape);
   });
   Value y{step, result.shape, result.dtype, store(step, result, Narrow::none)};
-  std::vector<TensorInfo> in;
-  for (const Value* v : inputs) in.push_back({v->name, v->shape, v->dtype});
-  report(step, op.c_str(), std::move(in), y, std::move(dims));
+  if (tracing()) {
+    std::vector<TensorInfo> in;
+    for (const Value* v : inputs) in.push_back({v->name, v->shape, v->dtype});
+    report(step, op.c_str(), std::move(in), y, std::move(dims));
+  }
   return y;
 }
 

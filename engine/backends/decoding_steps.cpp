@@ -26,7 +26,7 @@ Value Backend::kv_cache_append(const std::string& step_name, const Value& cache,
   });
   Value out{step, cache.shape, DType::float32, cache.storage};  // written in place
   timed(step, [&] { run_kv_cache_append(step, *out.storage, *rows.storage, B * H, C, T, d, position); });
-  report(step, "kv_cache_append", infos({&rows}), out, {"b", "h", "s", "c"});
+  if (tracing()) report(step, "kv_cache_append", infos({&rows}), out, {"b", "h", "s", "c"});
   return out;
 }
 
@@ -75,7 +75,8 @@ Value Backend::flash_decoding(const std::string& step_name, const Value& q, cons
                        key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *out.storage, B, H,
                        L, C, S, d, parts, scale, group);
   });
-  report(step, "flash_decoding", infos({&q, &k, &v, key_padding_mask}), out, {"b", "h", "i", "part", "c"});
+  if (tracing())
+    report(step, "flash_decoding", infos({&q, &k, &v, key_padding_mask}), out, {"b", "h", "i", "part", "c"});
   return out;
 }
 
@@ -88,7 +89,7 @@ Value Backend::attention_combine(const std::string& step_name, const Value& part
                 d = partials.dim(4) - 2;
   Value out = make_output(step, {B, H, L, d});
   timed(step, [&] { run_attention_combine(step, *partials.storage, *out.storage, B * H * L, P, d); });
-  report(step, "attention_combine", infos({&partials}), out, {"b", "h", "i", "c"});
+  if (tracing()) report(step, "attention_combine", infos({&partials}), out, {"b", "h", "i", "c"});
   return out;
 }
 

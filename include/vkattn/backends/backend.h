@@ -364,6 +364,9 @@ class Backend : protected BackendHooks {
   };
   void report(const std::string& step, const char* op, std::vector<TensorInfo> inputs, const Value& output,
               std::vector<std::string> dims, const Folding& folding = {});
+  // Whether a tracer listens: the steps call report() only then, so that a pass without one (and
+  // every preflight's sizing run) builds no names, shapes or notes for it.
+  bool tracing() const { return !tracers_.empty(); }
   // A folded layout step's time: none, at the end of the step before it.
   void fold_time();
   // linear's checks (a ShapeError naming `step`); its N (rows), K (in) and M (out features)
