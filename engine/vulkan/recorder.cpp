@@ -71,20 +71,27 @@ void Recorder::begin_if_idle() {
 }
 
 void Recorder::order(std::span<const std::pair<vk::Buffer, Access>> uses, const std::string& label) {
+  // why the barrier is there, for the debug log alone: not spelled out (nor writers named) unless
+  // it is on, since most dispatches of a pass need one
+  const bool explain = spdlog::should_log(spdlog::level::debug);
+  bool conflict = false;
   std::string reason;
   for (const auto& [buffer, access] : uses) {
     auto it = pending_.find(buffer);
     if (it == pending_.end()) continue;
     if (it->second == Access::write) {
-      reason = (access == Access::read ? "reads" : "overwrites") + std::string(" what ") + writer_[buffer] + " wrote";
+      conflict = true;
+      if (explain)
+        reason = (access == Access::read ? "reads" : "overwrites") + std::string(" what ") + writer_[buffer] + " wrote";
       break;
     }
     if (access == Access::write) {
+      conflict = true;
       reason = "overwrites a buffer an earlier command still reads";
       break;
     }
   }
-  if (!reason.empty()) {
+  if (conflict) {
     // Makes every earlier shader or transfer write visible to later shader and transfer
     // accesses, and orders later writes after earlier reads. One global memory barrier: cheaper
     // than per-buffer barriers on every vendor's driver, and the only kind a compute-only
@@ -93,7 +100,7 @@ void Recorder::order(std::span<const std::pair<vk::Buffer, Access>> uses, const 
                               Acc::eShaderRead | Acc::eShaderWrite | Acc::eTransferRead | Acc::eTransferWrite);
     commands_.pipelineBarrier(Stage::eComputeShader | Stage::eTransfer, Stage::eComputeShader | Stage::eTransfer, {},
                               barrier, {}, {});
-    spdlog::debug("barrier before {}: it {}", label, reason);
+    if (explain) spdlog::debug("barrier before {}: it {}", label, reason);
     barriers_++;
     pending_.clear();
     writer_.clear();
@@ -102,7 +109,7 @@ void Recorder::order(std::span<const std::pair<vk::Buffer, Access>> uses, const 
     auto [it, inserted] = pending_.try_emplace(buffer, access);
     if (access == Access::write) {
       it->second = Access::write;
-      writer_[buffer] = label;
+      if (explain) writer_[buffer] = label;
     }
   }
 }

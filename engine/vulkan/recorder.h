@@ -106,7 +106,7 @@ class Recorder {
   bool unfinished_ = false;  // a submission whose wait failed: the device may still run it
   // accesses since the last barrier, by buffer
   std::unordered_map<VkBuffer, Access> pending_;
-  std::unordered_map<VkBuffer, std::string> writer_;  // which step wrote each pending buffer
+  std::unordered_map<VkBuffer, std::string> writer_;  // which step wrote each pending buffer (debug log on)
   std::vector<std::shared_ptr<Buffer>> in_flight_;   // alive until the fence signals
   std::shared_ptr<Buffer> placeholder_;
   uint64_t submissions_ = 0;
