@@ -62,10 +62,14 @@ Kernel::Kernel(const Context& context, std::string name, uint32_t bindings, uint
 const Kernel& Kernels::get(const std::string& name, uint32_t bindings, uint32_t push_constant_bytes,
                            uint32_t workgroup_size, std::span<const uint32_t> specialization, uint32_t texel_bindings,
                            uint32_t lanes, uint32_t word_bindings) {
-  // "softmax@256/0 b2 t0 w0 p16:1:0"
-  std::string key = fmt::format("{}@{}/{} b{} t{} w{} p{}", name, workgroup_size, lanes, bindings, texel_bindings,
-                                word_bindings, push_constant_bytes);
-  for (uint32_t v : specialization) fmt::format_to(std::back_inserter(key), ":{}", v);
+  // The name, then the numbers' bytes: looked up at every dispatch, so not formatted (the log's
+  // "softmax@256/0 b2 t0 w0 p16:1:0" is, once, when the pipeline is made)
+  const uint32_t numbers[] = {workgroup_size, lanes, bindings, texel_bindings, word_bindings, push_constant_bytes};
+  std::string key;
+  key.reserve(name.size() + 1 + sizeof numbers + specialization.size_bytes());
+  key.append(name).push_back('\0');
+  key.append(reinterpret_cast<const char*>(numbers), sizeof numbers);
+  key.append(reinterpret_cast<const char*>(specialization.data()), specialization.size_bytes());
   std::shared_ptr<Slot> slot;
   {
     std::lock_guard lock(mutex_);
@@ -81,8 +85,13 @@ const Kernel& Kernels::get(const std::string& name, uint32_t bindings, uint32_t 
                                             specialization, texel_bindings, lanes, word_bindings);
     ++made_;
     // how long the driver took to make it (VKATTN_LOG=debug); lavapipe compiles at first dispatch
-    spdlog::debug("pipeline {} made in {:.1f} ms", key,
-                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (spdlog::should_log(spdlog::level::debug)) {
+      std::string shown = fmt::format("{}@{}/{} b{} t{} w{} p{}", name, workgroup_size, lanes, bindings,
+                                      texel_bindings, word_bindings, push_constant_bytes);
+      for (uint32_t v : specialization) fmt::format_to(std::back_inserter(shown), ":{}", v);
+      spdlog::debug("pipeline {} made in {:.1f} ms", shown,
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
   }
   return *slot->kernel;
 }
