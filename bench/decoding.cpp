@@ -23,9 +23,9 @@
 #include <chrono>
 #include <iomanip>
 #include <iostream>
-#include <optional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -91,9 +91,9 @@ std::string step_breakdown(const TimedSteps& steps, double wall_ms) {
   for (size_t i = 0; i < steps.steps().size() && i < times.size(); ++i) {
     const StepEvent& e = steps.steps()[i].event;
     if (!e.folded.empty()) continue;  // done by a neighbour's store or load: no dispatch, 0 µs
-    auto [op, fresh] = ops.try_emplace(e.op, Op{i});
-    op->second.dispatches += 1;
-    op->second.us += times[i].duration_us;
+    Op& op = ops.try_emplace(e.op, Op{i}).first->second;
+    op.dispatches += 1;
+    op.us += times[i].duration_us;
     busy_us += times[i].duration_us;
     first_start = std::min(first_start, times[i].start_us);
     last_end = std::max(last_end, times[i].start_us + times[i].duration_us);
@@ -105,7 +105,8 @@ std::string step_breakdown(const TimedSteps& steps, double wall_ms) {
     return out.str();
   }
   std::vector<std::pair<std::string, Op>> ordered(ops.begin(), ops.end());
-  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
+  std::sort(ordered.begin(), ordered.end(),
+            [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
   out << "  op                 dispatches     step ms   of the steps\n";
   for (const auto& [name, op] : ordered) {
     out << "  " << std::left << std::setw(19) << name << std::right << std::setw(10) << op.dispatches
@@ -142,7 +143,8 @@ int main(int argc, char** argv) {
   app.add_option("--gemv-rows", gemv_rows, "linear for at most this many rows as a GEMV, 0 to 8 (unset: the device's rule)")
       ->check(CLI::Range(0, 8));
   bool by_step = false;
-  app.add_flag("--steps", by_step, "after the table, one shape-traced decode step a row: its time by op (the device clock on a GPU)");
+  app.add_flag("--steps", by_step,
+               "after the table, one shape-traced decode step a row: its time by op (the device clock on a GPU)");
   CLI11_PARSE(app, argc, argv);
   try {
     const int64_t longest = *std::max_element(contexts.begin(), contexts.end());

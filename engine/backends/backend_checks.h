@@ -17,7 +17,7 @@ inline std::string describe(const Value& v) { return v.name + " " + shape_string
 
 // ShapeError "step: message" unless `ok`. `message` returns the message and runs only when the
 // check fails: a pass runs every step's checks twice (its preflight's sizing run, then the run
-// itself), and the messages built each time, shapes formatted and all, were most of the host's
+// itself), and the messages built each time, shapes formatted and all, were half of the host's
 // time in a decode step.
 template <class Message>
 inline void require(bool ok, const std::string& step, const Message& message) {
