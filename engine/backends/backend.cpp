@@ -140,7 +140,6 @@ void Backend::report(const std::string& step, const char* op, std::vector<Tensor
   if (dims.size() != output.shape.size()) dims.clear();  // a step used outside the recipe's layouts
   event.output = {output.name, output.shape, output.dtype, std::move(dims), folding.stored_as};
   event.folded = folding.note;
-  if (tracers_.empty()) return;
   bool wants_values = std::any_of(tracers_.begin(), tracers_.end(), [](Tracer* t) { return t->wants_values(); });
   std::optional<Tensor> values;
   if (wants_values) {

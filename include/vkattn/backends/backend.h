@@ -354,9 +354,10 @@ class Backend : protected BackendHooks {
   void at_step(const std::string& where, const std::function<void()>& work);
   // Tells the tracers how the pass ended (end_pass's part that may meet a failing device).
   void report_pass_end(const std::optional<std::string>& error) noexcept;
-  // Tells the tracers about the step just run; `dims` names the output's axes. Folding's `note`:
-  // a layout step that ran inside a neighbour (StepEvent::folded); `stored_as`: the output lies
-  // in that order, and `reorder` turns what is read back into the output's own order.
+  // Tells the tracers about the step just run (called only when tracing()); `dims` names the
+  // output's axes. Folding's `note`: a layout step that ran inside a neighbour
+  // (StepEvent::folded); `stored_as`: the output lies in that order, and `reorder` turns what is
+  // read back into the output's own order.
   struct Folding {
     std::string note;
     Shape stored_as;
