@@ -48,10 +48,19 @@
 //     KEYS/8 scores from shared q and k rows, each read serving several multiply-adds), writes
 //     them masked to a shared tile P; an invocation a row then takes the row's tile max and sum
 //     (the online softmax) and turns P into weights; last, invocation (r, c) adds the weighted
-//     rows of V into output vec4s c + 8z of its rows. Rows of q and k in shared memory are one
-//     vec4 longer than d, and P's one float longer than a tile, so that the invocations of a
-//     subgroup read different banks. No subgroup instruction; ROWS and KEYS within the device's
+//     rows of V into output vec4s c + 8z of its rows. K and V are double-buffered: the next tile's
+//     vec4s come into registers while the workgroup works on this one. Rows of q and k in shared
+//     memory are one vec4 longer than d, and P's one float longer than a tile, so that the
+//     invocations of a subgroup read different banks. No subgroup instruction; ROWS and KEYS within the device's
 //     shared memory for d (FlashPlan::shared_bytes).
+//
+//   flash_attention_subgroup_tiled (TILED and SUBGROUPS): the same tiles, but invocation t is lane
+//     t % LANES of subgroup t / LANES (LANES ≥ 8 required, with full subgroups), so that the 8
+//     invocations (r, 0 … 7) of a row are neighbouring lanes of one subgroup. Each keeps its rows'
+//     running max and sum in registers and takes a tile's row max and sum from three shuffles
+//     across the 8 (FlashAttention-2 does so across a quad); it writes its weights, not its
+//     scores, to P, which only its own subgroup reads back. Two workgroup barriers a tile instead
+//     of four, and no phase in which one invocation a row walks the tile alone.
 //
 // MASKED (constant 5) is false where neither attn_mask nor key_padding_mask is given: the
 // pipeline then has no mask read at all (on lavapipe a read under a branch costs a loop over the
@@ -176,8 +185,35 @@ const uint P_STRIDE = KEYS + 1u;             // floats between rows of P
 shared vec4 q_tile[ROWS * QK_STRIDE];  // the block's rows of q, zeros past L and d
 shared vec4 k_tile[KEYS * QK_STRIDE];  // the tile's rows of K, zeros past the keys and d
 shared vec4 v_tile[KEYS * DP4];        // the tile's rows of V, likewise
-shared float p_tile[ROWS * P_STRIDE];  // scores, then weights exp(s - m)
+shared float p_tile[ROWS * P_STRIDE];  // scores, then weights exp(s - m) (subgroup build: weights)
+#ifdef SUBGROUPS
+// x's maximum and sum over the 8 lanes 8k … 8k + 7 of the subgroup (a row's 8 invocations)
+float max_of_8(float x) {
+  x = max(x, subgroupShuffleXor(x, 1u));
+  x = max(x, subgroupShuffleXor(x, 2u));
+  return max(x, subgroupShuffleXor(x, 4u));
+}
+float sum_of_8(float x) {
+  x += subgroupShuffleXor(x, 1u);
+  x += subgroupShuffleXor(x, 2u);
+  return x + subgroupShuffleXor(x, 4u);
+}
+#else
 shared float row_max[ROWS], row_sum[ROWS], row_rescale[ROWS];  // the online softmax's m, l, exp(m_old - m)
+#endif
+
+const uint LOADS = (KEYS * DP4 + INVOCATIONS - 1u) / INVOCATIONS;  // vec4s of K (and of V) an invocation loads a tile
+
+// Invocation t's vec4s of the tile of keys from j0 on (t, t + 128, …: consecutive invocations
+// read consecutive vec4s), zeros past key_end and d
+void load_tile(uint j0, uint key_end, uint kv, uint t, out vec4 k_next[LOADS], out vec4 v_next[LOADS]) {
+  for (uint n = 0u; n < LOADS; ++n) {
+    uint e = t + INVOCATIONS * n, key = e / DP4, chunk = e % DP4;
+    bool real = e < KEYS * DP4 && j0 + key < key_end && chunk < CHUNKS;
+    k_next[n] = real ? k_chunk(kv * p.cols + j0 + key, chunk) : vec4(0.0);
+    v_next[n] = real ? v_chunk(kv * p.cols + j0 + key, chunk) : vec4(0.0);
+  }
+}
 
 void main() {
   uint row_blocks = (p.rows + ROWS - 1u) / ROWS;
@@ -188,7 +224,11 @@ void main() {
   uint kv = bh / p.group;  // the key/value head, (B·H_kv) flat
   uint i0 = unit % row_blocks * ROWS;
   uint i_last = min(i0 + ROWS, p.rows) - 1u;
+#ifdef SUBGROUPS
+  uint t = gl_SubgroupID * LANES + gl_SubgroupInvocationID;  // (r, 0 … 7): lanes of one subgroup
+#else
   uint t = gl_LocalInvocationID.x;
+#endif
   uint r = t / GRID_COLS, c = t % GRID_COLS;  // rows r + 16x, keys c + 8y, output vec4s c + 8z
 
   for (uint e = t; e < ROWS * DP4; e += INVOCATIONS) {
@@ -196,25 +236,39 @@ void main() {
     bool real = i0 + row < p.rows && chunk < CHUNKS;
     q_tile[row * QK_STRIDE + chunk] = real ? q_chunk(bh * p.rows + i0 + row, chunk) : vec4(0.0);
   }
+#ifdef SUBGROUPS
+  float m[ROWS_EACH], l[ROWS_EACH];  // rows r + 16x's running max and sum, alike in their 8 lanes
+  for (uint x = 0u; x < ROWS_EACH; ++x) {
+    m[x] = -1e30;
+    l[x] = 0.0;
+  }
+#else
   for (uint row = t; row < ROWS; row += INVOCATIONS) {
     row_max[row] = -1e30;
     row_sum[row] = 0.0;
   }
+#endif
   vec4 acc[ROWS_EACH][CHUNKS_EACH];
   for (uint x = 0u; x < ROWS_EACH; ++x) {
     for (uint z = 0u; z < CHUNKS_EACH; ++z) acc[x][z] = vec4(0.0);
   }
 
   uint key_end = p.causal != 0u ? min(p.cols, i_last + 1u) : p.cols;  // causal: no row sees past i_last
-  for (uint j0 = first_key(i0); j0 < key_end; j0 += KEYS) {            // windowed: from the first row's window
+  // K and V double-buffered: a tile's vec4s come into registers while the tile before it is
+  // worked on, and go to shared memory once its readers are done
+  vec4 k_next[LOADS], v_next[LOADS];
+  uint j_first = first_key(i0);  // windowed: from the first row's window
+  load_tile(j_first, key_end, kv, t, k_next, v_next);
+  for (uint j0 = j_first; j0 < key_end; j0 += KEYS) {
     barrier();  // the last tile's readers are done with k_tile, v_tile and p_tile
-    for (uint e = t; e < KEYS * DP4; e += INVOCATIONS) {
-      uint key = e / DP4, chunk = e % DP4;
-      bool real = j0 + key < key_end && chunk < CHUNKS;
-      k_tile[key * QK_STRIDE + chunk] = real ? k_chunk(kv * p.cols + j0 + key, chunk) : vec4(0.0);
-      v_tile[key * DP4 + chunk] = real ? v_chunk(kv * p.cols + j0 + key, chunk) : vec4(0.0);
+    for (uint n = 0u; n < LOADS; ++n) {
+      uint e = t + INVOCATIONS * n, key = e / DP4, chunk = e % DP4;
+      if (e >= KEYS * DP4) break;
+      k_tile[key * QK_STRIDE + chunk] = k_next[n];
+      v_tile[key * DP4 + chunk] = v_next[n];
     }
     barrier();
+    if (j0 + KEYS < key_end) load_tile(j0 + KEYS, key_end, kv, t, k_next, v_next);  // uniform
     // scores of rows r + 16x against keys c + 8y, masked into P
     float s[ROWS_EACH][KEYS_EACH];
     for (uint x = 0u; x < ROWS_EACH; ++x) {
@@ -228,6 +282,31 @@ void main() {
         for (uint x = 0u; x < ROWS_EACH; ++x) s[x][y] += dot(qc[x], kc);
       }
     }
+#ifdef SUBGROUPS
+    // the online softmax in registers, each row's tile max and sum across its 8 lanes; P gets the
+    // weights exp(s - m_new)
+    float rescale[ROWS_EACH];
+    for (uint x = 0u; x < ROWS_EACH; ++x) {
+      float block_max = NEG_INF;
+      for (uint y = 0u; y < KEYS_EACH; ++y) {
+        uint i = i0 + r + GRID_ROWS * x, j = j0 + c + GRID_COLS * y;
+        s[x][y] = i < p.rows && j < key_end ? scaled_masked_score(s[x][y], bh, b, i, j) : NEG_INF;
+        block_max = max(block_max, s[x][y]);
+      }
+      float m_new = max(m[x], max_of_8(block_max));  // unchanged when every key of the tile is blocked
+      float sum = 0.0;
+      for (uint y = 0u; y < KEYS_EACH; ++y) {
+        float w = s[x][y] == NEG_INF ? 0.0 : exp(s[x][y] - m_new);
+        p_tile[(r + GRID_ROWS * x) * P_STRIDE + c + GRID_COLS * y] = w;
+        sum += w;
+      }
+      rescale[x] = exp(m[x] - m_new);
+      l[x] = l[x] * rescale[x] + sum_of_8(sum);
+      m[x] = m_new;
+    }
+    subgroupMemoryBarrierShared();  // a row's weights, from its 8 lanes, for each of them
+    subgroupBarrier();
+#else
     for (uint x = 0u; x < ROWS_EACH; ++x) {
       for (uint y = 0u; y < KEYS_EACH; ++y) {
         uint i = i0 + r + GRID_ROWS * x, j = j0 + c + GRID_COLS * y;
@@ -253,10 +332,12 @@ void main() {
       row_max[row] = m_new;
     }
     barrier();
+    float rescale[ROWS_EACH];
+    for (uint x = 0u; x < ROWS_EACH; ++x) rescale[x] = row_rescale[r + GRID_ROWS * x];
+#endif
     // P · V: rows r + 16x, output vec4s c + 8z, rescaled and given the tile's keys in order
     for (uint x = 0u; x < ROWS_EACH; ++x) {
-      float rescale = row_rescale[r + GRID_ROWS * x];
-      for (uint z = 0u; z < CHUNKS_EACH; ++z) acc[x][z] *= rescale;
+      for (uint z = 0u; z < CHUNKS_EACH; ++z) acc[x][z] *= rescale[x];
     }
     for (uint key = 0u; key < KEYS; ++key) {
       vec4 vc[CHUNKS_EACH];
@@ -267,15 +348,18 @@ void main() {
       }
     }
   }
+#ifndef SUBGROUPS
   barrier();  // row_sum as the last tile left it (or as set, where no tile ran)
+  float l[ROWS_EACH];
+  for (uint x = 0u; x < ROWS_EACH; ++x) l[x] = row_sum[r + GRID_ROWS * x];
+#endif
   for (uint x = 0u; x < ROWS_EACH; ++x) {
     uint i = i0 + r + GRID_ROWS * x;
     if (i >= p.rows) continue;
-    float l = row_sum[r + GRID_ROWS * x];
     for (uint z = 0u; z < CHUNKS_EACH; ++z) {
       uint chunk = c + GRID_COLS * z;
       for (uint u = 0u; u < 4u; ++u) {
-        if (4u * chunk + u < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + 4u * chunk + u] = l > 0.0 ? acc[x][z][u] / l : 0.0;
+        if (4u * chunk + u < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + 4u * chunk + u] = l[x] > 0.0 ? acc[x][z][u] / l[x] : 0.0;
       }
     }
   }

@@ -441,7 +441,7 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   const uint64_t groups = plan.groups(uint64_t(B) * H, uint64_t(L));
   const uint64_t rows_per_unit = plan.rows_per_unit();
   const uint64_t row_groups = ceil_div(L, rows_per_unit);
-  const uint64_t units_per_group = plan.lanes ? plan.workgroup_size / plan.lanes : 1;
+  const uint64_t units_per_group = plan.units_per_group();
   const auto work = [&](uint64_t a, uint64_t b) {  // multiply-adds of groups a..b: QKᵀ and PV over the keys each row sees
     double total = 0;
     for (uint64_t g = a; g < b; ++g) {

@@ -12,6 +12,8 @@ namespace {
 
 // flash_attention_subgroup's workgroup: this many subgroups, as the device allows
 constexpr uint32_t kFlashSubgroups = 8;
+// flash_attention_subgroup_tiled: a row's 8 invocations are lanes of one subgroup
+constexpr uint32_t kTiledSoftmaxLanes = 8;
 // flash_attention_subgroup's block of keys on a CPU device: each broadcast of a query's four dims
 // then serves 16 / lanes keys a lane; larger blocks waste the keys past a short row's end
 // (docs/lavapipe.md, "The measurements behind the plans").
@@ -43,7 +45,7 @@ RowPlan plan_rows(const DeviceReport& device, uint32_t workgroup_size) {
 }
 
 uint64_t FlashPlan::groups(uint64_t heads, uint64_t length) const {
-  if (!lanes) return heads * ceil_div(length, rows_per_unit());  // one head per workgroup
+  if (!lanes || tiled) return heads * ceil_div(length, rows_per_unit());  // one head per workgroup
   return ceil_div(heads * ceil_div(length, rows), workgroup_size / lanes);
 }
 
@@ -51,12 +53,13 @@ uint64_t FlashPlan::shared_bytes(uint32_t d) const {
   if (!tiled) return 0;
   const uint64_t d4 = ceil_div(ceil_div(d, 4), 8) * 8;  // vec4s a row, padded to the kernel's 8 columns
   const uint64_t vec4s = (rows + keys) * (d4 + 1) + keys * d4;
-  return vec4s * 16 + (uint64_t(rows) * (keys + 1) + 3ull * rows) * sizeof(float);
+  return vec4s * 16 + (uint64_t(rows) * (keys + 1) + (lanes ? 0ull : 3ull * rows)) * sizeof(float);
 }
 
-FlashPlan tiled_flash(uint32_t rows, uint32_t keys) {
+FlashPlan tiled_flash(uint32_t rows, uint32_t keys, uint32_t lanes) {
   FlashPlan plan;
   plan.tiled = true;
+  plan.lanes = lanes;
   plan.rows = rows;
   plan.keys = keys;
   plan.workgroup_size = FlashPlan::kTiledWorkgroup;
@@ -65,9 +68,14 @@ FlashPlan tiled_flash(uint32_t rows, uint32_t keys) {
 
 std::vector<FlashPlan> tiled_flash_plans(const DeviceReport& device, uint32_t d) {
   std::vector<FlashPlan> plans;
-  for (auto [rows, keys] : {std::pair{64u, 32u}, {64u, 16u}, {32u, 32u}, {32u, 16u}, {16u, 16u}}) {
-    FlashPlan plan = tiled_flash(rows, keys);
-    if (plan.shared_bytes(d) <= device.max_shared_memory_bytes) plans.push_back(plan);
+  const Lanes lanes = guaranteed_lanes(device, SubgroupOps::shuffle, 0, FlashPlan::kTiledWorkgroup);
+  std::vector<uint32_t> lane_counts{0};  // the workgroup's softmax, then across lanes where it can be
+  if (lanes.count >= kTiledSoftmaxLanes) lane_counts.push_back(lanes.count);
+  for (uint32_t with_lanes : lane_counts) {
+    for (auto [rows, keys] : {std::pair{64u, 32u}, {64u, 16u}, {32u, 32u}, {32u, 16u}, {16u, 16u}}) {
+      FlashPlan plan = tiled_flash(rows, keys, with_lanes);
+      if (plan.shared_bytes(d) <= device.max_shared_memory_bytes) plans.push_back(plan);
+    }
   }
   return plans;
 }
@@ -86,7 +94,7 @@ FlashPlan flash_rule(const DeviceReport& device, uint32_t workgroup_size, uint32
 }
 
 std::string FlashPlan::shader(bool texels) const {
-  if (tiled) return "flash_attention_tiled";
+  if (tiled) return lanes ? "flash_attention_subgroup_tiled" : "flash_attention_tiled";
   // (appended in place: GCC 14 warns, falsely, of a copy out of bounds in the one-line sum)
   std::string name = lanes ? "flash_attention_subgroup" : "flash_attention";
   if (texels) name += "_texel";
@@ -97,8 +105,8 @@ std::string FlashPlan::shader(bool texels) const {
 std::string FlashPlan::describe() const {
   const std::string inputs = texel_inputs ? ", texels" : "";
   if (tiled) {
-    return std::to_string(rows) + " rows per workgroup of " + std::to_string(workgroup_size) + ", K and V in tiles of " +
-           std::to_string(keys) + " keys";
+    return std::to_string(rows) + " rows per workgroup of " + std::to_string(workgroup_size) +
+           ", K and V in tiles of " + std::to_string(keys) + " keys" + (lanes ? ", softmax across lanes" : "");
   }
   if (!lanes) return "a row per invocation, workgroup " + std::to_string(workgroup_size) + inputs;
   // (the lanes, as the GEMM's plan, are the device's: `vkattn devices` prints them beside the plan)
@@ -136,7 +144,13 @@ void check_flash_plan(const FlashPlan& plan, const DeviceReport& device) {
     fail("workgroup outside 1.." + std::to_string(device.max_workgroup_invocations) + " invocations");
   }
   if (plan.tiled) {
-    if (plan.lanes) fail("a tiled plan uses no lanes");
+    if (plan.lanes) {
+      const Lanes lanes = guaranteed_lanes(device, SubgroupOps::shuffle, plan.lanes, FlashPlan::kTiledWorkgroup);
+      if (plan.lanes < kTiledSoftmaxLanes || lanes.count != plan.lanes) {
+        fail("its softmax across lanes needs 8 or more guaranteed lanes; asks " + std::to_string(plan.lanes) + ", '" +
+             device.name + "' guarantees " + (lanes ? std::to_string(lanes.count) : "none: " + lanes.why));
+      }
+    }
     if (plan.workgroup_size != FlashPlan::kTiledWorkgroup) fail("a tiled plan's workgroup is 128");
     if (plan.rows != 16 && plan.rows != 32 && plan.rows != 64) fail("rows per workgroup must be 16, 32 or 64");
     if (plan.keys != 8 && plan.keys != 16 && plan.keys != 32 && plan.keys != 64) fail("keys a tile must be 8, 16, 32 or 64");

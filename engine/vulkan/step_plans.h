@@ -5,7 +5,8 @@
 //   flash_attention     — ROWS query rows against KEYS keys a lane per subgroup of guaranteed lanes
 //                         (flash_attention_subgroup), ROWS query rows per workgroup against tiles of
 //                         KEYS keys in shared memory (flash_attention_tiled, for GPUs: tuning's
-//                         candidates), or a query row per invocation (flash_attention).
+//                         candidates; flash_attention_subgroup_tiled, its softmax across lanes), or
+//                         a query row per invocation (flash_attention).
 // Each plan says why; `vkattn devices` prints them all (step_plans()).
 #include <cstdint>
 #include <string>
@@ -31,25 +32,30 @@ void check_row_plan(const RowPlan& plan, const DeviceReport& device, uint32_t wo
 
 struct FlashPlan {
   static constexpr uint32_t kTiledWorkgroup = 128;  // flash_attention_tiled's 16 × 8 invocations
-  uint32_t lanes = 0;           // the required subgroup size of flash_attention_subgroup; 0 = a row per invocation
+  // the required subgroup size of flash_attention_subgroup[_tiled]; 0 = a row per invocation, or
+  // flash_attention_tiled
+  uint32_t lanes = 0;
   uint32_t rows = 1;            // query rows per subgroup (per invocation: 1; tiled: per workgroup)
   uint32_t keys = 1;            // keys each lane scores a block: the block is lanes · keys keys (tiled: a tile's)
   uint32_t workgroup_size = 64;
-  // flash_attention_tiled: `rows` query rows per workgroup of kTiledWorkgroup, K and V in shared
-  // tiles of `keys` keys (no lanes, no texels)
+  // flash_attention_[subgroup_]tiled: `rows` query rows per workgroup of kTiledWorkgroup, K and V
+  // in shared tiles of `keys` keys (no texels); with lanes (8 or more), a row's softmax in its
+  // invocations' registers, reduced across 8 lanes of a subgroup
   bool tiled = false;
   // K and V read as RGBA32F texel buffers (where d is a multiple of 4 and they fit): on CPU
   // devices that have them, as the GEMMs' inputs (gemm_plan.h)
   bool texel_inputs = false;
   std::string why;
   // flash_attention_subgroup[_texel], unrolled at GemmPlan::kMostUnrolledLanes lanes or fewer
-  // (flash_attention.comp says why), flash_attention_tiled, or flash_attention[_texel]
+  // (flash_attention.comp says why), flash_attention_[subgroup_]tiled, or flash_attention[_texel]
   std::string shader(bool texels) const;
   // Shared memory the tiled kernel takes at head dim `d` (0 for the others): its q, K and V
-  // tiles, the scores' tile and three floats a row
+  // tiles, the scores' tile and, without lanes, three floats a row
   uint64_t shared_bytes(uint32_t d) const;
   // Query rows a unit of work owns: a subgroup's, a tiled workgroup's, an invocation's workgroup's
   uint32_t rows_per_unit() const { return lanes || tiled ? rows : workgroup_size; }
+  // Units of work a workgroup holds: its subgroups (flash_attention_subgroup), else one
+  uint32_t units_per_group() const { return lanes && !tiled ? workgroup_size / lanes : 1; }
   // Specialization constants 1… of flash_attention.comp for head dim `d`, `masked` where an
   // attn_mask or key_padding_mask is given (without, the pipeline reads neither).
   std::vector<uint32_t> specialization(uint32_t d, bool masked) const {
@@ -66,15 +72,17 @@ struct FlashPlan {
 // kernel's. Texel inputs as the GEMM's rule has them.
 FlashPlan plan_flash(const DeviceReport& device, uint32_t workgroup_size, uint32_t rows = 0);
 
-// A tiled plan of `rows` query rows per workgroup and tiles of `keys` keys.
-FlashPlan tiled_flash(uint32_t rows, uint32_t keys);
+// A tiled plan of `rows` query rows per workgroup and tiles of `keys` keys; with `lanes`, its
+// softmax across subgroups of that many lanes (flash_attention_subgroup_tiled).
+FlashPlan tiled_flash(uint32_t rows, uint32_t keys, uint32_t lanes = 0);
 // The plan where tuning is off, for head dim `d`: on a GPU FlashAttention-2's order, blocks of 64
 // query rows over tiles of 16 keys (32 or 16 rows where d's tiles would outgrow shared memory:
 // 1.1–2.3× the subgroup plan's speed on an H200, docs/gpu.md); on a CPU device, or where no block
 // fits, plan_flash's.
 FlashPlan flash_rule(const DeviceReport& device, uint32_t workgroup_size, uint32_t d);
 // The tiled plans worth measuring at head dim `d`: blocks of 16 to 64 query rows over tiles of 16
-// or 32 keys, those whose shared memory `device` has.
+// or 32 keys, those whose shared memory `device` has; each also with its softmax across lanes
+// where the device guarantees 8 or more to a workgroup of 128.
 std::vector<FlashPlan> tiled_flash_plans(const DeviceReport& device, uint32_t d);
 
 // Throws DeviceError naming what `plan` asks of `device` that it lacks (a forced or remembered plan).

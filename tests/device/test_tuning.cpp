@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -155,6 +156,44 @@ TEST(TunedPlans, TiledFlashPlansAreAGpusCandidatesWithinItsSharedMemory) {
       ADD_FAILURE() << rows << " rows over " << keys << " keys accepted";
     } catch (const DeviceError& e) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Where a GPU guarantees its subgroups (NVIDIA: 32 lanes, required with full subgroups), every
+// tiled block is a candidate twice: with the workgroup's softmax and with the softmax across
+// lanes (flash_attention_subgroup_tiled), which keeps no row's max and sum in shared memory. A
+// plan across fewer than 8 lanes, or more than the device guarantees, is refused.
+TEST(TunedPlans, TiledFlashPlansWithTheirSoftmaxAcrossLanesWhereTheDeviceGuaranteesThem) {
+  vulkan::DeviceReport nvidia;
+  nvidia.name = "NVIDIA H100";
+  nvidia.type = vk::PhysicalDeviceType::eDiscreteGpu;
+  nvidia.max_workgroup_invocations = nvidia.max_workgroup_size_x = 1024;
+  nvidia.max_shared_memory_bytes = 48 * 1024;
+  nvidia.subgroup_size = nvidia.min_subgroup_size = nvidia.max_subgroup_size = 32;
+  nvidia.subgroup_arithmetic = nvidia.subgroup_shuffle = nvidia.size_control = nvidia.full_subgroups = true;
+  std::map<uint32_t, std::set<std::pair<uint32_t, uint32_t>>> blocks;  // lanes: (rows, keys)
+  for (const auto& plan : tuning::flash_candidates(nvidia, 64, 64)) {
+    if (plan.tiled) blocks[plan.lanes].insert({plan.rows, plan.keys});
+  }
+  EXPECT_EQ(blocks[0].size(), 5u);
+  EXPECT_EQ(blocks[32], blocks[0]);
+  EXPECT_EQ(blocks.size(), 2u);
+  const vulkan::FlashPlan across = vulkan::tiled_flash(64, 32, 32);
+  EXPECT_EQ(across.shader(false), "flash_attention_subgroup_tiled");
+  EXPECT_EQ(across.shared_bytes(64), 43'520u - 64 * 3 * 4);  // no row's m, l and rescale
+  EXPECT_EQ(across.groups(8, 4096), 8u * 64);                // a workgroup a block of 64 rows
+  EXPECT_EQ(across.units_per_group(), 1u);
+  const vulkan::FlashPlan back = tuning::flash_plan_from_json(tuning::to_json(across));
+  EXPECT_EQ(back.shader(false), "flash_attention_subgroup_tiled");
+  EXPECT_EQ(back.describe(), across.describe());
+  EXPECT_NO_THROW(vulkan::check_flash_plan(across, nvidia));
+  for (uint32_t lanes : {4u, 16u}) {
+    try {
+      vulkan::check_flash_plan(vulkan::tiled_flash(64, 32, lanes), nvidia);
+      ADD_FAILURE() << lanes << " lanes accepted";
+    } catch (const DeviceError& e) {
+      EXPECT_NE(std::string(e.what()).find("8 or more guaranteed lanes"), std::string::npos) << e.what();
     }
   }
 }

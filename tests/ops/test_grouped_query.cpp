@@ -13,6 +13,7 @@
 
 #include "engine/vulkan/step_plans.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/flash_plans.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 
@@ -113,9 +114,11 @@ TEST_P(FlashWindow, MatchesReferenceAndTheUnfusedSteps) {
   EXPECT_TRUE(all_close(run(four_rows, in, fused), expected, {}, dims)) << "fused GPU, 4 rows a subgroup";
   VulkanBackend rows(testing::shared_context(), {.subgroups = false});
   EXPECT_TRUE(all_close(run(rows, in, fused), expected, {}, dims)) << "fused GPU, a row per invocation";
-  VulkanBackend tiled(testing::shared_context(),
-                      {.flash = std::make_shared<const vulkan::FlashPlan>(vulkan::tiled_flash(16, 8))});
-  EXPECT_TRUE(all_close(run(tiled, in, fused), expected, {}, dims)) << "fused GPU, tiled";
+  for (const vulkan::FlashPlan& plan : testing::tiled_flash_variants(testing::shared_context()->device_report())) {
+    if (plan.shared_bytes(uint32_t(d)) > testing::shared_context()->device_report().max_shared_memory_bytes) continue;
+    VulkanBackend tiled(testing::shared_context(), {.flash = std::make_shared<const vulkan::FlashPlan>(plan)});
+    EXPECT_TRUE(all_close(run(tiled, in, fused), expected, {}, dims)) << "fused GPU, " << plan.describe();
+  }
   // the shared heads equal K and V copied per query head, bit for bit, on each backend
   const std::vector<Tensor> copied{in[0], repeat_interleave(in[1], H / H_kv), repeat_interleave(in[2], H / H_kv), mask};
   EXPECT_EQ(run(cpu(), copied, fused).data, expected.data);

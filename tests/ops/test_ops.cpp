@@ -14,6 +14,7 @@
 #include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/step_plans.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/flash_plans.h"
 #include "tests/support/gemm_tilings.h"
 #include "tests/support/gpu.h"
 #include "tests/support/printers.h"
@@ -268,9 +269,10 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
       << "a query row per invocation";
   // and FlashAttention-2's order (a GPU's rule), in tiles within lavapipe's 32 KiB of shared
   // memory: blocks of 16 rows over tiles of 8 keys (a row and a key an invocation), and of 64 over
-  // 16 (the rule's: 4 rows and 2 keys an invocation)
-  for (auto [block, tile] : {std::pair{16u, 8u}, {64u, 16u}}) {
-    const auto plan = std::make_shared<const vulkan::FlashPlan>(vulkan::tiled_flash(block, tile));
+  // 16 (the rule's: 4 rows and 2 keys an invocation); each with its softmax across lanes too,
+  // where the device guarantees 8 or more (lavapipe at 8 and 16)
+  for (const vulkan::FlashPlan& tiled_plan : testing::tiled_flash_variants(device)) {
+    const auto plan = std::make_shared<const vulkan::FlashPlan>(tiled_plan);
     if (plan->shared_bytes(uint32_t(std::get<4>(shape))) > device.max_shared_memory_bytes) continue;
     VulkanBackend tiled(testing::shared_context(), {.flash = plan});
     EXPECT_TRUE(all_close(run(tiled, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
