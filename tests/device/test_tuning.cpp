@@ -113,17 +113,24 @@ TEST(TunedPlans, AFlashPlanKeepsItsKeysAndImpossibleCountsAreRefused) {
   }
 }
 
+// An H100 as its tiled flash plans see it: a GPU with NVIDIA's 48 KiB of shared memory for Vulkan
+// (no subgroups reported)
+vulkan::DeviceReport h100() {
+  vulkan::DeviceReport nvidia;
+  nvidia.name = "NVIDIA H100";
+  nvidia.type = vk::PhysicalDeviceType::eDiscreteGpu;
+  nvidia.max_workgroup_invocations = nvidia.max_workgroup_size_x = 1024;
+  nvidia.max_shared_memory_bytes = 48 * 1024;
+  return nvidia;
+}
+
 // On a GPU, tuning also measures flash_attention in FlashAttention-2's order (flash_attention_tiled),
 // in blocks and tiles whose shared memory fits at the problem's d: NVIDIA's 48 KiB holds 64 rows
 // over 32 keys at d 64 but not at d 128; a CPU device gets none. A tiled plan is remembered as
 // such, one remembered before tiled plans existed reads as not tiled, and impossible tiles are
 // refused whatever a cache file says.
 TEST(TunedPlans, TiledFlashPlansAreAGpusCandidatesWithinItsSharedMemory) {
-  vulkan::DeviceReport nvidia;
-  nvidia.name = "NVIDIA H100";
-  nvidia.type = vk::PhysicalDeviceType::eDiscreteGpu;
-  nvidia.max_workgroup_invocations = nvidia.max_workgroup_size_x = 1024;
-  nvidia.max_shared_memory_bytes = 48 * 1024;
+  vulkan::DeviceReport nvidia = h100();
   auto tiled = [&](uint32_t d) {
     std::set<std::pair<uint32_t, uint32_t>> blocks;
     for (const auto& plan : tuning::flash_candidates(nvidia, 64, d)) {
@@ -165,11 +172,7 @@ TEST(TunedPlans, TiledFlashPlansAreAGpusCandidatesWithinItsSharedMemory) {
 // lanes (flash_attention_subgroup_tiled), which keeps no row's max and sum in shared memory. A
 // plan across fewer than 8 lanes, or more than the device guarantees, is refused.
 TEST(TunedPlans, TiledFlashPlansWithTheirSoftmaxAcrossLanesWhereTheDeviceGuaranteesThem) {
-  vulkan::DeviceReport nvidia;
-  nvidia.name = "NVIDIA H100";
-  nvidia.type = vk::PhysicalDeviceType::eDiscreteGpu;
-  nvidia.max_workgroup_invocations = nvidia.max_workgroup_size_x = 1024;
-  nvidia.max_shared_memory_bytes = 48 * 1024;
+  vulkan::DeviceReport nvidia = h100();
   nvidia.subgroup_size = nvidia.min_subgroup_size = nvidia.max_subgroup_size = 32;
   nvidia.subgroup_arithmetic = nvidia.subgroup_shuffle = nvidia.size_control = nvidia.full_subgroups = true;
   std::map<uint32_t, std::set<std::pair<uint32_t, uint32_t>>> blocks;  // lanes: (rows, keys)
