@@ -51,8 +51,8 @@
 //     rows of V into output vec4s c + 8z of its rows. K and V are double-buffered: the next tile's
 //     vec4s come into registers while the workgroup works on this one. Rows of q and k in shared
 //     memory are one vec4 longer than d, and P's one float longer than a tile, so that the
-//     invocations of a subgroup read different banks. No subgroup instruction; ROWS and KEYS within the device's
-//     shared memory for d (FlashPlan::shared_bytes).
+//     invocations of a subgroup read different banks. No subgroup instruction; ROWS and KEYS
+//     within the device's shared memory for d (FlashPlan::shared_bytes).
 //
 //   flash_attention_subgroup_tiled (TILED and SUBGROUPS): the same tiles, but invocation t is lane
 //     t % LANES of subgroup t / LANES (LANES ≥ 8 required, with full subgroups), so that the 8
@@ -202,7 +202,8 @@ float sum_of_8(float x) {
 shared float row_max[ROWS], row_sum[ROWS], row_rescale[ROWS];  // the online softmax's m, l, exp(m_old - m)
 #endif
 
-const uint LOADS = (KEYS * DP4 + INVOCATIONS - 1u) / INVOCATIONS;  // vec4s of K (and of V) an invocation loads a tile
+// vec4s of K (and as many of V) an invocation loads a tile
+const uint LOADS = (KEYS * DP4 + INVOCATIONS - 1u) / INVOCATIONS;
 
 // Invocation t's vec4s of the tile of keys from j0 on (t, t + 128, …: consecutive invocations
 // read consecutive vec4s), zeros past key_end and d
