@@ -218,12 +218,17 @@ void load_tile(uint j0, uint key_end, uint kv, uint t, out vec4 k_next[LOADS], o
 
 void main() {
   uint row_blocks = (p.rows + ROWS - 1u) / ROWS;
-  uint unit = flat_workgroup_id() + p.first_group;  // bh · row_blocks + row block
-  if (unit >= p.batch * p.heads * row_blocks) return;  // uniform per workgroup, before any barrier
-  uint bh = unit / row_blocks;
+  uint heads = p.batch * p.heads;
+  uint unit = flat_workgroup_id() + p.first_group;
+  if (unit >= heads * row_blocks) return;  // uniform per workgroup, before any barrier
+  // Causal: every head's last block first, then every head's last but one, …: the longest work
+  // starts first and the short blocks fill the device's tail (FlashPlan::first_row). Else a
+  // head's blocks side by side: unit = bh · row_blocks + block.
+  uint bh = p.causal != 0u ? unit % heads : unit / row_blocks;
+  uint block = p.causal != 0u ? row_blocks - 1u - unit / heads : unit % row_blocks;
   uint b = bh / p.heads;
   uint kv = bh / p.group;  // the key/value head, (B·H_kv) flat
-  uint i0 = unit % row_blocks * ROWS;
+  uint i0 = block * ROWS;
   uint i_last = min(i0 + ROWS, p.rows) - 1u;
 #ifdef SUBGROUPS
   uint t = gl_SubgroupID * LANES + gl_SubgroupInvocationID;  // (r, 0 … 7): lanes of one subgroup

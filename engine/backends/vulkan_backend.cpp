@@ -437,18 +437,17 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
       key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(k), buffer_of(v),
       buffer_of(out)};
   // The grid in submissions of bounded work (a group's rows are independent of every other's:
-  // any split gives the same bits). Group g holds query rows from (g·rows_per_group) mod L on.
+  // any split gives the same bits). Group g holds rows_per_group query rows from
+  // plan.first_row(g, …) on (a tiled plan's causal blocks come longest first).
   const uint64_t groups = plan.groups(uint64_t(B) * H, uint64_t(L));
-  const uint64_t rows_per_unit = plan.rows_per_unit();
-  const uint64_t row_groups = ceil_div(L, rows_per_unit);
-  const uint64_t units_per_group = plan.units_per_group();
+  const uint64_t rows_per_group = uint64_t(plan.units_per_group()) * plan.rows_per_unit();
   const auto work = [&](uint64_t a, uint64_t b) {  // multiply-adds of groups a..b: QKᵀ and PV over the keys each row sees
     double total = 0;
     for (uint64_t g = a; g < b; ++g) {
-      const double i = double(g * units_per_group % row_groups * rows_per_unit);  // the group's first row
+      const double i = double(plan.first_row(g, uint64_t(B) * H, uint64_t(L), causal));
       double keys = causal ? std::min<double>(double(S), i + 1) : double(S);
       if (causal && window > 0) keys = std::min<double>(keys, double(window));
-      total += keys * double(units_per_group * rows_per_unit) * 2.0 * double(d);
+      total += keys * double(rows_per_group) * 2.0 * double(d);
     }
     return total;
   };

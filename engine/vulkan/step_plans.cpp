@@ -49,6 +49,13 @@ uint64_t FlashPlan::groups(uint64_t heads, uint64_t length) const {
   return ceil_div(heads * ceil_div(length, rows), workgroup_size / lanes);
 }
 
+uint64_t FlashPlan::first_row(uint64_t group, uint64_t heads, uint64_t length, bool causal) const {
+  const uint64_t row_groups = ceil_div(length, rows_per_unit());
+  const uint64_t unit = group * units_per_group();
+  if (tiled && causal) return (row_groups - 1 - unit / heads) * rows_per_unit();
+  return unit % row_groups * rows_per_unit();
+}
+
 uint64_t FlashPlan::shared_bytes(uint32_t d) const {
   if (!tiled) return 0;
   const uint64_t d4 = ceil_div(ceil_div(d, 4), 8) * 8;  // vec4s a row, padded to the kernel's 8 columns

@@ -63,6 +63,10 @@ struct FlashPlan {
   }
   // Workgroups for `heads` (B·H) heads of `length` (L) query rows.
   uint64_t groups(uint64_t heads, uint64_t length) const;
+  // The first query row of workgroup `group`'s first unit, in flash_attention.comp's order: a
+  // head's units side by side, except a tiled plan's causal blocks, which come longest first
+  // (every head's last block, then every head's last but one, …).
+  uint64_t first_row(uint64_t group, uint64_t heads, uint64_t length, bool causal) const;
   std::string describe() const;  // "16 rows × 16 keys per subgroup, workgroup 64, texels"
 };
 

@@ -12,6 +12,7 @@
 #include "engine/vulkan/recorder.h"
 #include "engine/vulkan/step_plans.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/flash_plans.h"
 #include "tests/support/gpu.h"
 #include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/errors.h"
@@ -60,23 +61,49 @@ TEST_P(SplitFlash, EqualsOneDispatchBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SplitFlash,
-    ::testing::Combine(::testing::Values(Shape4{1, 1, 1, 1, 1, 1, false, 0, false},   // one row, one key
-                                         Shape4{2, 3, 17, 17, 5, 3, true, 0, true},   // causal, padded
-                                         Shape4{1, 4, 113, 40, 16, 2, false, 0, true},  // L ≠ S, shared heads
-                                         Shape4{2, 2, 113, 113, 8, 1, true, 17, false},  // a window
-                                         Shape4{1, 2, 300, 300, 64, 2, true, 0, false}),
-                       ::testing::Bool()),
-    [](const auto& p) {
-      const Shape4& s = std::get<0>(p.param);
-      return "L" + std::to_string(s.L) + "_S" + std::to_string(s.S) + "_d" + std::to_string(s.d) +
-             (s.causal ? "_causal" : "") + (std::get<1>(p.param) ? "_subgroups" : "_per_invocation");
-    });
+const auto kSplitShapes = ::testing::Values(Shape4{1, 1, 1, 1, 1, 1, false, 0, false},      // one row, one key
+                                            Shape4{2, 3, 17, 17, 5, 3, true, 0, true},      // causal, padded
+                                            Shape4{1, 4, 113, 40, 16, 2, false, 0, true},   // L ≠ S, shared heads
+                                            Shape4{2, 2, 113, 113, 8, 1, true, 17, false},  // a window
+                                            Shape4{1, 2, 300, 300, 64, 2, true, 0, false});
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SplitFlash, ::testing::Combine(kSplitShapes, ::testing::Bool()), [](const auto& p) {
+  const Shape4& s = std::get<0>(p.param);
+  return "L" + std::to_string(s.L) + "_S" + std::to_string(s.S) + "_d" + std::to_string(s.d) +
+         (s.causal ? "_causal" : "") + (std::get<1>(p.param) ? "_subgroups" : "_per_invocation");
+});
 
 // A budget of a nanosecond splits a step by the device's measured speed alone: one workgroup a
 // submission after the probe; progress rises to the end, and an Interrupted from the callback
 // leaves the pass failed and the backend ready for the next.
+// The tiled plans (FlashAttention-2's order) too, whose causal blocks run longest first: a
+// split of that order is as good as any (testing::tiled_flash_variants: with and without the
+// softmax across lanes, where the device has them).
+class SplitTiledFlash : public ::testing::TestWithParam<Shape4> {};
+
+TEST_P(SplitTiledFlash, EqualsOneDispatchBitForBit) {
+  const Shape4& shape = GetParam();
+  const auto& device = shared_context()->device_report();
+  for (const vulkan::FlashPlan& tiled : testing::tiled_flash_variants(device)) {
+    if (tiled.shared_bytes(uint32_t(shape.d)) > device.max_shared_memory_bytes) continue;
+    SCOPED_TRACE(tiled.describe());
+    const auto plan = std::make_shared<const vulkan::FlashPlan>(tiled);
+    VulkanBackend whole(shared_context(), {.flash = plan, .max_submission_seconds = 0});
+    VulkanBackend split(shared_context(), {.flash = plan, .max_groups_per_submission = 3});
+    const uint64_t before = split.recorder().submissions();
+    EXPECT_EQ(flash(split, shape).data, flash(whole, shape).data);  // bit for bit
+    if (tiled.groups(uint64_t(shape.B * shape.H), uint64_t(shape.L)) > 3) {
+      EXPECT_GT(split.recorder().submissions() - before, 1u) << "not split";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SplitTiledFlash, kSplitShapes, [](const auto& p) {
+  const Shape4& s = p.param;
+  return "L" + std::to_string(s.L) + "_S" + std::to_string(s.S) + "_d" + std::to_string(s.d) +
+         (s.causal ? "_causal" : "");
+});
+
 TEST(SplitByTime, ProgressRisesAndAnInterruptStopsThePassCleanly) {
   VulkanBackend gpu(shared_context(), {.max_submission_seconds = 1e-9});
   MultiHeadAttentionConfig config{.embed_dim = 32, .num_heads = 2, .batch_first = true};

@@ -187,6 +187,15 @@ TEST(TunedPlans, TiledFlashPlansWithTheirSoftmaxAcrossLanesWhereTheDeviceGuarant
   EXPECT_EQ(across.shared_bytes(64), 43'520u - 64 * 3 * 4);  // no row's m, l and rescale
   EXPECT_EQ(across.groups(8, 4096), 8u * 64);                // a workgroup a block of 64 rows
   EXPECT_EQ(across.units_per_group(), 1u);
+  // causal blocks longest first: every head's last block (rows 4032 …), then its last but one
+  EXPECT_EQ(across.first_row(0, 8, 4096, true), 4032u);
+  EXPECT_EQ(across.first_row(7, 8, 4096, true), 4032u);
+  EXPECT_EQ(across.first_row(8, 8, 4096, true), 3968u);
+  EXPECT_EQ(across.first_row(511, 8, 4096, true), 0u);
+  EXPECT_EQ(across.first_row(65, 8, 4096, false), 64u);                  // head 1's second block
+  const vulkan::FlashPlan subgroup = vulkan::plan_flash(nvidia, 64, 4);  // 4 rows a subgroup, 8 subgroups
+  EXPECT_EQ(subgroup.first_row(3, 8, 100, true), 96u);  // units 24 …: head 0's rows 96 … 99, then head 1's
+  EXPECT_EQ(subgroup.first_row(4, 8, 100, true), 28u);  // unit 32: head 1's rows 28 … 31
   const vulkan::FlashPlan back = tuning::flash_plan_from_json(tuning::to_json(across));
   EXPECT_EQ(back.shader(false), "flash_attention_subgroup_tiled");
   EXPECT_EQ(back.describe(), across.describe());
