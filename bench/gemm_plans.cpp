@@ -7,12 +7,17 @@
 // the fixed rule gives the device, and the plan tuning chose for the product's shape class
 // (measured now, or remembered: see engine/backends/tuner.h), with its speed as a share of the
 // fastest measured here, and the fastest's as a share of the device's peak multiply-add rate
-// (VulkanBackend::measure_peak).
+// (VulkanBackend::measure_peak). Where the device has float16 cooperative matrices
+// (DeviceReport::float16_products), linear's float16 products (VulkanBackendOptions::
+// float16_products) take their turns too, checked against the reference on inputs rounded to
+// float16, and print on a line of their own: a different precision, torch's float16 matmul's.
 //
 //   bench_gemm [--m 3200] [--n 512] [--k 512] [--rounds 5] [--reps 8] [--skip-shared]
 //
 // --skip-shared leaves out the shared tiling where the device's rule is another (CPU devices).
 #include <CLI/CLI.hpp>
+
+#include <glm/gtc/packing.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -98,19 +103,42 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+    // float16 products, where the device has them: checked on the same rows against the
+    // reference on x and W rounded to float16 (what the products see; their sums are float32's)
+    std::unique_ptr<VulkanBackend> half;
+    std::vector<double> half_ms;
+    if (device.float16_products) {
+      half = std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.float16_products = true});
+      const Tensor all = half->download(half->linear("q_proj", half->upload("x", x), half->upload("w", w), nullptr));
+      auto rounded = [](Tensor t) {
+        for (float& v : t.data) v = glm::unpackHalf1x16(glm::packHalf1x16(v));
+        return t;
+      };
+      const Tensor expected16 =
+          cpu.download(cpu.linear("q_proj", cpu.upload("x", rounded(x_rows)), cpu.upload("w", rounded(w)), nullptr));
+      Tensor got({sampled, N});
+      for (int64_t r = 0; r < sampled; ++r) std::copy_n(all.data.data() + r * stride * N, N, got.data.data() + r * N);
+      ValueDiff diff = compare_values(got, expected16, 1e-4, 1e-4);
+      if (diff.mismatches > 0) {
+        std::cerr << "bench_gemm: float16 products differ from the reference by " << diff.max_abs_error << "\n";
+        return 1;
+      }
+    }
     // the device's peak multiply-add rate, the roof the fastest plan is held against
     const DevicePeak peak = candidates.front().backend->measure_peak();
+    // one turn of `reps` products on `gpu`, in ms a product
+    auto turn = [&](VulkanBackend& gpu) {
+      Value xv = gpu.upload("x", x), wv = gpu.upload("w", w);
+      gpu.download(gpu.linear("q_proj", xv, wv, nullptr));  // uploads done, buffers in the pool
+      auto start = std::chrono::steady_clock::now();
+      Value y;
+      for (int r = 0; r < reps; ++r) y = gpu.linear("q_proj", xv, wv, nullptr);
+      gpu.synchronize();  // the products done, as torch.cuda.synchronize(); the output stays on the device
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / reps;
+    };
     for (int round = 0; round < rounds; ++round) {
-      for (auto& c : candidates) {
-        VulkanBackend& gpu = *c.backend;
-        Value xv = gpu.upload("x", x), wv = gpu.upload("w", w);
-        gpu.download(gpu.linear("q_proj", xv, wv, nullptr));  // uploads done, buffers in the pool
-        auto start = std::chrono::steady_clock::now();
-        Value y;
-        for (int r = 0; r < reps; ++r) y = gpu.linear("q_proj", xv, wv, nullptr);
-        gpu.synchronize();  // the products done, as torch.cuda.synchronize(); the output stays on the device
-        c.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / reps);
-      }
+      for (auto& c : candidates) c.ms.push_back(turn(*c.backend));
+      if (half) half_ms.push_back(turn(*half));
     }
     const double gflop = 2.0 * double(M) * double(N) * double(K) / 1e9;
     std::cout << "linear (" << M << ", " << K << ") · (" << N << ", " << K << ")ᵀ on " << device.name << ", "
@@ -144,6 +172,15 @@ int main(int argc, char** argv) {
     std::cout << "\nthe fastest plan's median: " << std::setprecision(1) << gflop / fastest * 1e3 << " GFLOP/s, "
               << std::setprecision(0) << 100 * gflop / fastest * 1e12 / peak.flops << " % of the device's peak "
               << std::setprecision(1) << peak.flops / 1e9 << " GFLOP/s,\n  measured " << peak.how << "\n";
+    if (half) {
+      std::sort(half_ms.begin(), half_ms.end());
+      const double median = half_ms[half_ms.size() / 2];
+      std::cout << "float16 products on cooperative matrices (x and W rounded to float16, sums float32): "
+                << std::setprecision(2) << median << " ms, " << std::setprecision(1) << gflop / median * 1e3
+                << " GFLOP/s (median), " << std::setprecision(2) << fastest / median << "× the fastest plan's\n";
+    } else {
+      std::cout << "float16 products on cooperative matrices: none on this device\n";
+    }
   } catch (const std::exception& e) {  // no driver, a Vulkan call's error: by its VkResult name
     std::cerr << "bench_gemm: " << device_error("", e).what() << "\n";
     return 1;

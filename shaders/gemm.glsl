@@ -4,7 +4,8 @@
 //   B_IS_K_BY_N defined by the including shader, (batch / group, K, N) — P·V;  C (batch, M, N).
 //   B(n, …) is item n / group of B: grouped-query attention's `group` query heads share one key
 //   and value head (group = 1 otherwise).
-// fp32 throughout. Two tilings of the same sum, two builds of each step (shaders/CMakeLists.txt):
+// fp32 throughout (but the third tiling's products). Two tilings of the same sum, two builds of
+// each step (shaders/CMakeLists.txt), and a third for linear alone:
 //
 //   <step>_subgroup (SUBGROUPS defined): subgroup broadcast (CPU devices: lavapipe runs a
 //     subgroup's lanes as SIMD lanes,
@@ -20,6 +21,10 @@
 //     invocation a TILE_M × TILE_N register tile (4 or 8 each: 8 × 8 over 128 × 128 blocks is
 //     what today's fp32 GEMMs on GPUs hold); K is walked DEPTH at a time through double-buffered
 //     shared tiles, read as vec4.
+//   linear_coopmat (COOPMAT defined): the shared tiling's loads, stashed as float16, multiplied on
+//     NVIDIA's cooperative matrices into float32 (VulkanBackendOptions::float16_products; only
+//     where the device has them: DeviceReport::float16_products). Its SPIR-V is validated at build
+//     time on every machine; it runs on none that CI has.
 //
 // VEC4 (constant 1) reads A and B as vec4: the host sets it when K (and, for (K, N) storage, N)
 // is a multiple of 4, so every row starts on a vec4. Rows and columns past the edge are clamped
@@ -60,6 +65,12 @@
 #ifdef SUBGROUPS
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#endif
+#ifdef COOPMAT
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #endif
 #ifdef TEXEL_INPUTS
 // texture buffers read without a sampler: current SPIR-V validation refuses a sampled image
@@ -257,6 +268,112 @@ void gemm_broadcast() {
   }
 }
 
+#elif defined(COOPMAT)
+// ---- float16 products on cooperative matrices --------------------------------------------------
+
+// A workgroup of four subgroups of 32 lanes owns a BLOCK_M × BLOCK_N block of C, a subgroup the
+// (16·TILE_M) × (16·TILE_N) quarter at (sm, sn) = (id / 2, id % 2): TILE_M × TILE_N accumulators
+// of 16 × 16 float32, each the product of float16 matrices of 16 × 16 (VK_NV_cooperative_matrix:
+// A and B float16, C float32, a subgroup's). K is walked DEPTH at a time, A and B rounded to
+// float16 as the workgroup stashes them in two shared tiles of each (one is read while the next
+// is loaded: one barrier a step), A's tile row-major (i, k) and B's (j, k), which the
+// cooperative loads read as A row-major and B column-major. The results go through a shared
+// 16 × 16 tile a subgroup to store_c (bias, scale, C_HEADS, edges) one accumulator at a time.
+const uint SUBGROUPS_M = 2u, SUBGROUPS_N = 2u, INVOCATIONS = 128u;  // 4 subgroups of 32 lanes
+const uint BLOCK_M = SUBGROUPS_M * 16u * TILE_M, BLOCK_N = SUBGROUPS_N * 16u * TILE_N;
+const uint A_QUADS = BLOCK_M * DEPTH / 4u, B_QUADS = BLOCK_N * DEPTH / 4u;
+const uint A_LOADS = (A_QUADS + INVOCATIONS - 1u) / INVOCATIONS, B_LOADS = (B_QUADS + INVOCATIONS - 1u) / INVOCATIONS;
+
+shared float16_t tile_a[2][BLOCK_M * DEPTH];  // [s][i · DEPTH + k] = A[n, i0 + i, k0 + k]
+shared float16_t tile_b[2][BLOCK_N * DEPTH];  // [s][j · DEPTH + k] = B(n, k0 + k, j0 + j)
+shared float results[4u * 256u];              // a subgroup's 16 × 16 accumulator on its way out
+
+// Quad `e` of the A tile at k0 (a row's DEPTH k are neighbouring lanes' loads), zeros past K
+vec4 fetch_a(uint n, uint i0, uint k0, uint e) {
+  uint k = k0 + e % (DEPTH / 4u) * 4u;
+  if (e >= A_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
+  return load_a(a_row(n, min(i0 + e / (DEPTH / 4u), p.rows - 1u)), k);
+}
+// Quad `e` of the B tile: B[n, j0 + col, k0 + 4·kq .. + 3], as A's
+vec4 fetch_b(uint n, uint j0, uint k0, uint e) {
+  uint k = k0 + e % (DEPTH / 4u) * 4u;
+  if (e >= B_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
+  return load_b_col(n, min(j0 + e / (DEPTH / 4u), p.cols - 1u), k);
+}
+// A quad of either tile, rounded to float16, at [row · DEPTH + k]: the quad's own place, e · 4
+void stash_a(uint s, uint e, vec4 v) {
+  if (e >= A_QUADS) return;
+  for (uint t = 0u; t < 4u; ++t) tile_a[s][4u * e + t] = float16_t(v[t]);
+}
+void stash_b(uint s, uint e, vec4 v) {
+  if (e >= B_QUADS) return;
+  for (uint t = 0u; t < 4u; ++t) tile_b[s][4u * e + t] = float16_t(v[t]);
+}
+
+void gemm_coopmat() {
+  uint row_blocks = (p.rows + BLOCK_M - 1u) / BLOCK_M;
+  uint col_blocks = (p.cols + BLOCK_N - 1u) / BLOCK_N;
+  uint unit = flat_workgroup_id();
+  if (unit >= p.batch * row_blocks * col_blocks) return;  // uniform per workgroup
+  uint n = unit / (row_blocks * col_blocks);
+  uint i0 = (unit / col_blocks) % row_blocks * BLOCK_M;
+  uint j0 = unit % col_blocks * BLOCK_N;
+  uint lane = gl_LocalInvocationID.x;
+  uint sm = gl_SubgroupID / SUBGROUPS_N, sn = gl_SubgroupID % SUBGROUPS_N;
+
+  fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[TILE_M][TILE_N];
+  for (uint r = 0u; r < TILE_M; ++r) {
+    for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+  }
+  vec4 next_a[A_LOADS], next_b[B_LOADS];  // the next tiles' quads, loaded while computing
+  for (uint l = 0u; l < A_LOADS; ++l) stash_a(0u, lane + l * INVOCATIONS, fetch_a(n, i0, 0u, lane + l * INVOCATIONS));
+  for (uint l = 0u; l < B_LOADS; ++l) stash_b(0u, lane + l * INVOCATIONS, fetch_b(n, j0, 0u, lane + l * INVOCATIONS));
+  barrier();
+  uint s = 0u;
+  for (uint k0 = 0u; k0 < p.inner; k0 += DEPTH) {
+    bool more = k0 + DEPTH < p.inner;  // uniform
+    if (more) {
+      for (uint l = 0u; l < A_LOADS; ++l) next_a[l] = fetch_a(n, i0, k0 + DEPTH, lane + l * INVOCATIONS);
+      for (uint l = 0u; l < B_LOADS; ++l) next_b[l] = fetch_b(n, j0, k0 + DEPTH, lane + l * INVOCATIONS);
+    }
+    for (uint kk = 0u; kk < DEPTH; kk += 16u) {
+      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a[TILE_M], b[TILE_N];
+      for (uint r = 0u; r < TILE_M; ++r) {
+        coopMatLoadNV(a[r], tile_a[s], ((sm * TILE_M + r) * 16u) * DEPTH + kk, DEPTH, false);
+      }
+      for (uint q = 0u; q < TILE_N; ++q) {
+        coopMatLoadNV(b[q], tile_b[s], ((sn * TILE_N + q) * 16u) * DEPTH + kk, DEPTH, true);
+      }
+      for (uint r = 0u; r < TILE_M; ++r) {
+        for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = coopMatMulAddNV(a[r], b[q], acc[r][q]);
+      }
+    }
+    // the other tiles were last read before the previous step's barrier: free to overwrite
+    if (more) {
+      for (uint l = 0u; l < A_LOADS; ++l) stash_a(s ^ 1u, lane + l * INVOCATIONS, next_a[l]);
+      for (uint l = 0u; l < B_LOADS; ++l) stash_b(s ^ 1u, lane + l * INVOCATIONS, next_b[l]);
+    }
+    barrier();
+    s ^= 1u;
+  }
+  // each accumulator through the subgroup's 16 × 16 of `results`: 8 values a lane to store_c
+  uint mine = gl_SubgroupID * 256u, at_lane = gl_SubgroupInvocationID;
+  for (uint r = 0u; r < TILE_M; ++r) {
+    for (uint q = 0u; q < TILE_N; ++q) {
+      coopMatStoreNV(acc[r][q], results, mine, 16u, false);
+      subgroupMemoryBarrierShared();
+      subgroupBarrier();
+      for (uint e = at_lane; e < 256u; e += 32u) {
+        uint i = i0 + (sm * TILE_M + r) * 16u + e / 16u, j = j0 + (sn * TILE_N + q) * 16u + e % 16u;
+        uint at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) + heads_col(min(j, p.cols - 1u), p.cols)
+                                : (n * p.rows + i) * p.cols + j;
+        store_c(i, j, at, results[mine + e]);
+      }
+      subgroupBarrier();  // read before the next accumulator overwrites it
+    }
+  }
+}
+
 #else
 // ---- shared-memory tiles ------------------------------------------------------------------------
 
@@ -374,6 +491,8 @@ void gemm_shared() {
 void main() {
 #ifdef SUBGROUPS
   gemm_broadcast();
+#elif defined(COOPMAT)
+  gemm_coopmat();
 #else
   gemm_shared();
 #endif

@@ -86,6 +86,11 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
     throw DeviceError("workgroup size " + std::to_string(s_->options.workgroup_size) + " is outside 1.." +
                       std::to_string(s_->device.max_workgroup_size_x) + " for device '" + s_->device.name + "'");
   }
+  if (s_->options.float16_products && !s_->device.float16_products) {
+    throw DeviceError("float16_products: '" + s_->device.name +
+                      "' has no float16 cooperative matrices (VK_NV_cooperative_matrix with 16 × 16 × 16 float16 "
+                      "products into float32, shaderFloat16, the Vulkan memory model and 32 guaranteed lanes)");
+  }
   s_->gemm = options.gemm ? *options.gemm : vulkan::plan_gemm(s_->device);
   vulkan::check_gemm_plan(s_->gemm, s_->device);
   s_->gemv_rows = options.gemv_rows.value_or(options.gemm ? 0 : vulkan::gemv_rule(s_->device));
@@ -366,7 +371,40 @@ void VulkanBackend::run_linear(const std::string& step, const Storage& x, const 
     run_gemv(step, x, w, b, y, N, K, M);
     return;
   }
+  if (s_->options.float16_products) {
+    run_linear_float16(step, x, w, b, y, N, K, M, x_layout, y_layout);
+    return;
+  }
   run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false, 1, x_layout, y_layout);
+}
+
+void VulkanBackend::run_linear_float16(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
+                                       Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
+                                       HeadsLayout y_layout) {
+  if (x_layout.heads > 0 && y_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
+  // gemm.glsl's COOPMAT tiling: four subgroups of 32 lanes, each 4 × 4 accumulators of 16 × 16
+  // (a block of 128 × 128), K 32 at a time; its constants as run_gemm's, SIDE and LANES unused
+  constexpr uint32_t kTiles = 4, kDepth = 32, kBlock = 2 * 16 * kTiles;
+  const bool vec4 = K % 4 == 0 && (x_layout.heads == 0 || K / x_layout.heads % 4 == 0);
+  const bool quads = y_layout.heads > 0 && M / y_layout.heads % 4 == 0;
+  const uint32_t c_heads = y_layout.heads == 0 ? 0u : quads ? 4u : 1u;
+  // VEC4, HAS_BIAS, TILE_M, TILE_N, SIDE, LANES, C_HEADS, A_HEADS, PACKED_B, DEPTH, B_FORMAT
+  const std::vector<uint32_t> specialization{vec4 ? 1u : 0u,
+                                             b ? 1u : 0u,
+                                             kTiles,
+                                             kTiles,
+                                             1u,
+                                             1u,
+                                             c_heads,
+                                             x_layout.heads > 0 ? 1u : 0u,
+                                             0u,
+                                             kDepth,
+                                             storage_format(narrow_of(w))};
+  const auto& k = kernel(vulkan::Op::linear, specialization, 128, 0, 32, "linear_coopmat");
+  const HeadsLayout& heads = x_layout.heads > 0 ? x_layout : y_layout;
+  vulkan::GemmParams params{1, u32(N), u32(M), u32(K), 1.0f, 1, u32(heads.heads), u32(heads.tokens)};
+  dispatch(step, k, {buffer_of(x), buffer_of(w), b ? buffer_of(*b) : s_->recorder.placeholder(), buffer_of(y)}, params,
+           ceil_div(uint64_t(N), kBlock) * ceil_div(uint64_t(M), kBlock), true);
 }
 
 void VulkanBackend::run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b,

@@ -181,8 +181,18 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
 
   vk::PhysicalDevice16BitStorageFeatures storage16;
   vk::PhysicalDeviceSubgroupSizeControlFeatures size_features;
+  vk::PhysicalDeviceCooperativeMatrixFeaturesNV coopmat_features;
+  vk::PhysicalDeviceShaderFloat16Int8Features float16_features;
+  vk::PhysicalDeviceVulkanMemoryModelFeatures memory_model_features;
   vk::PhysicalDeviceFeatures2 features(vk::PhysicalDeviceFeatures{}, &storage16);
-  if (knows_size_control) storage16.pNext = &size_features;
+  if (knows_size_control) size_features.pNext = std::exchange(storage16.pNext, &size_features);
+  const bool knows_coopmat =
+      api >= VK_API_VERSION_1_2 && has_extension(extensions, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  if (knows_coopmat) {
+    coopmat_features.pNext = std::exchange(storage16.pNext, &coopmat_features);
+    float16_features.pNext = std::exchange(storage16.pNext, &float16_features);
+    memory_model_features.pNext = std::exchange(storage16.pNext, &memory_model_features);
+  }
   device.getDispatcher()->vkGetPhysicalDeviceFeatures2(static_cast<VkPhysicalDevice>(*device),
                                                         reinterpret_cast<VkPhysicalDeviceFeatures2*>(&features));
   r.storage_buffer_16bit = storage16.storageBuffer16BitAccess;
@@ -199,6 +209,21 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   r.texel_rg32ui = bool(device.getFormatProperties(vk::Format::eR32G32Uint).bufferFeatures &
                         vk::FormatFeatureFlagBits::eUniformTexelBuffer);
   r.max_texel_buffer_elements = limits.maxTexelBufferElements;
+  if (knows_coopmat && coopmat_features.cooperativeMatrix && float16_features.shaderFloat16 &&
+      memory_model_features.vulkanMemoryModel && r.size_control && r.full_subgroups && r.min_subgroup_size <= 32 &&
+      r.max_subgroup_size >= 32) {
+    vk::PhysicalDeviceCooperativeMatrixPropertiesNV stages;
+    vk::PhysicalDeviceProperties2 coopmat_properties(vk::PhysicalDeviceProperties{}, &stages);
+    device.getDispatcher()->vkGetPhysicalDeviceProperties2(
+        static_cast<VkPhysicalDevice>(*device), reinterpret_cast<VkPhysicalDeviceProperties2*>(&coopmat_properties));
+    using vk::ComponentTypeNV;
+    for (const auto& c : device.getCooperativeMatrixPropertiesNV()) {
+      r.float16_products |= c.MSize == 16 && c.NSize == 16 && c.KSize == 16 && c.AType == ComponentTypeNV::eFloat16 &&
+                            c.BType == ComponentTypeNV::eFloat16 && c.CType == ComponentTypeNV::eFloat32 &&
+                            c.DType == ComponentTypeNV::eFloat32 && c.scope == vk::ScopeNV::eSubgroup;
+    }
+    r.float16_products &= bool(stages.cooperativeMatrixSupportedStages & vk::ShaderStageFlagBits::eCompute);
+  }
   r.switches = choose_switches(r);
 
   if (r.max_workgroup_invocations < 64 || r.max_workgroup_size_x < 64) {
@@ -386,10 +411,22 @@ Context::Context(const ContextOptions& options) : loader_((init_logging(), make_
   // Subgroup size control, where the device has it: kernels that count lanes pin them (lanes.h).
   vk::PhysicalDeviceSubgroupSizeControlFeatures size_control(chosen.size_control, chosen.size_control && chosen.full_subgroups);
   if (chosen.size_control && chosen.size_control_extension) device_extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+  // float16 products on cooperative matrices, where the device has them (DeviceReport)
+  vk::PhysicalDeviceCooperativeMatrixFeaturesNV coopmat(true);
+  vk::PhysicalDeviceShaderFloat16Int8Features float16(true, false);
+  vk::PhysicalDeviceVulkanMemoryModelFeatures memory_model(true);
+  if (chosen.float16_products) device_extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   float priority = 1.0f;
   vk::DeviceQueueCreateInfo queue_info({}, chosen.compute_queue_family, 1, &priority);
   vk::DeviceCreateInfo device_info({}, queue_info, {}, device_extensions);
-  if (chosen.size_control) device_info.pNext = &size_control;
+  void* chain = nullptr;  // the features to enable, each struct pointing at the one before
+  if (chosen.size_control) size_control.pNext = std::exchange(chain, &size_control);
+  if (chosen.float16_products) {
+    coopmat.pNext = std::exchange(chain, &coopmat);
+    float16.pNext = std::exchange(chain, &float16);
+    memory_model.pNext = std::exchange(chain, &memory_model);
+  }
+  device_info.pNext = chain;
   device_ = vk::raii::Device(physical, device_info);
   queue_ = vk::raii::Queue(device_, chosen.compute_queue_family, 0);
   kernels_ = std::make_unique<Kernels>(*this);

@@ -61,6 +61,11 @@ struct DeviceReport {
   bool full_subgroups = false;           // computeFullSubgroups
   bool size_control_extension = false;   // enabled as VK_EXT_subgroup_size_control (Vulkan < 1.3)
   bool storage_buffer_16bit = false;
+  // float16 products on cooperative matrices (VK_NV_cooperative_matrix with shaderFloat16 and the
+  // Vulkan memory model): a subgroup-scope 16 × 16 × 16 configuration of float16 A and B into
+  // float32 C, in compute shaders, on 32 guaranteed lanes. linear's float16_products (gemm.glsl's
+  // COOPMAT tiling) runs only here.
+  bool float16_products = false;
   // RGBA32F uniform texel buffers (texelFetch), up to this many texels in one: the GEMM's inputs
   // on CPU devices, where a texel fetch costs less than a storage-buffer load
   bool texel_rgba32f = false;

@@ -91,6 +91,55 @@ TEST(GemvRows, MoreRowsThanTheGemvHoldsAreRefused) {
                                      {"linear as a GEMV for up to 9 rows: it holds at most 8"});
 }
 
+// ---- linear's float16 products on cooperative matrices (gemm.glsl's COOPMAT tiling) ---------------
+// Where the device has them (DeviceReport::float16_products: NVIDIA's VK_NV_cooperative_matrix),
+// x and W are rounded to float16 and their products, exact in float32, summed there: the result
+// is the reference's on the rounded inputs, to float32's 1e-4 — rows past the GEMV's, K and M off
+// the 16s and the 128-blocks, W float32 or kept float16, with bias and without, and the heads
+// folded into the store. Elsewhere (lavapipe, SwiftShader: every CI device) the backend refuses
+// the option and says what the device lacks.
+TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
+  const auto& device = testing::shared_context()->device_report();
+  if (!device.float16_products) {
+    testing::expect_error<DeviceError>([] { VulkanBackend(testing::shared_context(), {.float16_products = true}); },
+                                       {"float16_products: '" + device.name + "' has no float16 cooperative matrices"});
+    return;
+  }
+  const uint64_t before = testing::shared_context()->validation_message_count();
+  VulkanBackend gpu(testing::shared_context(), {.float16_products = true});
+  ReferenceBackend cpu;
+  auto float16 = [](const Tensor& t) {  // the values torch's half() gives, as a plain float32 tensor
+    Tensor rounded = testing::rounded_to(t, Narrow::float16);
+    rounded.narrow = Narrow::none;
+    return rounded;
+  };
+  for (auto [N, K, M] : {std::tuple{9, 64, 17}, {113, 3, 130}, {300, 200, 65}, {17, 65, 256}}) {
+    const Tensor x = random_tensor({N, K}, 1), bias = random_tensor({M}, 3);
+    for (Narrow narrow : {Narrow::none, Narrow::float16}) {
+      const Tensor w =
+          narrow == Narrow::none ? random_tensor({M, K}, 2) : testing::rounded_to(random_tensor({M, K}, 2), narrow);
+      for (bool with_bias : {false, true}) {
+        Value on_gpu = gpu.upload("bias", bias), on_cpu = cpu.upload("bias", bias);
+        const Tensor got = gpu.download(gpu.linear("q_proj", gpu.upload("x", x), gpu.upload_matrix("q_proj.weight", w),
+                                                   with_bias ? &on_gpu : nullptr));
+        const Tensor expected = cpu.download(cpu.linear("q_proj", cpu.upload("x", float16(x)),
+                                                        cpu.upload("w", float16(w)), with_bias ? &on_cpu : nullptr));
+        EXPECT_TRUE(all_close(got, expected, {}, {"n", "m"}))
+            << N << " × " << K << " · (" << M << " × " << K << ")ᵀ, W " << narrow_name(narrow)
+            << (with_bias ? ", bias" : "");
+      }
+    }
+  }
+  // q_proj with split_heads folded into its store: (B, T, E) -> (B, H, T, d)
+  const Tensor x = random_tensor({2, 50, 64}, 4), w = random_tensor({64, 64}, 5);
+  const Tensor got = gpu.download(
+      gpu.linear_split_heads("q_proj", "split_heads_q", gpu.upload("x", x), gpu.upload_matrix("w", w), nullptr, 4));
+  const Tensor expected = cpu.download(cpu.linear_split_heads("q_proj", "split_heads_q", cpu.upload("x", float16(x)),
+                                                              cpu.upload("w", float16(w)), nullptr, 4));
+  EXPECT_TRUE(all_close(got, expected, {}, {"b", "h", "t", "c"})) << "heads folded into the store";
+  EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+
 TEST_F(Ops, LinearKeepsLeadingDims) {
   std::vector<Tensor> in{random_tensor({2, 3, 5}, 1), random_tensor({7, 5}, 2), random_tensor({7}, 3)};
   Value y = gpu().linear("k_proj", gpu().upload("x", in[0]), gpu().upload("w", in[1]), nullptr);

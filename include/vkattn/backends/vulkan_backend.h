@@ -79,6 +79,12 @@ struct VulkanBackendOptions {
   // split_heads and merge_heads beside a projection are folded into its store or its load
   // (Backend::linear_split_heads): no copies, the same numbers. false runs them as copies.
   bool fold_layout_steps = true;
+  // linear's products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
+  // COOPMAT tiling): x and W rounded to float16 as they are read, as torch's float16 matmul has
+  // them, so its results are float16's, not float32's 1e-4. Products of at most gemv_rows rows
+  // keep the float32 GEMV. Only on a device with DeviceReport::float16_products (NVIDIA's); the
+  // backend refuses it elsewhere.
+  bool float16_products = false;
 };
 
 class VulkanBackend final : public Backend {
@@ -233,6 +239,10 @@ class VulkanBackend final : public Backend {
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                 bool b_k_by_n, int64_t group, HeadsLayout a_layout = {}, HeadsLayout c_layout = {});
+  // y (N, M) = x (N, K) · W (M, K)ᵀ + b in float16 products on cooperative matrices
+  // (linear_coopmat, gemm.glsl's COOPMAT tiling), layouts folded as run_gemm's.
+  void run_linear_float16(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
+                          int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout);
   // y (N, M) = x (N, K) · W (M, K)ᵀ + b through shaders/gemv.glsl (linear's _gemv build): a
   // product of at most gemv_rows rows.
   void run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y, int64_t N,
