@@ -268,39 +268,42 @@ void gemm_broadcast() {
   }
 }
 
-#elif defined(COOPMAT)
-// ---- float16 products on cooperative matrices --------------------------------------------------
-
+#else
+// ---- a block of C a workgroup: shared-memory tiles, or float16 products on cooperative matrices -
+#ifdef COOPMAT
 // A workgroup of four subgroups of 32 lanes owns a BLOCK_M × BLOCK_N block of C, a subgroup the
 // (16·TILE_M) × (16·TILE_N) quarter at (sm, sn) = (id / 2, id % 2): TILE_M × TILE_N accumulators
 // of 16 × 16 float32, each the product of float16 matrices of 16 × 16 (VK_NV_cooperative_matrix:
-// A and B float16, C float32, a subgroup's). K is walked DEPTH at a time, A and B rounded to
-// float16 as the workgroup stashes them in two shared tiles of each (one is read while the next
-// is loaded: one barrier a step), A's tile row-major (i, k) and B's (j, k), which the
-// cooperative loads read as A row-major and B column-major. The results go through a shared
-// 16 × 16 tile a subgroup to store_c (bias, scale, C_HEADS, edges) one accumulator at a time.
+// A and B float16, C float32, a subgroup's). A and B are rounded to float16 as they are stashed,
+// A's tile row-major (i, k) and B's (j, k), which the cooperative loads read as A row-major and
+// B column-major. The results go through a shared 16 × 16 tile a subgroup to store_c (bias,
+// scale, C_HEADS, edges), one accumulator at a time. linear alone: B stored (N, K).
+#ifdef B_IS_K_BY_N
+#error "the COOPMAT tiling reads B stored (N, K)"
+#endif
 const uint SUBGROUPS_M = 2u, SUBGROUPS_N = 2u, INVOCATIONS = 128u;  // 4 subgroups of 32 lanes
 const uint BLOCK_M = SUBGROUPS_M * 16u * TILE_M, BLOCK_N = SUBGROUPS_N * 16u * TILE_N;
+#else
+// A workgroup of SIDE² invocations owns a BLOCK_M × BLOCK_N block of C; invocation (ti, tj) the
+// TILE_M × TILE_N outputs at rows 4·ti + 4·SIDE·qa + r, columns 4·tj + 4·SIDE·qb + t (quads SIDE
+// apart, so that a subgroup's reads of a k row of the tiles are neighbouring vec4s).
+const uint BLOCK_M = SIDE * TILE_M, BLOCK_N = SIDE * TILE_N;
+const uint QUADS_M = TILE_M / 4u, QUADS_N = TILE_N / 4u;  // vec4s of A and of B an invocation reads per k
+const uint INVOCATIONS = SIDE * SIDE;
+#endif
+// Either way K is walked DEPTH at a time through two tiles of each input in shared memory: while
+// the workgroup computes on one, its loads of the next are in flight (one barrier a step).
+// vec4s of each tile and how many each invocation loads
 const uint A_QUADS = BLOCK_M * DEPTH / 4u, B_QUADS = BLOCK_N * DEPTH / 4u;
 const uint A_LOADS = (A_QUADS + INVOCATIONS - 1u) / INVOCATIONS, B_LOADS = (B_QUADS + INVOCATIONS - 1u) / INVOCATIONS;
 
+#ifdef COOPMAT
 shared float16_t tile_a[2][BLOCK_M * DEPTH];  // [s][i · DEPTH + k] = A[n, i0 + i, k0 + k]
 shared float16_t tile_b[2][BLOCK_N * DEPTH];  // [s][j · DEPTH + k] = B(n, k0 + k, j0 + j)
 shared float results[4u * 256u];              // a subgroup's 16 × 16 accumulator on its way out
 
-// Quad `e` of the A tile at k0 (a row's DEPTH k are neighbouring lanes' loads), zeros past K
-vec4 fetch_a(uint n, uint i0, uint k0, uint e) {
-  uint k = k0 + e % (DEPTH / 4u) * 4u;
-  if (e >= A_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
-  return load_a(a_row(n, min(i0 + e / (DEPTH / 4u), p.rows - 1u)), k);
-}
-// Quad `e` of the B tile: B[n, j0 + col, k0 + 4·kq .. + 3], as A's
-vec4 fetch_b(uint n, uint j0, uint k0, uint e) {
-  uint k = k0 + e % (DEPTH / 4u) * 4u;
-  if (e >= B_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
-  return load_b_col(n, min(j0 + e / (DEPTH / 4u), p.cols - 1u), k);
-}
-// A quad of either tile, rounded to float16, at [row · DEPTH + k]: the quad's own place, e · 4
+// Quad `e` of either tile (fetch_a's, fetch_b's), rounded to float16, at [row · DEPTH + k]: the
+// quad's own place, 4·e
 void stash_a(uint s, uint e, vec4 v) {
   if (e >= A_QUADS) return;
   for (uint t = 0u; t < 4u; ++t) tile_a[s][4u * e + t] = float16_t(v[t]);
@@ -309,16 +312,81 @@ void stash_b(uint s, uint e, vec4 v) {
   if (e >= B_QUADS) return;
   for (uint t = 0u; t < 4u; ++t) tile_b[s][4u * e + t] = float16_t(v[t]);
 }
+#else
+shared vec4 tile_a[2][DEPTH][BLOCK_M / 4u];  // tile_a[s][k][i / 4][i % 4] = A[n, i0 + i, k0 + k]
+shared vec4 tile_b[2][DEPTH][BLOCK_N / 4u];  // tile_b[s][k][j / 4][j % 4] = B(n, k0 + k, j0 + j)
 
-void gemm_coopmat() {
+void stash_a(uint s, uint e, vec4 v) {
+  if (e >= A_QUADS) return;
+  uint i = e / (DEPTH / 4u), k = e % (DEPTH / 4u) * 4u;
+  for (uint t = 0u; t < 4u; ++t) tile_a[s][k + t][i / 4u][i % 4u] = v[t];
+}
+#ifdef B_IS_K_BY_N
+void stash_b(uint s, uint e, vec4 v) {
+  if (e < B_QUADS) tile_b[s][e / (BLOCK_N / 4u)][e % (BLOCK_N / 4u)] = v;
+}
+#else
+void stash_b(uint s, uint e, vec4 v) {
+  if (e >= B_QUADS) return;
+  uint j = e / (DEPTH / 4u), k = e % (DEPTH / 4u) * 4u;
+  for (uint t = 0u; t < 4u; ++t) tile_b[s][k + t][j / 4u][j % 4u] = v[t];
+}
+#endif
+#endif
+
+// Quad `e` of the A tile at k0: A[n, i0 + row, k0 + 4·kq .. + 3], row = e / (DEPTH / 4): a row's
+// DEPTH k are neighbouring lanes' loads
+vec4 fetch_a(uint n, uint i0, uint k0, uint e) {
+  uint k = k0 + e % (DEPTH / 4u) * 4u;
+  if (e >= A_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
+  return load_a(a_row(n, min(i0 + e / (DEPTH / 4u), p.rows - 1u)), k);
+}
+
+#ifdef B_IS_K_BY_N
+// Quad `e` of the B tile: B[n, k0 + kb, j0 + 4·jq .. + 3], kb = e / (BLOCK_N / 4): a k row's
+// columns are neighbouring lanes' loads
+vec4 fetch_b(uint n, uint j0, uint k0, uint e) {
+  uint k = k0 + e / (BLOCK_N / 4u);
+  if (e >= B_QUADS || k >= p.inner) return vec4(0.0);
+  return load_b_row(n, k, min(j0 + e % (BLOCK_N / 4u) * 4u, (p.cols - 1u) & ~3u));
+}
+#else
+// Quad `e` of the B tile: B[n, j0 + col, k0 + 4·kq .. + 3], as A's
+vec4 fetch_b(uint n, uint j0, uint k0, uint e) {
+  uint k = k0 + e % (DEPTH / 4u) * 4u;
+  if (e >= B_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
+  return load_b_col(n, min(j0 + e / (DEPTH / 4u), p.cols - 1u), k);
+}
+#endif
+
+// This workgroup's block: batch item n, first row i0 and column j0; false past the grid (uniform
+// per workgroup)
+bool block_origin(out uint n, out uint i0, out uint j0) {
   uint row_blocks = (p.rows + BLOCK_M - 1u) / BLOCK_M;
   uint col_blocks = (p.cols + BLOCK_N - 1u) / BLOCK_N;
   uint unit = flat_workgroup_id();
-  if (unit >= p.batch * row_blocks * col_blocks) return;  // uniform per workgroup
-  uint n = unit / (row_blocks * col_blocks);
-  uint i0 = (unit / col_blocks) % row_blocks * BLOCK_M;
-  uint j0 = unit % col_blocks * BLOCK_N;
+  n = unit / (row_blocks * col_blocks);
+  i0 = (unit / col_blocks) % row_blocks * BLOCK_M;
+  j0 = unit % col_blocks * BLOCK_N;
+  return unit < p.batch * row_blocks * col_blocks;
+}
+
+// The tiles at k0 into registers (this invocation's quads), and from there into tiles s
+void fetch_tiles(uint n, uint i0, uint j0, uint k0, out vec4 next_a[A_LOADS], out vec4 next_b[B_LOADS]) {
   uint lane = gl_LocalInvocationID.x;
+  for (uint l = 0u; l < A_LOADS; ++l) next_a[l] = fetch_a(n, i0, k0, lane + l * INVOCATIONS);
+  for (uint l = 0u; l < B_LOADS; ++l) next_b[l] = fetch_b(n, j0, k0, lane + l * INVOCATIONS);
+}
+void stash_tiles(uint s, vec4 next_a[A_LOADS], vec4 next_b[B_LOADS]) {
+  uint lane = gl_LocalInvocationID.x;
+  for (uint l = 0u; l < A_LOADS; ++l) stash_a(s, lane + l * INVOCATIONS, next_a[l]);
+  for (uint l = 0u; l < B_LOADS; ++l) stash_b(s, lane + l * INVOCATIONS, next_b[l]);
+}
+
+#ifdef COOPMAT
+void gemm_coopmat() {
+  uint n, i0, j0;
+  if (!block_origin(n, i0, j0)) return;
   uint sm = gl_SubgroupID / SUBGROUPS_N, sn = gl_SubgroupID % SUBGROUPS_N;
 
   fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[TILE_M][TILE_N];
@@ -326,16 +394,13 @@ void gemm_coopmat() {
     for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
   }
   vec4 next_a[A_LOADS], next_b[B_LOADS];  // the next tiles' quads, loaded while computing
-  for (uint l = 0u; l < A_LOADS; ++l) stash_a(0u, lane + l * INVOCATIONS, fetch_a(n, i0, 0u, lane + l * INVOCATIONS));
-  for (uint l = 0u; l < B_LOADS; ++l) stash_b(0u, lane + l * INVOCATIONS, fetch_b(n, j0, 0u, lane + l * INVOCATIONS));
+  fetch_tiles(n, i0, j0, 0u, next_a, next_b);
+  stash_tiles(0u, next_a, next_b);
   barrier();
   uint s = 0u;
   for (uint k0 = 0u; k0 < p.inner; k0 += DEPTH) {
     bool more = k0 + DEPTH < p.inner;  // uniform
-    if (more) {
-      for (uint l = 0u; l < A_LOADS; ++l) next_a[l] = fetch_a(n, i0, k0 + DEPTH, lane + l * INVOCATIONS);
-      for (uint l = 0u; l < B_LOADS; ++l) next_b[l] = fetch_b(n, j0, k0 + DEPTH, lane + l * INVOCATIONS);
-    }
+    if (more) fetch_tiles(n, i0, j0, k0 + DEPTH, next_a, next_b);
     for (uint kk = 0u; kk < DEPTH; kk += 16u) {
       fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a[TILE_M], b[TILE_N];
       for (uint r = 0u; r < TILE_M; ++r) {
@@ -349,21 +414,18 @@ void gemm_coopmat() {
       }
     }
     // the other tiles were last read before the previous step's barrier: free to overwrite
-    if (more) {
-      for (uint l = 0u; l < A_LOADS; ++l) stash_a(s ^ 1u, lane + l * INVOCATIONS, next_a[l]);
-      for (uint l = 0u; l < B_LOADS; ++l) stash_b(s ^ 1u, lane + l * INVOCATIONS, next_b[l]);
-    }
+    if (more) stash_tiles(s ^ 1u, next_a, next_b);
     barrier();
     s ^= 1u;
   }
   // each accumulator through the subgroup's 16 × 16 of `results`: 8 values a lane to store_c
-  uint mine = gl_SubgroupID * 256u, at_lane = gl_SubgroupInvocationID;
+  uint mine = gl_SubgroupID * 256u;
   for (uint r = 0u; r < TILE_M; ++r) {
     for (uint q = 0u; q < TILE_N; ++q) {
       coopMatStoreNV(acc[r][q], results, mine, 16u, false);
       subgroupMemoryBarrierShared();
       subgroupBarrier();
-      for (uint e = at_lane; e < 256u; e += 32u) {
+      for (uint e = gl_SubgroupInvocationID; e < 256u; e += 32u) {
         uint i = i0 + (sm * TILE_M + r) * 16u + e / 16u, j = j0 + (sn * TILE_N + q) * 16u + e % 16u;
         uint at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) + heads_col(min(j, p.cols - 1u), p.cols)
                                 : (n * p.rows + i) * p.cols + j;
@@ -375,69 +437,9 @@ void gemm_coopmat() {
 }
 
 #else
-// ---- shared-memory tiles ------------------------------------------------------------------------
-
-// A workgroup of SIDE² invocations owns a BLOCK_M × BLOCK_N block of C; invocation (ti, tj) the
-// TILE_M × TILE_N outputs at rows 4·ti + 4·SIDE·qa + r, columns 4·tj + 4·SIDE·qb + t (quads SIDE
-// apart, so that a subgroup's reads of a k row of the tiles are neighbouring vec4s). K is walked
-// DEPTH at a time through two tiles of each input in shared memory: while the workgroup computes
-// on one, its loads of the next are in flight (one barrier a step).
-const uint BLOCK_M = SIDE * TILE_M, BLOCK_N = SIDE * TILE_N;
-const uint QUADS_M = TILE_M / 4u, QUADS_N = TILE_N / 4u;  // vec4s of A and of B an invocation reads per k
-const uint INVOCATIONS = SIDE * SIDE;
-// vec4s of each tile and how many each invocation loads
-const uint A_QUADS = BLOCK_M * DEPTH / 4u, B_QUADS = BLOCK_N * DEPTH / 4u;
-const uint A_LOADS = (A_QUADS + INVOCATIONS - 1u) / INVOCATIONS, B_LOADS = (B_QUADS + INVOCATIONS - 1u) / INVOCATIONS;
-
-shared vec4 tile_a[2][DEPTH][BLOCK_M / 4u];  // tile_a[s][k][i / 4][i % 4] = A[n, i0 + i, k0 + k]
-shared vec4 tile_b[2][DEPTH][BLOCK_N / 4u];  // tile_b[s][k][j / 4][j % 4] = B(n, k0 + k, j0 + j)
-
-// Quad `e` of the A tile at k0: A[n, i0 + row, k0 + 4·kq .. + 3], row = e / (DEPTH / 4): a row's
-// DEPTH k are neighbouring lanes' loads
-vec4 fetch_a(uint n, uint i0, uint k0, uint e) {
-  uint k = k0 + e % (DEPTH / 4u) * 4u;
-  if (e >= A_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
-  return load_a(a_row(n, min(i0 + e / (DEPTH / 4u), p.rows - 1u)), k);
-}
-void stash_a(uint s, uint e, vec4 v) {
-  if (e >= A_QUADS) return;
-  uint i = e / (DEPTH / 4u), k = e % (DEPTH / 4u) * 4u;
-  for (uint t = 0u; t < 4u; ++t) tile_a[s][k + t][i / 4u][i % 4u] = v[t];
-}
-
-#ifdef B_IS_K_BY_N
-// Quad `e` of the B tile: B[n, k0 + kb, j0 + 4·jq .. + 3], kb = e / (BLOCK_N / 4): a k row's
-// columns are neighbouring lanes' loads
-vec4 fetch_b(uint n, uint j0, uint k0, uint e) {
-  uint k = k0 + e / (BLOCK_N / 4u);
-  if (e >= B_QUADS || k >= p.inner) return vec4(0.0);
-  return load_b_row(n, k, min(j0 + e % (BLOCK_N / 4u) * 4u, (p.cols - 1u) & ~3u));
-}
-void stash_b(uint s, uint e, vec4 v) {
-  if (e < B_QUADS) tile_b[s][e / (BLOCK_N / 4u)][e % (BLOCK_N / 4u)] = v;
-}
-#else
-// Quad `e` of the B tile: B[n, j0 + col, k0 + 4·kq .. + 3], as A's
-vec4 fetch_b(uint n, uint j0, uint k0, uint e) {
-  uint k = k0 + e % (DEPTH / 4u) * 4u;
-  if (e >= B_QUADS || (VEC4 && k >= p.inner)) return vec4(0.0);
-  return load_b_col(n, min(j0 + e / (DEPTH / 4u), p.cols - 1u), k);
-}
-void stash_b(uint s, uint e, vec4 v) {
-  if (e >= B_QUADS) return;
-  uint j = e / (DEPTH / 4u), k = e % (DEPTH / 4u) * 4u;
-  for (uint t = 0u; t < 4u; ++t) tile_b[s][k + t][j / 4u][j % 4u] = v[t];
-}
-#endif
-
 void gemm_shared() {
-  uint row_blocks = (p.rows + BLOCK_M - 1u) / BLOCK_M;
-  uint col_blocks = (p.cols + BLOCK_N - 1u) / BLOCK_N;
-  uint unit = flat_workgroup_id();
-  if (unit >= p.batch * row_blocks * col_blocks) return;  // uniform per workgroup
-  uint n = unit / (row_blocks * col_blocks);
-  uint i0 = (unit / col_blocks) % row_blocks * BLOCK_M;
-  uint j0 = unit % col_blocks * BLOCK_N;
+  uint n, i0, j0;
+  if (!block_origin(n, i0, j0)) return;
   uint lane = gl_LocalInvocationID.x;
   uint ti = lane / SIDE, tj = lane % SIDE;
 
@@ -446,16 +448,13 @@ void gemm_shared() {
     for (uint q = 0u; q < QUADS_N; ++q) acc[r][q] = vec4(0.0);
   }
   vec4 next_a[A_LOADS], next_b[B_LOADS];  // the next tiles' quads, loaded while computing
-  for (uint l = 0u; l < A_LOADS; ++l) stash_a(0u, lane + l * INVOCATIONS, fetch_a(n, i0, 0u, lane + l * INVOCATIONS));
-  for (uint l = 0u; l < B_LOADS; ++l) stash_b(0u, lane + l * INVOCATIONS, fetch_b(n, j0, 0u, lane + l * INVOCATIONS));
+  fetch_tiles(n, i0, j0, 0u, next_a, next_b);
+  stash_tiles(0u, next_a, next_b);
   barrier();
   uint s = 0u;
   for (uint k0 = 0u; k0 < p.inner; k0 += DEPTH) {
     bool more = k0 + DEPTH < p.inner;  // uniform
-    if (more) {
-      for (uint l = 0u; l < A_LOADS; ++l) next_a[l] = fetch_a(n, i0, k0 + DEPTH, lane + l * INVOCATIONS);
-      for (uint l = 0u; l < B_LOADS; ++l) next_b[l] = fetch_b(n, j0, k0 + DEPTH, lane + l * INVOCATIONS);
-    }
+    if (more) fetch_tiles(n, i0, j0, k0 + DEPTH, next_a, next_b);
     for (uint kk = 0u; kk < DEPTH; ++kk) {
       vec4 av[QUADS_M], bv[QUADS_N];
       for (uint q = 0u; q < QUADS_M; ++q) av[q] = tile_a[s][kk][ti + SIDE * q];
@@ -466,10 +465,7 @@ void gemm_shared() {
       }
     }
     // the other tiles were last read before the previous step's barrier: free to overwrite
-    if (more) {
-      for (uint l = 0u; l < A_LOADS; ++l) stash_a(s ^ 1u, lane + l * INVOCATIONS, next_a[l]);
-      for (uint l = 0u; l < B_LOADS; ++l) stash_b(s ^ 1u, lane + l * INVOCATIONS, next_b[l]);
-    }
+    if (more) stash_tiles(s ^ 1u, next_a, next_b);
     barrier();
     s ^= 1u;
   }
@@ -485,6 +481,7 @@ void gemm_shared() {
     }
   }
 }
+#endif
 
 #endif
 
