@@ -62,7 +62,7 @@ class Bench {
         mha_(config_, MultiHeadAttentionWeights::random(config_, a.seed)),
         query_(random_tensor({a.batch, a.seq, a.embed}, a.seed + 1)),
         memory_(a.kv_seq ? random_tensor({a.batch, a.kv_seq, a.embed}, a.seed + 2) : Tensor()),
-        backend_(make_watched_backend(a.backend, a.device)) {
+        backend_(make_watched_backend(a.backend, a.device, {.early_dispatches = a.early_dispatches})) {
     options_.need_weights = false;
     options_.is_causal = a.causal;
     options_.attention = parse_attention_path(a.attention);
@@ -76,7 +76,7 @@ class Bench {
   }
 
   Backend& backend() { return *backend_; }
-  // --resident: the last forward's time until it returned, recorded but not yet submitted (the
+  // --resident: the last forward's time until it returned, recorded but not yet read back (the
   // checks, the preflight's sizing run and the recording, on the host), in ms
   double host_ms() const { return host_ms_; }
   VulkanBackend* gpu() { return dynamic_cast<VulkanBackend*>(backend_.get()); }
@@ -91,7 +91,8 @@ class Bench {
     try {
       if (a_.resident) {
         last_values_ = mha_.forward(*backend_, query_value_, memory_value_, memory_value_, options_).output;
-        // recorded, not yet submitted: the host's share of the forward
+        // recorded, the rest submitted by the readback: the host's share of the forward (a GPU
+        // has begun on its first dispatches by then: --early-dispatches)
         host_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         if (auto* vulkan = dynamic_cast<VulkanBackend*>(backend_.get())) vulkan->synchronize();  // to its end
       } else {
@@ -159,6 +160,9 @@ CLI::App* add_bench(CLI::App& app, BenchArgs& a) {
                 "self-attention: project q, k and v with one in_proj GEMM (B, L, E) -> (B, L, 3E), as PyTorch packs them");
   cmd->add_flag("--copy-layout-steps", a.copy_layout_steps,
                 "run split_heads and merge_heads as copies instead of folding them into the projections (GPU)");
+  cmd->add_option("--early-dispatches", a.early_dispatches,
+                  "dispatches a forward sends to the device before its readback, then segments as long as all sent "
+                  "before; 0: the forward submitted whole at its readback (GPU; unset: 4 on a GPU, 0 on a CPU device)");
   cmd->add_flag("--resident", a.resident,
                 "time forwards on tensors already on the backend, as torch's on CUDA: the input uploaded and the "
                 "weights kept before the clock starts, the output left there (each forward timed to its end)");
@@ -231,6 +235,7 @@ int run_bench(const BenchArgs& a) {
     json out = {{"config", {{"batch", a.batch}, {"seq", a.seq}, {"kv_seq", S}, {"embed", a.embed}, {"heads", a.heads},
                             {"causal", a.causal}, {"need_weights", false}, {"attention", attention_path_name(resolve_attention(parse_attention_path(a.attention), false))},
                             {"pack_in_proj", a.pack_in_proj}, {"copy_layout_steps", a.copy_layout_steps},
+                            {"early_dispatches", a.early_dispatches ? json(*a.early_dispatches) : json()},
                             {"resident", a.resident}}},
                 {"backend", a.backend}, {"device", bench.backend().device_name()}, {"iters", a.iters},
                 {"trace", timed}, {"total_ms", total_ms}, {"min_ms", min_ms},
@@ -272,7 +277,7 @@ int run_bench(const BenchArgs& a) {
             << " ms, fastest " << min_ms << " ms;" << (a.resident ? "\n  " : " ") << flops / 1e9 << " GFLOP each, "
             << gflops << " GFLOP/s\n";
   if (bench.gpu() && !host_ms.empty()) {
-    std::cout << "  of which on the host before submitting (checks, sizing, recording): median "
+    std::cout << "  of which on the host before the readback (checks, sizing, recording): median "
               << median(host_ms) << " ms\n";
   }
   if (bench.gpu()) std::cout << "peak Vulkan memory (device and staging buffers): " << static_cast<double>(peak) / 1048576.0 << " MiB\n";

@@ -3,9 +3,9 @@
 // code (0 success, 1 runtime failure) and throws vkattn errors, which main() turns into one line
 // on stderr and exit 2 (bad input) or 1 (runtime failure).
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -143,6 +143,7 @@ struct BenchArgs {
   std::string attention = "auto";  // or "unfused", "fused"
   bool pack_in_proj = false;       // self-attention's q, k, v projections as one in_proj GEMM
   bool copy_layout_steps = false;  // split_heads and merge_heads as copies, not folded (GPU)
+  std::optional<uint32_t> early_dispatches;  // sent before the readback (GPU; unset: the device's rule)
   bool resident = false;           // input and weights kept on the backend, output left there
   int iters = 10, warmup = 2;
   std::string tracing = "none";   // the tracer on each timed forward: none, shapes, values

@@ -34,8 +34,8 @@ using Acc = vk::AccessFlagBits;
 
 }  // namespace
 
-Recorder::Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_per_dim)
-    : context_(std::move(context)), staging_(context_) {
+Recorder::Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_per_dim, uint32_t early_dispatches)
+    : context_(std::move(context)), early_dispatches_(early_dispatches), staging_(context_) {
   const auto& limits = context_->device_report().max_workgroup_count;
   group_limits_ = {limits[0], limits[1], limits[2]};
   if (max_groups_per_dim > 0) group_limits_ = glm::min(group_limits_, glm::uvec3(max_groups_per_dim));
@@ -53,14 +53,40 @@ Recorder::Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_p
 Recorder::~Recorder() { settle(); }
 
 void Recorder::settle() noexcept {
-  if (!unfinished_) return;
-  // At least a minute: a timeout of a microsecond (a test's) must not free what still runs.
-  const uint64_t bound = std::max<uint64_t>(context_->fence_timeout_ns(), 60'000'000'000ull);
+  if (!unfinished_) {
+    if (!sent_.empty()) finish_sent();  // a pass sent and never read back runs on
+    return;
+  }
+  if (!fence_pending_) return;
   try {
-    (void)context_->device().waitForFences(*fence_, VK_TRUE, bound);
+    (void)context_->device().waitForFences(*fence_, VK_TRUE, bound_ns());
   } catch (const vk::SystemError&) {
     // lost: nothing will run any more
   }
+}
+
+uint64_t Recorder::bound_ns() const {
+  // At least a minute: a timeout of a microsecond (a test's) must not free what still runs.
+  return std::max<uint64_t>(context_->fence_timeout_ns(), 60'000'000'000ull);
+}
+
+bool Recorder::finish_sent() noexcept {
+  // An empty submission's fence signals once every earlier one on the queue has finished.
+  bool done = submit(*fence_, false) == vk::Result::eSuccess;
+  fence_pending_ = done;
+  try {
+    done = done && context_->device().waitForFences(*fence_, VK_TRUE, bound_ns()) == vk::Result::eSuccess;
+    if (done) context_->device().resetFences(*fence_);
+  } catch (const vk::SystemError&) {
+    done = false;
+  }
+  if (!done) {
+    unfinished_ = true;  // what they use stays alive
+    context_->mark_lost("segments of a pass sent to the device did not finish");
+    return false;
+  }
+  fence_pending_ = false;
+  return true;
 }
 
 void Recorder::begin_if_idle() {
@@ -204,6 +230,7 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
   }
   if (context_->debug_labels()) commands_.endDebugUtilsLabelEXT();
   in_flight_.insert(in_flight_.end(), buffers.begin(), buffers.end());
+  if (early_dispatches_ > 0 && ++segment_dispatches_ >= std::max(early_dispatches_, sent_dispatches_)) send();
 }
 
 void Recorder::upload(const std::shared_ptr<Buffer>& target, const void* data, size_t bytes) {
@@ -262,30 +289,14 @@ std::optional<std::vector<std::pair<double, double>>> Recorder::dispatch_times()
 void Recorder::flush() {
   chained_ = false;  // the host waits between this submission and the next
   context_->check_usable();
-  if (!recording_) return;
-  commands_.end();
-  recording_ = false;
-  vk::CommandBuffer command_buffer = *commands_;
-  const auto fail = [&](vk::Result result, const char* call) {
-    if (result == vk::Result::eErrorDeviceLost) context_->mark_lost(std::string(call) + " failed with VK_ERROR_DEVICE_LOST");
-    return device_error("", vk::SystemError(vk::make_error_code(result), call));
-  };
+  if (!recording_ && sent_.empty()) return;
   const auto submitted_at = std::chrono::steady_clock::now();
-  vk::Result submitted = vk::Result::eSuccess;
-  if (auto injected = faults::due(faults::Site::submission)) {
-    submitted = *injected;
-  } else {
-    try {
-      context_->submit(vk::SubmitInfo({}, {}, command_buffer), *fence_);
-    } catch (const vk::SystemError& e) {
-      submitted = static_cast<vk::Result>(e.code().value());
-    }
-  }
-  if (submitted != vk::Result::eSuccess) {
-    abandon();  // nothing of it ran
-    throw fail(submitted, "vkQueueSubmit");
+  if (const vk::Result submitted = submit(*fence_, true); submitted != vk::Result::eSuccess) {
+    abandon();  // nothing of it ran (what was sent before runs on: abandon waits for it)
+    throw submission_error(submitted, "vkQueueSubmit");
   }
   submissions_++;
+  fence_pending_ = true;
   vk::Result waited = vk::Result::eSuccess;
   if (auto injected = faults::due(faults::Site::fence_wait)) {
     waited = *injected;
@@ -309,25 +320,78 @@ void Recorder::flush() {
     }
     // Whatever the error, the submission's state is unknown: the device takes no more work.
     context_->mark_lost("vkWaitForFences failed with " + vk_result_name(vk::to_string(waited)));
-    throw fail(waited, "vkWaitForFences");
+    throw submission_error(waited, "vkWaitForFences");
   }
-  longest_submission_s_ = std::max(
-      longest_submission_s_, std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted_at).count());
+  const auto first = sent_.empty() ? submitted_at : first_sent_at_;
+  longest_submission_s_ =
+      std::max(longest_submission_s_, std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count());
   context_->device().resetFences(*fence_);
+  fence_pending_ = false;
   commands_.reset();
   release_recorded();
+}
+
+vk::Result Recorder::submit(vk::Fence fence, bool injectable) {
+  const bool recorded = recording_;
+  if (recording_) commands_.end();
+  recording_ = false;
+  if (injectable) {
+    if (auto injected = faults::due(faults::Site::submission)) return *injected;
+  }
+  const vk::CommandBuffer command_buffer = *commands_;
+  try {
+    context_->submit(recorded ? vk::SubmitInfo({}, {}, command_buffer) : vk::SubmitInfo(), fence);
+  } catch (const vk::SystemError& e) {
+    return static_cast<vk::Result>(e.code().value());
+  }
+  return vk::Result::eSuccess;
+}
+
+void Recorder::send() {
+  chained_ = false;  // the next dispatch's start is not this one's end: a new timestamp
+  if (const vk::Result submitted = submit(nullptr, true); submitted != vk::Result::eSuccess) {
+    abandon();
+    throw submission_error(submitted, "vkQueueSubmit");
+  }
+  if (sent_.empty()) first_sent_at_ = std::chrono::steady_clock::now();
+  early_submissions_++;
+  sent_dispatches_ += segment_dispatches_;
+  segment_dispatches_ = 0;
+  sent_.push_back(std::move(commands_));
+  if (spare_.empty()) {
+    const vk::CommandBufferAllocateInfo info(*pool_, vk::CommandBufferLevel::ePrimary, 1);
+    commands_ = std::move(vk::raii::CommandBuffers(context_->device(), info).front());
+  } else {
+    commands_ = std::move(spare_.back());
+    spare_.pop_back();
+  }
+}
+
+DeviceError Recorder::submission_error(vk::Result result, const char* call) const {
+  if (result == vk::Result::eErrorDeviceLost)
+    context_->mark_lost(std::string(call) + " failed with VK_ERROR_DEVICE_LOST");
+  return device_error("", vk::SystemError(vk::make_error_code(result), call));
 }
 
 void Recorder::abandon() {
   if (unfinished_) return;  // what the device may still run stays alive
   commands_.reset();  // recorded (or refused by the queue), never run: dropped
   recording_ = false;
+  // The segments sent before run on: what they use stays alive until they are done.
+  if (!sent_.empty() && !finish_sent()) return;
   release_recorded();
   staging_.drop_taken();
 }
 
 void Recorder::release_recorded() {
   chained_ = false;
+  for (auto& segment : sent_) {
+    segment.reset();
+    spare_.push_back(std::move(segment));
+  }
+  sent_.clear();
+  sent_dispatches_ = 0;
+  segment_dispatches_ = 0;
   for (auto& pool : descriptor_pools_) pool.reset();
   current_pool_ = 0;
   sets_in_current_pool_ = 0;

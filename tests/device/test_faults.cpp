@@ -9,9 +9,11 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/faults.h"
+#include "engine/vulkan/recorder.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/tolerance.h"
 #include "vkattn/backends/reference_backend.h"
@@ -77,7 +79,7 @@ const FaultCase kCases[] = {
     {"timeout_readback", kWait, kTimeout, "unfused", "reading back out_proj", false, kTimeoutText, true},
 };
 
-class InjectedFault : public ::testing::TestWithParam<FaultCase> {
+class InjectedFault : public ::testing::TestWithParam<std::tuple<FaultCase, uint32_t>> {
  protected:
   void TearDown() override { faults::clear(); }
 
@@ -86,11 +88,15 @@ class InjectedFault : public ::testing::TestWithParam<FaultCase> {
   Tensor x = random_tensor({2, 7, 16}, 2);
 };
 
+// Each case with the pass submitted whole at its readback (early_dispatches 0), and sent to the
+// device as it is recorded (1: segments of 1, 1, 2, 4 dispatches; 4, the default): a failed pass
+// waits for what it sent before giving its buffers back, which the validation layer checks.
 TEST_P(InjectedFault, SaysWhatAndWhereGivesTheMemoryBackAndTheNextForwardWorksOrIsRefused) {
-  const FaultCase& c = GetParam();
+  const auto& [c, early] = GetParam();
   // A context of its own: a fresh pool allocates every buffer, and a loss stays here.
   auto context = std::make_shared<vulkan::Context>();
-  VulkanBackend gpu(context);
+  auto owned = std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.early_dispatches = early});
+  VulkanBackend& gpu = *owned;
   ForwardOptions options{.need_weights = false, .attention = std::string(c.path) == "fused" ? AttentionPath::fused
                                                                                              : AttentionPath::unfused};
   const Tensor expected = [&] {
@@ -115,10 +121,17 @@ TEST_P(InjectedFault, SaysWhatAndWhereGivesTheMemoryBackAndTheNextForwardWorksOr
     expect_error<DeviceError>([&] { module.forward(gpu, x, x, x, options); },
                               {"the device was lost earlier (", "make a new one"});
   }
+  if (early == 1 && !c.loses_device) EXPECT_GT(gpu.recorder().early_submissions(), 0u) << "nothing was sent early";
+  owned.reset();
+  EXPECT_EQ(context->validation_message_count(), 0u) << context->last_validation_message();
 }
 
-INSTANTIATE_TEST_SUITE_P(Faults, InjectedFault, ::testing::ValuesIn(kCases),
-                         [](const auto& p) { return std::string(p.param.name); });
+INSTANTIATE_TEST_SUITE_P(Faults, InjectedFault,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(0u, 1u, 4u)),
+                         [](const auto& p) {
+                           return std::string(std::get<0>(p.param).name) + "_early" +
+                                  std::to_string(std::get<1>(p.param));
+                         });
 
 TEST(InjectedFault, AnAllocationFailureNamesTheBytesAskedFor) {
   auto context = std::make_shared<vulkan::Context>();

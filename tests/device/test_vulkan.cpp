@@ -14,6 +14,8 @@
 #include "engine/vulkan/recorder.h"
 #include "engine/vulkan/shader_registry.h"
 #include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
+#include "vkattn/backends/reference_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/multi_head_attention.h"
 
@@ -141,7 +143,7 @@ TEST(DevicePeak, IsMeasuredAndLeavesNothingHeld) {
 
 class Recording : public testing::GpuTest {};
 
-TEST_F(Recording, OneForwardIsOneSubmissionPerReadbackWithBarriersOnlyBetweenDependentSteps) {
+TEST_F(Recording, OneForwardWaitsOnlyForItsReadbackWithBarriersOnlyBetweenDependentSteps) {
   MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 4, .batch_first = true};
   MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 1));
   Tensor x = random_tensor({2, 5, 16}, 2);
@@ -150,8 +152,12 @@ TEST_F(Recording, OneForwardIsOneSubmissionPerReadbackWithBarriersOnlyBetweenDep
   no_weights.attention = AttentionPath::unfused;  // the steps below
   const auto& rec = gpu().recorder();
   uint64_t submissions = rec.submissions(), barriers = rec.barriers();
+  const uint64_t sent = rec.early_submissions();
   mha.forward(gpu(), x, no_weights);
-  EXPECT_EQ(rec.submissions() - submissions, 1u) << "the whole forward is one command buffer";
+  EXPECT_EQ(rec.submissions() - submissions, 1u) << "the forward's readback alone waits";
+  // on a GPU, its first 4 dispatches sent before the rest was recorded; on a CPU device, none
+  const bool cpu = gpu().context().device_report().type == vk::PhysicalDeviceType::eCpu;
+  EXPECT_EQ(rec.early_submissions() - sent, cpu ? 0u : 1u);
   // The dependency levels: {q,k,v}_proj (storing the heads: split_heads folded) |
   // attention_scores | softmax | attention_values | out_proj (reading the heads: merge_heads
   // folded) | the readback: 6 barriers for 7 dispatches.
@@ -159,6 +165,44 @@ TEST_F(Recording, OneForwardIsOneSubmissionPerReadbackWithBarriersOnlyBetweenDep
   submissions = rec.submissions();
   mha.forward(gpu(), x);  // the weights are a second readback
   EXPECT_EQ(rec.submissions() - submissions, 2u);
+}
+
+// Three resident forwards chained, 21 dispatches, one readback: sent in segments of 4, 4 and 8
+// dispatches (early_dispatches 4), or 1, 1, 2, 4 and 8 (1), the rest with the readback, or all
+// at the readback (0) — the same barriers (a segment's hazards are tracked into the next) and
+// the same bits.
+TEST_F(Recording, APassIsSentToTheDeviceAsItIsRecordedWithTheSameBarriersAndBits) {
+  MultiHeadAttentionConfig c{.embed_dim = 16, .num_heads = 4, .batch_first = true};
+  const MultiHeadAttention mha(c, MultiHeadAttentionWeights::random(c, 7));
+  const Tensor x = random_tensor({2, 9, 16}, 8);
+  const ForwardOptions o{.need_weights = false, .attention = AttentionPath::unfused};
+  struct Run {
+    Tensor y;
+    uint64_t sent, waited, barriers;
+  };
+  auto run = [&](uint32_t early) {
+    VulkanBackend gpu(testing::shared_context(), {.early_dispatches = early});
+    const auto& rec = gpu.recorder();
+    Value y = gpu.upload("x", x);
+    gpu.synchronize();
+    const uint64_t sent = rec.early_submissions(), waited = rec.submissions(), barriers = rec.barriers();
+    for (int i = 0; i < 3; ++i) y = mha.forward(gpu, y, y, y, o).output;
+    Tensor out = gpu.download(y);
+    return Run{out, rec.early_submissions() - sent, rec.submissions() - waited, rec.barriers() - barriers};
+  };
+  const Run whole = run(0), fours = run(4), ones = run(1);
+  EXPECT_EQ(whole.sent, 0u);
+  EXPECT_EQ(fours.sent, 3u);
+  EXPECT_EQ(ones.sent, 5u);
+  for (const Run* r : {&whole, &fours, &ones}) {
+    EXPECT_EQ(r->waited, 1u) << "the readback alone waits";
+    EXPECT_EQ(r->barriers, whole.barriers);
+    EXPECT_EQ(r->y.data, whole.y.data);
+  }
+  ReferenceBackend cpu;
+  Tensor want = x;
+  for (int i = 0; i < 3; ++i) want = mha.forward(cpu, want, o).output;
+  EXPECT_TRUE(testing::all_close(whole.y, want));
 }
 
 TEST_F(Recording, ShapeTracingAddsNoReadbackValueTracingReadsEveryStep) {

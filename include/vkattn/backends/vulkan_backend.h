@@ -76,6 +76,12 @@ struct VulkanBackendOptions {
   double max_submission_seconds = 1.0;
   // > 0: split every flash_attention into submissions of at most this many workgroups (tests).
   uint64_t max_groups_per_submission = 0;
+  // The device starts on a pass before the host has recorded all of it: the first this many
+  // dispatches are submitted without waiting, then segments as long as all sent before (4, 4, 8,
+  // 16, …), the readback the rest (vulkan::Recorder). 0: a pass is one command buffer, submitted
+  // when a value is read back. Unset: 4 on a GPU; 0 on a CPU device, whose "device" is the host's
+  // own cores (lavapipe at S1: 1 % slower sent early, the host's recording beside its shaders).
+  std::optional<uint32_t> early_dispatches;
   // split_heads and merge_heads beside a projection are folded into its store or its load
   // (Backend::linear_split_heads): no copies, the same numbers. false runs them as copies.
   bool fold_layout_steps = true;
