@@ -30,9 +30,8 @@ struct VulkanBackend::State {
       : context(std::move(context_in)),
         options(options_in),
         device(with_options(context->device_report(), options)),
-        recorder(
-            context, options.max_groups_per_dim,
-            options.early_dispatches.value_or(context->device_report().type == vk::PhysicalDeviceType::eCpu ? 0 : 4)),
+        recorder(context, options.max_groups_per_dim,
+                 options.early_dispatches.value_or(vulkan::early_dispatch_rule(context->device_report()))),
         buffers(std::make_shared<vulkan::BufferPool>(context)) {}
 
   std::shared_ptr<vulkan::Context> context;

@@ -34,6 +34,8 @@ using Acc = vk::AccessFlagBits;
 
 }  // namespace
 
+uint32_t early_dispatch_rule(const DeviceReport& device) { return device.type == vk::PhysicalDeviceType::eCpu ? 0 : 4; }
+
 Recorder::Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_per_dim, uint32_t early_dispatches)
     : context_(std::move(context)), early_dispatches_(early_dispatches), staging_(context_) {
   const auto& limits = context_->device_report().max_workgroup_count;

@@ -33,12 +33,16 @@
 
 namespace vkattn::vulkan {
 
+// The first segment a Recorder sends without waiting, on `device`: 4 dispatches on a GPU; 0 on a
+// CPU device, whose "device" is the host's own cores (lavapipe at S1: 0–3 % slower sent early).
+uint32_t early_dispatch_rule(const DeviceReport& device);
+
 class Recorder {
  public:
   // `max_groups_per_dim` > 0 lowers the device's workgroup-count limit (tests force folding).
-  // `early_dispatches`: the first segment sent without waiting; 0: nothing is, a pass is one
-  // command buffer submitted at its readback.
-  Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_per_dim = 0, uint32_t early_dispatches = 4);
+  // `early_dispatches`: the first segment sent without waiting (early_dispatch_rule); 0: nothing
+  // is, a pass is one command buffer submitted at its readback.
+  Recorder(std::shared_ptr<const Context> context, uint32_t max_groups_per_dim = 0, uint32_t early_dispatches = 0);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;

@@ -80,7 +80,7 @@ struct VulkanBackendOptions {
   // dispatches are submitted without waiting, then segments as long as all sent before (4, 4, 8,
   // 16, …), the readback the rest (vulkan::Recorder). 0: a pass is one command buffer, submitted
   // when a value is read back. Unset: 4 on a GPU; 0 on a CPU device, whose "device" is the host's
-  // own cores (lavapipe at S1: 1 % slower sent early, the host's recording beside its shaders).
+  // own cores (vulkan::early_dispatch_rule).
   std::optional<uint32_t> early_dispatches;
   // split_heads and merge_heads beside a projection are folded into its store or its load
   // (Backend::linear_split_heads): no copies, the same numbers. false runs them as copies.
