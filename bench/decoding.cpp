@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   app.add_option("--early-dispatches", early,
                  "dispatches a step sends to the device before its readback (0: none, the step submitted whole; "
                  "unset: the device's rule)");
+  std::string cache_dtype = "F32";
+  app.add_option("--cache-dtype", cache_dtype, "the KV cache's numbers: F32, or F16 / BF16 (2 bytes each on a GPU)")
+      ->check(CLI::IsMember({"F32", "F16", "BF16"}))
+      ->capture_default_str();
   bool by_step = false;
   app.add_flag("--steps", by_step,
                "after the table, one shape-traced decode step a row: its time by op (the device clock on a GPU)");
@@ -160,15 +164,19 @@ int main(int argc, char** argv) {
     c.num_layers = layers;
     CausalLM model(c, CausalLMWeights::random(c, 1));
     auto backend = make_backend(backend_name, "", {.gemv_rows = gemv_rows, .early_dispatches = early});
+    const Narrow dtype = cache_dtype == "F16"    ? Narrow::float16
+                         : cache_dtype == "BF16" ? Narrow::bfloat16
+                                                 : Narrow::none;
     std::mt19937 rng(0);
     std::vector<std::string> breakdowns;  // --steps
-    std::cout << "CausalLM: " << layers << " layers, E " << E << ", " << H << " heads, feed-forward " << F
-              << ", vocab " << V << ", B = 1,\non " << backend->name() << " (" << backend->device_name() << ")\n"
+    std::cout << "CausalLM: " << layers << " layers, E " << E << ", " << H << " heads, feed-forward " << F << ", vocab "
+              << V << ", B = 1, a " << narrow_name(dtype) << " cache,\non " << backend->name() << " ("
+              << backend->device_name() << ")\n"
               << "context  parts  cached ms/token  recompute ms/token  speed-up  cache MiB\n";
     for (int64_t context : contexts) {
       std::optional<double> recompute;
       for (int64_t asked : parts_list) {
-        KVCache cache = model.make_cache(*backend, 1, context + tokens);
+        KVCache cache = model.make_cache(*backend, 1, context + tokens, dtype);
         cache.advance(context - 1);  // context - 1 positions of zeros, then one real step
         Tensor sequence = ids(context, rng, V);
         Tensor last({1, 1}, {sequence.data.back()}, DType::int64);
@@ -177,7 +185,7 @@ int main(int argc, char** argv) {
         model.decode(*backend, last, cache, options);  // pipelines made; not timed
         {  // and the last step's length too, untimed: where the steps cross a power of two (a
            // context of 1024), the tuner meets flash_decoding's next shape class there
-          KVCache ahead = model.make_cache(*backend, 1, context + tokens);
+          KVCache ahead = model.make_cache(*backend, 1, context + tokens, dtype);
           ahead.advance(context + tokens - 1);
           model.decode(*backend, last, ahead, options);
         }
@@ -226,7 +234,7 @@ int main(int argc, char** argv) {
     }
     std::cout << "cached: the median of " << tokens - 1 << " decode steps; recompute: the faster of two full "
               << "forwards over the context\nparts: flash_decoding's key split (*: the backend's choice)\n"
-              << "cache MiB = 2 · layers · B · H · capacity · d · 4 bytes\n";
+              << "cache MiB = 2 · layers · B · H · capacity · d · " << (dtype == Narrow::none ? 4 : 2) << " bytes\n";
     for (const std::string& breakdown : breakdowns) std::cout << "\n" << breakdown;
   } catch (const std::exception& e) {
     std::cerr << "bench_decoding: " << e.what() << "\n";

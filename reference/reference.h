@@ -67,7 +67,20 @@ void flash_attention(const float* q, const float* k, const float* v, const float
 
 // Writes T new rows into a cache at `position`:  cache[n, position + t, :] = rows[n, t, :]
 //   cache (N, C, d) with N = B·H and capacity C; rows (N, T, d); position + T <= C
-void kv_cache_append(float* cache, const float* rows, int64_t N, int64_t C, int64_t T, int64_t d, int64_t position);
+// format: 0 float32; 1 float16, 2 bfloat16 — a cache kept 16-bit (KVCache's dtype), each value
+// rounded to it (round_to) as it is written: the numbers a Vulkan device stores 2 bytes each.
+void kv_cache_append(float* cache, const float* rows, int64_t N, int64_t C, int64_t T, int64_t d, int64_t position,
+                     int format = 0);
+
+// ---- 16-bit numbers (format 1 float16, 2 bfloat16), as shaders/sixteen_bit.glsl has them --------
+
+// The 16 bits of the `format` number nearest `value`, ties to even (float16: 65520 and up to
+// infinity, below 2^-24 to float16's subnormals or zero); NaN stays NaN.
+uint32_t narrow_bits(float value, int format);
+// The float32 those 16 bits are, exactly.
+float widen_bits(uint32_t bits, int format);
+// widen_bits(narrow_bits(value)): `value` rounded to `format`; format 0 leaves it as it is.
+float round_to(float value, int format);
 
 // Keys per part when S keys are split into `parts` (the last part may hold fewer, or none).
 int64_t decoding_part_keys(int64_t S, int64_t parts);

@@ -4,7 +4,8 @@
 // With L = 1, flash_attention has B·H rows of work: a handful of invocations walking thousands of
 // keys while the device idles. Here the keys are split into P parts and an invocation owns one
 // (query row, part): each runs the online softmax over its range alone and leaves its own max m,
-// sum l and unnormalised output; attention_combine merges the parts. fp32 throughout.
+// sum l and unnormalised output; attention_combine merges the parts. fp32 throughout; caches kept
+// 16-bit (KV_FORMAT) are widened as they are read (sixteen_bit.glsl): half the bytes a key.
 //   Q        (B, H, L, d)         the L newest positions, S - L … S - 1
 //   K, V     (B, H_kv, C, d)      caches of capacity C, of which the first S rows are used; query
 //                                 head h reads key/value head h / group
@@ -13,8 +14,10 @@
 // Part p holds keys p·K … p·K + K - 1 (K = ceil(S / P)); causal: query i sees keys j <= S - L + i,
 // and with a window W > 0 only keys j > S - L + i - W.
 #include "common.glsl"
+#include "sixteen_bit.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
+layout(constant_id = 2) const uint KV_FORMAT = 0u; // K and V: 0 float32, 1 float16, 2 bfloat16
 const uint CHUNKS = (HEAD_DIM + 3u) / 4u;          // rows as vec4s
 const bool VEC4 = HEAD_DIM % 4u == 0u;             // every row starts on a vec4
 
@@ -25,6 +28,10 @@ layout(std430, binding = 2) readonly buffer Key { float k[]; };
 layout(std430, binding = 2) readonly buffer Key4 { vec4 k4[]; };
 layout(std430, binding = 3) readonly buffer Value { float v[]; };
 layout(std430, binding = 3) readonly buffer Value4 { vec4 v4[]; };
+layout(std430, binding = 2) readonly buffer Key16 { uint k16[]; };  // KV_FORMAT != 0: 2 a word
+layout(std430, binding = 2) readonly buffer Key16x4 { uvec2 k16x4[]; };
+layout(std430, binding = 3) readonly buffer Value16 { uint v16[]; };
+layout(std430, binding = 3) readonly buffer Value16x4 { uvec2 v16x4[]; };
 layout(std430, binding = 4) writeonly buffer Partials { float partials[]; };
 
 layout(push_constant) uniform Params {
@@ -52,19 +59,29 @@ vec4 q_chunk(uint row, uint c) {
 }
 
 vec4 k_chunk(uint row, uint c) {
+  if (KV_FORMAT != 0u && VEC4) {
+    uvec2 words = k16x4[row * CHUNKS + c];
+    return vec4(widen_pair(words.x, KV_FORMAT), widen_pair(words.y, KV_FORMAT));
+  }
   if (VEC4) return k4[row * CHUNKS + c];
   vec4 x = vec4(0.0);
   for (uint t = 0u; t < 4u; ++t) {
-    if (4u * c + t < HEAD_DIM) x[t] = k[row * HEAD_DIM + 4u * c + t];
+    uint e = row * HEAD_DIM + 4u * c + t;
+    if (4u * c + t < HEAD_DIM) x[t] = KV_FORMAT == 0u ? k[e] : widen(k16[e / 2u], e % 2u, KV_FORMAT);
   }
   return x;
 }
 
 vec4 v_chunk(uint row, uint c) {
+  if (KV_FORMAT != 0u && VEC4) {
+    uvec2 words = v16x4[row * CHUNKS + c];
+    return vec4(widen_pair(words.x, KV_FORMAT), widen_pair(words.y, KV_FORMAT));
+  }
   if (VEC4) return v4[row * CHUNKS + c];
   vec4 x = vec4(0.0);
   for (uint t = 0u; t < 4u; ++t) {
-    if (4u * c + t < HEAD_DIM) x[t] = v[row * HEAD_DIM + 4u * c + t];
+    uint e = row * HEAD_DIM + 4u * c + t;
+    if (4u * c + t < HEAD_DIM) x[t] = KV_FORMAT == 0u ? v[e] : widen(v16[e / 2u], e % 2u, KV_FORMAT);
   }
   return x;
 }

@@ -101,6 +101,7 @@ struct GenerateArgs {
   int64_t top_k = 0;         // 0: every token
   uint64_t seed = 0;
   bool no_cache = false;
+  std::string cache_dtype = "F32";  // or F16, BF16: the numbers the KV cache keeps
   std::string backend = "gpu", device;
   bool json = false;
 };

@@ -188,6 +188,11 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "the sampler's seed: the same seed gives the same text")->capture_default_str();
   cmd->add_flag("--no-cache", a.no_cache, "recompute every position for each new token (no KV cache), to compare");
+  cmd->add_option("--cache-dtype", a.cache_dtype,
+                  "F16 or BF16: the KV cache keeps its keys and values rounded to 16 bits, 2 bytes each on the "
+                  "GPU (half the bytes a token reads from it); F32: as computed")
+      ->check(CLI::IsMember({"F32", "F16", "BF16"}))
+      ->capture_default_str();
   cmd->add_option("--backend", a.backend, "gpu (a Vulkan device) or cpu (the reference)")
       ->check(CLI::IsMember({"gpu", "cpu"}))
       ->capture_default_str();
@@ -198,6 +203,9 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
 
 int run_generate(const GenerateArgs& a) {
   if (a.model.empty() == a.weights.empty()) throw UsageError("generate needs --model DIR or --weights M.safetensors");
+  if (a.no_cache && a.cache_dtype != "F32") {
+    throw UsageError("--cache-dtype " + a.cache_dtype + " is the KV cache's, and --no-cache makes none");
+  }
   if (a.weights_dtype != "stored" && a.model.empty()) {
     throw UsageError("--weights-dtype " + a.weights_dtype + " rounds a --model folder's weights; --weights " +
                      a.weights + " is read as it is");
@@ -220,8 +228,15 @@ int run_generate(const GenerateArgs& a) {
   auto backend = make_watched_backend(a.backend, a.device);
   const size_t prompt_tokens = tokens.size();
   Generation generation(*backend, model, std::move(tokens),
-                        {.max_new_tokens = a.max_new_tokens, .temperature = a.temperature, .top_k = a.top_k,
-                         .seed = a.seed, .use_cache = !a.no_cache, .eos_token_id = loaded.eos_token_id});
+                        {.max_new_tokens = a.max_new_tokens,
+                         .temperature = a.temperature,
+                         .top_k = a.top_k,
+                         .seed = a.seed,
+                         .use_cache = !a.no_cache,
+                         .cache_dtype = a.cache_dtype == "F16"    ? Narrow::float16
+                                        : a.cache_dtype == "BF16" ? Narrow::bfloat16
+                                                                  : Narrow::none,
+                         .eos_token_id = loaded.eos_token_id});
   const KVCache* cache = generation.cache();
   const bool progress = !a.json && isatty(STDERR_FILENO);
   if (!a.json) std::cout << a.prompt << std::flush;
@@ -263,12 +278,20 @@ int run_generate(const GenerateArgs& a) {
   const std::string mode = std::string(a.temperature == 0.0 ? "greedy" : "sampled") +
                            (a.no_cache ? ", recomputing every position (--no-cache)" : ", with the KV cache");
   if (a.json) {
-    nlohmann::json out = {{"prompt", a.prompt}, {"prompt_tokens", prompt_tokens},
-                          {"text", text}, {"tokens", generated}, {"stopped_at_end_of_text", stopped},
-                          {"prompt_ms", prompt_ms}, {"ms_per_token", per_token_ms}, {"first_forward_ms", first_forward_ms},
+    nlohmann::json out = {{"prompt", a.prompt},
+                          {"prompt_tokens", prompt_tokens},
+                          {"text", text},
+                          {"tokens", generated},
+                          {"stopped_at_end_of_text", stopped},
+                          {"prompt_ms", prompt_ms},
+                          {"ms_per_token", per_token_ms},
+                          {"first_forward_ms", first_forward_ms},
                           {"tokens_per_second", per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0},
-                          {"cache", !a.no_cache}, {"cache_bytes", cache ? cache->bytes() : 0},
-                          {"backend", backend->name()}, {"device", backend->device_name()}};
+                          {"cache", !a.no_cache},
+                          {"cache_bytes", cache ? cache->bytes() : 0},
+                          {"cache_dtype", cache ? narrow_name(cache->dtype()) : "none"},
+                          {"backend", backend->name()},
+                          {"device", backend->device_name()}};
     std::cout << out.dump() << "\n";
     return 0;
   }
@@ -285,8 +308,11 @@ int run_generate(const GenerateArgs& a) {
             << (per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0) << " tokens/s (the median of " << forwards
             << " forwards; the first took " << std::setprecision(2) << first_forward_ms << " ms)\n";
   if (cache) {
-    std::cout << "KV cache: 2 (keys, values) × " << cache->layers() << " layers × 1 × " << cache->heads()
-              << " heads × " << cache->capacity() << " positions × " << cache->head_dim() << " dims × 4 bytes\n"
+    std::cout << "KV cache: 2 (keys, values) × " << cache->layers() << " layers × 1 × " << cache->heads() << " heads × "
+              << cache->capacity() << " positions × " << cache->head_dim() << " dims × "
+              << (cache->dtype() == Narrow::none ? "4 bytes (float32)"
+                                                 : std::string("2 bytes (") + narrow_name(cache->dtype()) + ")")
+              << "\n"
               << "  = " << cache->bytes() << " bytes (" << bytes_text(cache->bytes()) << ")\n";
   }
   return 0;

@@ -34,6 +34,10 @@ Value Backend::upload_as(const std::string& name, const Tensor& tensor, Narrow a
   return Value{scoped_name, tensor.shape, tensor.dtype, std::move(storage), as};
 }
 
+Value Backend::upload_cache(const std::string& name, const Tensor& zeros, Narrow format) {
+  return upload_as(name, zeros, format);
+}
+
 uint64_t Backend::stored_bytes(const Value& value) {
   return uint64_t(stored_words(element_count(value.shape), value.narrow)) * sizeof(float);
 }

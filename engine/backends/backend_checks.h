@@ -24,14 +24,15 @@ inline void require(bool ok, const std::string& step, const Message& message) {
   if (!ok) throw ShapeError(step + ": " + std::string(message()));
 }
 
-// A float tensor; one kept 16-bit (Backend::upload_matrix) only where `sixteen_bit` (linear's
-// weight, embedding's table): the other steps' shaders read float32 alone.
+// A float tensor; one kept 16-bit (Backend::upload_matrix, a KVCache's dtype) only where
+// `sixteen_bit` (linear's weight, embedding's table, a key/value cache): the other steps' shaders
+// read float32 alone.
 inline void require_float(const std::string& step, const Value& v, bool sixteen_bit = false) {
   require(v.dtype == DType::float32, step,
           [&] { return describe(v) + " is " + dtype_name(v.dtype) + " but the step computes in float32"; });
   require(sixteen_bit || v.narrow == Narrow::none, step, [&] {
     return describe(v) + " is kept " + narrow_name(v.narrow) +
-           " (upload_matrix), which only linear's weight and embedding's table are read as";
+           ", which only linear's weight, embedding's table and a key/value cache are read as";
   });
 }
 

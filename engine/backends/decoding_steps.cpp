@@ -15,7 +15,7 @@ using namespace backend_checks;
 
 Value Backend::kv_cache_append(const std::string& step_name, const Value& cache, const Value& rows, int64_t position) {
   const std::string step = scoped(step_name);
-  require_rank(step, cache, 4, "(B, H, capacity, d)");
+  require_rank(step, cache, 4, "(B, H, capacity, d)", true);
   require_rank(step, rows, 4, "(B, H, T, d)");
   require(rows.dim(0) == cache.dim(0) && rows.dim(1) == cache.dim(1) && rows.dim(3) == cache.dim(3), step,
           [&] { return "rows " + describe(rows) + " and cache " + describe(cache) + " must agree on B, H and d"; });
@@ -24,8 +24,8 @@ Value Backend::kv_cache_append(const std::string& step_name, const Value& cache,
     return "the cache holds at most " + std::to_string(C) + " positions (its capacity) but " + std::to_string(T) +
            " new rows at position " + std::to_string(position) + " would end at " + std::to_string(position + T);
   });
-  Value out{step, cache.shape, DType::float32, cache.storage};  // written in place
-  timed(step, [&] { run_kv_cache_append(step, *out.storage, *rows.storage, B * H, C, T, d, position); });
+  Value out{step, cache.shape, DType::float32, cache.storage, cache.narrow};  // written in place
+  timed(step, [&] { run_kv_cache_append(step, *out.storage, *rows.storage, B * H, C, T, d, position, cache.narrow); });
   if (tracing()) report(step, "kv_cache_append", infos({&rows}), out, {"b", "h", "s", "c"});
   return out;
 }
@@ -42,11 +42,15 @@ Value Backend::flash_decoding(const std::string& step_name, const Value& q, cons
                               int64_t parts) {
   const std::string step = scoped(step_name);
   require_rank(step, q, 4, "(B, H, L, d)");
-  require_rank(step, k, 4, "(B, H_kv, capacity, d)");
-  require_rank(step, v, 4, "(B, H_kv, capacity, d)");
+  require_rank(step, k, 4, "(B, H_kv, capacity, d)", true);
+  require_rank(step, v, 4, "(B, H_kv, capacity, d)", true);
   require(q.dim(3) == k.dim(3) && v.shape == k.shape, step, [&] {
     return "query " + describe(q) + ", key cache " + describe(k) + " and value cache " + describe(v) +
            " must agree on d, and the caches on every dim";
+  });
+  require(k.narrow == v.narrow, step, [&] {
+    return "key cache " + describe(k) + " is " + narrow_name(k.narrow) + " but value cache " + describe(v) + " is " +
+           narrow_name(v.narrow) + ": the caches must hold one format";
   });
   const int64_t group = kv_group(step, q, k, "key cache");
   require_window(step, causal, window);
@@ -73,7 +77,7 @@ Value Backend::flash_decoding(const std::string& step_name, const Value& q, cons
   timed(step, [&] {
     run_flash_decoding(step, *q.storage, *k.storage, *v.storage,
                        key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *out.storage, B, H,
-                       L, C, S, d, parts, scale, group);
+                       L, C, S, d, parts, scale, group, k.narrow);
   });
   if (tracing())
     report(step, "flash_decoding", infos({&q, &k, &v, key_padding_mask}), out, {"b", "h", "i", "part", "c"});

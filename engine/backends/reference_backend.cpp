@@ -103,14 +103,14 @@ void ReferenceBackend::run_average_heads(const std::string&, const Storage& p, S
 }
 
 void ReferenceBackend::run_kv_cache_append(const std::string&, Storage& cache, const Storage& rows, int64_t N,
-                                           int64_t C, int64_t T, int64_t d, int64_t position) {
-  reference::kv_cache_append(out(cache), in(rows), N, C, T, d, position);
+                                           int64_t C, int64_t T, int64_t d, int64_t position, Narrow format) {
+  reference::kv_cache_append(out(cache), in(rows), N, C, T, d, position, static_cast<int>(format));
 }
 
 void ReferenceBackend::run_flash_decoding(const std::string&, const Storage& q, const Storage& k, const Storage& v,
                                           const Storage* key_padding_mask, bool causal, int64_t window,
                                           Storage& partials, int64_t B, int64_t H, int64_t L, int64_t C, int64_t S,
-                                          int64_t d, int64_t parts, float scale, int64_t group) {
+                                          int64_t d, int64_t parts, float scale, int64_t group, Narrow) {
   reference::flash_decoding(in(q), in(k), in(v), in(key_padding_mask), causal, window, out(partials), B, H, L, C, S, d,
                             parts, scale, group);
 }

@@ -520,10 +520,12 @@ uint64_t VulkanBackend::submission_groups(uint64_t first, uint64_t groups,
 }
 
 void VulkanBackend::run_kv_cache_append(const std::string& step, Storage& cache, const Storage& rows, int64_t N,
-                                        int64_t C, int64_t T, int64_t d, int64_t position) {
-  const auto& k = kernel(vulkan::Op::kv_cache_append);
+                                        int64_t C, int64_t T, int64_t d, int64_t position, Narrow format) {
+  const auto& k = kernel(vulkan::Op::kv_cache_append, {storage_format(format)});
+  // float32: an invocation an element; 16-bit: one a word, T·d / 2 + 1 words a row at most
+  const uint64_t per_row = format == Narrow::none ? uint64_t(T) * d : uint64_t(T) * d / 2 + 1;
   dispatch(step, k, {buffer_of(rows), buffer_of(cache)},
-           vulkan::KvCacheAppendParams{u32(N), u32(T), u32(C), u32(d), u32(position)}, uint64_t(N) * T * d);
+           vulkan::KvCacheAppendParams{u32(N), u32(T), u32(C), u32(d), u32(position)}, uint64_t(N) * per_row);
 }
 
 int64_t VulkanBackend::decoding_lanes() const {
@@ -531,10 +533,10 @@ int64_t VulkanBackend::decoding_lanes() const {
 }
 
 void VulkanBackend::run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
-                                       const Storage* key_padding_mask, bool causal, int64_t window,
-                                       Storage& partials, int64_t B, int64_t H, int64_t L, int64_t C, int64_t S,
-                                       int64_t d, int64_t parts, float scale, int64_t group) {
-  const auto& kern = kernel(vulkan::Op::flash_decoding, {u32(d)});
+                                       const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials,
+                                       int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
+                                       float scale, int64_t group, Narrow kv_format) {
+  const auto& kern = kernel(vulkan::Op::flash_decoding, {u32(d), storage_format(kv_format)});
   vulkan::FlashDecodingParams params{u32(B), u32(H), u32(L), u32(C), u32(S), u32(parts), scale,
                                      key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
   dispatch(step, kern,

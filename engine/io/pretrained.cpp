@@ -10,6 +10,7 @@
 
 #include "engine/io/checkpoints.h"
 #include "engine/io/file.h"
+#include "reference/reference.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/safetensors.h"
 #include "vkattn/modules/causal_lm.h"
@@ -102,11 +103,8 @@ std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::
 static void round_to_bfloat16(std::map<std::string, Tensor>& tensors) {
   for (auto& [name, t] : tensors) {
     if (t.dtype != DType::float32 || t.narrow == Narrow::bfloat16) continue;
-    for (float& v : t.data) {
-      if (std::isnan(v)) continue;
-      const auto bits = std::bit_cast<uint32_t>(v);
-      v = std::bit_cast<float>(((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16) << 16);
-    }
+    for (float& v : t.data)
+      if (!std::isnan(v)) v = reference::round_to(v, static_cast<int>(Narrow::bfloat16));
     t.narrow = Narrow::bfloat16;
   }
 }

@@ -129,13 +129,13 @@ std::string CausalLM::describe() const {
   return out.str();
 }
 
-KVCache CausalLM::make_cache(Backend& backend, int64_t batch, int64_t capacity) const {
+KVCache CausalLM::make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype) const {
   if (capacity > config_.max_positions) {
     throw ConfigError("CausalLM: a cache of capacity " + std::to_string(capacity) + " is longer than the " +
                       std::to_string(config_.max_positions) + " positions the model has rows for");
   }
   const auto& l = config_.layer;
-  return KVCache(backend, config_.num_layers, batch, l.nhead, capacity, l.d_model / l.nhead);
+  return KVCache(backend, config_.num_layers, batch, l.nhead, capacity, l.d_model / l.nhead, dtype);
 }
 
 Tensor CausalLM::decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options) const {

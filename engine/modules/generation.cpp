@@ -45,7 +45,7 @@ Generation::Generation(Backend& backend, const LanguageModel& model, std::vector
                      std::to_string(o.max_new_tokens) + " new ones need " + std::to_string(length) +
                      " positions; the model has " + std::to_string(model_.max_positions()));
   }
-  if (o.use_cache) cache_.emplace(model_.make_cache(backend_, 1, length));
+  if (o.use_cache) cache_.emplace(model_.make_cache(backend_, 1, length, o.cache_dtype));
 }
 
 void Generation::pass() {

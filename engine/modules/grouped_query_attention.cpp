@@ -211,8 +211,8 @@ AttentionValues GroupedQueryAttention::forward(Backend& backend, const Value& x_
   });
 }
 
-KVCache GroupedQueryAttention::make_cache(Backend& backend, int64_t batch, int64_t capacity) const {
-  return KVCache(backend, 1, batch, config_.kv_heads(), capacity, config_.dim());
+KVCache GroupedQueryAttention::make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype) const {
+  return KVCache(backend, 1, batch, config_.kv_heads(), capacity, config_.dim(), dtype);
 }
 
 Value GroupedQueryAttention::attend_cached(Backend& b, Value x, const KVCache::Layer& cache, int64_t position,

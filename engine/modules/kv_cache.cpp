@@ -8,8 +8,9 @@
 
 namespace vkattn {
 
-KVCache::KVCache(Backend& backend, int64_t layers, int64_t batch, int64_t heads, int64_t capacity, int64_t head_dim)
-    : backend_(&backend), batch_(batch), heads_(heads), capacity_(capacity), head_dim_(head_dim) {
+KVCache::KVCache(Backend& backend, int64_t layers, int64_t batch, int64_t heads, int64_t capacity, int64_t head_dim,
+                 Narrow dtype)
+    : backend_(&backend), batch_(batch), heads_(heads), capacity_(capacity), head_dim_(head_dim), dtype_(dtype) {
   for (auto [name, size] : {std::pair{"layers", layers}, {"batch", batch}, {"heads", heads}, {"capacity", capacity},
                             {"head_dim", head_dim}}) {
     if (size < 1) throw ConfigError("KVCache: " + std::string(name) + "=" + std::to_string(size) + " must be >= 1");
@@ -17,13 +18,14 @@ KVCache::KVCache(Backend& backend, int64_t layers, int64_t batch, int64_t heads,
   const Tensor zeros({batch, heads, capacity, head_dim});
   for (int64_t i = 0; i < layers; ++i) {
     const std::string prefix = "kv_cache.layers." + std::to_string(i);
-    layers_.push_back({backend.upload(prefix + ".keys", zeros), backend.upload(prefix + ".values", zeros)});
+    layers_.push_back(
+        {backend.upload_cache(prefix + ".keys", zeros, dtype), backend.upload_cache(prefix + ".values", zeros, dtype)});
   }
 }
 
 uint64_t KVCache::bytes() const {
-  return 2 * static_cast<uint64_t>(layers()) * static_cast<uint64_t>(batch_ * heads_ * capacity_ * head_dim_) *
-         sizeof(float);
+  return 2 * static_cast<uint64_t>(layers()) *
+         static_cast<uint64_t>(stored_words(batch_ * heads_ * capacity_ * head_dim_, dtype_)) * sizeof(float);
 }
 
 const KVCache::Layer& KVCache::layer(const Backend& backend, int64_t i) const {

@@ -179,13 +179,13 @@ Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<T
   });
 }
 
-KVCache Llama::make_cache(Backend& backend, int64_t batch, int64_t capacity) const {
+KVCache Llama::make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype) const {
   if (capacity > config_.max_positions) {
     throw ConfigError("Llama: a cache of capacity " + std::to_string(capacity) + " is longer than the " +
                       std::to_string(config_.max_positions) + " positions of max_position_embeddings");
   }
   const auto& a = config_.attention;
-  return KVCache(backend, config_.num_layers, batch, a.kv_heads(), capacity, a.dim());
+  return KVCache(backend, config_.num_layers, batch, a.kv_heads(), capacity, a.dim(), dtype);
 }
 
 Tensor Llama::decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options) const {

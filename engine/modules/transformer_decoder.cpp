@@ -268,9 +268,9 @@ DecoderMemory TransformerDecoder::project_memory(Backend& backend, const Tensor&
   return kept;
 }
 
-KVCache TransformerDecoder::make_cache(Backend& backend, int64_t batch, int64_t capacity) const {
+KVCache TransformerDecoder::make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype) const {
   const auto& l = config_.layer;
-  return KVCache(backend, config_.num_layers, batch, l.nhead, capacity, l.d_model / l.nhead);
+  return KVCache(backend, config_.num_layers, batch, l.nhead, capacity, l.d_model / l.nhead, dtype);
 }
 
 Tensor TransformerDecoder::decode(Backend& backend, const Tensor& tgt, const DecoderMemory& memory, KVCache& cache,

@@ -111,11 +111,25 @@ class Pretrained {
 
   // `max_new_tokens` ids after `prompt` through the KV cache (Generation): greedy at temperature
   // 0, else sampled from `seed`; fewer where the model gives its end-of-text token (not returned).
+  // cache_dtype: "" or "float32", "float16", "bfloat16" (KVCache's dtype).
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new_tokens, double temperature,
-                                int64_t top_k, uint64_t seed) {
+                                int64_t top_k, uint64_t seed, const std::string& cache_dtype) {
     if (!loaded_.model) throw ConfigError(loaded_.architecture + " is an encoder: it does not generate text");
-    const GenerationOptions options{.max_new_tokens = max_new_tokens, .temperature = temperature, .top_k = top_k,
-                                    .seed = seed, .use_cache = true, .eos_token_id = loaded_.eos_token_id};
+    Narrow dtype = Narrow::none;
+    if (cache_dtype == "float16" || cache_dtype == "bfloat16") {
+      dtype = cache_dtype == "float16" ? Narrow::float16 : Narrow::bfloat16;
+    } else if (!cache_dtype.empty() && cache_dtype != "float32") {
+      throw ConfigError("cache_dtype '" + cache_dtype +
+                        "' is not one a KV cache keeps (None, 'float32', 'float16' or "
+                        "'bfloat16')");
+    }
+    const GenerationOptions options{.max_new_tokens = max_new_tokens,
+                                    .temperature = temperature,
+                                    .top_k = top_k,
+                                    .seed = seed,
+                                    .use_cache = true,
+                                    .cache_dtype = dtype,
+                                    .eos_token_id = loaded_.eos_token_id};
     return on_device(*device_, [&](Backend& backend) { return Generation(backend, *loaded_.model, prompt, options).run(); });
   }
 
@@ -159,8 +173,8 @@ void bind_pretrained(py::module_& m) {
            py::arg("path"), py::arg("kind"), py::arg("selector"), py::arg("weights_dtype") = "")
       .def_property_readonly("device", &Pretrained::device)
       .def_property_readonly("device_bytes", &Pretrained::device_bytes)
-      .def_property_readonly("config",
-                             [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
+      .def_property_readonly(
+          "config", [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
       .def("encode", &Pretrained::encode, py::arg("text"))
       .def("check", &Pretrained::check, py::arg("recorded"), py::arg("ids"), py::arg("atol"), py::arg("rtol"))
       .def("decode", &Pretrained::decode, py::arg("ids"), py::arg("continuation") = false)
@@ -171,7 +185,7 @@ void bind_pretrained(py::module_& m) {
       .def("masked_lm", &Pretrained::masked_lm, py::arg("ids"), py::arg("token_type_ids"), py::arg("key_padding_mask"),
            py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
-           py::arg("top_k"), py::arg("seed"));
+           py::arg("top_k"), py::arg("seed"), py::arg("cache_dtype") = "");
 }
 
 }  // namespace vkattn::python

@@ -202,6 +202,20 @@ def test_generate_continues_as_torchs_greedy_choice(device, name):
     assert model.generate(expected["prompt_ids"], max_new_tokens=5) == expected["tokens"][:5]
 
 
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
+@pytest.mark.parametrize("cache_dtype", [torch.float16, "bfloat16"], ids=["float16", "bfloat16"])
+def test_a_sixteen_bit_cache_still_gives_torchs_greedy_tokens(device, name, cache_dtype):
+    # torch's tokens from a float32 cache: the cache's rounding (logits within 1e-3, test_decoding)
+    # changes no greedy choice of these (Llama's: 4 query heads reading 2 cached key/value heads)
+    with open(os.path.join(MODELS, name, "expected.json")) as f:
+        expected = json.load(f)
+    model = vkattn.from_pretrained(os.path.join(MODELS, name), device=device)
+    tokens = model.generate(expected["prompt_ids"], max_new_tokens=len(expected["tokens"]), cache_dtype=cache_dtype)
+    assert tokens == expected["tokens"]
+    with pytest.raises(vkattn.ConfigError, match="cache_dtype 'int8' is not one a KV cache keeps"):
+        model.generate("Alice", 3, cache_dtype="int8")
+
+
 def test_sampling_is_the_same_for_the_same_seed_and_top_k_1_is_greedy():
     gpt2 = vkattn.from_pretrained(MODEL)
     sample = lambda seed: gpt2.generate("Alice", max_new_tokens=30, temperature=1.5, top_k=10, seed=seed)

@@ -124,15 +124,20 @@ class PretrainedModel(_Checkpoint):
         _, trace = self.trace(tokens, attention="unfused")
         return CheckReport(hooks.HookCheck(cache, trace, self.config["architecture"], atol, rtol))
 
-    def generate(self, prompt, max_new_tokens=20, temperature=0.0, top_k=0, seed=0):
+    def generate(self, prompt, max_new_tokens=20, temperature=0.0, top_k=0, seed=0, cache_dtype=None):
         """The continuation of `prompt` (text: returns text; ids: returns ids), one token at a time
         with the KV cache, stopping early at the end-of-text token: greedy at temperature 0, else
         drawn from softmax(logits / temperature) over the top_k likeliest (0: all), the same
-        tokens for the same seed — as `vkattn generate`."""
+        tokens for the same seed — as `vkattn generate`. cache_dtype "float16" or "bfloat16" (or
+        torch.float16, torch.bfloat16) keeps the cache's keys and values rounded to 16 bits, 2 bytes
+        each on a GPU; None keeps them float32."""
         ids = _ids(self, prompt)
         if ids.shape[0] != 1:
             raise _vkattn.ShapeError(f"generate: one prompt at a time; the ids are {ids.shape}")
-        new = self._impl.generate(ids[0].tolist(), int(max_new_tokens), float(temperature), int(top_k), int(seed))
+        if cache_dtype is not None and not isinstance(cache_dtype, str):
+            cache_dtype = str(cache_dtype).replace("torch.", "")  # torch.float16 -> "float16"
+        new = self._impl.generate(ids[0].tolist(), int(max_new_tokens), float(temperature), int(top_k), int(seed),
+                                  cache_dtype or "")
         return self.decode(new, continuation=True) if isinstance(prompt, str) else new
 
 

@@ -1,10 +1,11 @@
 // Decoding with a key/value cache: the three steps it adds — kv_cache_append, flash_decoding and
 // attention_combine — against the reference and against flash_attention, over shapes that break
 // kernels and split counts of 1, 2 and many; and CausalLM's token-by-token decode() against its
-// full forward() at every position, on both backends.
+// full forward() at every position, on both backends; and caches kept float16 or bfloat16.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -17,6 +18,7 @@
 #include "reference/reference.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
+#include "tests/support/printers.h"
 #include "tests/support/tolerance.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/causal_lm.h"
@@ -37,6 +39,48 @@ TEST(DecodingReference, KvCacheAppendWritesRowsAtThePositionAndKeepsTheRest) {
   const float rows[] = {7, 8, 9, 10};                      // (N=2, T=1, d=2)
   reference::kv_cache_append(cache, rows, 2, 3, 1, 2, 1);
   EXPECT_EQ(std::vector<float>(cache, cache + 12), (std::vector<float>{1, 1, 7, 8, 3, 3, 4, 4, 9, 10, 6, 6}));
+}
+
+// The rounding a 16-bit cache's values take (reference/sixteen_bit.cpp; the shaders' narrow_bits
+// is the same steps): by hand at the edges, and against the compiler's own float -> _Float16.
+TEST(DecodingReference, SixteenBitNumbersAreTheNearestTiesToEven) {
+  const float one_ulp16 = std::ldexp(1.0f, -10), tiny16 = std::ldexp(1.0f, -24);
+  const std::vector<std::pair<float, uint32_t>> float16 = {{1.0f, 0x3c00},
+                                                           {1.0f + one_ulp16 / 2, 0x3c00},
+                                                           {1.0f + 3 * one_ulp16 / 2, 0x3c02},
+                                                           {-2.5f, 0xc100},
+                                                           {65504.0f, 0x7bff},
+                                                           {65519.99f, 0x7bff},
+                                                           {65520.0f, 0x7c00},
+                                                           {std::ldexp(1.0f, -14), 0x0400},
+                                                           {tiny16, 0x0001},
+                                                           {-tiny16, 0x8001},
+                                                           {tiny16 / 2, 0x0000},
+                                                           {tiny16 * 1.5f, 0x0002},
+                                                           {tiny16 * 0.75f, 0x0001},
+                                                           {1e-10f, 0x0000},
+                                                           {kInf, 0x7c00}};
+  for (auto [value, bits] : float16) EXPECT_EQ(reference::narrow_bits(value, 1), bits) << value;
+  const float one_ulp_bf16 = std::ldexp(1.0f, -7);
+  const std::vector<std::pair<float, uint32_t>> bfloat16 = {
+      {1.0f, 0x3f80}, {1.0f + one_ulp_bf16 / 2, 0x3f80}, {1.0f + 3 * one_ulp_bf16 / 2, 0x3f82}, {-kInf, 0xff80}};
+  for (auto [value, bits] : bfloat16) EXPECT_EQ(reference::narrow_bits(value, 2), bits) << value;
+  for (int format : {1, 2}) EXPECT_TRUE(std::isnan(reference::round_to(std::nanf(""), format)));
+  // every float16 widens and narrows back to itself
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    if ((bits & 0x7c00) == 0x7c00 && (bits & 0x3ff)) continue;  // NaNs
+    ASSERT_EQ(reference::narrow_bits(reference::widen_bits(bits, 1), 1), bits) << std::hex << bits;
+    ASSERT_EQ(reference::narrow_bits(reference::widen_bits(bits, 2), 2), bits) << std::hex << bits;
+  }
+  // a million floats from 2^-31 to 2^18 (below float16's subnormals, past its largest), either
+  // sign, as the compiler rounds them
+  uint32_t state = 12345;
+  for (int i = 0; i < 1000000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const uint32_t exponent = 96u + (state >> 8) % 50u;
+    const float value = std::bit_cast<float>((state & 0x80000000u) | (exponent << 23) | (state * 2654435761u >> 9));
+    ASSERT_EQ(reference::narrow_bits(value, 1), std::bit_cast<uint16_t>(static_cast<_Float16>(value))) << value;
+  }
 }
 
 TEST(DecodingReference, AttentionCombineWeighsEachPartByItsMaxAndSum) {
@@ -89,6 +133,40 @@ TEST_P(KvCacheAppend, MatchesReferenceInPlace) {
 INSTANTIATE_TEST_SUITE_P(Sweep, KvCacheAppend,
                          Values(Append{1, 1, 1, 1, 0}, Append{3, 17, 1, 3, 16}, Append{8, 113, 17, 64, 50},
                                 Append{2, 65, 65, 5, 0}, Append{17, 1000, 1, 17, 999}));
+
+// A cache kept float16 or bfloat16: two elements a 32-bit word on the device, so an odd d or
+// position starts rows mid-word, T = C writes neighbouring rows' shared words at once, and an odd
+// element count leaves a half word unused. Every written value is rounded as the reference rounds
+// it, bit for bit; every other keeps its bits.
+class KvCacheAppend16 : public Decoding, public ::testing::WithParamInterface<std::tuple<Append, Narrow>> {};
+TEST_P(KvCacheAppend16, RoundsWhatItWritesAndKeepsTheRestBitForBit) {
+  auto [shape, format] = GetParam();
+  auto [N, C, T, d, position] = shape;
+  Tensor cache = random_tensor({1, N, C, d}, 1), rows = random_tensor({1, N, T, d}, 2);
+  for (float& v : cache.data) v = reference::round_to(v * 100, static_cast<int>(format));  // its own numbers
+  for (float& v : rows.data) v *= 100;  // ±100: float16's steps of 1/16 near the top, subnormals near 0
+  auto run = [&](Backend& b) {
+    Value c = b.upload_cache("cache", cache, format);
+    Value out = b.kv_cache_append("kv_cache_append_k", c, b.upload("rows", rows), position);
+    EXPECT_EQ(out.narrow, format);
+    return b.download(c);
+  };
+  Tensor expected = run(cpu());
+  EXPECT_TRUE(all_close(run(gpu()), expected, {0, 0}));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < C; ++s)
+      for (int64_t c = 0; c < d; ++c) {
+        const size_t at = static_cast<size_t>((n * C + s) * d + c);
+        const bool written = s >= position && s < position + T;
+        const float row = rows.data[static_cast<size_t>((n * T + s - position) * d + c)];
+        ASSERT_EQ(expected.data[at], written ? reference::round_to(row, static_cast<int>(format)) : cache.data[at]);
+      }
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, KvCacheAppend16,
+                         Combine(Values(Append{1, 1, 1, 1, 0}, Append{3, 17, 1, 3, 16}, Append{3, 17, 2, 3, 7},
+                                        Append{8, 113, 17, 64, 50}, Append{2, 65, 65, 5, 0}, Append{3, 7, 7, 3, 0},
+                                        Append{17, 1000, 1, 17, 999}),
+                                 Values(Narrow::float16, Narrow::bfloat16)));
 
 TEST_F(Decoding, KvCacheAppendPastTheCapacityNamesIt) {
   for (Backend* b : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
@@ -151,6 +229,35 @@ INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecoding,
                          Combine(Values(Decode{1, 1, 1, 1, 1, 1}, Decode{2, 3, 1, 17, 20, 3}, Decode{1, 8, 1, 113, 113, 64},
                                         Decode{3, 2, 5, 17, 30, 4}, Decode{2, 2, 17, 17, 17, 5}, Decode{1, 4, 1, 1000, 1024, 16}),
                                  Values(int64_t{1}, int64_t{2}, int64_t{0}), Bool(), Bool()));
+
+// flash_decoding over caches kept 16-bit: the device widens what the reference holds as float32.
+// With an even H, two query heads share each cached head (grouped-query attention).
+class FlashDecoding16 : public Decoding, public ::testing::WithParamInterface<std::tuple<Decode, Narrow>> {};
+TEST_P(FlashDecoding16, MatchesTheReferenceOnTheRoundedCache) {
+  auto [shape, format] = GetParam();
+  auto [B, H, L, S, C, d] = shape;
+  const int64_t H_kv = H % 2 == 0 ? H / 2 : H;
+  Tensor q = random_tensor({B, H, L, d}, 1), k = random_tensor({B, H_kv, C, d}, 2),
+         v = random_tensor({B, H_kv, C, d}, 3);
+  for (Tensor* t : {&k, &v})
+    for (float& x : t->data) x = reference::round_to(x, static_cast<int>(format));
+  const int64_t parts = std::min<int64_t>(2, S);
+  // the caches kept `format`, or (float32_cache) the same numbers as a float32 cache
+  auto run = [&](Backend& b, bool float32_cache) {
+    const Narrow kept = float32_cache ? Narrow::none : format;
+    Value kc = b.upload_cache("k", k, kept), vc = b.upload_cache("v", v, kept);
+    return b.download(b.attention_combine(
+        "attention_combine", b.flash_decoding("flash_decoding", b.upload("q", q), kc, vc, S, nullptr, true, 0, parts)));
+  };
+  Tensor expected = run(cpu(), false);
+  EXPECT_TRUE(all_close(run(gpu(), false), expected, {}, {"b", "h", "i", "c"}));
+  EXPECT_TRUE(all_close(run(cpu(), true), expected, {0, 0})) << "the reference reads the rounded numbers as they are";
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecoding16,
+                         Combine(Values(Decode{1, 1, 1, 1, 1, 1}, Decode{2, 3, 1, 17, 20, 3},
+                                        Decode{1, 8, 1, 113, 113, 64}, Decode{2, 2, 17, 17, 17, 5},
+                                        Decode{1, 4, 1, 1000, 1024, 16}),
+                                 Values(Narrow::float16, Narrow::bfloat16)));
 
 TEST_F(Decoding, TheBackendSplitsLongCachesForFewRows) {
   // one query row of 8 heads over 4096 keys: many parts; a prompt of 512 rows: as many as fill
@@ -253,12 +360,55 @@ TEST_F(Decoding, StepsWhoseProjectionsRunAsAGemvEqualTheFullForward) {
   }
 }
 
+// A model decoding with a 16-bit cache: the device and the reference agree as in float32 (they hold
+// the same numbers); against the float32 cache's logits, the rounding of every key and value
+// shows, within the tolerance stated here (measured: 2.2e-4 float16, 1.4e-3 bfloat16).
+TEST_F(Decoding, ASixteenBitCacheDecodesAsTheReferenceWithItsRounding) {
+  const int64_t B = 2, S = 33, prompt = 5;
+  CausalLM model = small_model(20, 4, S, true, Activation::gelu);  // d = 5: rows start mid-word
+  Tensor ids = random_ids(B, S, 11, 6);
+  Tensor full = model.forward(cpu(), ids);  // (B, S, V), float32 throughout
+  for (auto [format, tolerance] : {std::pair{Narrow::float16, 1e-3f}, {Narrow::bfloat16, 1e-2f}}) {
+    SCOPED_TRACE(narrow_name(format));
+    KVCache on_gpu = model.make_cache(gpu(), B, S, format), on_cpu = model.make_cache(cpu(), B, S, format);
+    EXPECT_EQ(on_gpu.bytes(), uint64_t{2 * 2 * B * 4 * S * 5 * 2});  // 2 · layers · B · H · capacity · d · 2
+    float worst = 0;
+    for (int64_t t = 0; t < S;) {
+      const int64_t n = t == 0 ? prompt : 1;
+      Tensor logits = model.decode(gpu(), columns(ids, t, n), on_gpu);
+      ASSERT_TRUE(all_close(logits, model.decode(cpu(), columns(ids, t, n), on_cpu), {}, {"b", "t", "v"}))
+          << "positions " << t << " … " << t + n - 1;
+      ASSERT_TRUE(all_close(logits, columns(full, t, n), {tolerance, 0}, {"b", "t", "v"}));
+      worst = std::max(worst, testing::max_abs_error(logits, columns(full, t, n)));
+      t += n;
+    }
+    EXPECT_GT(worst, 0.0f) << "the rounding shows: the cache really holds 16-bit numbers";
+  }
+}
+
+TEST_F(Decoding, ASixteenBitCacheIsReadOnlyByTheCacheSteps) {
+  for (Backend* b : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    Value k = b->upload_cache("k", Tensor({1, 1, 4, 2}), Narrow::float16);
+    Value v = b->upload_cache("v", Tensor({1, 1, 4, 2}), Narrow::none);
+    Value q = b->upload("q", Tensor({1, 1, 1, 2}));
+    testing::expect_error<ShapeError>(
+        [&] { b->flash_decoding("flash_decoding", q, k, v, 4, nullptr, true, 0); },
+        {"flash_decoding: key cache k (1, 1, 4, 2) is float16 but value cache v (1, 1, 4, "
+         "2) is float32: the caches must hold one format"});
+    testing::expect_error<ShapeError>([&] { b->softmax("softmax", k); },
+                                      {"softmax: k (1, 1, 4, 2) is kept float16, which only linear's weight, "
+                                       "embedding's table and a key/value cache are read as"});
+  }
+}
+
 TEST_F(Decoding, TheCacheHoldsExactlyItsKeysAndValues) {
   CausalLM model = small_model(16, 4, 64, true, Activation::gelu);
-  const uint64_t before = gpu().context().device_bytes_created();
-  KVCache cache = model.make_cache(gpu(), 3, 64);
-  EXPECT_EQ(cache.bytes(), uint64_t{2 * 2 * 3 * 4 * 64 * 4 * 4});  // 2 · layers · B · H · capacity · d · 4
-  EXPECT_EQ(gpu().context().device_bytes_created() - before, cache.bytes()) << "the device buffers it made";
+  for (auto [dtype, bytes] : {std::pair{Narrow::none, 4}, {Narrow::float16, 2}, {Narrow::bfloat16, 2}}) {
+    const uint64_t before = gpu().context().device_bytes_created();
+    KVCache cache = model.make_cache(gpu(), 3, 64, dtype);
+    EXPECT_EQ(cache.bytes(), uint64_t(2 * 2 * 3 * 4 * 64 * 4 * bytes));  // 2 · layers · B · H · capacity · d · bytes
+    EXPECT_EQ(gpu().context().device_bytes_created() - before, cache.bytes()) << "the device buffers it made";
+  }
 }
 
 TEST_F(Decoding, ACroppedCacheDecodesAnotherContinuationAsIfFresh) {

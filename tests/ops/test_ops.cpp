@@ -3,6 +3,7 @@
 // H = 1 and H = E (d = 1), fully masked rows — and over workgroup sizes and folded grids. The
 // fused flash_attention is also held to the unfused steps it replaces.
 #include <gtest/gtest.h>
+#include <glm/gtc/packing.hpp>
 
 #include <bit>
 #include <cmath>
@@ -479,12 +480,13 @@ TEST_F(Ops, EmbeddingWidensEverySixteenBitValueAsTheHostDoes) {
   }
 }
 
-// Only linear's weight and embedding's table read 16-bit: any other step is told so by name.
+// Only linear's weight, embedding's table and a key/value cache (test_decoding) read 16-bit: any
+// other step is told so by name.
 TEST_F(Ops, AStepThatReadsFloat32AloneRefusesASixteenBitTensor) {
   Value kept = gpu().upload_matrix("w", testing::rounded_to(random_tensor({4, 8}, 1), Narrow::bfloat16));
   testing::expect_error<ShapeError>([&] { gpu().softmax("softmax", kept); },
-                                    {"softmax: w (4, 8) is kept bfloat16 (upload_matrix), which only linear's weight "
-                                     "and embedding's table are read as"});
+                                    {"softmax: w (4, 8) is kept bfloat16, which only linear's weight, embedding's "
+                                     "table and a key/value cache are read as"});
   testing::expect_error<ShapeError>([&] { gpu().linear("q_proj", kept, kept, nullptr); }, {"q_proj: w (4, 8)", "kept bfloat16"});
 }
 

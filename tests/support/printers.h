@@ -10,6 +10,7 @@
 namespace vkattn {
 
 inline void PrintTo(AttentionPath path, std::ostream* out) { *out << attention_path_name(path); }
+inline void PrintTo(Narrow narrow, std::ostream* out) { *out << narrow_name(narrow); }
 
 }  // namespace vkattn
 

@@ -445,27 +445,34 @@ INSTANTIATE_TEST_SUITE_P(CliRunModel, CliBadInput, ::testing::ValuesIn(kRunModel
 const std::vector<BadRun> kGenerateBadInputs = {
     BadRun{"prompt_outside_vocabulary", good_generate({"--prompt", "Alice~"}),
            "--prompt: character '~' at 5 is not in the model's vocabulary of 54 characters"},
-    BadRun{"prompt_empty", good_generate({"--prompt", ""}), "--prompt is empty: give at least one character to continue"},
+    BadRun{"prompt_empty", good_generate({"--prompt", ""}),
+           "--prompt is empty: give at least one character to continue"},
     BadRun{"past_the_positions", good_generate({"--max-new-tokens", "124"}),
            "--max-new-tokens 124 after a prompt of 5 tokens needs 129 positions; the model has 128"},
     BadRun{"weights_of_encoder", good_generate({"--weights", "{e}/weights.safetensors"}),
            "missing tensor 'token_embedding.weight'"},
     BadRun{"negative_temperature", good_generate({"--temperature", "-1"}), "--temperature"},
     BadRun{"model_and_weights", good_generate({"--model", "{models}/tiny_gpt2"}), "--model excludes --weights"},
-    BadRun{"neither_model_nor_weights", {"generate", "--prompt", "Alice"},
+    BadRun{"neither_model_nor_weights",
+           {"generate", "--prompt", "Alice"},
            "generate needs --model DIR or --weights M.safetensors"},
-    BadRun{"prompt_not_utf8", {"generate", "--model", "{models}/tiny_gpt2", "--prompt", "Alice\xff"},
+    BadRun{"prompt_not_utf8",
+           {"generate", "--model", "{models}/tiny_gpt2", "--prompt", "Alice\xff"},
            "--prompt: the text is not UTF-8 at byte 5"},
-    BadRun{"model_is_an_encoder", {"generate", "--model", "{models}/tiny_bert", "--prompt", "Alice"},
+    BadRun{"model_is_an_encoder",
+           {"generate", "--model", "{models}/tiny_bert", "--prompt", "Alice"},
            "tiny_bert: a BertForMaskedLM encodes text but does not generate it (try vkattn run --model "},
-    BadRun{"model_not_a_checkpoint", {"generate", "--model", "{models}", "--prompt", "Alice"},
+    BadRun{"model_not_a_checkpoint",
+           {"generate", "--model", "{models}", "--prompt", "Alice"},
            "models: no config.json (a checkpoint folder as the hub lays it out has config.json, model.safetensors "
            "and the tokenizer's files)"},
     BadRun{"weights_dtype_of_a_state_dict", good_generate({"--weights-dtype", "BF16"}),
            "--weights-dtype BF16 rounds a --model folder's weights; --weights"},
-    BadRun{"weights_dtype_unknown", {"generate", "--model", "{models}/tiny_gpt2", "--prompt", "Alice",
-                                     "--weights-dtype", "F16"},
-           "--weights-dtype: F16 not in {stored,BF16}"}};
+    BadRun{"weights_dtype_unknown",
+           {"generate", "--model", "{models}/tiny_gpt2", "--prompt", "Alice", "--weights-dtype", "F16"},
+           "--weights-dtype: F16 not in {stored,BF16}"},
+    BadRun{"cache_dtype_without_a_cache", good_generate({"--no-cache", "--cache-dtype", "F16"}),
+           "--cache-dtype F16 is the KV cache's, and --no-cache makes none"}};
 INSTANTIATE_TEST_SUITE_P(CliGenerate, CliBadInput, ::testing::ValuesIn(kGenerateBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -1000,16 +1007,25 @@ nlohmann::json generated(const Exit& e) {
 TEST_F(CliRun, GenerateGreedyEqualsTorchTokenForToken) {
   const auto expected = nlohmann::json::parse(slurp(VKATTN_SOURCE_DIR "/models/tiny_char/expected.json"));
   const std::string prompt = expected["prompt"], n = std::to_string(expected["new_tokens"].get<int>());
+  const size_t elements = 2 * 2 * 4 * (prompt.size() + expected["new_tokens"].get<size_t>()) * 16;  // 2·layers·H·C·d
   for (const char* backend : {"gpu", "cpu"}) {
-    for (bool cache : {true, false}) {
-      if (!cache && std::string(backend) == "cpu") continue;  // the reference recomputing: slow and no news
+    // no cache, a float32 one, and 16-bit ones (their rounding changes no greedy choice here)
+    for (const char* cache : {"none", "F32", "F16", "BF16"}) {
+      if (cache == std::string("none") && std::string(backend) == "cpu") continue;  // slow and no news
       std::vector<std::string> args{"generate", "--weights", kTinyModel, "--prompt", prompt, "--max-new-tokens", n,
                                     "--backend", backend, "--json"};
-      if (!cache) args.push_back("--no-cache");
+      if (cache == std::string("none")) {
+        args.push_back("--no-cache");
+      } else {
+        args.insert(args.end(), {"--cache-dtype", cache});
+      }
       auto out = generated(vkattn(args));
-      EXPECT_EQ(out["tokens"], expected["tokens"]) << backend << (cache ? " with the cache" : " without");
+      EXPECT_EQ(out["tokens"], expected["tokens"]) << backend << ", cache " << cache;
       EXPECT_EQ(out["text"], expected["text"]);
-      EXPECT_EQ(out["cache_bytes"], cache ? 2 * 2 * 4 * (prompt.size() + expected["new_tokens"].get<size_t>()) * 16 * 4 : 0);
+      const std::map<std::string, std::pair<std::string, size_t>> stored = {
+          {"none", {"none", 0}}, {"F32", {"float32", 4}}, {"F16", {"float16", 2}}, {"BF16", {"bfloat16", 2}}};
+      EXPECT_EQ(out["cache_dtype"], stored.at(cache).first);
+      EXPECT_EQ(out["cache_bytes"], elements * stored.at(cache).second);
     }
   }
 }

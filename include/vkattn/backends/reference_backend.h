@@ -43,11 +43,12 @@ class ReferenceBackend final : public Backend {
   void run_average_heads(const std::string&, const Storage& p, Storage& avg, int64_t B, int64_t H,
                          int64_t plane) override;
   void run_kv_cache_append(const std::string&, Storage& cache, const Storage& rows, int64_t N, int64_t C, int64_t T,
-                           int64_t d, int64_t position) override;
+                           int64_t d, int64_t position, Narrow format) override;
+  // The caches hold float32 numbers already rounded to their format (kv_cache_append): read as they are
   void run_flash_decoding(const std::string&, const Storage& q, const Storage& k, const Storage& v,
-                          const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials,
-                          int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
-                          float scale, int64_t group) override;
+                          const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials, int64_t B,
+                          int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts, float scale,
+                          int64_t group, Narrow) override;
   void run_attention_combine(const std::string&, const Storage& partials, Storage& out, int64_t R, int64_t parts,
                              int64_t d) override;
   void run_layer_norm(const std::string&, const Storage& x, const Storage& weight, const Storage& bias, Storage& y,

@@ -58,7 +58,7 @@ class CausalLM : public LanguageModel {
                  AttentionPath attention = AttentionPath::automatic) const override;
 
   // A cache for `batch` sequences of up to `capacity` positions (<= max_positions) on `backend`.
-  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const override;
+  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const override;
   // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V); their keys
   // and values stay in the cache (length() grows by T). One traced pass "causal_lm_decode".
   // ShapeError naming the capacity when the cache has no room for T more.

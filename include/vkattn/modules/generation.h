@@ -25,6 +25,7 @@ struct GenerationOptions {
   int64_t top_k = 0;          // sample among the k likeliest only; 0: all
   uint64_t seed = 0;          // the sampler's: the same seed, the same tokens
   bool use_cache = true;      // false: every position again for each token
+  Narrow cache_dtype = Narrow::none;  // the cache's numbers (KVCache): float32, float16 or bfloat16
   int64_t eos_token_id = -1;  // drawing it ends the generation (it is not kept); -1: none
 };
 

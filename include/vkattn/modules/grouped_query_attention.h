@@ -90,7 +90,7 @@ class GroupedQueryAttention : public KeepsWeights {
                          const GroupedQueryOptions& options) const;
 
   // A one-layer cache of H_kv heads for `batch` sequences of up to `capacity` positions.
-  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const;
+  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const;
   // x (B, T, E) or (T, E): the T positions after the cache's length(), attending over all of
   // them; their keys and values stay in the cache (length() grows by T). Equals forward() on
   // the whole sequence at these rows. One traced pass "grouped_query_attention_decode".

@@ -27,8 +27,13 @@ class KVCache {
   };
 
   // Zeros on `backend`, which every step that uses the cache must run on. ConfigError when a
-  // size is below 1.
-  KVCache(Backend& backend, int64_t layers, int64_t batch, int64_t heads, int64_t capacity, int64_t head_dim);
+  // size is below 1. `dtype`: the numbers the cache keeps — float32 (none), or float16 / bfloat16:
+  // each key and value rounded to it as kv_cache_append writes it (ties to even) and stored 2 bytes
+  // on a Vulkan device, which widens them as flash_decoding reads them (half the bytes a decoding
+  // step reads from the cache; llama.cpp's and a float16 model's caches are so). Everything else
+  // stays float32.
+  KVCache(Backend& backend, int64_t layers, int64_t batch, int64_t heads, int64_t capacity, int64_t head_dim,
+          Narrow dtype = Narrow::none);
 
   int64_t layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t batch() const { return batch_; }
@@ -36,7 +41,9 @@ class KVCache {
   int64_t capacity() const { return capacity_; }
   int64_t head_dim() const { return head_dim_; }
   int64_t length() const { return length_; }  // positions filled
-  // 2 · layers · B · H · capacity · d · 4: the device memory the caches hold.
+  Narrow dtype() const { return dtype_; }
+  // 2 · layers · B · H · capacity · d · 4 (2 with a 16-bit dtype): the device memory the caches
+  // hold on a Vulkan device (the CPU reference holds a 16-bit cache's numbers as float32).
   uint64_t bytes() const;
 
   // Layer i's caches, checked to belong to `backend` (ConfigError otherwise). The values are
@@ -64,6 +71,7 @@ class KVCache {
  private:
   const Backend* backend_;
   int64_t batch_, heads_, capacity_, head_dim_;
+  Narrow dtype_;
   int64_t length_ = 0;
   std::vector<Layer> layers_;
   KeptWeights kept_weights_;

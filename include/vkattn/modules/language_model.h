@@ -23,8 +23,9 @@ class LanguageModel : public KeepsWeights {
   // weights @ v traced as steps; automatic: the backend's choice, fused on most).
   virtual Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
                          AttentionPath attention = AttentionPath::automatic) const = 0;
-  // A cache for `batch` sequences of up to `capacity` positions (<= max_positions()).
-  virtual KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const = 0;
+  // A cache for `batch` sequences of up to `capacity` positions (<= max_positions()), keeping
+  // `dtype`'s numbers (KVCache).
+  virtual KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const = 0;
   // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V).
   virtual Tensor decode(Backend& backend, const Tensor& ids, KVCache& cache,
                         const DecodeOptions& options = {}) const = 0;

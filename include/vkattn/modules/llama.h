@@ -70,7 +70,7 @@ class Llama : public LanguageModel {
                  AttentionPath attention = AttentionPath::automatic) const override;
 
   // A cache of H_kv heads for `batch` sequences of up to `capacity` positions (<= max_positions).
-  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const override;
+  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const override;
   // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V); their keys
   // and values stay in the cache. One traced pass "llama_decode".
   Tensor decode(Backend& backend, const Tensor& ids, KVCache& cache, const DecodeOptions& options = {}) const override;

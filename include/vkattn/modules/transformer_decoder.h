@@ -164,7 +164,7 @@ class TransformerDecoder : public KeepsWeights {
                                const std::optional<Tensor>& memory_key_padding_mask = {}) const;
   // A cache of the self-attention's keys and values for `batch` sequences of up to `capacity`
   // target positions on `backend`.
-  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity) const;
+  KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const;
   // tgt (B, T, E): the T target positions after the cache's length() -> the decoder's output
   // at them (B, T, E), the target attended causally (tgt_is_causal); their keys and values stay
   // in the cache. Equals forward(whole target, memory, tgt_is_causal) at these rows. One traced
