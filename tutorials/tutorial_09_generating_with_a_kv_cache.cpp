@@ -14,6 +14,7 @@
 // Run: build/bin/tutorial_09_generating_with_a_kv_cache [--images DIR] [--device D]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -154,6 +155,33 @@ int main(int argc, char** argv) {
          << (as_torch ? "and the same as torch's" : "and NOT torch's") << " (models/tiny_char/expected.json).";
     lesson.say(both.str());
     if (!same || !as_torch) throw std::runtime_error("generation with and without the cache disagree");
+
+    // ---- 3b: the cache in 16-bit numbers ----------------------------------------------------------
+    // the same characters again, each step decoded into the float32 cache and into a float16 one
+    KVCache half = model.make_cache(lesson.gpu(), 1, capacity, Narrow::float16);
+    std::vector<int64_t> again(tokens.begin(), tokens.begin() + P);
+    gpu_cache.clear();
+    float moved = 0;  // the largest |logit with the float16 cache - with the float32 one|
+    bool as_before = true;
+    for (int64_t i = 0; i <= n; ++i) {
+      const size_t from = i == 0 ? 0 : again.size() - 1;
+      const Tensor exact = model.decode(lesson.gpu(), ids(again, from), gpu_cache);
+      const Tensor rounded = model.decode(lesson.gpu(), ids(again, from), half);
+      for (size_t j = 0; j < exact.data.size(); ++j) moved = std::max(moved, std::abs(exact.data[j] - rounded.data[j]));
+      if (i == n) break;
+      again.push_back(greedy(rounded));
+      as_before = as_before && again.back() == cached[again.size() - 1];
+    }
+    std::ostringstream sixteen;
+    sixteen << "A cache may keep 16-bit numbers, as make_cache(..., Narrow::float16) and vkattn generate "
+            << "--cache-dtype F16 ask: kv_cache_append rounds each key and value to the nearest float16 as it writes "
+               "it, and "
+            << "flash_decoding widens them back as it reads them, " << half.bytes() << " bytes instead of "
+            << gpu_cache.bytes() << ". Over the same " << n << " characters the logits moved by at most "
+            << std::scientific << std::setprecision(1) << moved << std::defaultfloat << " from the float32 "
+            << "cache's, and the greedy characters are " << (as_before ? "the same." : "NOT the same.");
+    lesson.say(sixteen.str());
+    if (!as_before || moved == 0) throw std::runtime_error("the float16 cache changed the characters, or nothing");
 
     // ---- 4: time per token against the context length ---------------------------------------------
     // tiny_char is too small to show it (its 128 positions cost little either way): a model of
