@@ -95,7 +95,7 @@ int run_decode(const DecodeArgs& args);
 
 struct GenerateArgs {
   std::string model, weights, prompt;  // --model DIR or --weights FILE
-  std::string weights_dtype = "stored";  // or BF16: --model's weights rounded to bfloat16
+  std::string weights_dtype = "stored";  // or BF16, F16: --model's weights rounded to bfloat16, float16
   int64_t max_new_tokens = 100;
   double temperature = 0.0;  // 0: greedy
   int64_t top_k = 0;         // 0: every token

@@ -132,10 +132,14 @@ std::string device_weights_line(const KeptWeights& kept, uint64_t parameters) {
                  : " (float32)");
 }
 
+// --weights-dtype's and --cache-dtype's BF16 and F16 (safetensors' names); float32 otherwise
+Narrow narrow_named(const std::string& dtype) {
+  return dtype == "BF16" ? Narrow::bfloat16 : dtype == "F16" ? Narrow::float16 : Narrow::none;
+}
+
 Loaded load(const GenerateArgs& a) {
   if (!a.model.empty()) {
-    io::Pretrained p = io::load_pretrained(
-        a.model, {.weights_dtype = a.weights_dtype == "BF16" ? Narrow::bfloat16 : Narrow::none});
+    io::Pretrained p = io::load_pretrained(a.model, {.weights_dtype = narrow_named(a.weights_dtype)});
     if (!p.model) {
       throw UsageError("--model " + a.model + ": a " + p.architecture + " encodes text but does not generate it " +
                        "(try vkattn run --model " + a.model + " --text …)");
@@ -172,9 +176,9 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
                                   "models/tiny_char/train.py writes");
   model->excludes(weights);
   cmd->add_option("--weights-dtype", a.weights_dtype,
-                  "BF16: --model's weights rounded to bfloat16 as they are read, kept so on the GPU "
-                  "(an F32 checkpoint in half the memory, its numbers rounded); stored: as the files hold them")
-      ->check(CLI::IsMember({"stored", "BF16"}))
+                  "BF16 or F16: --model's weights rounded to bfloat16 or float16 as they are read, kept so on the "
+                  "GPU (an F32 checkpoint in half the memory, its numbers rounded); stored: as the files hold them")
+      ->check(CLI::IsMember({"stored", "BF16", "F16"}))
       ->capture_default_str();
   cmd->add_option("--prompt", a.prompt, "the text to continue")->required();
   cmd->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")
@@ -233,9 +237,7 @@ int run_generate(const GenerateArgs& a) {
                          .top_k = a.top_k,
                          .seed = a.seed,
                          .use_cache = !a.no_cache,
-                         .cache_dtype = a.cache_dtype == "F16"    ? Narrow::float16
-                                        : a.cache_dtype == "BF16" ? Narrow::bfloat16
-                                                                  : Narrow::none,
+                         .cache_dtype = narrow_named(a.cache_dtype),
                          .eos_token_id = loaded.eos_token_id});
   const KVCache* cache = generation.cache();
   const bool progress = !a.json && isatty(STDERR_FILENO);

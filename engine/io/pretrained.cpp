@@ -99,20 +99,25 @@ std::map<std::string, Tensor> read_checkpoint_tensors(const fs::path& dir, std::
 
 }  // namespace
 
-// Every float tensor rounded to bfloat16, to nearest even (NaN stays NaN), and marked so.
-static void round_to_bfloat16(std::map<std::string, Tensor>& tensors) {
+// Every float tensor rounded to `to` (bfloat16 or float16), to nearest even (NaN stays NaN), and
+// marked so. ConfigError naming the tensor where a finite weight is past float16's range.
+static void round_weights(std::map<std::string, Tensor>& tensors, Narrow to, const fs::path& dir) {
   for (auto& [name, t] : tensors) {
-    if (t.dtype != DType::float32 || t.narrow == Narrow::bfloat16) continue;
-    for (float& v : t.data)
-      if (!std::isnan(v)) v = reference::round_to(v, static_cast<int>(Narrow::bfloat16));
-    t.narrow = Narrow::bfloat16;
+    if (t.dtype != DType::float32 || t.narrow == to) continue;
+    for (float& v : t.data) {
+      if (std::isnan(v)) continue;
+      const float rounded = reference::round_to(v, static_cast<int>(to));
+      if (std::isinf(rounded) && !std::isinf(v)) {
+        throw ConfigError(dir.string() + ": weights_dtype float16: " + name + " holds " + std::to_string(v) +
+                          ", past float16's largest, 65504 (bfloat16 keeps float32's range)");
+      }
+      v = rounded;
+    }
+    t.narrow = to;
   }
 }
 
 Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
-  if (options.weights_dtype == Narrow::float16) {
-    throw ConfigError("load_pretrained: weights_dtype float16 is not offered (bfloat16 is: float32's range)");
-  }
   if (!fs::is_directory(dir)) {
     throw FileError(dir.string() + ": not a folder (a checkpoint is config.json and its files)");
   }
@@ -141,7 +146,7 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   std::string dtype;
   uint64_t bytes = 0;
   auto tensors = read_checkpoint_tensors(dir, dtype, bytes);
-  if (options.weights_dtype == Narrow::bfloat16) round_to_bfloat16(tensors);
+  if (options.weights_dtype != Narrow::none) round_weights(tensors, options.weights_dtype, dir);
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<Bert> encoder;
   if (bert) {

@@ -25,12 +25,14 @@ Tensor ids_tensor(const IdArray& ids, int64_t limit, const std::string& what, co
 io::LoadOptions load_options(const std::string& weights_dtype) {
   if (weights_dtype.empty()) return {};
   if (weights_dtype == "bfloat16") return {.weights_dtype = Narrow::bfloat16};
-  throw ConfigError("weights_dtype '" + weights_dtype + "' is not one vkattn rounds weights to (None or 'bfloat16')");
+  if (weights_dtype == "float16") return {.weights_dtype = Narrow::float16};
+  throw ConfigError("weights_dtype '" + weights_dtype +
+                    "' is not one vkattn rounds weights to (None, 'bfloat16' or 'float16')");
 }
 
 class Pretrained {
  public:
-  // weights_dtype: "" (as stored) or "bfloat16" (io::LoadOptions)
+  // weights_dtype: "" (as stored), "bfloat16" or "float16" (io::LoadOptions)
   Pretrained(const std::filesystem::path& dir, const std::string& kind, const std::string& selector,
              const std::string& weights_dtype)
       : device_(open_device(kind, selector)), loaded_(io::load_pretrained(dir, load_options(weights_dtype))) {

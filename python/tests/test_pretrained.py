@@ -63,14 +63,15 @@ def test_a_sixteen_bit_checkpoints_matrices_take_two_bytes_each_on_a_gpu():
             assert llama.device_bytes == 4 * parameters
 
 
-def test_weights_rounded_to_bfloat16_take_half_the_bytes_and_give_their_bf16_copys_logits(device):
-    """An F32 checkpoint with weights_dtype="bfloat16": torch's model.to(torch.bfloat16) weights,
-    kept 16-bit on a GPU; the logits those rounded weights give in float32."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_weights_rounded_to_16_bits_take_half_the_bytes_and_give_their_rounded_copys_logits(device, dtype):
+    """An F32 checkpoint with weights_dtype="bfloat16" or "float16": torch's model.to(dtype)
+    weights, kept 16-bit on a GPU; the logits those rounded weights give in float32."""
     train = definition("tiny_gpt2")
     torch_model = train.GPT2LMHeadModel(513)
     torch_model.load_state_dict(read_safetensors(os.path.join(MODEL, "model.safetensors")))
-    torch_model = torch_model.to(torch.bfloat16).float().eval()
-    gpt2 = vkattn.from_pretrained(MODEL, device=device, weights_dtype=torch.bfloat16)
+    torch_model = torch_model.to(dtype).float().eval()
+    gpt2 = vkattn.from_pretrained(MODEL, device=device, weights_dtype=dtype)
     ids = gpt2.encode("Alice was beginning")
     with torch.no_grad():
         expected = torch_model(torch.tensor([ids]))
@@ -81,8 +82,8 @@ def test_weights_rounded_to_bfloat16_take_half_the_bytes_and_give_their_bf16_cop
         assert gpt2.device_bytes < 0.55 * as_stored.device_bytes
     else:
         assert gpt2.device_bytes == as_stored.device_bytes
-    with pytest.raises(vkattn.ConfigError, match="weights_dtype 'float16' is not one vkattn rounds"):
-        vkattn.from_pretrained(MODEL, device="cpu", weights_dtype="float16")
+    with pytest.raises(vkattn.ConfigError, match="weights_dtype 'int8' is not one vkattn rounds"):
+        vkattn.from_pretrained(MODEL, device="cpu", weights_dtype="int8")
 
 
 def test_transformerlens_hook_names_give_its_tensors():

@@ -225,9 +225,10 @@ class PretrainedEncoder(_Checkpoint):
 
 def from_pretrained(path, device=None, weights_dtype=None):
     """The model of a checkpoint folder on `device` (as the modules' device=): a PretrainedModel
-    (GPT-2, Llama, Mistral, Qwen2) or a PretrainedEncoder (BERT). weights_dtype="bfloat16" (or
-    torch.bfloat16) rounds its weights to bfloat16 as they are read, as model.to(torch.bfloat16)
-    would: a GPU then keeps its matrices in half the memory; None takes them as the files hold them."""
+    (GPT-2, Llama, Mistral, Qwen2) or a PretrainedEncoder (BERT). weights_dtype="bfloat16" or
+    "float16" (or torch.bfloat16, torch.float16) rounds its weights so as they are read, as
+    model.to(dtype) would: a GPU then keeps its matrices in half the memory; None takes them as
+    the files hold them."""
     if weights_dtype is not None and not isinstance(weights_dtype, str):
         weights_dtype = str(weights_dtype).replace("torch.", "")  # torch.bfloat16 -> "bfloat16"
     impl = _vkattn._Pretrained(str(path), *resolve(device), weights_dtype or "")

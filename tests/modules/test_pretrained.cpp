@@ -167,24 +167,40 @@ TEST_F(Pretrained, ASixteenBitCheckpointsMatricesStaySixteenBitOnTheGpu) {
   EXPECT_LT(max_difference(last_logits(gpu(), p, ids), last_logits(cpu(), p, ids)), 1e-4f);
 }
 
-// weights_dtype bfloat16: an F32 checkpoint rounded as it is read gives the model its BF16 copy
-// is (written by the safetensors writer, rounding to nearest even too), bit for bit on the GPU,
-// its matrices kept 16-bit there; float16 is refused by name.
-TEST_F(Pretrained, AnF32CheckpointRoundedToBfloat16IsItsBF16Copy) {
-  auto bf16 = copy_of_tiny_gpt2("bf16_copy");
-  testing::write_safetensors(bf16 / "model.safetensors", tiny_gpt2_tensors(), "BF16");
-  const io::Pretrained rounded = io::load_pretrained(kTinyGpt2, {.weights_dtype = Narrow::bfloat16});
-  const io::Pretrained stored = io::load_pretrained(bf16), as_is = io::load_pretrained(kTinyGpt2);
-  EXPECT_EQ(rounded.stored_dtype, "F32");  // what the files hold
-  const auto ids = rounded.tokenizer->encode("Alice was beginning");
-  const auto logits = last_logits(gpu(), rounded, ids);
-  EXPECT_EQ(logits, last_logits(gpu(), stored, ids));
-  EXPECT_GT(max_difference(logits, last_logits(gpu(), as_is, ids)), 0.0f);  // rounded: other numbers
-  Generation generation(gpu(), *rounded.model, ids, {.max_new_tokens = 1});
-  generation.prompt_pass();
-  EXPECT_LT(generation.cache()->kept_weights(gpu())->bytes(), uint64_t(rounded.model->parameter_count()) * 4 * 55 / 100);
-  expect_error<ConfigError>([&] { io::load_pretrained(kTinyGpt2, {.weights_dtype = Narrow::float16}); },
-                            {"weights_dtype float16 is not offered"});
+// weights_dtype bfloat16 or float16: an F32 checkpoint rounded as it is read gives the model its
+// BF16 or F16 copy is (written by the safetensors writer, rounding to nearest even too), bit for
+// bit on the GPU, its matrices kept 16-bit there.
+TEST_F(Pretrained, AnF32CheckpointRoundedAsItIsReadIsItsSixteenBitCopy) {
+  const io::Pretrained as_is = io::load_pretrained(kTinyGpt2);
+  const auto ids = as_is.tokenizer->encode("Alice was beginning");
+  for (auto [dtype, narrow] : {std::pair{"BF16", Narrow::bfloat16}, {"F16", Narrow::float16}}) {
+    SCOPED_TRACE(dtype);
+    auto copy = copy_of_tiny_gpt2(std::string(dtype) + "_copy");
+    testing::write_safetensors(copy / "model.safetensors", tiny_gpt2_tensors(), dtype);
+    const io::Pretrained rounded = io::load_pretrained(kTinyGpt2, {.weights_dtype = narrow});
+    const io::Pretrained stored = io::load_pretrained(copy);
+    EXPECT_EQ(rounded.stored_dtype, "F32");  // what the files hold
+    EXPECT_EQ(stored.stored_dtype, dtype);
+    const auto logits = last_logits(gpu(), rounded, ids);
+    EXPECT_EQ(logits, last_logits(gpu(), stored, ids));
+    EXPECT_GT(max_difference(logits, last_logits(gpu(), as_is, ids)), 0.0f);  // rounded: other numbers
+    Generation generation(gpu(), *rounded.model, ids, {.max_new_tokens = 1});
+    generation.prompt_pass();
+    EXPECT_LT(generation.cache()->kept_weights(gpu())->bytes(),
+              uint64_t(rounded.model->parameter_count()) * 4 * 55 / 100);
+  }
+}
+
+// float16 holds at most 65504: a weight past it is named, not made infinite (torch's .half() would)
+TEST_F(Pretrained, AWeightPastFloat16sRangeIsNamed) {
+  auto big = copy_of_tiny_gpt2("past_float16");
+  auto tensors = tiny_gpt2_tensors();
+  tensors.at("transformer.h.1.mlp.c_fc.weight").data[7] = 70000.0f;
+  testing::write_safetensors(big / "model.safetensors", tensors);
+  expect_error<ConfigError>([&] { io::load_pretrained(big, {.weights_dtype = Narrow::float16}); },
+                            {"weights_dtype float16: transformer.h.1.mlp.c_fc.weight holds 70000.000000, past "
+                             "float16's largest, 65504 (bfloat16 keeps float32's range)"});
+  EXPECT_NO_THROW(io::load_pretrained(big, {.weights_dtype = Narrow::bfloat16}));
 }
 
 // The same weights as Qwen2 reads them (q/k/v biases, here zero), as Mistral with a window longer

@@ -22,8 +22,8 @@ inline void write_safetensors(const std::filesystem::path& path, const std::map<
   for (const auto& [name, t] : tensors) {
     const size_t begin = data.size();
     for (float v : t.data) {
-      if (dtype == "BF16") {
-        const uint16_t b = bfloat16_bits(v);
+      if (dtype == "BF16" || dtype == "F16") {  // rounded to nearest even
+        const auto b = static_cast<uint16_t>(reference::narrow_bits(v, dtype == "BF16" ? 2 : 1));
         data.append(reinterpret_cast<const char*>(&b), 2);
       } else {
         data.append(reinterpret_cast<const char*>(&v), 4);

@@ -8,8 +8,6 @@
 
 namespace vkattn::testing {
 
-inline uint16_t bfloat16_bits(float value) { return static_cast<uint16_t>(reference::narrow_bits(value, 2)); }
-
 inline Tensor rounded_to(Tensor t, Narrow narrow) {
   for (float& v : t.data) v = reference::round_to(v, static_cast<int>(narrow));
   t.narrow = narrow;

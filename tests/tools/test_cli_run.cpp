@@ -469,8 +469,8 @@ const std::vector<BadRun> kGenerateBadInputs = {
     BadRun{"weights_dtype_of_a_state_dict", good_generate({"--weights-dtype", "BF16"}),
            "--weights-dtype BF16 rounds a --model folder's weights; --weights"},
     BadRun{"weights_dtype_unknown",
-           {"generate", "--model", "{models}/tiny_gpt2", "--prompt", "Alice", "--weights-dtype", "F16"},
-           "--weights-dtype: F16 not in {stored,BF16}"},
+           {"generate", "--model", "{models}/tiny_gpt2", "--prompt", "Alice", "--weights-dtype", "F8"},
+           "--weights-dtype: F8 not in {stored,BF16,F16}"},
     BadRun{"cache_dtype_without_a_cache", good_generate({"--no-cache", "--cache-dtype", "F16"}),
            "--cache-dtype F16 is the KV cache's, and --no-cache makes none"}};
 INSTANTIATE_TEST_SUITE_P(CliGenerate, CliBadInput, ::testing::ValuesIn(kGenerateBadInputs),
@@ -1063,14 +1063,16 @@ TEST_F(CliRun, GenerateFromAHubFolderEqualsTorchTokenForToken) {
               std::string::npos)
         << llama.out;
   }
-  // an F32 checkpoint rounded to bfloat16 as it is read: its matrices kept 16-bit on the GPU
-  const Exit rounded = vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", "3",
-                               "--weights-dtype", "BF16"});
-  EXPECT_EQ(rounded.code, 0) << rounded.err;
-  EXPECT_NE(rounded.out.find("GPT2LMHeadModel: 0.14 M parameters, 551.2 KiB as F32 in the files\n"
-                             "  263.1 KiB kept on the device (its matrices kept 16-bit, the rest float32"),
-            std::string::npos)
-      << rounded.out;
+  // an F32 checkpoint rounded to bfloat16 or float16 as it is read: its matrices kept 16-bit on the GPU
+  for (const char* dtype : {"BF16", "F16"}) {
+    const Exit rounded =
+        vkattn({"generate", "--model", model, "--prompt", prompt, "--max-new-tokens", "3", "--weights-dtype", dtype});
+    EXPECT_EQ(rounded.code, 0) << rounded.err;
+    EXPECT_NE(rounded.out.find("GPT2LMHeadModel: 0.14 M parameters, 551.2 KiB as F32 in the files\n"
+                               "  263.1 KiB kept on the device (its matrices kept 16-bit, the rest float32"),
+              std::string::npos)
+        << dtype << ": " << rounded.out;
+  }
 }
 
 // `vkattn run --model`: every step of GPT-2 traced, both backends agreeing, torch's logits out

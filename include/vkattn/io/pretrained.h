@@ -40,10 +40,11 @@ struct Pretrained {
 };
 
 struct LoadOptions {
-  // bfloat16: every float tensor rounded to bfloat16 (to nearest even) as it is read, as torch's
-  // model.to(torch.bfloat16) rounds it, so that a device keeps the model's matrices in 2 bytes
-  // an element (Backend::upload_matrix) — an F32 checkpoint in half the memory, its numbers
-  // rounded. none: the tensors as the files hold them. float16 is not offered.
+  // bfloat16 or float16: every float tensor rounded to it (to nearest even) as it is read, as
+  // torch's model.to(torch.bfloat16) or .half() rounds it, so that a device keeps the model's
+  // matrices in 2 bytes an element (Backend::upload_matrix) — an F32 checkpoint in half the
+  // memory, its numbers rounded. float16 refuses (ConfigError naming the tensor) a weight past its
+  // largest, 65504, which torch would make infinite. none: the tensors as the files hold them.
   Narrow weights_dtype = Narrow::none;
 };
 
