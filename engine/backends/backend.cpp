@@ -10,6 +10,7 @@
 #include "engine/backends/backend_checks.h"
 #include "engine/backends/sizing_backend.h"
 #include "engine/vulkan/faults.h"
+#include "reference/reference.h"
 #include "vkattn/errors.h"
 
 namespace vkattn {
@@ -34,8 +35,11 @@ Value Backend::upload_as(const std::string& name, const Tensor& tensor, Narrow a
   return Value{scoped_name, tensor.shape, tensor.dtype, std::move(storage), as};
 }
 
-Value Backend::upload_cache(const std::string& name, const Tensor& zeros, Narrow format) {
-  return upload_as(name, zeros, format);
+Value Backend::upload_cache(const std::string& name, const Tensor& contents, Narrow format) {
+  if (format == Narrow::none) return upload_as(name, contents, format);
+  Tensor rounded = contents;
+  for (float& v : rounded.data) v = reference::round_to(v, static_cast<int>(format));
+  return upload_as(name, rounded, format);
 }
 
 uint64_t Backend::stored_bytes(const Value& value) {

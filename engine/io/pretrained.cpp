@@ -4,7 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <bit>
 #include <cmath>
 #include <set>
 

@@ -122,8 +122,7 @@ class Pretrained {
       dtype = cache_dtype == "float16" ? Narrow::float16 : Narrow::bfloat16;
     } else if (!cache_dtype.empty() && cache_dtype != "float32") {
       throw ConfigError("cache_dtype '" + cache_dtype +
-                        "' is not one a KV cache keeps (None, 'float32', 'float16' or "
-                        "'bfloat16')");
+                        "' is not one a KV cache keeps (None, 'float32', 'float16' or 'bfloat16')");
     }
     const GenerationOptions options{.max_new_tokens = max_new_tokens,
                                     .temperature = temperature,
@@ -175,8 +174,8 @@ void bind_pretrained(py::module_& m) {
            py::arg("path"), py::arg("kind"), py::arg("selector"), py::arg("weights_dtype") = "")
       .def_property_readonly("device", &Pretrained::device)
       .def_property_readonly("device_bytes", &Pretrained::device_bytes)
-      .def_property_readonly(
-          "config", [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
+      .def_property_readonly("config",
+                             [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
       .def("encode", &Pretrained::encode, py::arg("text"))
       .def("check", &Pretrained::check, py::arg("recorded"), py::arg("ids"), py::arg("atol"), py::arg("rtol"))
       .def("decode", &Pretrained::decode, py::arg("ids"), py::arg("continuation") = false)

@@ -204,10 +204,10 @@ class Backend : protected BackendHooks {
   Value average_heads(const std::string& step, const Value& p);
 
   // ---- decoding with a key/value cache (KVCache) -------------------------------------------------
-  // upload() of a cache's first contents (zeros) whose numbers are `format`'s (KVCache's dtype):
-  // float16 or bfloat16 ones 2 bytes each on a backend that keeps_16bit(), float32 ones rounded
-  // to the format on the CPU reference (the same numbers). kv_cache_append rounds what it writes.
-  Value upload_cache(const std::string& name, const Tensor& zeros, Narrow format);
+  // upload() of a cache's first contents (KVCache's zeros), rounded to `format` (KVCache's dtype;
+  // none: as they are): float16 or bfloat16 numbers 2 bytes each on a backend that keeps_16bit(),
+  // the same numbers as float32 on the CPU reference. kv_cache_append rounds what it writes.
+  Value upload_cache(const std::string& name, const Tensor& contents, Narrow format);
   // Writes rows (B, H, T, d) — the T newest positions' keys or values — into `cache`
   // (B, H, C, d) at rows position … position + T - 1, in place, and returns the cache (the same
   // storage: its later rows keep what they held). ShapeError naming the capacity C when
