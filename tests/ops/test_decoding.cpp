@@ -135,8 +135,8 @@ TEST_P(KvCacheAppend, WritesTheRowsRoundedToTheCacheAndKeepsTheRestBitForBit) {
       for (int64_t c = 0; c < d; ++c) {
         const size_t at = static_cast<size_t>((n * C + s) * d + c);
         const bool written = s >= position && s < position + T;
-        const float row = rows.data[static_cast<size_t>((n * T + s - position) * d + c)];
-        ASSERT_EQ(expected.data[at], written ? rounded(row) : cache.data[at]);
+        const auto row = [&] { return rows.data[static_cast<size_t>((n * T + s - position) * d + c)]; };
+        ASSERT_EQ(expected.data[at], written ? rounded(row()) : cache.data[at]);
       }
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, KvCacheAppend,
