@@ -1,13 +1,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// tanh — BERT's pooler activation (torch's tanh): y = tanh(x)
+// tanh — BERT's pooler activation (torch's tanh): y = tanh(x) (activations.glsl)
 //   x (n), y (n)
-// As (1 - e^(-2|x|)) / (1 + e^(-2|x|)) with x's sign: e^(-2|x|) never overflows, where GLSL's own
-// tanh may compute (e^2x - 1) / (e^2x + 1) and give inf / inf = NaN for large x.
+#include "activations.glsl"
 
-float activation(float x) {
-  float t = exp(-2.0 * abs(x));
-  return sign(x) * (1.0 - t) / (1.0 + t);
-}
+float activation(float x) { return tanh_step(x); }
 
 #include "unary.glsl"
