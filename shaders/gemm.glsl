@@ -46,6 +46,10 @@
 // as it is read (sixteen_bit.glsl): from its storage buffer, or, in the <step>…_texel16 builds
 // (B_WORDS), from RG32UI texels, where A is RGBA32F texels as in the _texel builds.
 //
+// ACTIVATION (constant 12; linear; engine: Backend::linear_activation): the element-wise step
+// after the projection folded into the store, each C[n, i, j] = activate(ACTIVATION, …)
+// (activations.glsl); 0, none, elsewhere.
+//
 // Bindings: 0 = A, 1 = B, 2 = bias (read only when HAS_BIAS), 3 = C. A and B are storage
 // buffers, or, where the including shader is built with TEXEL_INPUTS (the <step>…_texel
 // builds), RGBA32F uniform texel buffers read by texelFetch: on
@@ -79,6 +83,7 @@
 #endif
 #include "common.glsl"
 #include "sixteen_bit.glsl"
+#include "activations.glsl"
 
 layout(constant_id = 1) const bool VEC4 = false;     // rows of A and B are whole vec4s
 layout(constant_id = 2) const bool HAS_BIAS = false; // add bias[j]
@@ -95,6 +100,7 @@ layout(constant_id = 9) const bool PACKED_B = false; // broadcast, B (N, K): B a
 layout(constant_id = 10) const uint DEPTH = 16;      // shared: k per shared tile, a multiple of 4
 layout(constant_id = 11) const uint B_FORMAT = 0u;   // B stored float32 (0), float16 (1) or bfloat16
                                                      // (2, sixteen_bit.glsl)
+layout(constant_id = 12) const uint ACTIVATION = 0u; // the folded activation's number, or 0
 const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
@@ -180,7 +186,7 @@ vec4 load_b_col(uint n, uint j, uint k) {
 }
 #endif
 
-// C[n, i, j] = scale · value (+ bias[j]) at `at`; nothing past the edge. `at` is
+// C[n, i, j] = activate(scale · value (+ bias[j])) at `at`; nothing past the edge. `at` is
 // (n·M + i)·N + j, or with C_HEADS heads_row(i, N) + heads_col(j, N). The callers write the plain
 // index out at each store, cheaper than a row part plus a column part; with d a multiple of 4 the
 // heads index is a quad's start + t (C_HEADS = 4), so a folded projection costs what a plain one
@@ -189,7 +195,7 @@ void store_c(uint i, uint j, uint at, float value) {
   if (i >= p.rows || j >= p.cols) return;
   value *= p.scale;
   if (HAS_BIAS) value += bias[j];
-  c[at] = value;
+  c[at] = ACTIVATION == 0u ? value : activate(ACTIVATION, value);
 }
 
 #ifdef SUBGROUPS

@@ -9,14 +9,17 @@
 // few rows of x, from the cache. No subgroup instruction: any device runs it.
 //
 // VEC4 (constant 1): K a multiple of 4, x and W read as vec4. HAS_BIAS (2). B_FORMAT (3): W kept
-// 16-bit (sixteen_bit.glsl), widened as it is read. Bindings as gemm.glsl's: 0 = x, 1 = W,
+// 16-bit (sixteen_bit.glsl), widened as it is read. ACTIVATION (4): as gemm.glsl's, the folded
+// activation applied to each y[n, m] as it is stored (activations.glsl). Bindings as gemm.glsl's: 0 = x, 1 = W,
 // 2 = bias, 3 = y; the push constants its Params, of which rows (N), cols (M) and inner (K).
 #include "common.glsl"
 #include "sixteen_bit.glsl"
+#include "activations.glsl"
 
 layout(constant_id = 1) const bool VEC4 = false;
 layout(constant_id = 2) const bool HAS_BIAS = false;
 layout(constant_id = 3) const uint B_FORMAT = 0u;  // W stored float32 (0), float16 (1), bfloat16 (2)
+layout(constant_id = 4) const uint ACTIVATION = 0u;  // the folded activation's number, or 0
 // the most rows of x and the invocations a column: kGemvRows and kGemvLanesPerColumn of
 // engine/vulkan/gemm_plan.h (32, a warp of NVIDIA's: 512 bytes of W a load of the column's lanes)
 const uint ROWS = 8u;
@@ -76,7 +79,8 @@ void main() {
   }
   if (lane == 0u && m < p.cols) {
     for (uint n = 0u; n < p.rows; ++n) {
-      y[n * p.cols + m] = partial[n][column_base] + (HAS_BIAS ? bias[m] : 0.0);
+      float value = partial[n][column_base] + (HAS_BIAS ? bias[m] : 0.0);
+      y[n * p.cols + m] = ACTIVATION == 0u ? value : activate(ACTIVATION, value);
     }
   }
 }

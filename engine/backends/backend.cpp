@@ -148,14 +148,17 @@ void Backend::report(const std::string& step, const char* op, std::vector<Tensor
   if (dims.size() != output.shape.size()) dims.clear();  // a step used outside the recipe's layouts
   event.output = {output.name, output.shape, output.dtype, std::move(dims), folding.stored_as};
   event.folded = folding.note;
-  bool wants_values = std::any_of(tracers_.begin(), tracers_.end(), [](Tracer* t) { return t->wants_values(); });
   std::optional<Tensor> values;
-  if (wants_values) {
+  if (wants_values()) {
     values = download(folding.reorder ? view(output, folding.stored_as) : output);
     if (folding.reorder) values = folding.reorder(std::move(*values));
     event.values = &*values;
   }
   for (Tracer* tracer : tracers_) tracer->on_step(event);
+}
+
+bool Backend::wants_values() const {
+  return std::any_of(tracers_.begin(), tracers_.end(), [](Tracer* t) { return t->wants_values(); });
 }
 
 void Backend::fold_layout_steps(bool fold) {
@@ -190,7 +193,9 @@ void check_tensor_fits(const MemoryLimits& limits, const std::string& name, int6
 void Backend::preflight(const std::string& pass, const std::function<void(Backend&)>& recipe) {
   const auto limits = memory_limits();
   if (!limits) return;
-  SizingBackend sizing(limits->reuse_from_bytes, limits->gemm_scratch_floats, keeps_16bit());
+  // folding as the pass will: a tracer that wants values keeps the activations apart
+  SizingBackend sizing(limits->reuse_from_bytes, limits->gemm_scratch_floats, keeps_16bit(),
+                       folds_activations() && !wants_values());
   sizing.scope_ = scope_;
   recipe(sizing);
   const SizingBackend::SizedTensor* largest = nullptr;

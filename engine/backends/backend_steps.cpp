@@ -44,9 +44,40 @@ Value Backend::linear(const std::string& step_name, const Value& x, const Value&
   shape.back() = M;
   Value y = make_output(step, shape);
   timed(step, [&] {
-    run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {}, {});
+    run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {}, {},
+               ActivationStep::none);
   });
   if (tracing()) report(step, "linear", infos({&x, &weight, bias}), y, {"b", "t", "f"});
+  return y;
+}
+
+Value Backend::linear_activation(const std::string& linear_name, const std::string& activation_name,
+                                 ActivationStep activation, const Value& x, const Value& weight, const Value* bias) {
+  if (activation == ActivationStep::none || !folds_activations() || wants_values()) {
+    return this->activation(activation_name, activation, linear(linear_name, x, weight, bias));
+  }
+  const std::string step = scoped(linear_name), act = scoped(activation_name);
+  const LinearSizes sizes = check_linear(step, x, weight, bias);
+  const int64_t N = sizes.N, K = sizes.K, M = sizes.M;  // named, not bound: clang 14 captures no bindings
+  Shape shape = x.shape;
+  shape.back() = M;
+  Value y = make_output(step, shape);  // the activation's output, which linear allocates and writes
+  y.name = act;
+  timed(step, [&] {
+    run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {}, {},
+               activation);
+  });
+  auto dims = [&] {
+    return shape.size() == 2 ? std::vector<std::string>{"b", "f"} : std::vector<std::string>{"b", "t", "f"};
+  };
+  // the product itself is never stored: its step says its shape (no tracer here wants values)
+  if (tracing())
+    report(step, "linear", infos({&x, &weight, bias}), Value{step, shape, DType::float32, y.storage}, dims());
+  fold_time();
+  if (tracing()) {
+    report(act, op_name(activation), {{step, shape, DType::float32, {}, {}}}, y, dims(),
+           {"folded into " + linear_name + "'s store, which applied it to each product as it wrote it", {}, {}});
+  }
   return y;
 }
 
@@ -233,7 +264,7 @@ Value Backend::linear_split_heads(const std::string& linear_name, const std::str
   y.name = split;
   timed(step, [&] {
     run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {},
-               {heads, T});
+               {heads, T}, ActivationStep::none);
   });
   const Value product{step, {B, T, M}, DType::float32, y.storage};  // q_proj's tensor, as it lies in y
   if (tracing())
@@ -266,8 +297,8 @@ Value Backend::merge_heads_linear(const std::string& merge_name, const std::stri
   const int64_t N = sizes.N, K = sizes.K, M = sizes.M;
   Value y = make_output(step, {B, T, M});
   timed(step, [&] {
-    run_linear(step, *heads.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M,
-               {H, T}, {});
+    run_linear(step, *heads.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {H, T},
+               {}, ActivationStep::none);
   });
   if (tracing()) {
     std::vector<TensorInfo> inputs = infos({&weight, bias});

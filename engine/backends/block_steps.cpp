@@ -77,6 +77,30 @@ Value Backend::relu(const std::string& step_name, const Value& x) {
   return y;
 }
 
+const char* op_name(ActivationStep activation) {
+  switch (activation) {
+    case ActivationStep::none: return "none";
+    case ActivationStep::relu: return "relu";
+    case ActivationStep::gelu: return "gelu";
+    case ActivationStep::gelu_tanh: return "gelu_tanh";
+    case ActivationStep::silu: return "silu";
+    case ActivationStep::tanh: return "tanh";
+  }
+  return "none";
+}
+
+Value Backend::activation(const std::string& step, ActivationStep activation, const Value& x) {
+  switch (activation) {
+    case ActivationStep::none: return x;
+    case ActivationStep::relu: return relu(step, x);
+    case ActivationStep::gelu: return gelu(step, x);
+    case ActivationStep::gelu_tanh: return gelu_tanh(step, x);
+    case ActivationStep::silu: return silu(step, x);
+    case ActivationStep::tanh: return tanh(step, x);
+  }
+  return x;
+}
+
 Value Backend::residual_add(const std::string& step_name, const Value& x, const Value& residual) {
   const std::string step = scoped(step_name);
   require_float(step, x);

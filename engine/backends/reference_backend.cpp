@@ -32,9 +32,26 @@ std::vector<float> ReferenceBackend::load(const Storage& storage, int64_t) {
   return static_cast<const HostStorage&>(storage).data;
 }
 
+namespace {
+
+// A folded activation (never asked of this backend, which folds none: for any that calls the hook
+// so), applied in place to the n products
+void activate(ActivationStep activation, float* y, int64_t n) {
+  switch (activation) {
+    case ActivationStep::none: return;
+    case ActivationStep::relu: return reference::relu(y, y, n);
+    case ActivationStep::gelu: return reference::gelu(y, y, n);
+    case ActivationStep::gelu_tanh: return reference::gelu_tanh(y, y, n);
+    case ActivationStep::silu: return reference::silu(y, y, n);
+    case ActivationStep::tanh: return reference::tanh(y, y, n);
+  }
+}
+
+}  // namespace
+
 void ReferenceBackend::run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b,
                                   Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
-                                  HeadsLayout y_layout) {
+                                  HeadsLayout y_layout, ActivationStep activation) {
   // A folded layout step (fold_layout_steps): the copies around the product do its work.
   std::vector<float> x_rows, y_rows;
   const float* rows = in(x);
@@ -44,11 +61,15 @@ void ReferenceBackend::run_linear(const std::string&, const Storage& x, const St
                            K / x_layout.heads);
     rows = x_rows.data();
   }
-  if (y_layout.heads == 0) return reference::linear(rows, in(w), in(b), out(y), N, K, M);
+  if (y_layout.heads == 0) {
+    reference::linear(rows, in(w), in(b), out(y), N, K, M);
+    return activate(activation, out(y), N * M);
+  }
   y_rows.resize(static_cast<size_t>(N * M));  // (B·T, H·d) -> y (B, H, T, d)
   reference::linear(rows, in(w), in(b), y_rows.data(), N, K, M);
   reference::split_heads(y_rows.data(), out(y), N / y_layout.tokens, y_layout.tokens, y_layout.heads,
                          M / y_layout.heads);
+  activate(activation, out(y), N * M);
 }
 
 void ReferenceBackend::run_split_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,

@@ -133,6 +133,8 @@ bool VulkanBackend::folds_layout_steps() const { return s_->options.fold_layout_
 
 void VulkanBackend::fold_layout_steps(bool fold) { s_->options.fold_layout_steps = fold; }
 
+bool VulkanBackend::folds_activations() const { return s_->options.fold_activations; }
+
 bool VulkanBackend::prefers_fused(const AttentionProblem& p) {
   if (!s_->cache) return true;
   const tuning::FlashProblem problem{uint64_t(p.batch * p.heads), uint64_t(p.L), uint64_t(p.S), uint64_t(p.d), p.causal};

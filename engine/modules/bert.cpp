@@ -103,7 +103,8 @@ Value Bert::pool(Backend& backend, const Value& x) const {
   Value first = backend.first_token("pooler.first_token", x);  // (B, E)
   Value weight = backend.upload_matrix("pooler.dense.weight", weights_.pooler_weight);
   Value bias = backend.upload_weight("pooler.dense.bias", weights_.pooler_bias);
-  return backend.tanh("pooler.tanh", backend.linear("pooler.dense", first, weight, &bias));  // (B, E)
+  // tanh(dense(first)): (B, E)
+  return backend.linear_activation("pooler.dense", "pooler.tanh", ActivationStep::tanh, first, weight, &bias);
 }
 
 Value Bert::predict_tokens(Backend& backend, const Value& x) const {
@@ -117,7 +118,7 @@ Value Bert::predict_tokens(Backend& backend, const Value& x) const {
     StepScope transform(backend, "transform");
     Value weight = backend.upload_matrix("dense.weight", m.dense_weight);
     Value bias = backend.upload_weight("dense.bias", m.dense_bias);
-    Value dense = block::activate(backend, backend.linear("dense", x, weight, &bias), config_.layer.activation);
+    Value dense = block::linear_activate(backend, "dense", x, weight, &bias, config_.layer.activation);
     return block::norm_step(backend, "LayerNorm", dense, m.norm, config_.layer.layer_norm_eps);
   }();
   Value bias = backend.upload_weight("bias", m.bias);

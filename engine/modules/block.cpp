@@ -62,13 +62,12 @@ Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& 
   return norm_step(backend, "norm" + n, sum, norm, c.layer_norm_eps);
 }
 
-Value activate(Backend& backend, const Value& x, Activation activation) {
-  switch (activation) {
-    case Activation::gelu: return backend.gelu("gelu", x);
-    case Activation::gelu_tanh: return backend.gelu_tanh("gelu_tanh", x);
-    case Activation::relu: return backend.relu("relu", x);
-  }
-  throw std::logic_error("activate: an Activation without a step");
+Value linear_activate(Backend& backend, const std::string& name, const Value& x, const Value& weight, const Value* bias,
+                      Activation activation) {
+  const ActivationStep step = activation == Activation::gelu        ? ActivationStep::gelu
+                              : activation == Activation::gelu_tanh ? ActivationStep::gelu_tanh
+                                                                    : ActivationStep::relu;
+  return backend.linear_activation(name, activation_name(activation), step, x, weight, bias);
 }
 
 Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& c,
@@ -78,7 +77,7 @@ Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLay
   Value b1 = backend.upload_weight("linear1.bias", linear1_bias);
   Value w2 = backend.upload_matrix("linear2.weight", linear2_weight);
   Value b2 = backend.upload_weight("linear2.bias", linear2_bias);
-  Value hidden = activate(backend, backend.linear("linear1", x, w1, &b1), c.activation);  // (B, L, F)
+  Value hidden = linear_activate(backend, "linear1", x, w1, &b1, c.activation);  // (B, L, F)
   return backend.linear("linear2", hidden, w2, &b2);  // (B, L, E)
 }
 

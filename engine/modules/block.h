@@ -52,8 +52,11 @@ Value norm_step(Backend& backend, const std::string& name, const Value& x, const
 Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& norm,
                const TransformerEncoderLayerConfig& config, const std::function<Value(const Value&)>& f);
 
-// The step of `activation`, named as it is ("gelu", "gelu_tanh", "relu"): same shape out
-Value activate(Backend& backend, const Value& x, Activation activation);
+// linear `name` then the step of `activation`, named as it is ("gelu", "gelu_tanh", "relu"),
+// folded into the product's store where the backend folds (Backend::linear_activation):
+//   x (…, K) -> (…, M)
+Value linear_activate(Backend& backend, const std::string& name, const Value& x, const Value& weight, const Value* bias,
+                      Activation activation);
 
 // linear2(activation(linear1(x))): (B, L, E) -> (B, L, F) -> (B, L, E)
 Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& config,

@@ -15,12 +15,15 @@ namespace {
 const std::string kLlama = "Llama";
 
 // A linear step with its weight (and bias) uploaded under `name`.
+// linear `name`, then `activation` (the step of that name) where one is given: folded into the
+// product's store where the backend folds (Backend::linear_activation)
 Value uploaded_linear(Backend& backend, const std::string& name, const Value& x, const Tensor& weight,
-                 const std::optional<Tensor>& bias) {
+                      const std::optional<Tensor>& bias, ActivationStep activation = ActivationStep::none) {
   Value w = backend.upload_matrix(name + ".weight", weight);
-  if (!bias) return backend.linear(name, x, w, nullptr);
-  Value b = backend.upload_weight(name + ".bias", *bias);
-  return backend.linear(name, x, w, &b);
+  std::optional<Value> b;
+  if (bias) b = backend.upload_weight(name + ".bias", *bias);
+  if (activation == ActivationStep::none) return backend.linear(name, x, w, b ? &*b : nullptr);
+  return backend.linear_activation(name, op_name(activation), activation, x, w, b ? &*b : nullptr);
 }
 
 }  // namespace
@@ -103,9 +106,10 @@ Value Llama::block(Backend& backend, size_t layer, const Value& x,
   Value mlp = [&] {
     Value in = backend.rms_norm("post_attention_layernorm", h, norm2, eps);
     StepScope scope(backend, "mlp");
-    Value gate = uploaded_linear(backend, "gate_proj", in, l.gate_proj, l.gate_proj_bias);  // (B, T, F)
-    Value up = uploaded_linear(backend, "up_proj", in, l.up_proj, l.up_proj_bias);          // (B, T, F)
-    Value product = backend.multiply("multiply", backend.silu("silu", gate), up);
+    Value gate = uploaded_linear(backend, "gate_proj", in, l.gate_proj, l.gate_proj_bias,
+                                 ActivationStep::silu);                             // silu(gate_proj) (B, T, F)
+    Value up = uploaded_linear(backend, "up_proj", in, l.up_proj, l.up_proj_bias);  // (B, T, F)
+    Value product = backend.multiply("multiply", gate, up);
     return uploaded_linear(backend, "down_proj", product, l.down_proj, l.down_proj_bias);  // (B, T, E)
   }();
   return backend.residual_add("residual_add2", h, mlp);

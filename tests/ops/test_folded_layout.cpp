@@ -1,8 +1,11 @@
-// Layout steps folded into their neighbours (Backend::linear_split_heads, merge_heads_linear):
+// Steps folded into their neighbours. Layout steps (Backend::linear_split_heads, merge_heads_linear):
 // the projections store Q, K and V straight in (B, H, T, d) and out_proj reads the heads where
 // attention_values left them. The numbers must be the copying path's bit for bit (the same sums
 // in the same order, only the addresses differ) under every GEMM plan, and the trace must list
 // the same steps with the same tensors, the layout steps marked folded with no time of their own.
+// Activations (Backend::linear_activation; each activation and store path: test_ops'
+// LinearActivation): a layer's numbers are the two steps', its trace says so, a trace with values
+// runs the two steps.
 #include <unistd.h>
 
 #include <cmath>
@@ -12,8 +15,10 @@
 
 #include "engine/backends/tuner.h"
 #include "tests/support/gpu.h"
+#include "tests/support/tolerance.h"
 #include "vkattn/modules/grouped_query_attention.h"
 #include "vkattn/modules/multi_head_attention.h"
+#include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tracing/report.h"
 #include "vkattn/tracing/trace_dump.h"
 #include "vkattn/tracing/tracer.h"
@@ -250,6 +255,53 @@ TEST_F(FoldedLayout, FoldingHoldsFewerBuffers) {
   };
   const uint64_t folded = peak(true), copied = peak(false);
   EXPECT_LT(folded, copied) << "the (B, T, E) products and the merged heads are never allocated";
+}
+
+// ---- an activation folded into linear1's store ------------------------------------------------
+TEST_F(FoldedLayout, AnEncoderLayersActivationFoldsWithTheTwoStepsNumbers) {
+  const Tensor x = random_tensor({2, 17, 32}, 15);
+  for (auto [activation, activation_step] : {std::pair{Activation::relu, ActivationStep::relu},
+                                             {Activation::gelu, ActivationStep::gelu},
+                                             {Activation::gelu_tanh, ActivationStep::gelu_tanh}}) {
+    const std::string name = activation_name(activation);
+    SCOPED_TRACE(name);
+    const TransformerEncoderLayerConfig config{
+        .d_model = 32, .nhead = 4, .dim_feedforward = 113, .activation = activation};
+    const TransformerEncoderLayer layer(config, TransformerEncoderLayerWeights::random(config, 16));
+    VulkanBackend folded(testing::shared_context()), apart(testing::shared_context(), {.fold_activations = false});
+    ReferenceBackend cpu;
+    StepRecorder shapes(false), values(true);
+    Tensor a;
+    {
+      AttachedTracer tracer(folded, shapes);
+      a = layer.forward(folded, x);
+    }
+    EXPECT_TRUE(testing::all_close(a, layer.forward(apart, x), {.atol = 1e-6f, .rtol = 1e-6f}));
+    EXPECT_TRUE(testing::all_close(a, layer.forward(cpu, x)));
+    auto find = [&](const StepRecorder& recorder) -> const StepRecorder::Step& {
+      for (const auto& step : recorder.steps())
+        if (step.event.op == name) return step;
+      throw std::runtime_error("no " + name + " step");
+    };
+    EXPECT_EQ(find(shapes).event.folded,
+              "folded into linear1's store, which applied it to each product as it wrote it");
+    // with values: the two steps, linear1's product read back and the activation's of it
+    {
+      AttachedTracer tracer(folded, values);
+      layer.forward(folded, x);
+    }
+    const StepRecorder::Step& step = find(values);
+    EXPECT_TRUE(step.event.folded.empty());
+    ASSERT_TRUE(step.values);
+    const StepRecorder::Step* product = nullptr;
+    for (const auto& s : values.steps())
+      if (s.event.name == step.event.inputs.at(0).name) product = &s;
+    ASSERT_TRUE(product && product->values) << "the activation's input, linear1's product, is traced";
+    ReferenceBackend reference;
+    const Value product_there = reference.upload("x", *product->values);
+    EXPECT_TRUE(testing::all_close(*step.values,
+                                   reference.download(reference.activation(name, activation_step, product_there))));
+  }
 }
 
 }  // namespace

@@ -87,6 +87,85 @@ TEST_P(Gemv, MatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, Gemv, Combine(Values(1, 3, 8, 9), Values(1, 17, 64, 113, 512), Values(1, 3, 17, 130)));
 
+// ---- linear with its activation folded into the store (Backend::linear_activation) ----------------
+// Each activation applied by linear's store (the GEMM's tiling, and the GEMV for a few rows): the
+// reference's two steps' numbers, and the device's own two steps' (fold_activations off: the same
+// function of the same sums, shaders/activations.glsl) to within an ulp or two where the compiler
+// contracts the store's arithmetic differently. A trace without values says the activation was
+// folded; the activation's step ran on no dispatch of its own.
+// The check of one fold: `backends` (folding and not) against the reference, and its trace.
+::testing::AssertionResult folds_as_the_two_steps(VulkanBackend& folded, VulkanBackend& unfolded, int64_t N, int64_t K,
+                                                  int64_t M, ActivationStep activation, bool with_bias) {
+  ReferenceBackend cpu;
+  Tensor x = random_tensor({N, K}, 1);
+  for (float& v : x.data) v *= 4.0f;  // wide enough to meet gelu's and silu's tails and tanh's saturation
+  const Tensor w = random_tensor({M, K}, 2), bias = random_tensor({M}, 3);
+  StepRecorder steps(false);
+  auto run = [&](Backend& b, StepRecorder* recorder) {
+    std::optional<AttachedTracer> attached;
+    if (recorder) attached.emplace(b, *recorder);
+    Value on = b.upload("bias", bias);
+    return b.download(b.linear_activation("linear1", op_name(activation), activation, b.upload("x", x),
+                                          b.upload_matrix("linear1.weight", w), with_bias ? &on : nullptr));
+  };
+  const Tensor got = run(folded, &steps), expected = run(cpu, nullptr), apart = run(unfolded, nullptr);
+  const std::string what = std::string(op_name(activation)) + (with_bias ? ", bias" : "") + ": ";
+  if (auto close = all_close(got, expected, {}, {"n", "m"}); !close) return close << " (" << what << "the reference)";
+  if (auto close = all_close(got, apart, {.atol = 0.0f, .rtol = 3e-7f}, {"n", "m"}); !close) {
+    return close << " (" << what << "the two steps on the device)";
+  }
+  if (steps.steps().size() != 2 || steps.steps()[1].event.op != op_name(activation) ||
+      steps.steps()[1].event.folded != "folded into linear1's store, which applied it to each product as it wrote it" ||
+      !steps.steps()[0].event.folded.empty()) {
+    return ::testing::AssertionFailure() << what << "the trace does not say linear1 ran and the activation was folded";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// With the GEMV for up to 8 rows (a GPU's rule, asked for on any device): 1 and 3 rows take it,
+// 17 and 113 the GEMM. Bias as the models have it: silu without (Llama's gate_proj), the others
+// with (each pipeline compiles for a second or more on lavapipe).
+using LinearActivationCase = std::tuple<int, std::tuple<int, int>, ActivationStep>;
+std::string linear_activation_name(const ::testing::TestParamInfo<LinearActivationCase>& info) {
+  const auto& [N, KM, activation] = info.param;
+  return std::to_string(N) + "_rows_K" + std::to_string(std::get<0>(KM)) + "_M" + std::to_string(std::get<1>(KM)) +
+         "_" + op_name(activation);
+}
+class LinearActivation : public ::testing::TestWithParam<LinearActivationCase> {};
+TEST_P(LinearActivation, IsTheTwoStepsNumbers) {
+  const auto [N, KM, activation] = GetParam();
+  const auto [K, M] = KM;
+  const uint64_t before = testing::shared_context()->validation_message_count();
+  VulkanBackend folded(testing::shared_context(), {.gemv_rows = vulkan::kGemvRows});
+  VulkanBackend unfolded(testing::shared_context(), {.gemv_rows = vulkan::kGemvRows, .fold_activations = false});
+  EXPECT_TRUE(folds_as_the_two_steps(folded, unfolded, N, K, M, activation, activation != ActivationStep::silu));
+  EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, LinearActivation,
+                         Combine(Values(1, 3, 17, 113), Values(std::tuple{1, 1}, std::tuple{17, 5}),
+                                 Values(ActivationStep::relu, ActivationStep::gelu, ActivationStep::gelu_tanh,
+                                        ActivationStep::silu, ActivationStep::tanh)),
+                         linear_activation_name);
+
+// Every tiling stores through one function (gemm.glsl's store_c), the activation's too: vec4 loads
+// and M past a block, under the device's plan and the shared tiling, one activation (each of its
+// pipelines compiles for seconds on lavapipe; the sweep above meets every activation).
+TEST(LinearActivationTiling, TheRulesPlanAndTheSharedTilingFoldIt) {
+  const auto& device = testing::shared_context()->device_report();
+  const uint64_t before = testing::shared_context()->validation_message_count();
+  for (std::shared_ptr<const vulkan::GemmPlan> plan :
+       {std::shared_ptr<const vulkan::GemmPlan>{},
+        std::make_shared<const vulkan::GemmPlan>(vulkan::plan_gemm(device, vulkan::GemmVariant::shared))}) {
+    VulkanBackend folded(testing::shared_context(), {.gemm = plan, .gemv_rows = 0u});
+    VulkanBackend unfolded(testing::shared_context(), {.gemm = plan, .gemv_rows = 0u, .fold_activations = false});
+    for (int N : {3, 113}) {
+      EXPECT_TRUE(folds_as_the_two_steps(folded, unfolded, N, 64, 130, ActivationStep::gelu, true))
+          << (plan ? "the shared tiling" : "the rule's plan") << ", " << N << " rows";
+    }
+  }
+  EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+
 TEST(GemvRows, MoreRowsThanTheGemvHoldsAreRefused) {
   testing::expect_error<DeviceError>([] { VulkanBackend(testing::shared_context(), {.gemv_rows = vulkan::kGemvRows + 1}); },
                                      {"linear as a GEMV for up to 9 rows: it holds at most 8"});

@@ -274,6 +274,18 @@ class Backend : protected BackendHooks {
   Value silu(const std::string& step, const Value& x);
   // tanh(x): BERT's pooler activation. Any shape.
   Value tanh(const std::string& step, const Value& x);
+  // The activation step named: relu, gelu, gelu_tanh, silu or tanh (none: x itself).
+  Value activation(const std::string& step, ActivationStep activation, const Value& x);
+  // linear then an activation step: x (…, K) · Wᵀ + b -> (…, M) -> activation (…, M). Where the
+  // backend folds activations (folds_activations(): VulkanBackend unless told not to) and no
+  // tracer wants values, linear's store applies the activation to each product: one dispatch, and
+  // no (…, M) tensor written and read again between the two (a feed-forward's widest). The trace
+  // still lists both steps: the activation with 0 µs and the words "folded into linear1's store".
+  // A trace with values runs the two steps, so that it shows the product before the activation.
+  // The activation computes the same function either way (shaders/activations.glsl).
+  Value linear_activation(const std::string& linear_step, const std::string& activation_step, ActivationStep activation,
+                          const Value& x, const Value& weight, const Value* bias);
+  virtual bool folds_activations() const { return false; }
   // x · other, two tensors of one shape: SwiGLU's silu(gate) · up.
   Value multiply(const std::string& step, const Value& x, const Value& other);
   // Rows of `table` picked by token id: ids (B, T) int64, table (V, E) -> (B, T, E). An id
@@ -372,6 +384,8 @@ class Backend : protected BackendHooks {
   // Whether a tracer listens: the steps call report() only then, so that a pass without one (and
   // every preflight's sizing run) builds no names, shapes or notes for it.
   bool tracing() const { return !tracers_.empty(); }
+  // Whether a tracer listening wants each step's values
+  bool wants_values() const;
   // A folded layout step's time: none, at the end of the step before it.
   void fold_time();
   // linear's checks (a ShapeError naming `step`); its N (rows), K (in) and M (out features)

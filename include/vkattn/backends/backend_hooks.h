@@ -20,6 +20,12 @@ class Storage {
   virtual ~Storage() = default;
 };
 
+// An element-wise step that linear may apply to its products as it stores them
+// (Backend::linear_activation); the numbers are the shaders' ACTIVATION (activations.glsl).
+enum class ActivationStep : uint32_t { none = 0, relu = 1, gelu = 2, gelu_tanh = 3, silu = 4, tanh = 5 };
+// Its step's op: "relu", "gelu", "gelu_tanh", "silu", "tanh" ("none" for none)
+const char* op_name(ActivationStep activation);
+
 class BackendHooks {
  public:
   virtual ~BackendHooks() = default;
@@ -56,9 +62,10 @@ class BackendHooks {
     int64_t heads = 0;
     int64_t tokens = 0;
   };
-  virtual void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
-                          Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
-                          HeadsLayout y_layout) = 0;
+  // activation: applied to each product as it is stored (none but in linear_activation's fold)
+  virtual void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
+                          int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout,
+                          ActivationStep activation) = 0;
   virtual void run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                                int64_t H, int64_t d, int64_t chunks, int64_t chunk) = 0;
   virtual void run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y,

@@ -85,6 +85,9 @@ struct VulkanBackendOptions {
   // split_heads and merge_heads beside a projection are folded into its store or its load
   // (Backend::linear_split_heads): no copies, the same numbers. false runs them as copies.
   bool fold_layout_steps = true;
+  // An activation after a projection applied by its store (Backend::linear_activation): one
+  // dispatch, and its input never written. false runs the two steps.
+  bool fold_activations = true;
   // linear's products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
   // COOPMAT tiling): x and W rounded to float16 as they are read, as torch's float16 matmul has
   // them, so its results are float16's, not float32's 1e-4. Products of at most gemv_rows rows
@@ -118,6 +121,7 @@ class VulkanBackend final : public Backend {
   // From the next step on, folds split_heads and merge_heads into their projections or runs them
   // as copies (VulkanBackendOptions::fold_layout_steps): lesson 07 runs both.
   void fold_layout_steps(bool fold) override;
+  bool folds_activations() const override;
   // The internals, for vkattn's own tools and tests (engine/vulkan/*.h define them).
   const vulkan::Context& context() const;
   const vulkan::Recorder& recorder() const;
@@ -165,8 +169,8 @@ class VulkanBackend final : public Backend {
   void on_begin_pass(bool timed) override;
   std::optional<std::vector<StepTime>> device_step_times() override;
 
-  void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
-                  int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout) override;
+  void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y, int64_t N,
+                  int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout, ActivationStep activation) override;
   void run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t H,
                        int64_t d, int64_t chunks, int64_t chunk) override;
   void run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y, int64_t N,
@@ -241,18 +245,21 @@ class VulkanBackend final : public Backend {
                          int64_t group, int64_t a_heads, bool b_16bit);
   // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
   // B is stored (batch / group, K, N) when `b_k_by_n`, else (batch / group, N, K): `group`
-  // consecutive items of A share one of B (grouped-query attention; 1 elsewhere).
+  // consecutive items of A share one of B (grouped-query attention; 1 elsewhere); `activation`
+  // applied to each element of C as it is stored (linear's fold).
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
-                bool b_k_by_n, int64_t group, HeadsLayout a_layout = {}, HeadsLayout c_layout = {});
+                bool b_k_by_n, int64_t group, HeadsLayout a_layout = {}, HeadsLayout c_layout = {},
+                ActivationStep activation = ActivationStep::none);
   // y (N, M) = x (N, K) · W (M, K)ᵀ + b in float16 products on cooperative matrices
-  // (linear_coopmat, gemm.glsl's COOPMAT tiling), layouts folded as run_gemm's.
+  // (linear_coopmat, gemm.glsl's COOPMAT tiling), layouts and activation folded as run_gemm's.
   void run_linear_float16(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
-                          int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout);
-  // y (N, M) = x (N, K) · W (M, K)ᵀ + b through shaders/gemv.glsl (linear's _gemv build): a
-  // product of at most gemv_rows rows.
+                          int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout,
+                          ActivationStep activation);
+  // y (N, M) = activation(x (N, K) · W (M, K)ᵀ + b) through shaders/gemv.glsl (linear's _gemv
+  // build): a product of at most gemv_rows rows.
   void run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y, int64_t N,
-                int64_t K, int64_t M);
+                int64_t K, int64_t M, ActivationStep activation);
   // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,

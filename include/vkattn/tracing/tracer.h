@@ -52,9 +52,11 @@ struct StepEvent {
   TensorInfo output;
   const Tensor* values = nullptr;  // the output read back, only when a tracer wants_values()
   // Empty for a step that ran. For a layout step (split_heads, merge_heads) folded into a
-  // neighbour, which did its work by storing or reading in another order: what happened, as
-  // "folded into q_proj's store, which wrote (B, T, H, d) at strides (160, 8, 40, 1)".
-  // Its time is 0 µs.
+  // neighbour, which did its work by storing or reading in another order, or an activation
+  // applied by the projection before it as it stored its products: what happened, as
+  // "folded into q_proj's store, which wrote (B, T, H, d) at strides (160, 8, 40, 1)" or
+  // "folded into linear1's store, which applied it to each product as it wrote it". Its time is
+  // 0 µs.
   std::string folded;
 };
 
