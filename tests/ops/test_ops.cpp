@@ -90,10 +90,12 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Gemv, Combine(Values(1, 3, 8, 9), Values(1, 17, 
 // ---- linear with its activation folded into the store (Backend::linear_activation) ----------------
 // Each activation applied by linear's store (the GEMM's tiling, and the GEMV for a few rows): the
 // reference's two steps' numbers, and the device's own two steps' (fold_activations off: the same
-// function of the same sums, shaders/activations.glsl) to within an ulp or two where the compiler
-// contracts the store's arithmetic differently. A trace without values says the activation was
-// folded; the activation's step ran on no dispatch of its own.
-// The check of one fold: `backends` (folding and not) against the reference, and its trace.
+// function of the same sums, shaders/activations.glsl): bit for bit on lavapipe and SwiftShader,
+// 3e-7 relative allowed for a compiler that contracts the store's arithmetic differently. A trace
+// without values says the activation was folded; the activation's step ran on no dispatch of its
+// own. The cooperative-matrix tiling's fold: test Float16Products, where a device has them.
+//
+// The check of one fold: `folded` and `unfolded` against the reference, and the trace.
 ::testing::AssertionResult folds_as_the_two_steps(VulkanBackend& folded, VulkanBackend& unfolded, int64_t N, int64_t K,
                                                   int64_t M, ActivationStep activation, bool with_bias) {
   ReferenceBackend cpu;
@@ -175,9 +177,9 @@ TEST(GemvRows, MoreRowsThanTheGemvHoldsAreRefused) {
 // Where the device has them (DeviceReport::float16_products: NVIDIA's VK_NV_cooperative_matrix),
 // x and W are rounded to float16 and their products, exact in float32, summed there: the result
 // is the reference's on the rounded inputs, to float32's 1e-4 — rows past the GEMV's, K and M off
-// the 16s and the 128-blocks, W float32 or kept float16, with bias and without, and the heads
-// folded into the store. Elsewhere (lavapipe, SwiftShader: every CI device) the backend refuses
-// the option and says what the device lacks.
+// the 16s and the 128-blocks, W float32 or kept float16, with bias and without, the heads or an
+// activation folded into the store. Elsewhere (lavapipe, SwiftShader: every CI device) the
+// backend refuses the option and says what the device lacks.
 TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
   const auto& device = testing::shared_context()->device_report();
   if (!device.float16_products) {
@@ -217,6 +219,13 @@ TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
   const Tensor expected = cpu.download(cpu.linear_split_heads("q_proj", "split_heads_q", cpu.upload("x", float16(x)),
                                                               cpu.upload("w", float16(w)), nullptr, 4));
   EXPECT_TRUE(all_close(got, expected, {}, {"b", "h", "t", "c"})) << "heads folded into the store";
+  // linear1 with gelu folded into its store (Backend::linear_activation)
+  const Tensor w1 = random_tensor({130, 64}, 6);
+  const Tensor activated = gpu.download(gpu.linear_activation("linear1", "gelu", ActivationStep::gelu,
+                                                              gpu.upload("x", x), gpu.upload_matrix("w", w1), nullptr));
+  const Tensor reference = cpu.download(cpu.linear_activation(
+      "linear1", "gelu", ActivationStep::gelu, cpu.upload("x", float16(x)), cpu.upload("w", float16(w1)), nullptr));
+  EXPECT_TRUE(all_close(activated, reference, {}, {"b", "t", "f"})) << "gelu folded into the store";
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 
