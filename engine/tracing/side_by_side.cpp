@@ -14,12 +14,7 @@ std::optional<StepTime> time_of(const StepRecorder& r, size_t i) {
   return i < times.size() ? std::optional(times[i]) : std::nullopt;
 }
 
-std::string format_time(const std::optional<StepTime>& t) {
-  if (!t) return "-";
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(1) << t->duration_us;
-  return s.str();
-}
+std::string format_time(const std::optional<StepTime>& t) { return t ? step_microseconds(t->duration_us) : "-"; }
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "vkattn/tracing/step_table.h"
 
 #include <algorithm>
+#include <iomanip>
 #include <ostream>
 #include <sstream>
 
@@ -31,6 +32,18 @@ std::string step_label(const StepEvent& event) {
   const size_t scope = event.name.rfind('.');
   const std::string_view local = std::string_view(event.name).substr(scope == std::string::npos ? 0 : scope + 1);
   return local.starts_with(event.op) ? event.name : event.name + " (" + event.op + ")";
+}
+
+std::string step_microseconds(double us) {
+  std::ostringstream s;
+  if (us < 9999.95) {
+    s << std::fixed << std::setprecision(1) << us;
+  } else if (us < 999999.5) {
+    s << std::fixed << std::setprecision(0) << us;
+  } else {
+    s << std::scientific << std::setprecision(0) << us;
+  }
+  return s.str();
 }
 
 StepTable::StepTable(std::vector<std::string> numbers, std::string last, size_t width)

@@ -51,13 +51,7 @@ void ConsoleTracer::on_step(const StepEvent& event) {
 void ConsoleTracer::on_pass_end(const PassEnd& end) {
   StepTable table({end.clock + " µs"}, "");
   for (size_t i = 0; i < rows_.size(); ++i) {
-    std::ostringstream time;  // formatted apart: the caller's stream keeps its own precision
-    if (i < end.step_times.size()) {
-      time << std::fixed << std::setprecision(1) << end.step_times[i].duration_us;
-    } else {
-      time << "-";
-    }
-    table.add(rows_[i].event, {time.str()});
+    table.add(rows_[i].event, {i < end.step_times.size() ? step_microseconds(end.step_times[i].duration_us) : "-"});
   }
   out_ << title_ << "\n";
   table.print_header(out_);

@@ -432,6 +432,48 @@ TEST_F(SideBySideTest, GpuAgreesWithTheReferenceAtEveryStepAndTheTableShowsEach)
   EXPECT_NE(out.str().find("every step agrees: gpu and cpu within atol 1e-05 + rtol 1e-05 * |cpu|"), std::string::npos) << out.str();
 }
 
+TEST(StepTable, AStepsMicrosecondsTakeAtMostTheHeadersSixColumns) {
+  EXPECT_EQ(step_microseconds(0.0), "0.0");
+  EXPECT_EQ(step_microseconds(12.34), "12.3");
+  EXPECT_EQ(step_microseconds(9999.9), "9999.9");
+  EXPECT_EQ(step_microseconds(9999.96), "10000");
+  EXPECT_EQ(step_microseconds(123456.4), "123456");
+  EXPECT_EQ(step_microseconds(999999.4), "999999");
+  EXPECT_EQ(step_microseconds(999999.6), "1e+06");
+  EXPECT_EQ(step_microseconds(2.4e9), "2e+09");
+}
+
+TEST_F(SideBySideTest, ASlowStepDoesNotWidenTheTable) {
+  // On a busy machine a step took 10 ms and more: its time had an extra digit, and lesson 09's
+  // table a line of 101 columns. Times print in the header's 6 characters, whatever they are.
+  StepRecorder gpu_steps(true), cpu_steps(true);
+  run_both(gpu_steps, cpu_steps);
+  auto widest = [&](double us) {
+    PassEnd end = gpu_steps.pass_end();
+    for (StepTime& t : end.step_times) t.duration_us = us;
+    StepRecorder slow(true);
+    replay(gpu_steps, slow);
+    slow.on_pass_end(end);
+    std::ostringstream out;
+    SideBySide(slow, cpu_steps).print(out);
+    size_t widest_line = 0;
+    std::istringstream lines(out.str());
+    for (std::string line; std::getline(lines, line);) widest_line = std::max(widest_line, display_width(line));
+    return std::pair{widest_line, out.str()};
+  };
+  const auto [fast, fast_table] = widest(12.3);
+  for (double us : {9999.96, 12345.6, 999999.4, 1.5e6, 3e9}) {
+    const auto [slow, slow_table] = widest(us);
+    EXPECT_EQ(slow, fast) << us << " µs:\n" << slow_table;
+  }
+  const auto [tenths, tenths_table] = widest(9999.9);
+  EXPECT_NE(tenths_table.find(" 9999.9 "), std::string::npos) << tenths_table;
+  const auto [whole, whole_table] = widest(123456.4);
+  EXPECT_NE(whole_table.find(" 123456 "), std::string::npos) << whole_table;
+  const auto [seconds, seconds_table] = widest(2.4e6);
+  EXPECT_NE(seconds_table.find(" 2e+06 "), std::string::npos) << seconds_table;
+}
+
 TEST_F(SideBySideTest, NamesTheFirstStepThatDivergesWithItsIndexAndValues) {
   StepRecorder gpu_steps(true), cpu_steps(true);
   run_both(gpu_steps, cpu_steps);

@@ -24,6 +24,11 @@ size_t display_width(std::string_view text);
 // "layers.0.self_attn.softmax" for those that do.
 std::string step_label(const StepEvent& event);
 
+// A step's time for a "… µs" column, in at most 6 characters (the header "gpu µs"'s width), so
+// that a slow step (a busy machine, a cold pipeline) never widens a table past its columns:
+// 12.3 … 9999.9, then whole µs to 999999, then 1e+06 from a second on.
+std::string step_microseconds(double us);
+
 class StepTable {
  public:
   // `numbers`: the headers of the right-aligned columns after the shapes ("gpu µs", …); `last`:
