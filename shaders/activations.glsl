@@ -1,7 +1,7 @@
 // The element-wise activations, one function each: their own steps' (gelu.comp, relu.comp, …,
 // each `activation` around unary.glsl) and linear's store's, where the step after a projection is
 // folded into it (gemm.glsl's and gemv.glsl's ACTIVATION: activate(which, x), `which` numbered as
-// ActivationStep in include/vkattn/backends/backend.h). Both compute the same function, so a
+// ActivationStep in include/vkattn/backends/backend_hooks.h). Both compute the same function, so a
 // folded activation gives its step's numbers.
 
 // max(x, 0): torch's relu, TransformerEncoderLayer's default activation

@@ -10,8 +10,9 @@
 //
 // VEC4 (constant 1): K a multiple of 4, x and W read as vec4. HAS_BIAS (2). B_FORMAT (3): W kept
 // 16-bit (sixteen_bit.glsl), widened as it is read. ACTIVATION (4): as gemm.glsl's, the folded
-// activation applied to each y[n, m] as it is stored (activations.glsl). Bindings as gemm.glsl's: 0 = x, 1 = W,
-// 2 = bias, 3 = y; the push constants its Params, of which rows (N), cols (M) and inner (K).
+// activation applied to each y[n, m] as it is stored (activations.glsl). Bindings as gemm.glsl's:
+// 0 = x, 1 = W, 2 = bias, 3 = y; the push constants its Params, of which rows (N), cols (M) and
+// inner (K).
 #include "common.glsl"
 #include "sixteen_bit.glsl"
 #include "activations.glsl"

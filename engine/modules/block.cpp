@@ -1,7 +1,6 @@
 #include "engine/modules/block.h"
 
 #include <cmath>
-#include <stdexcept>
 
 #include "engine/modules/checks.h"
 #include "engine/modules/random_weights.h"

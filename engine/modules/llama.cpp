@@ -14,9 +14,9 @@ namespace {
 
 const std::string kLlama = "Llama";
 
-// A linear step with its weight (and bias) uploaded under `name`.
-// linear `name`, then `activation` (the step of that name) where one is given: folded into the
-// product's store where the backend folds (Backend::linear_activation)
+// A linear step with its weight (and bias) uploaded under `name`, then `activation` (the step of
+// that name) where one is given: folded into the product's store where the backend folds
+// (Backend::linear_activation)
 Value uploaded_linear(Backend& backend, const std::string& name, const Value& x, const Tensor& weight,
                       const std::optional<Tensor>& bias, ActivationStep activation = ActivationStep::none) {
   Value w = backend.upload_matrix(name + ".weight", weight);
