@@ -166,8 +166,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"F32", "F16", "BF16"}))
       ->capture_default_str();
   bool apart = false;
-  app.add_flag("--activations-apart", apart,
-               "gelu a step of its own after linear1 (else folded into linear1's store on a GPU)");
+  app.add_flag("--unfolded-stores", apart,
+               "gelu and the residual_adds steps of their own (else folded into the store of the projection "
+               "before each on a GPU)");
   bool by_step = false;
   app.add_flag("--steps", by_step,
                "after the table, one shape-traced decode step a row: its time by op (the device clock on a GPU)");
@@ -181,7 +182,7 @@ int main(int argc, char** argv) {
     c.num_layers = layers;
     CausalLM model(c, CausalLMWeights::random(c, 1));
     auto backend =
-        make_backend(backend_name, "", {.gemv_rows = gemv_rows, .early_dispatches = early, .fold_activations = !apart});
+        make_backend(backend_name, "", {.gemv_rows = gemv_rows, .early_dispatches = early, .fold_into_store = !apart});
     const Narrow dtype = cache_dtype == "F16"    ? Narrow::float16
                          : cache_dtype == "BF16" ? Narrow::bfloat16
                                                  : Narrow::none;

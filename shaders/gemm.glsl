@@ -50,7 +50,12 @@
 // after the projection folded into the store, each C[n, i, j] = activate(ACTIVATION, …)
 // (activations.glsl); 0, none, elsewhere.
 //
-// Bindings: 0 = A, 1 = B, 2 = bias (read only when HAS_BIAS), 3 = C. A and B are storage
+// RESIDUAL (constant 13; linear; engine: Backend::linear's ResidualAfter): the residual_add after
+// the projection folded into the store too, each C[n, i, j] = activate(…) + residual[same index]
+// (C's layout plain). The including shader defines RESIDUAL_BINDING (linear.comp) for it.
+//
+// Bindings: 0 = A, 1 = B, 2 = bias (read only when HAS_BIAS), 3 = C; with RESIDUAL_BINDING
+// defined, 3 = the residual (read only when RESIDUAL) and 4 = C. A and B are storage
 // buffers, or, where the including shader is built with TEXEL_INPUTS (the <step>…_texel
 // builds), RGBA32F uniform texel buffers read by texelFetch: on
 // lavapipe a texel fetch whose address differs per lane costs less than a storage load. The host
@@ -101,6 +106,7 @@ layout(constant_id = 10) const uint DEPTH = 16;      // shared: k per shared til
 layout(constant_id = 11) const uint B_FORMAT = 0u;   // B stored float32 (0), float16 (1) or bfloat16
                                                      // (2, sixteen_bit.glsl)
 layout(constant_id = 12) const uint ACTIVATION = 0u; // the folded activation's number, or 0
+layout(constant_id = 13) const bool RESIDUAL = false; // add residual[at] (RESIDUAL_BINDING)
 const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
@@ -124,7 +130,12 @@ float b_at(uint at) { return texelFetch(b_texels, int(at / 4u))[at % 4u]; }
 #include "gemm_storage.glsl"
 #endif
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
+#ifdef RESIDUAL_BINDING
+layout(std430, binding = 3) readonly buffer Residual { float residual[]; };
+layout(std430, binding = 4) writeonly buffer Output { float c[]; };
+#else
 layout(std430, binding = 3) writeonly buffer Output { float c[]; };
+#endif
 
 layout(push_constant) uniform Params {
   uint batch;   // n
@@ -186,16 +197,20 @@ vec4 load_b_col(uint n, uint j, uint k) {
 }
 #endif
 
-// C[n, i, j] = activate(scale · value (+ bias[j])) at `at`; nothing past the edge. `at` is
-// (n·M + i)·N + j, or with C_HEADS heads_row(i, N) + heads_col(j, N). The callers write the plain
-// index out at each store, cheaper than a row part plus a column part; with d a multiple of 4 the
-// heads index is a quad's start + t (C_HEADS = 4), so a folded projection costs what a plain one
-// does (docs/lavapipe.md, "The measurements behind the plans").
+// C[n, i, j] = activate(scale · value (+ bias[j])) (+ residual[at]) at `at`; nothing past the
+// edge. `at` is (n·M + i)·N + j, or with C_HEADS heads_row(i, N) + heads_col(j, N). The callers
+// write the plain index out at each store, cheaper than a row part plus a column part; with d a
+// multiple of 4 the heads index is a quad's start + t (C_HEADS = 4), so a folded projection costs
+// what a plain one does (docs/lavapipe.md, "The measurements behind the plans").
 void store_c(uint i, uint j, uint at, float value) {
   if (i >= p.rows || j >= p.cols) return;
   value *= p.scale;
   if (HAS_BIAS) value += bias[j];
-  c[at] = ACTIVATION == 0u ? value : activate(ACTIVATION, value);
+  if (ACTIVATION != 0u) value = activate(ACTIVATION, value);
+#ifdef RESIDUAL_BINDING
+  if (RESIDUAL) value += residual[at];
+#endif
+  c[at] = value;
 }
 
 #ifdef SUBGROUPS

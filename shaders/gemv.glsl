@@ -10,9 +10,10 @@
 //
 // VEC4 (constant 1): K a multiple of 4, x and W read as vec4. HAS_BIAS (2). B_FORMAT (3): W kept
 // 16-bit (sixteen_bit.glsl), widened as it is read. ACTIVATION (4): as gemm.glsl's, the folded
-// activation applied to each y[n, m] as it is stored (activations.glsl). Bindings as gemm.glsl's:
-// 0 = x, 1 = W, 2 = bias, 3 = y; the push constants its Params, of which rows (N), cols (M) and
-// inner (K).
+// activation applied to each y[n, m] as it is stored (activations.glsl). RESIDUAL (5): the
+// residual_add after it folded too, residual[n, m] added last. Bindings as gemm.glsl's with
+// RESIDUAL_BINDING: 0 = x, 1 = W, 2 = bias, 3 = the residual, 4 = y; the push constants its
+// Params, of which rows (N), cols (M) and inner (K).
 #include "common.glsl"
 #include "sixteen_bit.glsl"
 #include "activations.glsl"
@@ -21,6 +22,7 @@ layout(constant_id = 1) const bool VEC4 = false;
 layout(constant_id = 2) const bool HAS_BIAS = false;
 layout(constant_id = 3) const uint B_FORMAT = 0u;  // W stored float32 (0), float16 (1), bfloat16 (2)
 layout(constant_id = 4) const uint ACTIVATION = 0u;  // the folded activation's number, or 0
+layout(constant_id = 5) const bool RESIDUAL = false;  // add residual[n, m]
 // the most rows of x and the invocations a column: kGemvRows and kGemvLanesPerColumn of
 // engine/vulkan/gemm_plan.h (32, a warp of NVIDIA's: 512 bytes of W a load of the column's lanes)
 const uint ROWS = 8u;
@@ -28,7 +30,8 @@ const uint LANES_PER_COLUMN = 32u;
 
 #include "gemm_storage.glsl"  // x as A, W as B
 layout(std430, binding = 2) readonly buffer Bias { float bias[]; };
-layout(std430, binding = 3) writeonly buffer Output { float y[]; };
+layout(std430, binding = 3) readonly buffer Residual { float residual[]; };
+layout(std430, binding = 4) writeonly buffer Output { float y[]; };
 
 layout(push_constant) uniform Params {
   uint batch;   // 1
@@ -81,7 +84,9 @@ void main() {
   if (lane == 0u && m < p.cols) {
     for (uint n = 0u; n < p.rows; ++n) {
       float value = partial[n][column_base] + (HAS_BIAS ? bias[m] : 0.0);
-      y[n * p.cols + m] = ACTIVATION == 0u ? value : activate(ACTIVATION, value);
+      if (ACTIVATION != 0u) value = activate(ACTIVATION, value);
+      if (RESIDUAL) value += residual[n * p.cols + m];
+      y[n * p.cols + m] = value;
     }
   }
 }

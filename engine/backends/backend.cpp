@@ -195,7 +195,7 @@ void Backend::preflight(const std::string& pass, const std::function<void(Backen
   if (!limits) return;
   // folding as the pass will: a tracer that wants values keeps the activations apart
   SizingBackend sizing(limits->reuse_from_bytes, limits->gemm_scratch_floats, keeps_16bit(),
-                       folds_activations() && !wants_values());
+                       folds_into_store() && !wants_values());
   sizing.scope_ = scope_;
   recipe(sizing);
   const SizingBackend::SizedTensor* largest = nullptr;

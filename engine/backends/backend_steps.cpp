@@ -36,24 +36,54 @@ Backend::LinearSizes Backend::check_linear(const std::string& step, const Value&
   return {element_count(x.shape) / K, K, M};
 }
 
-Value Backend::linear(const std::string& step_name, const Value& x, const Value& weight, const Value* bias) {
+Value Backend::linear(const std::string& step_name, const Value& x, const Value& weight, const Value* bias,
+                      const ResidualAfter* residual) {
+  if (residual && (!folds_into_store() || wants_values())) {
+    return add_residual(residual->step, *residual->x, linear(step_name, x, weight, bias));
+  }
   const std::string step = scoped(step_name);
   const LinearSizes sizes = check_linear(step, x, weight, bias);
   const int64_t N = sizes.N, K = sizes.K, M = sizes.M;  // named, not bound: clang 14 captures no bindings
   Shape shape = x.shape;
   shape.back() = M;
-  Value y = make_output(step, shape);
+  Value y = linear_output(step, shape, residual);
+  const StoreFold fold{ActivationStep::none, residual ? residual->x->storage.get() : nullptr};
   timed(step, [&] {
     run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {}, {},
-               ActivationStep::none);
+               fold);
   });
-  if (tracing()) report(step, "linear", infos({&x, &weight, bias}), y, {"b", "t", "f"});
+  if (!residual) {
+    if (tracing()) report(step, "linear", infos({&x, &weight, bias}), y, {"b", "t", "f"});
+    return y;
+  }
+  // the product itself is never stored: its step says its shape (no tracer here wants values)
+  if (tracing())
+    report(step, "linear", infos({&x, &weight, bias}), Value{step, shape, DType::float32, y.storage}, {"b", "t", "f"});
+  report_folded_residual(*residual, step, shape, y);
   return y;
+}
+
+Value Backend::linear_output(const std::string& step, const Shape& shape, const ResidualAfter* residual) {
+  if (!residual) return make_output(step, shape);
+  check_residual_add(residual->step, *residual->x, Value{step, shape, DType::float32, {}});
+  Value y = make_output(step, shape);
+  y.name = residual->step;
+  return y;
+}
+
+void Backend::report_folded_residual(const ResidualAfter& residual, const std::string& linear, const Shape& shape,
+                                     const Value& sum) {
+  fold_time();
+  if (!tracing()) return;
+  const std::string name = linear.substr(linear.rfind('.') + 1);  // "out_proj" of "layers.0.self_attn.out_proj"
+  report(residual.step, "residual_add", {infos({residual.x})[0], {linear, shape, DType::float32, {}, {}}}, sum,
+         {"b", "t", "f"},
+         {"folded into " + name + "'s store, which added the residual to each product as it wrote it", {}, {}});
 }
 
 Value Backend::linear_activation(const std::string& linear_name, const std::string& activation_name,
                                  ActivationStep activation, const Value& x, const Value& weight, const Value* bias) {
-  if (activation == ActivationStep::none || !folds_activations() || wants_values()) {
+  if (activation == ActivationStep::none || !folds_into_store() || wants_values()) {
     return this->activation(activation_name, activation, linear(linear_name, x, weight, bias));
   }
   const std::string step = scoped(linear_name), act = scoped(activation_name);
@@ -65,7 +95,7 @@ Value Backend::linear_activation(const std::string& linear_name, const std::stri
   y.name = act;
   timed(step, [&] {
     run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {}, {},
-               activation);
+               {activation, nullptr});
   });
   auto dims = [&] {
     return shape.size() == 2 ? std::vector<std::string>{"b", "f"} : std::vector<std::string>{"b", "t", "f"};
@@ -264,7 +294,7 @@ Value Backend::linear_split_heads(const std::string& linear_name, const std::str
   y.name = split;
   timed(step, [&] {
     run_linear(step, *x.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {},
-               {heads, T}, ActivationStep::none);
+               {heads, T}, {});
   });
   const Value product{step, {B, T, M}, DType::float32, y.storage};  // q_proj's tensor, as it lies in y
   if (tracing())
@@ -281,8 +311,11 @@ Value Backend::linear_split_heads(const std::string& linear_name, const std::str
 }
 
 Value Backend::merge_heads_linear(const std::string& merge_name, const std::string& linear_name, const Value& heads,
-                                  const Value& weight, const Value* bias) {
-  if (!folds_layout_steps()) return linear(linear_name, merge_heads(merge_name, heads), weight, bias);
+                                  const Value& weight, const Value* bias, const ResidualAfter* residual) {
+  if (!folds_layout_steps()) return linear(linear_name, merge_heads(merge_name, heads), weight, bias, residual);
+  if (residual && (!folds_into_store() || wants_values())) {
+    return add_residual(residual->step, *residual->x, merge_heads_linear(merge_name, linear_name, heads, weight, bias));
+  }
   const std::string merge = scoped(merge_name), step = scoped(linear_name);
   require_rank(merge, heads, 4, "(B, H, T, d)");
   const int64_t B = heads.dim(0), H = heads.dim(1), T = heads.dim(2), d = heads.dim(3);
@@ -295,16 +328,20 @@ Value Backend::merge_heads_linear(const std::string& merge_name, const std::stri
   }
   const LinearSizes sizes = check_linear(step, merged, weight, bias);
   const int64_t N = sizes.N, K = sizes.K, M = sizes.M;
-  Value y = make_output(step, {B, T, M});
+  const Shape shape{B, T, M};
+  Value y = linear_output(step, shape, residual);
+  const StoreFold fold{ActivationStep::none, residual ? residual->x->storage.get() : nullptr};
   timed(step, [&] {
     run_linear(step, *heads.storage, *weight.storage, bias ? bias->storage.get() : nullptr, *y.storage, N, K, M, {H, T},
-               {}, ActivationStep::none);
+               {}, fold);
   });
   if (tracing()) {
     std::vector<TensorInfo> inputs = infos({&weight, bias});
     inputs.insert(inputs.begin(), TensorInfo{merged.name, merged.shape, merged.dtype, {}, heads.shape});
-    report(step, "linear", std::move(inputs), y, {"b", "t", "f"});
+    report(step, "linear", std::move(inputs), residual ? Value{step, shape, DType::float32, y.storage} : y,
+           {"b", "t", "f"});
   }
+  if (residual) report_folded_residual(*residual, step, shape, y);
   return y;
 }
 

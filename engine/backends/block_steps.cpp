@@ -101,12 +101,19 @@ Value Backend::activation(const std::string& step, ActivationStep activation, co
   return x;
 }
 
-Value Backend::residual_add(const std::string& step_name, const Value& x, const Value& residual) {
-  const std::string step = scoped(step_name);
+void Backend::check_residual_add(const std::string& step, const Value& x, const Value& residual) {
   require_float(step, x);
   require_float(step, residual);
   require(x.shape == residual.shape, step,
           [&] { return describe(x) + " and " + describe(residual) + " must have the same shape"; });
+}
+
+Value Backend::residual_add(const std::string& step_name, const Value& x, const Value& residual) {
+  return add_residual(scoped(step_name), x, residual);
+}
+
+Value Backend::add_residual(const std::string& step, const Value& x, const Value& residual) {
+  check_residual_add(step, x, residual);
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_residual_add(step, *x.storage, *residual.storage, *y.storage, element_count(x.shape)); });
   if (tracing()) report(step, "residual_add", infos({&x, &residual}), y, {"b", "t", "f"});

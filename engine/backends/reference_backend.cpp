@@ -1,5 +1,7 @@
 #include "vkattn/backends/reference_backend.h"
 
+#include <stdexcept>
+
 #include "reference/reference.h"
 
 namespace vkattn {
@@ -49,9 +51,9 @@ void activate(ActivationStep activation, float* y, int64_t n) {
 
 }  // namespace
 
-void ReferenceBackend::run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b,
-                                  Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
-                                  HeadsLayout y_layout, ActivationStep activation) {
+void ReferenceBackend::run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b, Storage& y,
+                                  int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout,
+                                  StoreFold fold) {
   // A folded layout step (fold_layout_steps): the copies around the product do its work.
   std::vector<float> x_rows, y_rows;
   const float* rows = in(x);
@@ -63,13 +65,16 @@ void ReferenceBackend::run_linear(const std::string&, const Storage& x, const St
   }
   if (y_layout.heads == 0) {
     reference::linear(rows, in(w), in(b), out(y), N, K, M);
-    return activate(activation, out(y), N * M);
+    activate(fold.activation, out(y), N * M);
+    if (fold.residual) reference::residual_add(out(y), in(fold.residual), out(y), N * M);
+    return;
   }
+  if (fold.residual) throw std::logic_error("linear: a residual folded into a store of heads");
   y_rows.resize(static_cast<size_t>(N * M));  // (B·T, H·d) -> y (B, H, T, d)
   reference::linear(rows, in(w), in(b), y_rows.data(), N, K, M);
   reference::split_heads(y_rows.data(), out(y), N / y_layout.tokens, y_layout.tokens, y_layout.heads,
                          M / y_layout.heads);
-  activate(activation, out(y), N * M);
+  activate(fold.activation, out(y), N * M);
 }
 
 void ReferenceBackend::run_split_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,

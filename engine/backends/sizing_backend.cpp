@@ -18,11 +18,11 @@ struct SizedStorage final : Storage {
 }  // namespace
 
 SizingBackend::SizingBackend(uint64_t reuse_from_bytes, decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats,
-                             bool keeps_16bit, bool folds_activations)
+                             bool keeps_16bit, bool folds_into_store)
     : pool_(std::make_shared<Pool>(Pool{reuse_from_bytes, {}})),
       gemm_scratch_floats_(std::move(gemm_scratch_floats)),
       keeps_16bit_(keeps_16bit),
-      folds_activations_(folds_activations) {}
+      folds_into_store_(folds_into_store) {}
 
 void SizingBackend::scratch(const std::string& step, const std::string& product, int64_t batch, int64_t group,
                             int64_t M, int64_t N, int64_t K, int64_t a_heads, bool b_16bit) {

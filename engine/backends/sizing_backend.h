@@ -28,12 +28,13 @@ class SizingBackend final : public Backend {
   // reuse_from_bytes: the smallest tensor that may take a finished tensor's buffer; by default
   // none does, and pass_bytes() is the sum of every tensor. gemm_scratch_floats: a GEMM step's
   // own buffers, as MemoryLimits says (none where unset). keeps_16bit: the real backend's;
-  // folds_activations: whether the real pass will (Backend::linear_activation: no product tensor).
+  // folds_into_store: whether the real pass will (Backend::linear_activation and linear's
+  // residual: no product tensor).
   explicit SizingBackend(uint64_t reuse_from_bytes = std::numeric_limits<uint64_t>::max(),
                          decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats = {}, bool keeps_16bit = false,
-                         bool folds_activations = false);
+                         bool folds_into_store = false);
   bool keeps_16bit() const override { return keeps_16bit_; }
-  bool folds_activations() const override { return folds_activations_; }
+  bool folds_into_store() const override { return folds_into_store_; }
 
   std::string name() const override { return "sizing"; }
   std::string device_name() const override { return "none (sizes only)"; }
@@ -50,7 +51,7 @@ class SizingBackend final : public Backend {
   std::vector<float> load(const Storage& storage, int64_t count) override;
 
   void run_linear(const std::string& step, const Storage&, const Storage& w, const Storage*, Storage&, int64_t N,
-                  int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout, ActivationStep) override {
+                  int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout, StoreFold) override {
     scratch(step, "linear", 1, 1, N, M, K, x_layout.heads, is_16bit(w));
   }
   void run_split_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
@@ -114,7 +115,7 @@ class SizingBackend final : public Backend {
   std::shared_ptr<Pool> pool_;
   decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats_;
   bool keeps_16bit_;
-  bool folds_activations_;
+  bool folds_into_store_;
 };
 
 }  // namespace vkattn

@@ -330,8 +330,11 @@ VulkanBackend::GemmLaunch VulkanBackend::gemm_launch(const std::string& name, in
 void VulkanBackend::run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                              const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K,
                              float scale, bool b_k_by_n, int64_t group, HeadsLayout a_layout, HeadsLayout c_layout,
-                             ActivationStep activation) {
+                             StoreFold fold) {
   if (a_layout.heads > 0 && c_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
+  if (fold.residual && (name != "linear" || c_layout.heads > 0)) {
+    throw std::logic_error(step + ": a residual folds into linear's plain store only");
+  }
   const Narrow b_narrow = narrow_of(b);
   const GemmLaunch launch =
       gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads, b_narrow != Narrow::none);
@@ -343,7 +346,8 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   specialization.push_back(launch.packed_texels > 0 ? 1u : 0u);          // PACKED_B
   specialization.push_back(plan.depth);                                   // DEPTH
   specialization.push_back(storage_format(b_narrow));                     // B_FORMAT
-  specialization.push_back(static_cast<uint32_t>(activation));            // ACTIVATION
+  specialization.push_back(static_cast<uint32_t>(fold.activation));       // ACTIVATION
+  specialization.push_back(fold.residual ? 1u : 0u);                      // RESIDUAL
   std::shared_ptr<Storage> packed;  // given back to the pool when this step is recorded
   if (launch.packed_texels > 0) {
     packed = allocate(step + " (B packed)", int64_t(launch.packed_texels) * 4);
@@ -357,39 +361,54 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
                          plan.required_lanes(), plan.shader(name, launch.texels, b_words), b_words ? 0b10u : 0u);
   const HeadsLayout& heads = a_layout.heads > 0 ? a_layout : c_layout;
   vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group), u32(heads.heads), u32(heads.tokens)};
+  const uint64_t groups = plan.groups(uint64_t(batch), uint64_t(M), uint64_t(N));
+  if (name == "linear") {  // its fifth binding, the residual
+    dispatch(step, k, linear_buffers(a, packed ? *packed : b, bias, fold, c), params, groups, true, packed != nullptr);
+    return;
+  }
   dispatch(step, k,
            {buffer_of(a), buffer_of(packed ? *packed : b), bias ? buffer_of(*bias) : s_->recorder.placeholder(),
             buffer_of(c)},
-           params, plan.groups(uint64_t(batch), uint64_t(M), uint64_t(N)), true, /*continuation=*/packed != nullptr);
+           params, groups, true, /*continuation=*/packed != nullptr);
+}
+
+std::vector<std::shared_ptr<vulkan::Buffer>> VulkanBackend::linear_buffers(const Storage& x, const Storage& w,
+                                                                           const Storage* b, const StoreFold& fold,
+                                                                           const Storage& y) const {
+  const auto& none = s_->recorder.placeholder();
+  return {buffer_of(x), buffer_of(w), b ? buffer_of(*b) : none, fold.residual ? buffer_of(*fold.residual) : none,
+          buffer_of(y)};
 }
 
 void VulkanBackend::run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
                                Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout,
-                               ActivationStep activation) {
+                               StoreFold fold) {
   // A folded layout step of one token reads and stores as the plain layout: (B·1, H·d) is (B, H, 1, d)
   const bool plain = (x_layout.heads == 0 || x_layout.tokens == 1) && (y_layout.heads == 0 || y_layout.tokens == 1);
   if (plain && N <= int64_t(s_->gemv_rows)) {
-    run_gemv(step, x, w, b, y, N, K, M, activation);
+    run_gemv(step, x, w, b, y, N, K, M, fold);
     return;
   }
   if (s_->options.float16_products) {
-    run_linear_float16(step, x, w, b, y, N, K, M, x_layout, y_layout, activation);
+    run_linear_float16(step, x, w, b, y, N, K, M, x_layout, y_layout, fold);
     return;
   }
-  run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false, 1, x_layout, y_layout, activation);
+  run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false, 1, x_layout, y_layout, fold);
 }
 
 void VulkanBackend::run_linear_float16(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
                                        Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
-                                       HeadsLayout y_layout, ActivationStep activation) {
+                                       HeadsLayout y_layout, StoreFold fold) {
   if (x_layout.heads > 0 && y_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
+  if (fold.residual && y_layout.heads > 0) throw std::logic_error(step + ": a residual folds into a plain store only");
   // gemm.glsl's COOPMAT tiling: four subgroups of 32 lanes, each 4 × 4 accumulators of 16 × 16
   // (a block of 128 × 128), K 32 at a time; its constants as run_gemm's, SIDE and LANES unused
   constexpr uint32_t kTiles = 4, kDepth = 32, kBlock = 2 * 16 * kTiles;
   const bool vec4 = K % 4 == 0 && (x_layout.heads == 0 || K / x_layout.heads % 4 == 0);
   const bool quads = y_layout.heads > 0 && M / y_layout.heads % 4 == 0;
   const uint32_t c_heads = y_layout.heads == 0 ? 0u : quads ? 4u : 1u;
-  // VEC4, HAS_BIAS, TILE_M, TILE_N, SIDE, LANES, C_HEADS, A_HEADS, PACKED_B, DEPTH, B_FORMAT, ACTIVATION
+  // VEC4, HAS_BIAS, TILE_M, TILE_N, SIDE, LANES, C_HEADS, A_HEADS, PACKED_B, DEPTH, B_FORMAT, ACTIVATION,
+  // RESIDUAL
   const std::vector<uint32_t> specialization{vec4 ? 1u : 0u,
                                              b ? 1u : 0u,
                                              kTiles,
@@ -401,22 +420,23 @@ void VulkanBackend::run_linear_float16(const std::string& step, const Storage& x
                                              0u,
                                              kDepth,
                                              storage_format(narrow_of(w)),
-                                             static_cast<uint32_t>(activation)};
+                                             static_cast<uint32_t>(fold.activation),
+                                             fold.residual ? 1u : 0u};
   const auto& k = kernel(vulkan::Op::linear, specialization, 128, 0, 32, "linear_coopmat");
   const HeadsLayout& heads = x_layout.heads > 0 ? x_layout : y_layout;
   vulkan::GemmParams params{1, u32(N), u32(M), u32(K), 1.0f, 1, u32(heads.heads), u32(heads.tokens)};
-  dispatch(step, k, {buffer_of(x), buffer_of(w), b ? buffer_of(*b) : s_->recorder.placeholder(), buffer_of(y)}, params,
+  dispatch(step, k, linear_buffers(x, w, b, fold, y), params,
            ceil_div(uint64_t(N), kBlock) * ceil_div(uint64_t(M), kBlock), true);
 }
 
 void VulkanBackend::run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
-                             int64_t N, int64_t K, int64_t M, ActivationStep activation) {
+                             int64_t N, int64_t K, int64_t M, StoreFold fold) {
   const bool vec4 = K % 4 == 0;
   const auto& k = kernel(vulkan::Op::linear,
-                         {vec4 ? 1u : 0u, b ? 1u : 0u, storage_format(narrow_of(w)), static_cast<uint32_t>(activation)},
+                         {vec4 ? 1u : 0u, b ? 1u : 0u, storage_format(narrow_of(w)),
+                          static_cast<uint32_t>(fold.activation), fold.residual ? 1u : 0u},
                          vulkan::kGemvWorkgroup, 0, 0, "linear_gemv");
-  dispatch(step, k, {buffer_of(x), buffer_of(w), b ? buffer_of(*b) : s_->recorder.placeholder(), buffer_of(y)},
-           vulkan::GemmParams{1, u32(N), u32(M), u32(K), 1.0f, 1, 0, 0},
+  dispatch(step, k, linear_buffers(x, w, b, fold, y), vulkan::GemmParams{1, u32(N), u32(M), u32(K), 1.0f, 1, 0, 0},
            uint64_t(M) * vulkan::kGemvLanesPerColumn);
 }
 

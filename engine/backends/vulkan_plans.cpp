@@ -133,7 +133,7 @@ bool VulkanBackend::folds_layout_steps() const { return s_->options.fold_layout_
 
 void VulkanBackend::fold_layout_steps(bool fold) { s_->options.fold_layout_steps = fold; }
 
-bool VulkanBackend::folds_activations() const { return s_->options.fold_activations; }
+bool VulkanBackend::folds_into_store() const { return s_->options.fold_into_store; }
 
 bool VulkanBackend::prefers_fused(const AttentionProblem& p) {
   if (!s_->cache) return true;

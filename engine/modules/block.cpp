@@ -51,14 +51,11 @@ Value norm_step(Backend& backend, const std::string& name, const Value& x, const
 }
 
 Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& norm,
-               const TransformerEncoderLayerConfig& c, const std::function<Value(const Value&)>& f) {
+               const TransformerEncoderLayerConfig& c, const SubBlock& f) {
   const std::string n = std::to_string(i);
-  if (c.norm_first) {
-    Value y = f(norm_step(backend, "norm" + n, x, norm, c.layer_norm_eps));
-    return backend.residual_add("residual_add" + n, x, y);
-  }
-  Value sum = backend.residual_add("residual_add" + n, x, f(x));
-  return norm_step(backend, "norm" + n, sum, norm, c.layer_norm_eps);
+  const Backend::ResidualAfter add = backend.residual_after("residual_add" + n, x);
+  if (c.norm_first) return f(norm_step(backend, "norm" + n, x, norm, c.layer_norm_eps), add);
+  return norm_step(backend, "norm" + n, f(x, add), norm, c.layer_norm_eps);
 }
 
 Value linear_activate(Backend& backend, const std::string& name, const Value& x, const Value& weight, const Value* bias,
@@ -71,13 +68,13 @@ Value linear_activate(Backend& backend, const std::string& name, const Value& x,
 
 Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& c,
                    const Tensor& linear1_weight, const Tensor& linear1_bias, const Tensor& linear2_weight,
-                   const Tensor& linear2_bias) {
+                   const Tensor& linear2_bias, const Backend::ResidualAfter& residual) {
   Value w1 = backend.upload_matrix("linear1.weight", linear1_weight);
   Value b1 = backend.upload_weight("linear1.bias", linear1_bias);
   Value w2 = backend.upload_matrix("linear2.weight", linear2_weight);
   Value b2 = backend.upload_weight("linear2.bias", linear2_bias);
   Value hidden = linear_activate(backend, "linear1", x, w1, &b1, c.activation);  // (B, L, F)
-  return backend.linear("linear2", hidden, w2, &b2);  // (B, L, E)
+  return backend.linear("linear2", hidden, w2, &b2, &residual);                  // (B, L, E)
 }
 
 }  // namespace vkattn::block

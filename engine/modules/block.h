@@ -48,9 +48,9 @@ Value norm_step(Backend& backend, const std::string& name, const Value& x, const
 
 // Sub-block i (1, 2, 3) of a layer around f: (B, L, E) -> (B, L, E)
 //   pre-norm (norm_first)  x + f(norm_i(x))      post-norm  norm_i(x + f(x))
-// with the steps residual_add<i> and norm<i>.
+// with the steps residual_add<i> (f's residual, adding x) and norm<i>.
 Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& norm,
-               const TransformerEncoderLayerConfig& config, const std::function<Value(const Value&)>& f);
+               const TransformerEncoderLayerConfig& config, const SubBlock& f);
 
 // linear `name` then the step of `activation`, named as it is ("gelu", "gelu_tanh", "relu"),
 // folded into the product's store where the backend folds (Backend::linear_activation):
@@ -58,10 +58,11 @@ Value residual(Backend& backend, int i, const Value& x, const LayerNormWeights& 
 Value linear_activate(Backend& backend, const std::string& name, const Value& x, const Value& weight, const Value* bias,
                       Activation activation);
 
-// linear2(activation(linear1(x))): (B, L, E) -> (B, L, F) -> (B, L, E)
+// linear2(activation(linear1(x))): (B, L, E) -> (B, L, F) -> (B, L, E), then the sub-block's
+// residual_add after linear2
 Value feed_forward(Backend& backend, const Value& x, const TransformerEncoderLayerConfig& config,
                    const Tensor& linear1_weight, const Tensor& linear1_bias, const Tensor& linear2_weight,
-                   const Tensor& linear2_bias);
+                   const Tensor& linear2_bias, const Backend::ResidualAfter& residual);
 
 // A stack's steps on x (B, T, E): layer i's, `step(layer, out)`, under the scope "layers.i", each
 // on the last's output; then the final norm, when there is one.

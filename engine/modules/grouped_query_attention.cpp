@@ -134,15 +134,17 @@ GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x,
   return {q, k, v};
 }
 
-Value GroupedQueryAttention::merge_and_project(Backend& b, const Value& heads) const {
+Value GroupedQueryAttention::merge_and_project(Backend& b, const Value& heads,
+                                               const Backend::ResidualAfter* residual) const {
   Value wo = b.upload_matrix("o_proj.weight", weights_.o_proj_weight);
   std::optional<Value> bo;
   if (weights_.o_proj_bias) bo = b.upload_weight("o_proj.bias", *weights_.o_proj_bias);
-  return b.merge_heads_linear("merge_heads", "o_proj", heads, wo, bo ? &*bo : nullptr);  // (B, T, E)
+  return b.merge_heads_linear("merge_heads", "o_proj", heads, wo, bo ? &*bo : nullptr, residual);  // (B, T, E)
 }
 
 AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* key_padding_mask,
-                                              const GroupedQueryOptions& options) const {
+                                              const GroupedQueryOptions& options,
+                                              const Backend::ResidualAfter* residual) const {
   const auto& c = config_;
   const bool need_weights = options.need_weights;
   const AttentionPath path = attention_path(kGqa, options.attention, need_weights);
@@ -151,7 +153,7 @@ AttentionValues GroupedQueryAttention::attend(Backend& b, Value x, const Value* 
   AttentionCore core = attention_core(b, h.q, h.k, h.v, nullptr, key_padding_mask, c.causal, c.sliding_window, path,
                                       need_weights);
   h = Heads{};
-  AttentionValues result{merge_and_project(b, core.heads), std::nullopt};  // (B, T, E)
+  AttentionValues result{merge_and_project(b, core.heads, residual), std::nullopt};  // (B, T, E)
   if (need_weights) {
     result.weights = options.average_attn_weights ? b.average_heads("average_heads", *core.weights) : *core.weights;
   }
@@ -216,7 +218,8 @@ KVCache GroupedQueryAttention::make_cache(Backend& backend, int64_t batch, int64
 }
 
 Value GroupedQueryAttention::attend_cached(Backend& b, Value x, const KVCache::Layer& cache, int64_t position,
-                                           const Value* key_padding_mask, int64_t parts) const {
+                                           const Value* key_padding_mask, int64_t parts,
+                                           const Backend::ResidualAfter* residual) const {
   const int64_t T = x.dim(1);
   Heads h = project(b, std::move(x), position);
   Value keys = b.kv_cache_append("kv_cache_append_k", cache.keys, h.k, position);      // (B, H_kv, C, d)
@@ -224,7 +227,7 @@ Value GroupedQueryAttention::attend_cached(Backend& b, Value x, const KVCache::L
   Value partials = b.flash_decoding("flash_decoding", h.q, keys, values, position + T, key_padding_mask, true,
                                     config_.sliding_window, parts);  // (B, H, T, P, d + 2)
   h = Heads{};
-  return merge_and_project(b, b.attention_combine("attention_combine", partials));  // (B, T, E)
+  return merge_and_project(b, b.attention_combine("attention_combine", partials), residual);  // (B, T, E)
 }
 
 Tensor GroupedQueryAttention::decode(Backend& backend, const Tensor& x_in, KVCache& cache,

@@ -18,11 +18,12 @@ const std::string kLlama = "Llama";
 // that name) where one is given: folded into the product's store where the backend folds
 // (Backend::linear_activation)
 Value uploaded_linear(Backend& backend, const std::string& name, const Value& x, const Tensor& weight,
-                      const std::optional<Tensor>& bias, ActivationStep activation = ActivationStep::none) {
+                      const std::optional<Tensor>& bias, ActivationStep activation = ActivationStep::none,
+                      const Backend::ResidualAfter* residual = nullptr) {
   Value w = backend.upload_matrix(name + ".weight", weight);
   std::optional<Value> b;
   if (bias) b = backend.upload_weight(name + ".bias", *bias);
-  if (activation == ActivationStep::none) return backend.linear(name, x, w, b ? &*b : nullptr);
+  if (activation == ActivationStep::none) return backend.linear(name, x, w, b ? &*b : nullptr, residual);
   return backend.linear_activation(name, op_name(activation), activation, x, w, b ? &*b : nullptr);
 }
 
@@ -91,28 +92,28 @@ Llama::Llama(LlamaConfig config, LlamaWeights weights) : config_(std::move(confi
   }
 }
 
-Value Llama::block(Backend& backend, size_t layer, const Value& x,
-                   const std::function<Value(const Value&)>& attend) const {
+Value Llama::block(Backend& backend, size_t layer, const Value& x, const SubBlock& attend) const {
   const auto& l = weights_.layers[layer];
   const float eps = config_.rms_norm_eps;
   Value norm1 = backend.upload_weight("input_layernorm.weight", l.input_layernorm);
-  Value attended = [&] {
-    Value h = backend.rms_norm("input_layernorm", x, norm1, eps);  // (B, T, E)
+  const Backend::ResidualAfter add1 = backend.residual_after("residual_add1", x);
+  Value h = [&] {
+    Value in = backend.rms_norm("input_layernorm", x, norm1, eps);  // (B, T, E)
     StepScope scope(backend, "self_attn");
-    return attend(h);
+    return attend(in, add1);  // x + attention (B, T, E)
   }();
-  Value h = backend.residual_add("residual_add1", x, attended);
   Value norm2 = backend.upload_weight("post_attention_layernorm.weight", l.post_attention_layernorm);
-  Value mlp = [&] {
+  const Backend::ResidualAfter add2 = backend.residual_after("residual_add2", h);
+  return [&] {
     Value in = backend.rms_norm("post_attention_layernorm", h, norm2, eps);
     StepScope scope(backend, "mlp");
     Value gate = uploaded_linear(backend, "gate_proj", in, l.gate_proj, l.gate_proj_bias,
                                  ActivationStep::silu);                             // silu(gate_proj) (B, T, F)
     Value up = uploaded_linear(backend, "up_proj", in, l.up_proj, l.up_proj_bias);  // (B, T, F)
     Value product = backend.multiply("multiply", gate, up);
-    return uploaded_linear(backend, "down_proj", product, l.down_proj, l.down_proj_bias);  // (B, T, E)
+    return uploaded_linear(backend, "down_proj", product, l.down_proj, l.down_proj_bias, ActivationStep::none,
+                           &add2);  // h + down_proj (B, T, E)
   }();
-  return backend.residual_add("residual_add2", h, mlp);
 }
 
 Value Llama::head(Backend& backend, const Value& x) const {
@@ -175,8 +176,8 @@ Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<T
     const GroupedQueryOptions options{.attention = path};  // the weights are not wanted
     for (size_t i = 0; i < attention_.size(); ++i) {
       StepScope scope(b, "layers." + std::to_string(i));
-      x = block(b, i, x, [&](const Value& in) {
-        return attention_[i].attend(b, in, padding ? &*padding : nullptr, options).output;
+      x = block(b, i, x, [&](const Value& in, const Backend::ResidualAfter& residual) {
+        return attention_[i].attend(b, in, padding ? &*padding : nullptr, options, &residual).output;
       });
     }
     return head(b, x);
@@ -215,8 +216,9 @@ Tensor Llama::decode(Backend& backend, const Tensor& ids, KVCache& cache, const 
     for (size_t i = 0; i < attention_.size(); ++i) {
       StepScope scope(b, "layers." + std::to_string(i));
       const KVCache::Layer& layer = cache.layer(backend, static_cast<int64_t>(i));
-      x = block(b, i, x, [&](const Value& in) {
-        return attention_[i].attend_cached(b, in, layer, position, padding ? &*padding : nullptr, options.parts);
+      x = block(b, i, x, [&](const Value& in, const Backend::ResidualAfter& residual) {
+        return attention_[i].attend_cached(b, in, layer, position, padding ? &*padding : nullptr, options.parts,
+                                           &residual);
       });
     }
     return head(b, x);

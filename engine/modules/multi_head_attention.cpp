@@ -266,7 +266,8 @@ AttentionPath MultiHeadAttention::path(Backend& backend, int64_t B, int64_t L, i
 }
 
 AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k_in, Value v_in,
-                                           const ForwardOptions& options) const {
+                                           const ForwardOptions& options,
+                                           const Backend::ResidualAfter* residual) const {
   const auto& c = config_;
   const int64_t H = c.num_heads;
   const AttentionPath path = attention_path(kForward, options.attention, options.need_weights);
@@ -326,7 +327,7 @@ AttentionValues MultiHeadAttention::attend(Backend& backend, Value q_in, Value k
   AttentionCore core = attention_core(backend, q, k, v, ptr(mask_a), ptr(mask_k), options.is_causal, 0, path,
                                       options.need_weights);
   q = k = v = Value();  // done with, as above: merge_heads and out_proj take their buffers
-  AttentionValues result{merge_and_project(backend, core.heads, out_proj), std::nullopt};  // (B, L, E)
+  AttentionValues result{merge_and_project(backend, core.heads, out_proj, residual), std::nullopt};  // (B, L, E)
   if (options.need_weights) {
     result.weights = options.average_attn_weights ? backend.average_heads("average_heads", *core.weights) : *core.weights;
   }
@@ -353,13 +354,15 @@ MultiHeadAttention::OutProj MultiHeadAttention::upload_out_proj(Backend& backend
   return out;
 }
 
-Value MultiHeadAttention::merge_and_project(Backend& backend, const Value& heads, const OutProj& out_proj) const {
+Value MultiHeadAttention::merge_and_project(Backend& backend, const Value& heads, const OutProj& out_proj,
+                                            const Backend::ResidualAfter* residual) const {
   return backend.merge_heads_linear("merge_heads", "out_proj", heads, out_proj.weight,
-                                    out_proj.bias ? &*out_proj.bias : nullptr);  // (B, L, E)
+                                    out_proj.bias ? &*out_proj.bias : nullptr, residual);  // (B, L, E)
 }
 
 Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache::Layer& cache, int64_t position,
-                                        const Value* key_padding_mask, int64_t parts) const {
+                                        const Value* key_padding_mask, int64_t parts,
+                                        const Backend::ResidualAfter* residual) const {
   check_decodable();
   const int64_t H = config_.num_heads, T = x.dim(1);
   const OutProj out_proj = upload_out_proj(backend);
@@ -374,7 +377,8 @@ Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache
   Value partials = backend.flash_decoding("flash_decoding", q, keys, values, position + T, key_padding_mask,
                                           /*causal=*/true, /*window=*/0, parts);  // (B, H, T, P, d + 2)
   q = Value();
-  return merge_and_project(backend, backend.attention_combine("attention_combine", partials), out_proj);  // (B, T, E)
+  Value heads = backend.attention_combine("attention_combine", partials);  // (B, H, T, d)
+  return merge_and_project(backend, heads, out_proj, residual);            // (B, T, E)
 }
 
 void MultiHeadAttention::check_decodable() const {
@@ -395,7 +399,8 @@ KVCache::Layer MultiHeadAttention::project_memory(Backend& backend, const Value&
 }
 
 Value MultiHeadAttention::attend_memory(Backend& backend, Value x, const KVCache::Layer& memory,
-                                        const Value* key_padding_mask, int64_t parts) const {
+                                        const Value* key_padding_mask, int64_t parts,
+                                        const Backend::ResidualAfter* residual) const {
   check_decodable();
   const int64_t H = config_.num_heads, S = memory.keys.dim(2);
   const OutProj out_proj = upload_out_proj(backend);
@@ -407,7 +412,8 @@ Value MultiHeadAttention::attend_memory(Backend& backend, Value x, const KVCache
   Value partials = backend.flash_decoding("flash_decoding", q, memory.keys, memory.values, S, key_padding_mask,
                                           /*causal=*/false, /*window=*/0, parts);  // (B, H, T, P, d + 2)
   q = Value();
-  return merge_and_project(backend, backend.attention_combine("attention_combine", partials), out_proj);  // (B, T, E)
+  Value heads = backend.attention_combine("attention_combine", partials);  // (B, H, T, d)
+  return merge_and_project(backend, heads, out_proj, residual);            // (B, T, E)
 }
 
 }  // namespace vkattn

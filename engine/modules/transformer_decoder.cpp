@@ -140,29 +140,34 @@ TransformerDecoderLayer::TransformerDecoderLayer(TransformerDecoderLayerConfig c
   block::check_norm(who, "norm3", w.norm3, E);
 }
 
-Value TransformerDecoderLayer::block(Backend& backend, const Value& x,
-                                     const std::function<Value(const Value&)>& self_attend,
-                                     const std::function<Value(const Value&)>& cross_attend) const {
+Value TransformerDecoderLayer::block(Backend& backend, const Value& x, const SubBlock& self_attend,
+                                     const SubBlock& cross_attend) const {
   const auto& c = config_;
   const auto& w = weights_;
-  Value h = block::residual(backend, 1, x, w.norm1, c, [&](const Value& in) {  // (B, T, E)
+  Value h = block::residual(backend, 1, x, w.norm1, c, [&](const Value& in, const Backend::ResidualAfter& residual) {
     StepScope scope(backend, "self_attn");
-    return self_attend(in);
+    return self_attend(in, residual);  // (B, T, E)
   });
-  h = block::residual(backend, 2, h, w.norm2, c, [&](const Value& in) {  // (B, T, E)
+  h = block::residual(backend, 2, h, w.norm2, c, [&](const Value& in, const Backend::ResidualAfter& residual) {
     StepScope scope(backend, "multihead_attn");
-    return cross_attend(in);
+    return cross_attend(in, residual);  // (B, T, E)
   });
-  return block::residual(backend, 3, h, w.norm3, c, [&](const Value& in) {
-    return block::feed_forward(backend, in, c, w.linear1_weight, w.linear1_bias, w.linear2_weight, w.linear2_bias);
+  return block::residual(backend, 3, h, w.norm3, c, [&](const Value& in, const Backend::ResidualAfter& residual) {
+    return block::feed_forward(backend, in, c, w.linear1_weight, w.linear1_bias, w.linear2_weight, w.linear2_bias,
+                               residual);
   });
 }
 
 Value TransformerDecoderLayer::steps(Backend& backend, const Value& x, const Value& memory,
                                      const ForwardOptions& self_attention, const ForwardOptions& cross_attention) const {
   return block(
-      backend, x, [&](const Value& in) { return self_attn_.attend(backend, in, in, in, self_attention).output; },
-      [&](const Value& in) { return multihead_attn_.attend(backend, in, memory, memory, cross_attention).output; });
+      backend, x,
+      [&](const Value& in, const Backend::ResidualAfter& residual) {
+        return self_attn_.attend(backend, in, in, in, self_attention, &residual).output;
+      },
+      [&](const Value& in, const Backend::ResidualAfter& residual) {
+        return multihead_attn_.attend(backend, in, memory, memory, cross_attention, &residual).output;
+      });
 }
 
 KVCache::Layer TransformerDecoderLayer::project_memory(Backend& backend, const Value& memory) const {
@@ -176,10 +181,12 @@ Value TransformerDecoderLayer::steps_cached(Backend& backend, const Value& x, co
                                             int64_t parts) const {
   return block(
       backend, x,
-      [&](const Value& in) {
-        return self_attn_.attend_cached(backend, in, cache, position, tgt_key_padding_mask, parts);
+      [&](const Value& in, const Backend::ResidualAfter& residual) {
+        return self_attn_.attend_cached(backend, in, cache, position, tgt_key_padding_mask, parts, &residual);
       },
-      [&](const Value& in) { return multihead_attn_.attend_memory(backend, in, memory, memory_key_padding_mask, parts); });
+      [&](const Value& in, const Backend::ResidualAfter& residual) {
+        return multihead_attn_.attend_memory(backend, in, memory, memory_key_padding_mask, parts, &residual);
+      });
 }
 
 Tensor TransformerDecoderLayer::forward(Backend& backend, const Tensor& tgt, const Tensor& memory,

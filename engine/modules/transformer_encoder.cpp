@@ -139,26 +139,28 @@ TransformerEncoderLayer::TransformerEncoderLayer(TransformerEncoderLayerConfig c
 }
 
 Value TransformerEncoderLayer::steps(Backend& backend, const Value& x, const ForwardOptions& attention) const {
-  return block(backend, x, [&](const Value& in) { return self_attn_.attend(backend, in, in, in, attention).output; });
+  return block(backend, x, [&](const Value& in, const Backend::ResidualAfter& residual) {
+    return self_attn_.attend(backend, in, in, in, attention, &residual).output;
+  });
 }
 
 Value TransformerEncoderLayer::steps_cached(Backend& backend, const Value& x, const KVCache::Layer& cache, int64_t position,
                                             const Value* key_padding_mask, int64_t parts) const {
-  return block(backend, x, [&](const Value& in) {
-    return self_attn_.attend_cached(backend, in, cache, position, key_padding_mask, parts);
+  return block(backend, x, [&](const Value& in, const Backend::ResidualAfter& residual) {
+    return self_attn_.attend_cached(backend, in, cache, position, key_padding_mask, parts, &residual);
   });
 }
 
-Value TransformerEncoderLayer::block(Backend& backend, const Value& x,
-                                     const std::function<Value(const Value&)>& attend) const {
+Value TransformerEncoderLayer::block(Backend& backend, const Value& x, const SubBlock& attend) const {
   const auto& c = config_;
   const auto& w = weights_;
-  Value h = block::residual(backend, 1, x, w.norm1, c, [&](const Value& in) {  // (B, L, E)
+  Value h = block::residual(backend, 1, x, w.norm1, c, [&](const Value& in, const Backend::ResidualAfter& residual) {
     StepScope scope(backend, "self_attn");
-    return attend(in);
+    return attend(in, residual);  // (B, L, E)
   });
-  return block::residual(backend, 2, h, w.norm2, c, [&](const Value& in) {
-    return block::feed_forward(backend, in, c, w.linear1_weight, w.linear1_bias, w.linear2_weight, w.linear2_bias);
+  return block::residual(backend, 2, h, w.norm2, c, [&](const Value& in, const Backend::ResidualAfter& residual) {
+    return block::feed_forward(backend, in, c, w.linear1_weight, w.linear1_bias, w.linear2_weight, w.linear2_bias,
+                               residual);
   });
 }
 

@@ -203,7 +203,7 @@ TEST_F(DeviceLimits, ThePreflightCountsTheBuffersAPassReusesOnce) {
   // copies buffers too, counted as the backend tells preflight.
   auto plan = std::make_shared<const vulkan::GemmPlan>(vulkan::plan_gemm(testing::shared_context()->device_report()));
   VulkanBackend gpu(testing::shared_context(), {.gemm = plan, .reuse_in_flight_bytes = 0});
-  SizingBackend every_tensor, pooled(0, gpu.memory_limits()->gemm_scratch_floats, false, gpu.folds_activations());
+  SizingBackend every_tensor, pooled(0, gpu.memory_limits()->gemm_scratch_floats, false, gpu.folds_into_store());
   encoder.forward(every_tensor, x);
   encoder.forward(pooled, x);
   EXPECT_LT(pooled.pass_bytes(), every_tensor.pass_bytes() / 2);

@@ -268,7 +268,7 @@ TEST_F(FoldedLayout, AnEncoderLayersActivationFoldsWithTheTwoStepsNumbers) {
     const TransformerEncoderLayerConfig config{
         .d_model = 32, .nhead = 4, .dim_feedforward = 113, .activation = activation};
     const TransformerEncoderLayer layer(config, TransformerEncoderLayerWeights::random(config, 16));
-    VulkanBackend folded(testing::shared_context()), apart(testing::shared_context(), {.fold_activations = false});
+    VulkanBackend folded(testing::shared_context()), apart(testing::shared_context(), {.fold_into_store = false});
     ReferenceBackend cpu;
     StepRecorder shapes(false), values(true);
     Tensor a;
@@ -301,6 +301,73 @@ TEST_F(FoldedLayout, AnEncoderLayersActivationFoldsWithTheTwoStepsNumbers) {
     const Value product_there = reference.upload("x", *product->values);
     EXPECT_TRUE(testing::all_close(*step.values,
                                    reference.download(reference.activation(name, activation_step, product_there))));
+  }
+}
+
+// ---- the residual_adds folded into out_proj's and linear2's stores ---------------------------------
+// Pre-norm and post-norm: the folded layer's numbers are the two steps' (bit for bit where the
+// device adds as it did apart) and the reference's; its shape trace lists the same steps in the same
+// order, each residual_add folded into the projection before it, in the layer's scope though the
+// projection ran in self_attn's; a trace with values runs the steps apart, the sum of the traced
+// product and input.
+TEST_F(FoldedLayout, AnEncoderLayersResidualAddsFoldWithTheTwoStepsNumbers) {
+  const Tensor x = random_tensor({2, 17, 32}, 17);
+  for (bool norm_first : {true, false}) {
+    SCOPED_TRACE(norm_first ? "pre-norm" : "post-norm");
+    const TransformerEncoderLayerConfig config{
+        .d_model = 32, .nhead = 4, .dim_feedforward = 113, .norm_first = norm_first};
+    const TransformerEncoderLayer layer(config, TransformerEncoderLayerWeights::random(config, 18));
+    VulkanBackend folded(testing::shared_context()), apart(testing::shared_context(), {.fold_into_store = false});
+    ReferenceBackend cpu;
+    StepRecorder shapes(false), apart_shapes(false), values(true, true);
+    Tensor a, b;
+    {
+      AttachedTracer tracer(folded, shapes);
+      a = layer.forward(folded, x);
+    }
+    {
+      AttachedTracer tracer(apart, apart_shapes);
+      b = layer.forward(apart, x);
+    }
+    EXPECT_TRUE(testing::all_close(a, b, {.atol = 0.0f, .rtol = 3e-7f}));
+    EXPECT_TRUE(testing::all_close(a, layer.forward(cpu, x)));
+    auto names = [](const StepRecorder& recorder) {
+      std::vector<std::string> out;
+      for (const auto& step : recorder.steps()) out.push_back(step.event.name);
+      return out;
+    };
+    EXPECT_EQ(names(shapes), names(apart_shapes));
+    auto find = [&](const StepRecorder& recorder, const std::string& name) -> const StepRecorder::Step& {
+      for (const auto& step : recorder.steps())
+        if (step.event.name == name) return step;
+      throw std::runtime_error("no step " + name);
+    };
+    const std::string note = "'s store, which added the residual to each product as it wrote it";
+    EXPECT_EQ(find(shapes, "residual_add1").event.folded, "folded into out_proj" + note);
+    EXPECT_EQ(find(shapes, "residual_add2").event.folded, "folded into linear2" + note);
+    EXPECT_EQ(find(shapes, "residual_add1").event.inputs.at(1).name, "self_attn.out_proj");
+    EXPECT_TRUE(find(apart_shapes, "residual_add1").event.folded.empty());
+    {
+      AttachedTracer tracer(folded, values);
+      layer.forward(folded, x);
+    }
+    ReferenceBackend reference;
+    for (const char* name : {"residual_add1", "residual_add2"}) {
+      const StepRecorder::Step& step = find(values, name);
+      EXPECT_TRUE(step.event.folded.empty()) << name;
+      const auto& inputs = step.event.inputs;
+      ASSERT_EQ(inputs.size(), 2u);
+      auto values_of = [&](const std::string& tensor) {  // a step's output, or the pass's input
+        for (const auto& traced : values.steps())
+          if (traced.event.name == tensor && traced.values) return *traced.values;
+        return values.inputs().at(tensor);
+      };
+      ASSERT_TRUE(step.values) << name;
+      const Tensor sum =
+          reference.download(reference.residual_add(name, reference.upload("x", values_of(inputs[0].name)),
+                                                    reference.upload("product", values_of(inputs[1].name))));
+      EXPECT_TRUE(testing::all_close(*step.values, sum, {.atol = 0.0f, .rtol = 0.0f})) << name;
+    }
   }
 }
 

@@ -87,41 +87,69 @@ TEST_P(Gemv, MatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, Gemv, Combine(Values(1, 3, 8, 9), Values(1, 17, 64, 113, 512), Values(1, 3, 17, 130)));
 
-// ---- linear with its activation folded into the store (Backend::linear_activation) ----------------
-// Each activation applied by linear's store (the GEMM's tiling, and the GEMV for a few rows): the
-// reference's two steps' numbers, and the device's own two steps' (fold_activations off: the same
-// function of the same sums, shaders/activations.glsl): bit for bit on lavapipe and SwiftShader,
-// 3e-7 relative allowed for a compiler that contracts the store's arithmetic differently. A trace
-// without values says the activation was folded; the activation's step ran on no dispatch of its
-// own. The cooperative-matrix tiling's fold: test Float16Products, where a device has them.
+// ---- linear with the step after it folded into the store ----------------------------------------
+// An activation (Backend::linear_activation) or a residual_add (Backend::linear's residual) done by
+// linear's store (the GEMM's tiling, and the GEMV for a few rows): the reference's two steps'
+// numbers, and the device's own two steps' (fold_into_store off: the same function of the same
+// sums, shaders/activations.glsl): bit for bit on lavapipe and SwiftShader, 3e-7 relative allowed
+// for a compiler that contracts the store's arithmetic differently. A trace without values says the
+// second step was folded; it ran on no dispatch of its own. The cooperative-matrix tiling's fold:
+// test Float16Products, where a device has them.
 //
-// The check of one fold: `folded` and `unfolded` against the reference, and the trace.
-::testing::AssertionResult folds_as_the_two_steps(VulkanBackend& folded, VulkanBackend& unfolded, int64_t N, int64_t K,
-                                                  int64_t M, ActivationStep activation, bool with_bias) {
+// The check of one fold: `steps` on `folded` and `unfolded` against the reference, and the trace:
+// linear1, then the step `op` with the words `note`.
+::testing::AssertionResult folds_as_the_two_steps(VulkanBackend& folded, VulkanBackend& unfolded,
+                                                  const std::function<Value(Backend&)>& steps, const std::string& op,
+                                                  const std::string& note, const std::string& what) {
   ReferenceBackend cpu;
-  Tensor x = random_tensor({N, K}, 1);
-  for (float& v : x.data) v *= 4.0f;  // wide enough to meet gelu's and silu's tails and tanh's saturation
-  const Tensor w = random_tensor({M, K}, 2), bias = random_tensor({M}, 3);
-  StepRecorder steps(false);
+  StepRecorder recorded(false);
   auto run = [&](Backend& b, StepRecorder* recorder) {
     std::optional<AttachedTracer> attached;
     if (recorder) attached.emplace(b, *recorder);
-    Value on = b.upload("bias", bias);
-    return b.download(b.linear_activation("linear1", op_name(activation), activation, b.upload("x", x),
-                                          b.upload_matrix("linear1.weight", w), with_bias ? &on : nullptr));
+    return b.download(steps(b));
   };
-  const Tensor got = run(folded, &steps), expected = run(cpu, nullptr), apart = run(unfolded, nullptr);
-  const std::string what = std::string(op_name(activation)) + (with_bias ? ", bias" : "") + ": ";
-  if (auto close = all_close(got, expected, {}, {"n", "m"}); !close) return close << " (" << what << "the reference)";
+  const Tensor got = run(folded, &recorded), expected = run(cpu, nullptr), apart = run(unfolded, nullptr);
+  if (auto close = all_close(got, expected, {}, {"n", "m"}); !close) return close << " (" << what << ": the reference)";
   if (auto close = all_close(got, apart, {.atol = 0.0f, .rtol = 3e-7f}, {"n", "m"}); !close) {
-    return close << " (" << what << "the two steps on the device)";
+    return close << " (" << what << ": the two steps on the device)";
   }
-  if (steps.steps().size() != 2 || steps.steps()[1].event.op != op_name(activation) ||
-      steps.steps()[1].event.folded != "folded into linear1's store, which applied it to each product as it wrote it" ||
-      !steps.steps()[0].event.folded.empty()) {
-    return ::testing::AssertionFailure() << what << "the trace does not say linear1 ran and the activation was folded";
+  const auto& rows = recorded.steps();
+  if (rows.size() != 2 || rows[1].event.op != op || rows[1].event.folded != note || !rows[0].event.folded.empty()) {
+    return ::testing::AssertionFailure() << what << ": the trace does not say linear1 ran and " << op << " was folded";
   }
   return ::testing::AssertionSuccess();
+}
+
+// x (N, K) · W (M, K)ᵀ (+ bias), the activation applied by the store
+::testing::AssertionResult folds_as_the_two_steps(VulkanBackend& folded, VulkanBackend& unfolded, int64_t N, int64_t K,
+                                                  int64_t M, ActivationStep activation, bool with_bias) {
+  Tensor x = random_tensor({N, K}, 1);
+  for (float& v : x.data) v *= 4.0f;  // wide enough to meet gelu's and silu's tails and tanh's saturation
+  const Tensor w = random_tensor({M, K}, 2), bias = random_tensor({M}, 3);
+  auto steps = [&](Backend& b) {
+    Value on = b.upload("bias", bias);
+    return b.linear_activation("linear1", op_name(activation), activation, b.upload("x", x),
+                               b.upload_matrix("linear1.weight", w), with_bias ? &on : nullptr);
+  };
+  return folds_as_the_two_steps(folded, unfolded, steps, op_name(activation),
+                                "folded into linear1's store, which applied it to each product as it wrote it",
+                                std::string(op_name(activation)) + (with_bias ? ", bias" : ""));
+}
+
+// r (N, M) + x (N, K) · W (M, K)ᵀ + bias, the residual_add done by the store
+::testing::AssertionResult adds_as_the_two_steps(VulkanBackend& folded, VulkanBackend& unfolded, int64_t N, int64_t K,
+                                                 int64_t M) {
+  const Tensor x = random_tensor({N, K}, 1), w = random_tensor({M, K}, 2), bias = random_tensor({M}, 3);
+  const Tensor r = random_tensor({N, M}, 4);
+  auto steps = [&](Backend& b) {
+    Value residual = b.upload("r", r), on = b.upload("bias", bias);
+    const Backend::ResidualAfter add = b.residual_after("residual_add", residual);
+    return b.linear("linear1", b.upload("x", x), b.upload_matrix("linear1.weight", w), &on, &add);
+  };
+  return folds_as_the_two_steps(
+      folded, unfolded, steps, "residual_add",
+      "folded into linear1's store, which added the residual to each product as it wrote it",
+      "residual_add after " + std::to_string(N) + " × " + std::to_string(K) + " · (" + std::to_string(M) + ", K)ᵀ");
 }
 
 // With the GEMV for up to 8 rows (a GPU's rule, asked for on any device): 1 and 3 rows take it,
@@ -139,7 +167,7 @@ TEST_P(LinearActivation, IsTheTwoStepsNumbers) {
   const auto [K, M] = KM;
   const uint64_t before = testing::shared_context()->validation_message_count();
   VulkanBackend folded(testing::shared_context(), {.gemv_rows = vulkan::kGemvRows});
-  VulkanBackend unfolded(testing::shared_context(), {.gemv_rows = vulkan::kGemvRows, .fold_activations = false});
+  VulkanBackend unfolded(testing::shared_context(), {.gemv_rows = vulkan::kGemvRows, .fold_into_store = false});
   EXPECT_TRUE(folds_as_the_two_steps(folded, unfolded, N, K, M, activation, activation != ActivationStep::silu));
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
@@ -159,13 +187,58 @@ TEST(LinearActivationTiling, TheRulesPlanAndTheSharedTilingFoldIt) {
        {std::shared_ptr<const vulkan::GemmPlan>{},
         std::make_shared<const vulkan::GemmPlan>(vulkan::plan_gemm(device, vulkan::GemmVariant::shared))}) {
     VulkanBackend folded(testing::shared_context(), {.gemm = plan, .gemv_rows = 0u});
-    VulkanBackend unfolded(testing::shared_context(), {.gemm = plan, .gemv_rows = 0u, .fold_activations = false});
+    VulkanBackend unfolded(testing::shared_context(), {.gemm = plan, .gemv_rows = 0u, .fold_into_store = false});
     for (int N : {3, 113}) {
       EXPECT_TRUE(folds_as_the_two_steps(folded, unfolded, N, 64, 130, ActivationStep::gelu, true))
           << (plan ? "the shared tiling" : "the rule's plan") << ", " << N << " rows";
     }
   }
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+
+// The residual_add after linear (out_proj, linear2, down_proj), added by the store: rows for the
+// GEMV (1, 3) and the GEMM (17, 113), M off the vec4s and past a block, under the device's plan and
+// the shared tiling.
+using LinearResidualCase = std::tuple<int, std::tuple<int, int>>;
+class LinearResidual : public ::testing::TestWithParam<LinearResidualCase> {};
+TEST_P(LinearResidual, IsTheTwoStepsNumbers) {
+  const auto [N, KM] = GetParam();
+  const auto [K, M] = KM;
+  const auto& device = testing::shared_context()->device_report();
+  const uint64_t before = testing::shared_context()->validation_message_count();
+  for (std::shared_ptr<const vulkan::GemmPlan> plan :
+       {std::shared_ptr<const vulkan::GemmPlan>{},
+        std::make_shared<const vulkan::GemmPlan>(vulkan::plan_gemm(device, vulkan::GemmVariant::shared))}) {
+    VulkanBackend folded(testing::shared_context(), {.gemm = plan, .gemv_rows = vulkan::kGemvRows});
+    VulkanBackend unfolded(testing::shared_context(),
+                           {.gemm = plan, .gemv_rows = vulkan::kGemvRows, .fold_into_store = false});
+    EXPECT_TRUE(adds_as_the_two_steps(folded, unfolded, N, K, M)) << (plan ? "the shared tiling" : "the rule's plan");
+    if (N <= int(vulkan::kGemvRows)) break;  // the GEMV: no plan
+  }
+  EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+std::string linear_residual_name(const ::testing::TestParamInfo<LinearResidualCase>& info) {
+  const auto& [N, KM] = info.param;
+  return std::to_string(N) + "_rows_K" + std::to_string(std::get<0>(KM)) + "_M" + std::to_string(std::get<1>(KM));
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, LinearResidual,
+                         Combine(Values(1, 3, 17, 113),
+                                 Values(std::tuple{1, 1}, std::tuple{17, 5}, std::tuple{64, 130})),
+                         linear_residual_name);
+
+// The residual's shape is residual_add's to check, folded or not: one ShapeError naming the step.
+TEST(LinearResidualShape, AResidualOfAnotherShapeIsNamed) {
+  for (bool fold : {true, false}) {
+    VulkanBackend gpu(testing::shared_context(), {.fold_into_store = fold});
+    testing::expect_error<ShapeError>(
+        [&] {
+          Value r = gpu.upload("r", random_tensor({3, 4}, 1));
+          const Backend::ResidualAfter add = gpu.residual_after("residual_add2", r);
+          gpu.linear("linear2", gpu.upload("x", random_tensor({3, 2}, 2)),
+                     gpu.upload_matrix("linear2.weight", random_tensor({5, 2}, 3)), nullptr, &add);
+        },
+        {"residual_add2", "r (3, 4)", "(3, 5)", "must have the same shape"});
+  }
 }
 
 TEST(GemvRows, MoreRowsThanTheGemvHoldsAreRefused) {
@@ -177,9 +250,9 @@ TEST(GemvRows, MoreRowsThanTheGemvHoldsAreRefused) {
 // Where the device has them (DeviceReport::float16_products: NVIDIA's VK_NV_cooperative_matrix),
 // x and W are rounded to float16 and their products, exact in float32, summed there: the result
 // is the reference's on the rounded inputs, to float32's 1e-4 — rows past the GEMV's, K and M off
-// the 16s and the 128-blocks, W float32 or kept float16, with bias and without, the heads or an
-// activation folded into the store. Elsewhere (lavapipe, SwiftShader: every CI device) the
-// backend refuses the option and says what the device lacks.
+// the 16s and the 128-blocks, W float32 or kept float16, with bias and without, the heads, an
+// activation or a residual folded into the store. Elsewhere (lavapipe, SwiftShader: every CI
+// device) the backend refuses the option and says what the device lacks.
 TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
   const auto& device = testing::shared_context()->device_report();
   if (!device.float16_products) {
@@ -226,6 +299,16 @@ TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
   const Tensor reference = cpu.download(cpu.linear_activation(
       "linear1", "gelu", ActivationStep::gelu, cpu.upload("x", float16(x)), cpu.upload("w", float16(w1)), nullptr));
   EXPECT_TRUE(all_close(activated, reference, {}, {"b", "t", "f"})) << "gelu folded into the store";
+  // linear2 with the residual_add after it folded into its store (Backend::linear's residual)
+  const Tensor r = random_tensor({2, 50, 130}, 7);
+  Value r_gpu = gpu.upload("r", r), r_cpu = cpu.upload("r", r);
+  const Backend::ResidualAfter add_gpu = gpu.residual_after("residual_add", r_gpu);
+  const Backend::ResidualAfter add_cpu = cpu.residual_after("residual_add", r_cpu);
+  const Tensor sum =
+      gpu.download(gpu.linear("linear2", gpu.upload("x", x), gpu.upload_matrix("w", w1), nullptr, &add_gpu));
+  const Tensor expected_sum =
+      cpu.download(cpu.linear("linear2", cpu.upload("x", float16(x)), cpu.upload("w", float16(w1)), nullptr, &add_cpu));
+  EXPECT_TRUE(all_close(sum, expected_sum, {}, {"b", "t", "f"})) << "the residual added by the store";
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 

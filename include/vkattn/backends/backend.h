@@ -147,8 +147,25 @@ class Backend : protected BackendHooks {
   uint64_t uploaded_bytes() const { return uploaded_bytes_; }
   uint64_t downloaded_bytes() const { return downloaded_bytes_; }
 
+  // A residual_add after a projection (Backend::linear's and merge_heads_linear's `residual`):
+  // its step's name, scoped where the sub-block adds it, and the tensor the projection's product
+  // is added to, as residual_add(step, x, product) takes them. residual_after() scopes `step` now,
+  // so that a projection in a deeper scope (self_attn.out_proj) adds it as layers.0.residual_add1.
+  struct ResidualAfter {
+    std::string step;
+    const Value* x = nullptr;
+  };
+  ResidualAfter residual_after(const std::string& step, const Value& x) const { return {scoped(step), &x}; }
+
   // y = x · Wᵀ + b               x (…, K), weight (M, K), bias (M) or null -> (…, M)
-  Value linear(const std::string& step, const Value& x, const Value& weight, const Value* bias);
+  // With `residual`, then residual_add: -> residual.x + y (…, M), the residual_add's output.
+  // Where the backend folds into stores (folds_into_store()) and no tracer wants values, the
+  // product's store adds it: one dispatch, and the product never written and read again. The
+  // trace still lists both steps: residual_add with 0 µs and "folded into linear2's store". A
+  // trace with values runs the two steps, so that it shows the product before the sum. The
+  // numbers are the same either way, bit for bit where the device adds as it multiplies.
+  Value linear(const std::string& step, const Value& x, const Value& weight, const Value* bias,
+               const ResidualAfter* residual = nullptr);
   // (B, T, E) -> (B, H, T, E/H). With chunks = n: x (B, T, n·E) holds n tensors side by side on
   // the feature axis (the packed in_proj's q, k, v: n = 3) and chunk c's heads are split out, as
   // torch's x.chunk(n, -1)[c].view(B, T, H, d).transpose(1, 2).
@@ -193,9 +210,10 @@ class Backend : protected BackendHooks {
   // linear then split_heads: x (B, T, K) · Wᵀ + b -> (B, T, M) -> (B, H, T, M/H)
   Value linear_split_heads(const std::string& linear_step, const std::string& split_step, const Value& x,
                            const Value& weight, const Value* bias, int64_t heads);
-  // merge_heads then linear: heads (B, H, T, d) -> (B, T, H·d) -> · Wᵀ + b -> (B, T, M)
+  // merge_heads then linear: heads (B, H, T, d) -> (B, T, H·d) -> · Wᵀ + b -> (B, T, M), then
+  // + residual.x as linear's `residual` (attention's out_proj and the residual_add after it).
   Value merge_heads_linear(const std::string& merge_step, const std::string& linear_step, const Value& heads,
-                           const Value& weight, const Value* bias);
+                           const Value& weight, const Value* bias, const ResidualAfter* residual = nullptr);
   virtual bool folds_layout_steps() const { return false; }
   // From the next step on, folds the layout steps (true) or runs them as copies (false). A backend
   // that cannot fold takes false and refuses true (ConfigError naming it).
@@ -277,7 +295,7 @@ class Backend : protected BackendHooks {
   // The activation step named: relu, gelu, gelu_tanh, silu or tanh (none: x itself).
   Value activation(const std::string& step, ActivationStep activation, const Value& x);
   // linear then an activation step: x (…, K) · Wᵀ + b -> (…, M) -> activation (…, M). Where the
-  // backend folds activations (folds_activations(): VulkanBackend unless told not to) and no
+  // backend folds into stores (folds_into_store(): VulkanBackend unless told not to) and no
   // tracer wants values, linear's store applies the activation to each product: one dispatch, and
   // no (…, M) tensor written and read again between the two (a feed-forward's widest). The trace
   // still lists both steps: the activation with 0 µs and the words "folded into linear1's store".
@@ -285,7 +303,9 @@ class Backend : protected BackendHooks {
   // The activation computes the same function either way (shaders/activations.glsl).
   Value linear_activation(const std::string& linear_step, const std::string& activation_step, ActivationStep activation,
                           const Value& x, const Value& weight, const Value* bias);
-  virtual bool folds_activations() const { return false; }
+  // Whether linear's store does the element-wise step after it: an activation
+  // (linear_activation) or a residual_add (linear's `residual`).
+  virtual bool folds_into_store() const { return false; }
   // x · other, two tensors of one shape: SwiGLU's silu(gate) · up.
   Value multiply(const std::string& step, const Value& x, const Value& other);
   // Rows of `table` picked by token id: ids (B, T) int64, table (V, E) -> (B, T, E). An id
@@ -393,6 +413,17 @@ class Backend : protected BackendHooks {
     int64_t N, K, M;
   };
   LinearSizes check_linear(const std::string& step, const Value& x, const Value& weight, const Value* bias);
+  // residual_add's checks: x and residual float32, of one shape (a ShapeError naming `step`)
+  void check_residual_add(const std::string& step, const Value& x, const Value& residual);
+  // residual_add with `step` scoped already
+  Value add_residual(const std::string& step, const Value& x, const Value& residual);
+  // The output of linear `step` (scoped), a product of `shape`: with a residual folded in, the
+  // residual_add's, which linear writes (its checks first).
+  Value linear_output(const std::string& step, const Shape& shape, const ResidualAfter* residual);
+  // A residual_add folded into `linear`'s store (its step scoped), which wrote `sum`: the time and
+  // the trace's row of the step, for a product of `shape`
+  void report_folded_residual(const ResidualAfter& residual, const std::string& linear, const Shape& shape,
+                              const Value& sum);
   // A tensor the pass takes from the host, to the tracers that want inputs.
   void report_input(const std::string& scoped_name, const Tensor& tensor);
 
@@ -442,6 +473,12 @@ class KeepWeights {
   KeptWeights* previous_;
   int exceptions_;  // std::uncaught_exceptions() when made
 };
+
+// A sub-block's steps on its input that end with the residual_add after its last projection (a
+// layer's attention, its feed-forward): f(in, residual) hands `residual` to that projection
+// (Backend::linear, merge_heads_linear), which returns residual.x + … — the sum, added by its
+// store where the backend folds.
+using SubBlock = std::function<Value(const Value& in, const Backend::ResidualAfter& residual)>;
 
 // Pushes a step scope for as long as it lives.
 class StepScope {

@@ -26,6 +26,14 @@ enum class ActivationStep : uint32_t { none = 0, relu = 1, gelu = 2, gelu_tanh =
 // Its step's op: "relu", "gelu", "gelu_tanh", "silu", "tanh" ("none" for none)
 const char* op_name(ActivationStep activation);
 
+// What linear's store does to each product besides storing it, the steps after it folded in
+// (Backend::linear_activation, Backend::linear's ResidualAfter): y = activation(product), then
+// + residual at the same element. Nothing (the default) but in a fold.
+struct StoreFold {
+  ActivationStep activation = ActivationStep::none;
+  const Storage* residual = nullptr;  // (N, M) as y lies, plain: never with y's heads layout
+};
+
 class BackendHooks {
  public:
   virtual ~BackendHooks() = default;
@@ -62,10 +70,10 @@ class BackendHooks {
     int64_t heads = 0;
     int64_t tokens = 0;
   };
-  // activation: applied to each product as it is stored (none but in linear_activation's fold)
+  // fold: what the store does to each product besides storing it (nothing but in a fold)
   virtual void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
                           int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout,
-                          ActivationStep activation) = 0;
+                          StoreFold fold) = 0;
   virtual void run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                                int64_t H, int64_t d, int64_t chunks, int64_t chunk) = 0;
   virtual void run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y,

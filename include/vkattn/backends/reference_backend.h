@@ -21,7 +21,7 @@ class ReferenceBackend final : public Backend {
   std::vector<float> load(const Storage& storage, int64_t count) override;
 
   void run_linear(const std::string&, const Storage& x, const Storage& w, const Storage* b, Storage& y, int64_t N,
-                  int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout, ActivationStep activation) override;
+                  int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout, StoreFold fold) override;
   void run_split_heads(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t H,
                        int64_t d, int64_t chunks, int64_t chunk) override;
   void run_append_row(const std::string&, const Storage& x, const Storage* row, Storage& y, int64_t N,

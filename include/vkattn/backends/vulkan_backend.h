@@ -85,9 +85,10 @@ struct VulkanBackendOptions {
   // split_heads and merge_heads beside a projection are folded into its store or its load
   // (Backend::linear_split_heads): no copies, the same numbers. false runs them as copies.
   bool fold_layout_steps = true;
-  // An activation after a projection applied by its store (Backend::linear_activation): one
-  // dispatch, and its input never written. false runs the two steps.
-  bool fold_activations = true;
+  // An activation or a residual_add after a projection done by its store
+  // (Backend::linear_activation, Backend::linear's residual): one dispatch, and the product never
+  // written. false runs the two steps.
+  bool fold_into_store = true;
   // linear's products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
   // COOPMAT tiling): x and W rounded to float16 as they are read, as torch's float16 matmul has
   // them, so its results are float16's, not float32's 1e-4. Products of at most gemv_rows rows
@@ -121,7 +122,7 @@ class VulkanBackend final : public Backend {
   // From the next step on, folds split_heads and merge_heads into their projections or runs them
   // as copies (VulkanBackendOptions::fold_layout_steps): lesson 07 runs both.
   void fold_layout_steps(bool fold) override;
-  bool folds_activations() const override;
+  bool folds_into_store() const override;
   // The internals, for vkattn's own tools and tests (engine/vulkan/*.h define them).
   const vulkan::Context& context() const;
   const vulkan::Recorder& recorder() const;
@@ -170,7 +171,7 @@ class VulkanBackend final : public Backend {
   std::optional<std::vector<StepTime>> device_step_times() override;
 
   void run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y, int64_t N,
-                  int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout, ActivationStep activation) override;
+                  int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout, StoreFold fold) override;
   void run_split_heads(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t H,
                        int64_t d, int64_t chunks, int64_t chunk) override;
   void run_append_row(const std::string& step, const Storage& x, const Storage* row, Storage& y, int64_t N,
@@ -245,21 +246,23 @@ class VulkanBackend final : public Backend {
                          int64_t group, int64_t a_heads, bool b_16bit);
   // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
   // B is stored (batch / group, K, N) when `b_k_by_n`, else (batch / group, N, K): `group`
-  // consecutive items of A share one of B (grouped-query attention; 1 elsewhere); `activation`
-  // applied to each element of C as it is stored (linear's fold).
+  // consecutive items of A share one of B (grouped-query attention; 1 elsewhere); `fold` done to
+  // each element of C as it is stored (linear's folds; its residual needs linear's fifth binding).
   void run_gemm(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                 bool b_k_by_n, int64_t group, HeadsLayout a_layout = {}, HeadsLayout c_layout = {},
-                ActivationStep activation = ActivationStep::none);
+                StoreFold fold = {});
   // y (N, M) = x (N, K) · W (M, K)ᵀ + b in float16 products on cooperative matrices
-  // (linear_coopmat, gemm.glsl's COOPMAT tiling), layouts and activation folded as run_gemm's.
+  // (linear_coopmat, gemm.glsl's COOPMAT tiling), layouts and steps folded as run_gemm's.
   void run_linear_float16(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
-                          int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout,
-                          ActivationStep activation);
-  // y (N, M) = activation(x (N, K) · W (M, K)ᵀ + b) through shaders/gemv.glsl (linear's _gemv
-  // build): a product of at most gemv_rows rows.
+                          int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout, StoreFold fold);
+  // y (N, M) = activation(x (N, K) · W (M, K)ᵀ + b) (+ residual) through shaders/gemv.glsl
+  // (linear's _gemv build): a product of at most gemv_rows rows.
   void run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y, int64_t N,
-                int64_t K, int64_t M, ActivationStep activation);
+                int64_t K, int64_t M, StoreFold fold);
+  // linear's five buffers (A, B, bias, residual, C), placeholders where there is none
+  std::vector<std::shared_ptr<vulkan::Buffer>> linear_buffers(const Storage& x, const Storage& w, const Storage* b,
+                                                              const StoreFold& fold, const Storage& y) const;
   // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,

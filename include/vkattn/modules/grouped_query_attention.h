@@ -85,9 +85,11 @@ class GroupedQueryAttention : public KeepsWeights {
   // only the mask crosses from the host. The checks are the host's but for x's values.
   AttentionValues forward(Backend& backend, const Value& x, const GroupedQueryOptions& options = {}) const;
   // The steps alone on x (B, T, E) already on the backend; key_padding_mask (B, T) additive or
-  // null (options' own mask is forward()'s to check and upload).
-  AttentionValues attend(Backend& backend, Value x, const Value* key_padding_mask,
-                         const GroupedQueryOptions& options) const;
+  // null (options' own mask is forward()'s to check and upload). `residual` (here and in
+  // attend_cached): the layer's residual_add after o_proj, which o_proj's store may do
+  // (Backend::linear); the output is then the sum.
+  AttentionValues attend(Backend& backend, Value x, const Value* key_padding_mask, const GroupedQueryOptions& options,
+                         const Backend::ResidualAfter* residual = nullptr) const;
 
   // A one-layer cache of H_kv heads for `batch` sequences of up to `capacity` positions.
   KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const;
@@ -99,7 +101,8 @@ class GroupedQueryAttention : public KeepsWeights {
   // at position…, kv_cache_append_k/v, flash_decoding (causal, the window), attention_combine,
   // merge_heads, o_proj. key_padding_mask (B, position + T) additive, or null.
   Value attend_cached(Backend& backend, Value x, const KVCache::Layer& cache, int64_t position,
-                      const Value* key_padding_mask, int64_t parts = 0) const;
+                      const Value* key_padding_mask, int64_t parts = 0,
+                      const Backend::ResidualAfter* residual = nullptr) const;
 
  private:
   // x -> q (B, H, T, d), k and v (B, H_kv, T, d), q and k rotated from `position`
@@ -107,8 +110,8 @@ class GroupedQueryAttention : public KeepsWeights {
     Value q, k, v;
   };
   Heads project(Backend& backend, Value x, int64_t position) const;
-  // merge_heads and o_proj: (B, H, T, d) -> (B, T, E)
-  Value merge_and_project(Backend& backend, const Value& heads) const;
+  // merge_heads and o_proj: (B, H, T, d) -> (B, T, E) (+ residual.x)
+  Value merge_and_project(Backend& backend, const Value& heads, const Backend::ResidualAfter* residual) const;
   // x's checks and its batch-first form (B, T, E); `batched` says whether x had a batch dim
   Tensor batch_first(const std::string& who, const Tensor& x, bool& batched) const;
 

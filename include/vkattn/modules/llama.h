@@ -82,7 +82,7 @@ class Llama : public LanguageModel {
 
  private:
   // the layer's steps after its attention: residual, post_attention_layernorm, the SwiGLU, residual
-  Value block(Backend& backend, size_t layer, const Value& x, const std::function<Value(const Value&)>& attend) const;
+  Value block(Backend& backend, size_t layer, const Value& x, const SubBlock& attend) const;
   // norm, lm_head: (B, T, E) -> (B, T, V)
   Value head(Backend& backend, const Value& x) const;
 

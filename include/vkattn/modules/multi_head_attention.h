@@ -126,7 +126,10 @@ class MultiHeadAttention : public KeepsWeights {
   // batched shapes, attn_mask (L, S) or (B·H, L, S) and key_padding_mask (B, S); the steps check
   // them (ShapeError naming the step). Weights are uploaded on each call. The inputs are taken by
   // value and let go of after the projections: moved in, their buffers take later steps' outputs.
-  AttentionValues attend(Backend& backend, Value query, Value key, Value value, const ForwardOptions& options) const;
+  // `residual` (here and in attend_cached, attend_memory): the layer's residual_add after
+  // out_proj, which out_proj's store may do (Backend::linear); the output is then the sum.
+  AttentionValues attend(Backend& backend, Value query, Value key, Value value, const ForwardOptions& options,
+                         const Backend::ResidualAfter* residual = nullptr) const;
 
   // Self-attention of x (B, T, E) — the T positions after the `position` ones `cache` holds —
   // over all position + T of them, for decoding one token (or a prompt) at a time:
@@ -138,7 +141,8 @@ class MultiHeadAttention : public KeepsWeights {
   // attend() over the whole sequence with is_causal, at these T rows. Needs kdim = vdim = E and
   // neither add_bias_kv nor add_zero_attn (ConfigError).
   Value attend_cached(Backend& backend, Value x, const KVCache::Layer& cache, int64_t position,
-                      const Value* key_padding_mask, int64_t parts = 0) const;
+                      const Value* key_padding_mask, int64_t parts = 0,
+                      const Backend::ResidualAfter* residual = nullptr) const;
 
   // Cross-attention for decoding: the keys and values of memory (B, S, E), once per sequence —
   //   k_proj, v_proj, split_heads_k/v          -> (B, H, S, d) each
@@ -148,7 +152,7 @@ class MultiHeadAttention : public KeepsWeights {
   // Needs kdim = vdim = E and neither add_bias_kv nor add_zero_attn (ConfigError).
   KVCache::Layer project_memory(Backend& backend, const Value& memory) const;
   Value attend_memory(Backend& backend, Value x, const KVCache::Layer& memory, const Value* key_padding_mask,
-                      int64_t parts = 0) const;
+                      int64_t parts = 0, const Backend::ResidualAfter* residual = nullptr) const;
 
  private:
   // q_proj's, k_proj's and v_proj's weights and biases, uploaded (the weights first: a pass's
@@ -179,8 +183,9 @@ class MultiHeadAttention : public KeepsWeights {
   OutProj upload_out_proj(Backend& backend) const;
   // ConfigError unless the attention can decode: kdim = vdim = E, no add_bias_kv, no add_zero_attn
   void check_decodable() const;
-  // merge_heads then out_proj: (B, H, T, d) -> (B, T, E)
-  Value merge_and_project(Backend& backend, const Value& heads, const OutProj& out_proj) const;
+  // merge_heads then out_proj: (B, H, T, d) -> (B, T, E) (+ residual.x)
+  Value merge_and_project(Backend& backend, const Value& heads, const OutProj& out_proj,
+                          const Backend::ResidualAfter* residual) const;
   // forward() without the pass around it.
   AttentionResult run_steps(Backend& backend, const Tensor& query, const Tensor& key, const Tensor& value,
                             const ForwardOptions& options) const;

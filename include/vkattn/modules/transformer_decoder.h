@@ -120,8 +120,7 @@ class TransformerDecoderLayer : public KeepsWeights {
 
  private:
   // norm/residual sub-blocks around the two attentions (given) and the feed-forward
-  Value block(Backend& backend, const Value& x, const std::function<Value(const Value&)>& self_attend,
-              const std::function<Value(const Value&)>& cross_attend) const;
+  Value block(Backend& backend, const Value& x, const SubBlock& self_attend, const SubBlock& cross_attend) const;
 
   TransformerDecoderLayerConfig config_;
   TransformerDecoderLayerWeights weights_;

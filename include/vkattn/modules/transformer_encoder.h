@@ -100,7 +100,7 @@ class TransformerEncoderLayer : public KeepsWeights {
 
  private:
   // The block around a self-attention: norms, residual adds and the feed-forward.
-  Value block(Backend& backend, const Value& x, const std::function<Value(const Value&)>& attend) const;
+  Value block(Backend& backend, const Value& x, const SubBlock& attend) const;
 
   TransformerEncoderLayerConfig config_;
   TransformerEncoderLayerWeights weights_;
