@@ -15,8 +15,8 @@ namespace {
 const std::string kLlama = "Llama";
 
 // A linear step with its weight (and bias) uploaded under `name`, then `activation` (the step of
-// that name) where one is given: folded into the product's store where the backend folds
-// (Backend::linear_activation)
+// that name) or `residual` where one is given: folded into the product's store where the backend
+// folds (Backend::linear_activation, Backend::linear)
 Value uploaded_linear(Backend& backend, const std::string& name, const Value& x, const Tensor& weight,
                       const std::optional<Tensor>& bias, ActivationStep activation = ActivationStep::none,
                       const Backend::ResidualAfter* residual = nullptr) {
