@@ -9,11 +9,14 @@
 // row is test_decoding's (CausalLMDecode, up to 1000 positions).
 //
 //   bench_decoding [--contexts 256,1024,4096] [--tokens 9] [--backend gpu|cpu] [--parts 0,1,8,32]
-//                  [--gemv-rows 0|8] [--steps]
+//                  [--gemv-rows 0|8] [--early-dispatches N] [--cache-dtype F32|F16|BF16]
+//                  [--unfolded-stores] [--steps]
 //
 // --parts times each context under each of flash_decoding's key splits (0: the backend's choice).
 // --gemv-rows: linear for at most that many rows as a GEMV (shaders/gemv.glsl; 0: the GEMM's
 // tilings), instead of the device's rule (8 on a GPU, 0 on a CPU device).
+// --unfolded-stores: gelu and the residual_adds as steps of their own, not done by the store of
+// the projection before each (VulkanBackendOptions::fold_into_store).
 // --steps: after the table, one more decode step a row, shape-traced, its time by op
 // (timestamps on the GPU) against its wall time: what a token's time is spent on, and how much
 // of it is not the device's steps (the host's checks and recording, submission, the readback).
