@@ -163,7 +163,7 @@ class Backend : protected BackendHooks {
   // product's store adds it: one dispatch, and the product never written and read again. The
   // trace still lists both steps: residual_add with 0 µs and "folded into linear2's store". A
   // trace with values runs the two steps, so that it shows the product before the sum. The
-  // numbers are the same either way, bit for bit where the device adds as it multiplies.
+  // numbers are the two steps', bit for bit on lavapipe and SwiftShader.
   Value linear(const std::string& step, const Value& x, const Value& weight, const Value* bias,
                const ResidualAfter* residual = nullptr);
   // (B, T, E) -> (B, H, T, E/H). With chunks = n: x (B, T, n·E) holds n tensors side by side on
