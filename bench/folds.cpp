@@ -15,6 +15,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "vkattn/backends/make_backend.h"
@@ -51,6 +53,7 @@ Times time_forwards(const TransformerEncoderLayer& layer, Backend& backend, cons
       layer.forward(backend, x);
     }
     const auto& times = steps.pass_end().step_times;
+    if (times.empty()) throw std::runtime_error("the device timed no step (it has no timestamp queries)");
     double sum = 0;
     for (size_t s = 0; s < steps.steps().size() && s < times.size(); ++s) {
       ms[steps.steps()[s].event.name].push_back(times[s].duration_us / 1e3);
