@@ -62,7 +62,12 @@ Times time_forwards(const TransformerEncoderLayer& layer, Backend& backend, cons
     layer_ms.push_back(sum);
   }
   Times t;
-  for (const auto& [projection, after] : kPairs) t.pairs.push_back(median(ms[projection]) + median(ms[after]));
+  for (const auto& [projection, after] : kPairs) {
+    for (const std::string& step : {projection, after}) {
+      if (ms[step].empty()) throw std::runtime_error("the layer's trace has no step " + step);
+    }
+    t.pairs.push_back(median(ms[projection]) + median(ms[after]));
+  }
   t.layer = median(layer_ms);
   return t;
 }
