@@ -32,22 +32,19 @@
 #include <random>
 #include <sstream>
 
+#include "bench/median.h"
 #include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/causal_lm.h"
 #include "vkattn/tracing/tracer.h"
 
 using namespace vkattn;
+using bench::median;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 Tensor ids(int64_t n, std::mt19937& rng, int64_t vocab) {
   Tensor t({1, n}, std::vector<float>(static_cast<size_t>(n)), DType::int64);

@@ -10,6 +10,7 @@
 // after it — folded, the step takes no time of its own — and for the whole layer. A first turn
 // warms the pipelines and is not printed.
 #include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
@@ -19,19 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/median.h"
 #include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/transformer_encoder.h"
 #include "vkattn/tracing/tracer.h"
 
 using namespace vkattn;
+using bench::median;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The pairs timed: a projection and the step after it, which the fold does in its store
 const std::vector<std::pair<std::string, std::string>> kPairs{

@@ -15,19 +15,16 @@
 #include <iostream>
 #include <vector>
 
+#include "bench/median.h"
 #include "vkattn/backends/make_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/tensor.h"
 #include "vkattn/tracing/tracer.h"
 
 using namespace vkattn;
+using bench::median;
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The flash_attention step's time in ms: the median of `reps` traced passes, after one untimed.
 double time_flash(Backend& b, const Value& q, const Value& k, const Value& v, int64_t window, int reps) {
