@@ -15,8 +15,9 @@
 // --parts times each context under each of flash_decoding's key splits (0: the backend's choice).
 // --gemv-rows: linear for at most that many rows as a GEMV (shaders/gemv.glsl; 0: the GEMM's
 // tilings), instead of the device's rule (8 on a GPU, 0 on a CPU device).
-// --unfolded-stores: gelu and the residual_adds as steps of their own, not done by the store of
-// the projection before each (VulkanBackendOptions::fold_into_store).
+// --unfolded-stores: gelu, the residual_adds and attention_combine as steps of their own, not done
+// by the store of the projection before each or by flash_decoding's dispatch
+// (VulkanBackendOptions::fold_into_store).
 // --steps: after the table, one more decode step a row, shape-traced, its time by op
 // (timestamps on the GPU) against its wall time: what a token's time is spent on, and how much
 // of it is not the device's steps (the host's checks and recording, submission, the readback).
@@ -77,7 +78,8 @@ class TimedSteps : public StepRecorder {
 //   context 256, parts 32: one decode step, shape-traced, 4.31 ms (gpu clock for the steps)
 //     op                 dispatches     step ms   of the steps
 //     linear                     25       0.912           48 %
-//     folded into a neighbour's store or load (no dispatch): gelu 4, split_heads 12
+//     folded into a neighbour (its store, its load or its dispatch; none of their own):
+//       gelu 4, split_heads 12
 //   the steps' time 1.90 ms, from the first's start to the last's end 2.40 ms; the rest of the
 //   4.31 ms (outside the steps: the host's checks and recording, submission, the readback): 1.91 ms
 //   of which on the host before the readback (checks, preflight sizing, recording): 0.52 ms
@@ -120,7 +122,7 @@ std::string step_breakdown(const TimedSteps& steps, double wall_ms) {
         << 100 * op.us / busy_us << " %\n";
   }
   if (!folded.empty()) {
-    out << "  folded into a neighbour's store or load (no dispatch):";
+    out << "  folded into a neighbour (its store, its load or its dispatch; none of their own):\n   ";
     const char* separator = " ";
     for (const auto& [op, count] : folded) {
       out << separator << op << " " << count;
@@ -167,8 +169,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bool apart = false;
   app.add_flag("--unfolded-stores", apart,
-               "gelu and the residual_adds steps of their own (else folded into the store of the projection "
-               "before each on a GPU)");
+               "gelu, the residual_adds and attention_combine steps of their own (else folded into the store "
+               "of the projection before each, or into flash_decoding, on a GPU)");
   bool by_step = false;
   app.add_flag("--steps", by_step,
                "after the table, one shape-traced decode step a row: its time by op (the device clock on a GPU)");

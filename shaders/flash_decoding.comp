@@ -13,11 +13,17 @@
 //   partials (B, H, L, P, d + 2)  [output (d), m, l] per part
 // Part p holds keys p·K … p·K + K - 1 (K = ceil(S / P)); causal: query i sees keys j <= S - L + i,
 // and with a window W > 0 only keys j > S - L + i - W.
+//   out      (B, H, L, d)         COMBINE only: the parts merged (attention_combine's output)
+// COMBINE (constant 3; Backend::flash_decoding_combine): attention_combine folded in. The host
+// makes the workgroup a multiple of P invocations, so that a workgroup holds every part of its
+// rows; once all have written their partials, the invocation of part p of row r writes elements
+// p, p + P, … of r's output (combine_parts.glsl): one dispatch instead of two.
 #include "common.glsl"
 #include "sixteen_bit.glsl"
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
 layout(constant_id = 2) const uint KV_FORMAT = 0u; // K and V: 0 float32, 1 float16, 2 bfloat16
+layout(constant_id = 3) const bool COMBINE = false; // merge the workgroup's rows' parts into out
 const uint CHUNKS = (HEAD_DIM + 3u) / 4u;          // rows as vec4s
 const bool VEC4 = HEAD_DIM % 4u == 0u;             // every row starts on a vec4
 
@@ -32,7 +38,10 @@ layout(std430, binding = 2) readonly buffer Key16 { uint k16[]; };  // KV_FORMAT
 layout(std430, binding = 2) readonly buffer Key16x4 { uvec2 k16x4[]; };
 layout(std430, binding = 3) readonly buffer Value16 { uint v16[]; };
 layout(std430, binding = 3) readonly buffer Value16x4 { uvec2 v16x4[]; };
-layout(std430, binding = 4) writeonly buffer Partials { float partials[]; };
+// coherent: with COMBINE, the workgroup reads back what its invocations wrote, after a barrier
+layout(std430, binding = 4) coherent buffer Partials { float partials[]; };
+layout(std430, binding = 5) writeonly buffer Output { float out_rows[]; };  // COMBINE
+#include "combine_parts.glsl"
 
 layout(push_constant) uniform Params {
   uint batch;     // B
@@ -86,9 +95,9 @@ vec4 v_chunk(uint row, uint c) {
   return x;
 }
 
-void main() {
-  uint index = flat_invocation_id();  // ((bh · L) + i) · P + part
-  if (index >= p.batch * p.heads * p.rows * p.parts) return;
+// Invocation `index` = ((bh · L) + i) · P + part: the online softmax over its part's keys, its
+// output, max and sum written to partials
+void decode_part(uint index) {
   uint part = index % p.parts;
   uint i = (index / p.parts) % p.rows;
   uint bh = index / (p.parts * p.rows);
@@ -128,4 +137,21 @@ void main() {
   }
   partials[first + HEAD_DIM] = m;
   partials[first + HEAD_DIM + 1u] = l;
+}
+
+void main() {
+  uint index = flat_invocation_id();
+  uint rows = p.batch * p.heads * p.rows;
+  bool mine = index < rows * p.parts;
+  if (mine) decode_part(index);
+  if (!COMBINE) return;
+  // every invocation reaches the barrier (none returned above); then each part's writes are
+  // visible to the workgroup, which holds every part of its rows
+  memoryBarrierBuffer();
+  barrier();
+  if (!mine) return;
+  uint r = index / p.parts;
+  for (uint c = index % p.parts; c < HEAD_DIM; c += p.parts) {
+    out_rows[r * HEAD_DIM + c] = combined_part(r, p.parts, HEAD_DIM, c);
+  }
 }

@@ -37,10 +37,9 @@ int64_t Backend::decoding_parts(int64_t rows, int64_t length, int64_t /*d*/, int
   return std::max<int64_t>(1, std::min(wanted, (length + kMinKeys - 1) / kMinKeys));
 }
 
-Value Backend::flash_decoding(const std::string& step_name, const Value& q, const Value& k, const Value& v,
-                              int64_t length, const Value* key_padding_mask, bool causal, int64_t window,
-                              int64_t parts) {
-  const std::string step = scoped(step_name);
+Backend::DecodingSizes Backend::check_flash_decoding(const std::string& step, const Value& q, const Value& k,
+                                                     const Value& v, int64_t length, const Value* key_padding_mask,
+                                                     bool causal, int64_t window, int64_t parts) {
   require_rank(step, q, 4, "(B, H, L, d)");
   require_rank(step, k, 4, "(B, H_kv, capacity, d)", true);
   require_rank(step, v, 4, "(B, H_kv, capacity, d)", true);
@@ -72,15 +71,51 @@ Value Backend::flash_decoding(const std::string& step_name, const Value& q, cons
   require(parts >= 1 && parts <= S, step, [&] {
     return "parts=" + std::to_string(parts) + " must be between 1 and the " + std::to_string(S) + " keys";
   });
-  Value out = make_output(step, {B, H, L, parts, d + 2});
-  float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return {B, H, L, d, C, S, group, parts};
+}
+
+void Backend::flash_decoding_into(const std::string& step, const DecodingSizes& s, const Value& q, const Value& k,
+                                  const Value& v, const Value* key_padding_mask, bool causal, int64_t window,
+                                  const Value& partials, Storage* combined) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
   timed(step, [&] {
     run_flash_decoding(step, *q.storage, *k.storage, *v.storage,
-                       key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *out.storage, B, H,
-                       L, C, S, d, parts, scale, group, k.narrow);
+                       key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *partials.storage,
+                       s.B, s.H, s.L, s.C, s.S, s.d, s.parts, scale, s.group, k.narrow, combined);
   });
   if (tracing())
-    report(step, "flash_decoding", infos({&q, &k, &v, key_padding_mask}), out, {"b", "h", "i", "part", "c"});
+    report(step, "flash_decoding", infos({&q, &k, &v, key_padding_mask}), partials, {"b", "h", "i", "part", "c"});
+}
+
+Value Backend::flash_decoding(const std::string& step_name, const Value& q, const Value& k, const Value& v,
+                              int64_t length, const Value* key_padding_mask, bool causal, int64_t window,
+                              int64_t parts) {
+  const std::string step = scoped(step_name);
+  const DecodingSizes s = check_flash_decoding(step, q, k, v, length, key_padding_mask, causal, window, parts);
+  Value partials = make_output(step, {s.B, s.H, s.L, s.parts, s.d + 2});
+  flash_decoding_into(step, s, q, k, v, key_padding_mask, causal, window, partials, nullptr);
+  return partials;
+}
+
+Value Backend::flash_decoding_combine(const std::string& decoding_step, const std::string& combine_step, const Value& q,
+                                      const Value& k, const Value& v, int64_t length, const Value* key_padding_mask,
+                                      bool causal, int64_t window, int64_t parts) {
+  const std::string step = scoped(decoding_step);
+  const DecodingSizes s = check_flash_decoding(step, q, k, v, length, key_padding_mask, causal, window, parts);
+  Value partials = make_output(step, {s.B, s.H, s.L, s.parts, s.d + 2});
+  if (!combines_parts(s.parts) || wants_values()) {
+    flash_decoding_into(step, s, q, k, v, key_padding_mask, causal, window, partials, nullptr);
+    return attention_combine(combine_step, partials);
+  }
+  const std::string combine = scoped(combine_step);
+  Value out = make_output(combine, {s.B, s.H, s.L, s.d});  // written by flash_decoding's dispatch
+  flash_decoding_into(step, s, q, k, v, key_padding_mask, causal, window, partials, out.storage.get());
+  fold_time();
+  if (tracing()) {
+    report(
+        combine, "attention_combine", infos({&partials}), out, {"b", "h", "i", "c"},
+        {"folded into " + decoding_step + ", whose workgroups merged their rows' parts once all were written", {}, {}});
+  }
   return out;
 }
 

@@ -613,9 +613,8 @@ Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const Vul
                s = int64_t(problem.keys), d = int64_t(problem.d);
     return Runnable{{random_tensor({1, h, l, d}, 1), random_tensor({1, kh, s, d}, 2), random_tensor({1, kh, s, d}, 3)},
                     [s, parts](Backend& be, const std::vector<Value>& in) {
-                      const Value partials =
-                          be.flash_decoding("flash_decoding", in[0], in[1], in[2], s, nullptr, false, 0, parts);
-                      return be.attention_combine("attention_combine", partials);
+                      return be.flash_decoding_combine("flash_decoding", "attention_combine", in[0], in[1], in[2], s,
+                                                       nullptr, false, 0, parts);
                     }};
   };
   std::vector<std::string> plans;

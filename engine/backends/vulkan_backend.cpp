@@ -296,12 +296,12 @@ const vulkan::Kernel& VulkanBackend::kernel(vulkan::Op op, std::vector<uint32_t>
 template <class Params>
 void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kernel,
                              std::vector<std::shared_ptr<Buffer>> buffers, const Params& params, uint64_t invocations,
-                             bool per_group, bool continuation) {
+                             bool per_group, bool continuation, size_t outputs) {
   uint64_t groups = per_group ? invocations : ceil_div(invocations, kernel.workgroup_size());
   if (invocations >= (uint64_t(1) << 32)) {
     throw DeviceError(step + ": " + std::to_string(invocations) + " elements exceed the 32-bit indexing of the shaders");
   }
-  s_->recorder.dispatch(kernel, buffers, std::as_bytes(std::span(&params, 1)), groups, step, continuation);
+  s_->recorder.dispatch(kernel, buffers, std::as_bytes(std::span(&params, 1)), groups, step, continuation, outputs);
 }
 
 VulkanBackend::GemmLaunch VulkanBackend::gemm_launch(const std::string& name, int64_t batch, int64_t M, int64_t N,
@@ -558,14 +558,18 @@ int64_t VulkanBackend::decoding_lanes() const {
 void VulkanBackend::run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
                                        const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials,
                                        int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
-                                       float scale, int64_t group, Narrow kv_format) {
-  const auto& kern = kernel(vulkan::Op::flash_decoding, {u32(d), storage_format(kv_format)});
+                                       float scale, int64_t group, Narrow kv_format, Storage* combined) {
+  // COMBINE: a workgroup of whole rows' parts (combines_parts: parts <= the workgroup size)
+  const uint32_t workgroup =
+      combined ? u32(parts) * (s_->options.workgroup_size / u32(parts)) : s_->options.workgroup_size;
+  const auto& kern =
+      kernel(vulkan::Op::flash_decoding, {u32(d), storage_format(kv_format), combined ? 1u : 0u}, workgroup);
   vulkan::FlashDecodingParams params{u32(B), u32(H), u32(L), u32(C), u32(S), u32(parts), scale,
                                      key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
   dispatch(step, kern,
            {buffer_of(q), key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(k),
-            buffer_of(v), buffer_of(partials)},
-           params, uint64_t(B) * H * L * parts);
+            buffer_of(v), buffer_of(partials), combined ? buffer_of(*combined) : s_->recorder.placeholder()},
+           params, uint64_t(B) * H * L * parts, false, false, /*outputs: partials and the merged rows*/ 2);
 }
 
 void VulkanBackend::run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R,

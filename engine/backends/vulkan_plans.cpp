@@ -135,6 +135,10 @@ void VulkanBackend::fold_layout_steps(bool fold) { s_->options.fold_layout_steps
 
 bool VulkanBackend::folds_into_store() const { return s_->options.fold_into_store; }
 
+bool VulkanBackend::combines_parts(int64_t parts) const {
+  return s_->options.fold_into_store && parts <= int64_t(s_->options.workgroup_size);
+}
+
 bool VulkanBackend::prefers_fused(const AttentionProblem& p) {
   if (!s_->cache) return true;
   const tuning::FlashProblem problem{uint64_t(p.batch * p.heads), uint64_t(p.L), uint64_t(p.S), uint64_t(p.d), p.causal};

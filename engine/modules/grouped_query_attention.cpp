@@ -224,10 +224,10 @@ Value GroupedQueryAttention::attend_cached(Backend& b, Value x, const KVCache::L
   Heads h = project(b, std::move(x), position);
   Value keys = b.kv_cache_append("kv_cache_append_k", cache.keys, h.k, position);      // (B, H_kv, C, d)
   Value values = b.kv_cache_append("kv_cache_append_v", cache.values, h.v, position);  // (B, H_kv, C, d)
-  Value partials = b.flash_decoding("flash_decoding", h.q, keys, values, position + T, key_padding_mask, true,
-                                    config_.sliding_window, parts);  // (B, H, T, P, d + 2)
+  Value heads = b.flash_decoding_combine("flash_decoding", "attention_combine", h.q, keys, values, position + T,
+                                         key_padding_mask, true, config_.sliding_window, parts);  // (B, H, T, d)
   h = Heads{};
-  return merge_and_project(b, b.attention_combine("attention_combine", partials), residual);  // (B, T, E)
+  return merge_and_project(b, heads, residual);  // (B, T, E)
 }
 
 Tensor GroupedQueryAttention::decode(Backend& backend, const Tensor& x_in, KVCache& cache,

@@ -374,11 +374,10 @@ Value MultiHeadAttention::attend_cached(Backend& backend, Value x, const KVCache
   Value keys = backend.kv_cache_append("kv_cache_append_k", cache.keys, k, position);      // (B, H, C, d)
   Value values = backend.kv_cache_append("kv_cache_append_v", cache.values, v, position);  // (B, H, C, d)
   k = v = Value();
-  Value partials = backend.flash_decoding("flash_decoding", q, keys, values, position + T, key_padding_mask,
-                                          /*causal=*/true, /*window=*/0, parts);  // (B, H, T, P, d + 2)
+  Value heads = backend.flash_decoding_combine("flash_decoding", "attention_combine", q, keys, values, position + T,
+                                               key_padding_mask, /*causal=*/true, /*window=*/0, parts);  // (B, H, T, d)
   q = Value();
-  Value heads = backend.attention_combine("attention_combine", partials);  // (B, H, T, d)
-  return merge_and_project(backend, heads, out_proj, residual);            // (B, T, E)
+  return merge_and_project(backend, heads, out_proj, residual);  // (B, T, E)
 }
 
 void MultiHeadAttention::check_decodable() const {
@@ -409,11 +408,11 @@ Value MultiHeadAttention::attend_memory(Backend& backend, Value x, const KVCache
   if (weights_.q_proj_bias) bias = backend.upload_weight("q_proj_bias", *weights_.q_proj_bias);
   Value q = backend.linear_split_heads("q_proj", "split_heads_q", x, weight, bias ? &*bias : nullptr, H);
   x = Value();                                                                  // q: (B, H, T, d)
-  Value partials = backend.flash_decoding("flash_decoding", q, memory.keys, memory.values, S, key_padding_mask,
-                                          /*causal=*/false, /*window=*/0, parts);  // (B, H, T, P, d + 2)
+  Value heads =
+      backend.flash_decoding_combine("flash_decoding", "attention_combine", q, memory.keys, memory.values, S,
+                                     key_padding_mask, /*causal=*/false, /*window=*/0, parts);  // (B, H, T, d)
   q = Value();
-  Value heads = backend.attention_combine("attention_combine", partials);  // (B, H, T, d)
-  return merge_and_project(backend, heads, out_proj, residual);            // (B, T, E)
+  return merge_and_project(backend, heads, out_proj, residual);  // (B, T, E)
 }
 
 }  // namespace vkattn

@@ -161,7 +161,7 @@ vk::DescriptorSet Recorder::allocate_set(const Kernel& kernel) {
 
 void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Buffer>> buffers,
                         std::span<const std::byte> push_constants, uint64_t groups, const std::string& label,
-                        bool continuation) {
+                        bool continuation, size_t outputs) {
   if (buffers.size() != kernel.bindings() || buffers.size() > kMaxBindings) {
     throw std::logic_error(label + ": kernel " + kernel.name() + " has " + std::to_string(kernel.bindings()) +
                            " bindings but " + std::to_string(buffers.size()) + " buffers were given (at most " +
@@ -177,7 +177,7 @@ void Recorder::dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Bu
   std::vector<std::pair<vk::Buffer, Access>> uses;
   for (size_t i = 0; i < buffers.size(); ++i) {
     if (buffers[i] == placeholder_) continue;  // never written: needs no ordering
-    uses.emplace_back(buffers[i]->handle(), i + 1 == buffers.size() ? Access::write : Access::read);
+    uses.emplace_back(buffers[i]->handle(), i + outputs >= buffers.size() ? Access::write : Access::read);
   }
   order(uses, label);
 

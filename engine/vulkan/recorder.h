@@ -48,13 +48,13 @@ class Recorder {
   Recorder& operator=(const Recorder&) = delete;
 
   // Records `kernel` over `groups` workgroups (folded into y and z past the device's limit).
-  // `buffers` are bound in order to bindings 0…; the last one is the output, the others are
+  // `buffers` are bound in order to bindings 0…; the last `outputs` are written, the others are
   // read. `label` names the step in barriers' logs and in debug-utils labels.
   // `continuation`: the next part of the dispatch before it (a step split into submissions):
   // timed as one with it.
   void dispatch(const Kernel& kernel, std::span<const std::shared_ptr<Buffer>> buffers,
                 std::span<const std::byte> push_constants, uint64_t groups, const std::string& label,
-                bool continuation = false);
+                bool continuation = false, size_t outputs = 1);
   // Records a copy of `bytes` host bytes into `target` (through a staging buffer).
   void upload(const std::shared_ptr<Buffer>& target, const void* data, size_t bytes);
   // Submits everything recorded so far, waits, and returns the first `bytes` of `source`.

@@ -22,6 +22,7 @@
 #include "tests/support/tolerance.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/causal_lm.h"
+#include "vkattn/tracing/tracer.h"
 
 namespace vkattn {
 namespace {
@@ -206,6 +207,86 @@ INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecoding,
                          Combine(Values(Decode{1, 1, 1, 1, 1, 1}, Decode{2, 3, 1, 17, 20, 3}, Decode{1, 8, 1, 113, 113, 64},
                                         Decode{3, 2, 5, 17, 30, 4}, Decode{2, 2, 17, 17, 17, 5}, Decode{1, 4, 1, 1000, 1024, 16}),
                                  Values(int64_t{1}, int64_t{2}, int64_t{0}), Bool(), Bool()));
+
+// flash_decoding_combine: where a split has at most a workgroup's parts (64: VulkanBackendOptions::
+// workgroup_size), flash_decoding's own dispatch merges them (its COMBINE build) — the device's
+// two steps' numbers (fold_into_store off: the same merge, shaders/combine_parts.glsl), bit for
+// bit on lavapipe and SwiftShader, 3e-7 relative allowed for a compiler that contracts the merge's
+// arithmetic differently; the reference's to 1e-5; rows that see no key are zeros. The trace says
+// attention_combine was folded, and ran on no dispatch of its own; past 64 parts, and in a trace
+// with values, the two steps run. Two query heads share a cached head where H is even.
+class FlashDecodingCombine : public Decoding,
+                             public ::testing::WithParamInterface<std::tuple<Decode, int64_t, bool, bool>> {};
+TEST_P(FlashDecodingCombine, MergesThePartsInItsOwnDispatchWithTheTwoStepsNumbers) {
+  auto [shape, parts_wanted, causal, padding] = GetParam();
+  auto [B, H, L, S, C, d] = shape;
+  const int64_t parts = std::min(parts_wanted, S), H_kv = H % 2 == 0 ? H / 2 : H;
+  const Tensor q = random_tensor({B, H, L, d}, 1), k = random_tensor({B, H_kv, C, d}, 2),
+               v = random_tensor({B, H_kv, C, d}, 3);
+  Tensor mask({B, S});  // as FlashDecoding's: the last sequence's first row sees no key
+  if (padding)
+    for (int64_t j = 0; j < std::min<int64_t>(S, S - L + 1); ++j)
+      mask.data[static_cast<size_t>((B - 1) * S + j)] = -kInf;
+  auto run = [&](Backend& b) {
+    Value m = b.upload("mask", mask);
+    return b.download(b.flash_decoding_combine("flash_decoding", "attention_combine", b.upload("q", q),
+                                               b.upload("k", k), b.upload("v", v), S, padding ? &m : nullptr, causal, 0,
+                                               parts));
+  };
+  VulkanBackend apart(testing::shared_context(), {.fold_into_store = false});
+  StepRecorder recorded(false);
+  Tensor folded;
+  {
+    AttachedTracer attached(gpu(), recorded);
+    folded = run(gpu());
+  }
+  EXPECT_EQ(folded.shape, (Shape{B, H, L, d}));
+  EXPECT_TRUE(all_close(folded, run(cpu()), {}, {"b", "h", "i", "c"})) << "the reference";
+  EXPECT_TRUE(all_close(folded, run(apart), {.atol = 0.0f, .rtol = 3e-7f}, {"b", "h", "i", "c"}))
+      << "the device's two steps";
+  if (padding && B > 1 && causal) {  // the last sequence's first row saw no key
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t c = 0; c < d; ++c)
+        EXPECT_EQ(folded.data[static_cast<size_t>((((B - 1) * H + h) * L) * d + c)], 0.0f);
+  }
+  const auto& rows = recorded.steps();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].event.op, "flash_decoding");
+  EXPECT_TRUE(rows[0].event.folded.empty());
+  EXPECT_EQ(rows[1].event.op, "attention_combine");
+  EXPECT_EQ(
+      rows[1].event.folded,
+      parts <= 64 ? "folded into flash_decoding, whose workgroups merged their rows' parts once all were written" : "")
+      << parts << " parts";
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecodingCombine,
+                         Combine(Values(Decode{1, 1, 1, 1, 1, 1}, Decode{2, 3, 1, 17, 20, 3},
+                                        Decode{1, 8, 1, 113, 113, 64}, Decode{3, 2, 5, 17, 30, 4},
+                                        Decode{1, 4, 1, 1000, 1024, 16}),
+                                 Values(int64_t{1}, int64_t{3}, int64_t{64}, int64_t{65}), Bool(), Bool()));
+
+// A trace with values runs the two steps, so that it holds the parts; the merged rows are the
+// same numbers as folded.
+TEST_F(Decoding, AFlashDecodingCombineTracedWithValuesRunsTheTwoSteps) {
+  const Tensor q = random_tensor({1, 4, 1, 16}, 1), k = random_tensor({1, 4, 300, 16}, 2),
+               v = random_tensor({1, 4, 300, 16}, 3);
+  auto run = [&](Backend& b) {
+    return b.download(b.flash_decoding_combine("flash_decoding", "attention_combine", b.upload("q", q),
+                                               b.upload("k", k), b.upload("v", v), 300, nullptr, true, 0, 8));
+  };
+  StepRecorder recorded(true);
+  Tensor traced;
+  {
+    AttachedTracer attached(gpu(), recorded);
+    traced = run(gpu());
+  }
+  const auto& rows = recorded.steps();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[1].event.folded.empty());
+  ASSERT_TRUE(rows[0].values.has_value());
+  EXPECT_EQ(rows[0].values->shape, (Shape{1, 4, 1, 8, 18}));
+  EXPECT_TRUE(all_close(run(gpu()), traced, {.atol = 0.0f, .rtol = 3e-7f}, {"b", "h", "i", "c"}));
+}
 
 // flash_decoding over caches kept 16-bit: the device widens what the reference holds as float32.
 // With an even H, two query heads share each cached head (grouped-query attention).

@@ -241,6 +241,17 @@ class Backend : protected BackendHooks {
                        const Value* key_padding_mask, bool causal, int64_t window, int64_t parts = 0);
   // flash_decoding's parts merged: (B, H, L, P, d + 2) -> (B, H, L, d); zeros for a row that saw no key
   Value attention_combine(const std::string& step, const Value& partials);
+  // flash_decoding then attention_combine: q's attention over the caches, (B, H, L, d). Where the
+  // backend combines_parts() of the split and no tracer wants values, flash_decoding's
+  // workgroups each hold every part of their rows and merge them once all are written: one
+  // dispatch, and no barrier between two. The trace still lists both steps: attention_combine
+  // with 0 µs and the words "folded into flash_decoding". A trace with values runs the two
+  // steps. The merge is the same function either way (shaders/combine_parts.glsl).
+  Value flash_decoding_combine(const std::string& decoding_step, const std::string& combine_step, const Value& q,
+                               const Value& k, const Value& v, int64_t length, const Value* key_padding_mask,
+                               bool causal, int64_t window, int64_t parts = 0);
+  // Whether flash_decoding's own dispatch can merge a split of `parts` (flash_decoding_combine)
+  virtual bool combines_parts(int64_t /*parts*/) const { return false; }
   // The parts flash_decoding splits `length` keys into for `rows` (B·H·L) query rows of d: by
   // rule, enough (row, part) pairs to fill decoding_lanes() invocations, each part at least 32
   // keys; a VulkanBackend that tunes measures the counts once per shape class instead, on the
@@ -424,6 +435,19 @@ class Backend : protected BackendHooks {
   // the trace's row of the step, for a product of `shape`
   void report_folded_residual(const ResidualAfter& residual, const std::string& linear, const Shape& shape,
                               const Value& sum);
+  // flash_decoding's checks (a ShapeError naming `step`), its sizes and its split (parts 0:
+  // decoding_parts())
+  struct DecodingSizes {
+    int64_t B, H, L, d, C, S, group, parts;
+  };
+  DecodingSizes check_flash_decoding(const std::string& step, const Value& q, const Value& k, const Value& v,
+                                     int64_t length, const Value* key_padding_mask, bool causal, int64_t window,
+                                     int64_t parts);
+  // flash_decoding's dispatch into `partials` (B, H, L, P, d + 2), and with `combined` not null the
+  // parts merged into it too; its time and its trace row
+  void flash_decoding_into(const std::string& step, const DecodingSizes& sizes, const Value& q, const Value& k,
+                           const Value& v, const Value* key_padding_mask, bool causal, int64_t window,
+                           const Value& partials, Storage* combined);
   // A tensor the pass takes from the host, to the tracers that want inputs.
   void report_input(const std::string& scoped_name, const Tensor& tensor);
 

@@ -87,7 +87,9 @@ struct VulkanBackendOptions {
   bool fold_layout_steps = true;
   // An activation or a residual_add after a projection done by its store
   // (Backend::linear_activation, Backend::linear's residual): one dispatch, and the product never
-  // written. false runs the two steps.
+  // written; and attention_combine done by flash_decoding's workgroups at the end of its dispatch,
+  // for splits of at most workgroup_size parts (Backend::flash_decoding_combine). false runs the
+  // two steps.
   bool fold_into_store = true;
   // linear's products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
   // COOPMAT tiling): x and W rounded to float16 as they are read, as torch's float16 matmul has
@@ -123,6 +125,7 @@ class VulkanBackend final : public Backend {
   // as copies (VulkanBackendOptions::fold_layout_steps): lesson 07 runs both.
   void fold_layout_steps(bool fold) override;
   bool folds_into_store() const override;
+  bool combines_parts(int64_t parts) const override;
   // The internals, for vkattn's own tools and tests (engine/vulkan/*.h define them).
   const vulkan::Context& context() const;
   const vulkan::Recorder& recorder() const;
@@ -197,7 +200,7 @@ class VulkanBackend final : public Backend {
   void run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
                           const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials, int64_t B,
                           int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts, float scale,
-                          int64_t group, Narrow kv_format) override;
+                          int64_t group, Narrow kv_format, Storage* combined) override;
   void run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R, int64_t parts,
                              int64_t d) override;
   void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias, Storage& y,
@@ -263,11 +266,12 @@ class VulkanBackend final : public Backend {
   // linear's five buffers (A, B, bias, residual, C), placeholders where there is none
   std::vector<std::shared_ptr<vulkan::Buffer>> linear_buffers(const Storage& x, const Storage& w, const Storage* b,
                                                               const StoreFold& fold, const Storage& y) const;
-  // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group).
+  // One dispatch of `kernel` over `invocations` (or `invocations` workgroups when per_group); the
+  // last `outputs` buffers are written, the others read (vulkan::Recorder::dispatch).
   template <class Params>
   void dispatch(const std::string& step, const vulkan::Kernel& kernel,
                 std::vector<std::shared_ptr<vulkan::Buffer>> buffers, const Params& params, uint64_t invocations,
-                bool per_group = false, bool continuation = false);
+                bool per_group = false, bool continuation = false, size_t outputs = 1);
   // How many of flash_attention's `groups` workgroups the next submission takes, from `first`,
   // to last about max_submission_seconds at the device's measured speed (all of them when the
   // whole step would; at most max_groups_per_submission when set). `work(a, b)` estimates the
