@@ -136,7 +136,9 @@ void VulkanBackend::fold_layout_steps(bool fold) { s_->options.fold_layout_steps
 bool VulkanBackend::folds_into_store() const { return s_->options.fold_into_store; }
 
 bool VulkanBackend::combines_parts(int64_t parts) const {
-  return s_->options.fold_into_store && parts <= int64_t(s_->options.workgroup_size);
+  const bool rule = s_->device.type != vk::PhysicalDeviceType::eCpu;
+  return s_->options.fold_into_store && s_->options.combine_in_flash_decoding.value_or(rule) &&
+         parts <= int64_t(s_->options.workgroup_size);
 }
 
 bool VulkanBackend::prefers_fused(const AttentionProblem& p) {

@@ -209,7 +209,8 @@ INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecoding,
                                  Values(int64_t{1}, int64_t{2}, int64_t{0}), Bool(), Bool()));
 
 // flash_decoding_combine: where a split has at most a workgroup's parts (64: VulkanBackendOptions::
-// workgroup_size), flash_decoding's own dispatch merges them (its COMBINE build) — the device's
+// workgroup_size), flash_decoding's own dispatch merges them (its COMBINE build; a GPU's rule,
+// asked for here on CPU devices, which do not by rule: `ByRule` below) — the device's
 // two steps' numbers (fold_into_store off: the same merge, shaders/combine_parts.glsl), bit for
 // bit on lavapipe and SwiftShader, 3e-7 relative allowed for a compiler that contracts the merge's
 // arithmetic differently; the reference's to 1e-5; rows that see no key are zeros. The trace says
@@ -233,12 +234,13 @@ TEST_P(FlashDecodingCombine, MergesThePartsInItsOwnDispatchWithTheTwoStepsNumber
                                                b.upload("k", k), b.upload("v", v), S, padding ? &m : nullptr, causal, 0,
                                                parts));
   };
+  VulkanBackend combined(testing::shared_context(), {.combine_in_flash_decoding = true});
   VulkanBackend apart(testing::shared_context(), {.fold_into_store = false});
   StepRecorder recorded(false);
   Tensor folded;
   {
-    AttachedTracer attached(gpu(), recorded);
-    folded = run(gpu());
+    AttachedTracer attached(combined, recorded);
+    folded = run(combined);
   }
   EXPECT_EQ(folded.shape, (Shape{B, H, L, d}));
   EXPECT_TRUE(all_close(folded, run(cpu()), {}, {"b", "h", "i", "c"})) << "the reference";
@@ -274,18 +276,31 @@ TEST_F(Decoding, AFlashDecodingCombineTracedWithValuesRunsTheTwoSteps) {
     return b.download(b.flash_decoding_combine("flash_decoding", "attention_combine", b.upload("q", q),
                                                b.upload("k", k), b.upload("v", v), 300, nullptr, true, 0, 8));
   };
+  VulkanBackend combined(testing::shared_context(), {.combine_in_flash_decoding = true});
   StepRecorder recorded(true);
   Tensor traced;
   {
-    AttachedTracer attached(gpu(), recorded);
-    traced = run(gpu());
+    AttachedTracer attached(combined, recorded);
+    traced = run(combined);
   }
   const auto& rows = recorded.steps();
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_TRUE(rows[1].event.folded.empty());
   ASSERT_TRUE(rows[0].values.has_value());
   EXPECT_EQ(rows[0].values->shape, (Shape{1, 4, 1, 8, 18}));
-  EXPECT_TRUE(all_close(run(gpu()), traced, {.atol = 0.0f, .rtol = 3e-7f}, {"b", "h", "i", "c"}));
+  EXPECT_TRUE(all_close(run(combined), traced, {.atol = 0.0f, .rtol = 3e-7f}, {"b", "h", "i", "c"}));
+}
+
+// By rule a GPU merges the parts in flash_decoding's dispatch and a CPU device (lavapipe,
+// SwiftShader) runs the two steps; fold_into_store = false turns it off, and it wins over the ask.
+TEST_F(Decoding, FlashDecodingMergesItsPartsByTheDevicesRule) {
+  const bool cpu_device = testing::shared_context()->device_report().type == vk::PhysicalDeviceType::eCpu;
+  EXPECT_EQ(gpu().combines_parts(8), !cpu_device);
+  EXPECT_TRUE(VulkanBackend(testing::shared_context(), {.combine_in_flash_decoding = true}).combines_parts(64));
+  EXPECT_FALSE(VulkanBackend(testing::shared_context(), {.combine_in_flash_decoding = true}).combines_parts(65));
+  EXPECT_FALSE(VulkanBackend(testing::shared_context(), {.combine_in_flash_decoding = false}).combines_parts(8));
+  EXPECT_FALSE(VulkanBackend(testing::shared_context(), {.fold_into_store = false, .combine_in_flash_decoding = true})
+                   .combines_parts(8));
 }
 
 // flash_decoding over caches kept 16-bit: the device widens what the reference holds as float32.

@@ -87,10 +87,14 @@ struct VulkanBackendOptions {
   bool fold_layout_steps = true;
   // An activation or a residual_add after a projection done by its store
   // (Backend::linear_activation, Backend::linear's residual): one dispatch, and the product never
-  // written; and attention_combine done by flash_decoding's workgroups at the end of its dispatch,
-  // for splits of at most workgroup_size parts (Backend::flash_decoding_combine). false runs the
-  // two steps.
+  // written; and, where combine_in_flash_decoding, attention_combine done by flash_decoding's
+  // dispatch. false runs the two steps.
   bool fold_into_store = true;
+  // attention_combine done by flash_decoding's workgroups at the end of its dispatch, for splits of
+  // at most workgroup_size parts (Backend::flash_decoding_combine; needs fold_into_store). Unset:
+  // on a GPU; not on a CPU device, where the barrier it needs made lavapipe's flash_decoding
+  // slower than the dispatch it saves (docs/gpu.md).
+  std::optional<bool> combine_in_flash_decoding;
   // linear's products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
   // COOPMAT tiling): x and W rounded to float16 as they are read, as torch's float16 matmul has
   // them, so its results are float16's, not float32's 1e-4. Products of at most gemv_rows rows
