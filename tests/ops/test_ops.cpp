@@ -33,16 +33,18 @@ using testing::random_tensor;
 using Step = std::function<Value(Backend&, const std::vector<Value>&)>;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// `step` on `b` from `inputs`, read back
+Tensor run_step(Backend& b, const std::vector<Tensor>& inputs, const Step& step) {
+  std::vector<Value> values;
+  for (size_t i = 0; i < inputs.size(); ++i) values.push_back(b.upload("in" + std::to_string(i), inputs[i]));
+  return b.download(step(b, values));
+}
+
 // Runs `step` on both backends with the same inputs; the GPU result must match the reference.
 ::testing::AssertionResult gpu_matches_reference(Backend& gpu, Backend& cpu, const std::vector<Tensor>& inputs,
                                                  const Step& step, std::vector<std::string> dims) {
-  auto run = [&](Backend& backend) {
-    std::vector<Value> values;
-    for (size_t i = 0; i < inputs.size(); ++i) values.push_back(backend.upload("in" + std::to_string(i), inputs[i]));
-    return backend.download(step(backend, values));
-  };
-  Tensor expected = run(cpu);
-  Tensor actual = run(gpu);
+  Tensor expected = run_step(cpu, inputs, step);
+  Tensor actual = run_step(gpu, inputs, step);
   return all_close(actual, expected, {}, std::move(dims));
 }
 
@@ -462,11 +464,7 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
   auto in = flash_inputs(shape, attn_rank);
   EXPECT_TRUE(check(in, flash_step(attn_rank, padding, causal), {"b", "h", "i", "c"}));
   // the fused step computes what the four unfused steps compute, on either backend
-  auto run = [&](Backend& b, const Step& step) {
-    std::vector<Value> values;
-    for (size_t i = 0; i < in.size(); ++i) values.push_back(b.upload("in" + std::to_string(i), in[i]));
-    return b.download(step(b, values));
-  };
+  auto run = [&](Backend& b, const Step& step) { return run_step(b, in, step); };
   Tensor unfused = run(cpu(), unfused_step(attn_rank, padding, causal));
   EXPECT_TRUE(all_close(run(cpu(), flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}));
   EXPECT_TRUE(all_close(run(gpu(), flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}));
@@ -488,17 +486,7 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
   EXPECT_EQ(rows.flash_plan().lanes, 0u);
   EXPECT_TRUE(all_close(run(rows, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
       << "a query row per invocation";
-  // and FlashAttention-2's order (a GPU's rule), in tiles within lavapipe's 32 KiB of shared
-  // memory: blocks of 16 rows over tiles of 8 keys (a row and a key an invocation), and of 64 over
-  // 16 (the rule's: 4 rows and 2 keys an invocation); each with its softmax across lanes too,
-  // where the device guarantees 8 or more (lavapipe at 8 and 16)
-  for (const vulkan::FlashPlan& tiled_plan : testing::tiled_flash_variants(device)) {
-    const auto plan = std::make_shared<const vulkan::FlashPlan>(tiled_plan);
-    if (plan->shared_bytes(uint32_t(std::get<4>(shape))) > device.max_shared_memory_bytes) continue;
-    VulkanBackend tiled(testing::shared_context(), {.flash = plan});
-    EXPECT_TRUE(all_close(run(tiled, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
-        << plan->describe();
-  }
+  // (FlashAttention-2's order, the tiled plans: TiledFlashAttention below)
   if (padding) {
     auto [B, H, L, S, d] = shape;
     Tensor out = run(gpu(), flash_step(attn_rank, padding, causal));
@@ -508,8 +496,53 @@ TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
 INSTANTIATE_TEST_SUITE_P(Sweep, FlashAttention, Combine(kAttentionShapes, kMaskKinds), flash_case_name);
 // d = 64 over 600 keys, L ≠ S: the first kernel (one invocation per row, a d-float accumulator
 // each) returned garbage on lavapipe from about 500 keys on; this shape stays in the sweep.
-INSTANTIATE_TEST_SUITE_P(LongRows, FlashAttention, Combine(Values(Attn{2, 2, 67, 600, 64}, Attn{1, 1, 600, 9, 64}), kMaskKinds),
-                         flash_case_name);
+const auto kLongRows = Values(Attn{2, 2, 67, 600, 64}, Attn{1, 1, 600, 9, 64});
+INSTANTIATE_TEST_SUITE_P(LongRows, FlashAttention, Combine(kLongRows, kMaskKinds), flash_case_name);
+
+// ---- flash_attention in FlashAttention-2's order (a GPU's rule): the tiled plans ----------------
+// The same shapes and masks, against the unfused steps, in tiles within lavapipe's 32 KiB of
+// shared memory: blocks of 16 rows over tiles of 8 keys (a row and a key an invocation), and of 64
+// over 16 (the rule's: 4 rows and 2 keys an invocation). Each plan's softmax either goes through
+// shared memory (no subgroup code) or across 8 lanes of a subgroup, where the device guarantees 8
+// or more (lavapipe at 8 and 16); the two are two tests so that ctest's width runs
+// (tests/CMakeLists.txt) take only the second, the one that counts lanes.
+class TiledFlashAttention : public Ops, public ::testing::WithParamInterface<std::tuple<Attn, Masks>> {
+ protected:
+  void expect_plans_match(bool across_lanes) {
+    auto [shape, masks] = GetParam();
+    auto [attn_rank, padding, causal] = masks;
+    const uint32_t d = uint32_t(std::get<4>(shape));
+    const std::vector<Tensor> in = flash_inputs(shape, attn_rank);
+    const Tensor unfused = run_step(cpu(), in, unfused_step(attn_rank, padding, causal));
+    const auto& device = testing::shared_context()->device_report();
+    int ran = 0;
+    for (const vulkan::FlashPlan& tiled_plan : testing::tiled_flash_variants(device)) {
+      if ((tiled_plan.lanes != 0) != across_lanes || tiled_plan.shared_bytes(d) > device.max_shared_memory_bytes)
+        continue;
+      VulkanBackend tiled(testing::shared_context(), {.flash = std::make_shared<const vulkan::FlashPlan>(tiled_plan)});
+      EXPECT_TRUE(
+          all_close(run_step(tiled, in, flash_step(attn_rank, padding, causal)), unfused, {}, {"b", "h", "i", "c"}))
+          << tiled_plan.describe();
+      ++ran;
+    }
+    if (!across_lanes) {
+      EXPECT_GT(ran, 0) << "no tiled plan fits in shared memory at d " << d;
+      return;
+    }
+    if (ran > 0) return;
+    // fewer than 8 lanes guaranteed (4 lanes, SwiftShader, subgroups off): the plan is refused
+    testing::expect_error<DeviceError>(
+        [] {
+          VulkanBackend(testing::shared_context(),
+                        {.flash = std::make_shared<const vulkan::FlashPlan>(vulkan::tiled_flash(16, 8, 8))});
+        },
+        {"its softmax across lanes needs 8 or more guaranteed lanes"});
+  }
+};
+TEST_P(TiledFlashAttention, SoftmaxInSharedMemoryMatchesTheUnfusedSteps) { expect_plans_match(false); }
+TEST_P(TiledFlashAttention, SoftmaxAcrossLanesMatchesTheUnfusedSteps) { expect_plans_match(true); }
+INSTANTIATE_TEST_SUITE_P(Sweep, TiledFlashAttention, Combine(kAttentionShapes, kMaskKinds), flash_case_name);
+INSTANTIATE_TEST_SUITE_P(LongRows, TiledFlashAttention, Combine(kLongRows, kMaskKinds), flash_case_name);
 
 TEST_F(Ops, FlashAttentionRefusesMismatchedShapes) {
   Value q = gpu().upload("q", random_tensor({1, 2, 3, 4}, 1)), k = gpu().upload("k", random_tensor({1, 2, 5, 4}, 2));
