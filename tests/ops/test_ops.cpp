@@ -67,7 +67,9 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Linear, Combine(Values(1, 3, 17, 113), Values(1,
 
 // ---- linear as a GEMV (shaders/gemv.glsl): a decode step's few rows, asked for on any device ----
 // K past one column's 32 invocations and not (1, 17, 113: no vec4), M not a multiple of the 4
-// columns a workgroup; with and without bias, W kept 16-bit; 9 rows: past the GEMV, the GEMM's
+// columns a workgroup; with and without bias, W kept 16-bit; 9 rows: past the GEMV, the GEMM's,
+// with W float32 only (the GEMM's 16-bit B is Plans/GemmTiling's and the float16/bfloat16 golden
+// modules': here its pipelines were 19 of the sweep's 31, 77 of its 88 s under Mesa 25)
 class Gemv : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 TEST_P(Gemv, MatchesReference) {
   auto [N, K, M] = GetParam();
@@ -76,6 +78,7 @@ TEST_P(Gemv, MatchesReference) {
   ReferenceBackend cpu;
   const Tensor x = random_tensor({N, K}, 1), bias = random_tensor({M}, 3);
   for (Narrow narrow : {Narrow::none, Narrow::float16, Narrow::bfloat16}) {
+    if (narrow != Narrow::none && N > int(vulkan::kGemvRows)) break;
     const Tensor w = narrow == Narrow::none ? random_tensor({M, K}, 2) : testing::rounded_to(random_tensor({M, K}, 2), narrow);
     for (bool with_bias : {false, true}) {
       auto run = [&](Backend& b) {
