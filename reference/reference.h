@@ -151,6 +151,9 @@ void positional_encoding(const float* x, const float* table, float* y, int64_t B
 void mean_pool(const float* x, float* y, int64_t B, int64_t T, int64_t E);
 // y[b, e] = x[b, 0, e]: each sequence's first position (BERT's [CLS])      x (B, T, E), y (B, E)
 void first_token(const float* x, float* y, int64_t B, int64_t T, int64_t E);
+// y[b, t, e] = x[b, T - n + t, e]: each sequence's last n positions (x[:, -n:]; a language model's
+// logits_to_keep)      x (B, T, E), y (B, n, E), 1 <= n <= T
+void last_tokens(const float* x, float* y, int64_t B, int64_t T, int64_t n, int64_t E);
 
 // Rotary position embedding (RoPE) of x (N, T, d), N = B·H, row t at position offset + t: the
 // first rotary_dims (even) features rotated pair by pair, pair i by (offset + t) · inv_freq[i];

@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < n; ++i) {
       cached.push_back(greedy(logits));
       logits = model.decode(lesson.gpu(), ids(cached, cached.size() - 1), gpu_cache);
-      plain.push_back(greedy(model.forward(lesson.gpu(), ids(plain))));
+      plain.push_back(greedy(model.forward(lesson.gpu(), ids(plain), {}, AttentionPath::automatic, 1)));
     }
     std::ifstream in(VKATTN_TUTORIAL_DATA "/expected.json");
     const auto torch_tokens = nlohmann::json::parse(in).at("tokens").get<std::vector<int64_t>>();
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
         cache.crop(S - 1);
         wide.decode(*gpu, ids(context, static_cast<size_t>(S - 1)), cache);
       });
-      const double plain_ms = median_ms(3, [&] { wide.forward(*gpu, ids(context)); });
+      const double plain_ms = median_ms(3, [&] { wide.forward(*gpu, ids(context), {}, AttentionPath::automatic, 1); });
       with.x.push_back(static_cast<double>(S));
       with.y.push_back(cache_ms);
       without.x.push_back(static_cast<double>(S));

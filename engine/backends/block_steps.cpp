@@ -258,6 +258,20 @@ Value Backend::first_token(const std::string& step_name, const Value& x) {
   return y;
 }
 
+Value Backend::last_tokens(const std::string& step_name, const Value& x, int64_t n) {
+  const std::string step = scoped(step_name);
+  require_rank(step, x, 3, "(B, T, E)");
+  int64_t B = x.dim(0), T = x.dim(1), E = x.dim(2);
+  require(n >= 1 && n <= T, step, [&] {
+    return "keeps the last n = " + std::to_string(n) + " positions of " + describe(x) +
+           ": n must be 1 … T = " + std::to_string(T);
+  });
+  Value y = make_output(step, {B, n, E});
+  timed(step, [&] { run_last_tokens(step, *x.storage, *y.storage, B, T, n, E); });
+  if (tracing()) report(step, "last_tokens", infos({&x}), y, {"b", "t", "f"});
+  return y;
+}
+
 Value Backend::host_step(const std::string& step_name, const std::string& op, const std::vector<const Value*>& inputs,
                          std::vector<std::string> dims, const HostStep& compute) {
   const std::string step = scoped(step_name);

@@ -213,4 +213,9 @@ void ReferenceBackend::run_first_token(const std::string&, const Storage& x, Sto
   reference::first_token(in(x), out(y), B, T, E);
 }
 
+void ReferenceBackend::run_last_tokens(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T,
+                                       int64_t n, int64_t E) {
+  reference::last_tokens(in(x), out(y), B, T, n, E);
+}
+
 }  // namespace vkattn

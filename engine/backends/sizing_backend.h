@@ -94,6 +94,7 @@ class SizingBackend final : public Backend {
                                int64_t) override {}
   void run_mean_pool(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
   void run_first_token(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
+  void run_last_tokens(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t) override {}
   void run_rotary_embedding(const std::string&, const Storage&, const Storage&, const Storage&, Storage&, int64_t,
                             int64_t, int64_t, int64_t, int64_t, bool) override {}
 

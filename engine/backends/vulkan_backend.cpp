@@ -694,6 +694,13 @@ void VulkanBackend::run_first_token(const std::string& step, const Storage& x, S
   dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::MeanPoolParams{u32(B), u32(T), u32(E)}, uint64_t(B) * E);
 }
 
+void VulkanBackend::run_last_tokens(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
+                                    int64_t n, int64_t E) {
+  const auto& k = kernel(vulkan::Op::last_tokens);
+  dispatch(step, k, {buffer_of(x), buffer_of(y)}, vulkan::LastTokensParams{u32(B), u32(T), u32(n), u32(E)},
+           uint64_t(B) * n * E);
+}
+
 std::optional<std::vector<StepTime>> VulkanBackend::device_step_times() {
   auto times = s_->recorder.dispatch_times();  // one dispatch per step
   if (!times) return std::nullopt;

@@ -74,22 +74,24 @@ Value CausalLM::embed(Backend& backend, const Value& ids, int64_t first_position
   return backend.positional_encoding("position_embedding", x, positions);  // (B, T, E)
 }
 
-Value CausalLM::head(Backend& backend, const Value& x) const {
+Value CausalLM::head(Backend& backend, const Value& x, int64_t logits_to_keep) const {
   Value weight = backend.upload_weight("norm.weight", weights_.norm.weight);
   Value bias = backend.upload_weight("norm.bias", weights_.norm.bias);
-  Value h = backend.layer_norm("norm", x, weight, bias, config_.layer.layer_norm_eps);  // (B, T, E)
+  Value kept = kept_positions(backend, x, logits_to_keep);                                 // (B, n, E)
+  Value h = backend.layer_norm("norm", kept, weight, bias, config_.layer.layer_norm_eps);  // (B, n, E)
   // tied: the embedding's table, the same kept weight as embed()'s
   Value w = config_.tie_word_embeddings ? backend.upload_matrix("token_embedding.weight", weights_.token_embedding)
                                         : backend.upload_matrix("lm_head.weight", weights_.lm_head_weight);
   if (!weights_.lm_head_bias) return backend.linear("lm_head", h, w, nullptr);
   Value b = backend.upload_weight("lm_head.bias", *weights_.lm_head_bias);
-  return backend.linear("lm_head", h, w, &b);  // (B, T, V)
+  return backend.linear("lm_head", h, w, &b);  // (B, n, V)
 }
 
 Tensor CausalLM::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask,
-                         AttentionPath path) const {
+                         AttentionPath path, int64_t logits_to_keep) const {
   const std::string who = "CausalLM.forward";
   check_ids(who, ids, 0);
+  check_logits_to_keep(who, logits_to_keep);
   ForwardOptions attention;
   attention.need_weights = false;
   attention.is_causal = true;
@@ -105,7 +107,7 @@ Tensor CausalLM::forward(Backend& backend, const Tensor& ids, const std::optiona
       StepScope scope(b, "layers." + std::to_string(i));
       x = layers_[i].steps(b, x, attention);  // (B, T, E)
     }
-    return head(b, x);
+    return head(b, x, logits_to_keep);
   });
 }
 
@@ -151,6 +153,7 @@ Tensor CausalLM::decode(Backend& backend, const Tensor& ids, KVCache& cache, con
                      std::to_string(config_.layer.nhead) + " heads and the ids " + std::to_string(B) + " sequences");
   }
   const std::optional<Tensor> mask = options.padding_mask(who, B, position + T);
+  check_logits_to_keep(who, options.logits_to_keep);
   KeepWeights keep(backend, cache.kept_weights(backend), weights_owner());  // the first step uploads them
   Tensor logits = run_pass(backend, "causal_lm_decode", [&](Backend& b) {
     std::optional<Value> padding;
@@ -161,7 +164,7 @@ Tensor CausalLM::decode(Backend& backend, const Tensor& ids, KVCache& cache, con
       const KVCache::Layer& layer = cache.layer(backend, static_cast<int64_t>(i));  // preflight's b sizes it only
       x = layers_[i].steps_cached(b, x, layer, position, padding ? &*padding : nullptr, options.parts);
     }
-    return head(b, x);
+    return head(b, x, options.logits_to_keep);
   });
   cache.advance(T);
   return logits;

@@ -54,9 +54,10 @@ void Generation::pass() {
   std::vector<float> values(tokens_.begin() + static_cast<std::ptrdiff_t>(from), tokens_.end());
   const auto T = static_cast<int64_t>(values.size());
   const Tensor ids({1, T}, std::move(values), DType::int64);
-  const Tensor logits = cache_ ? model_.decode(backend_, ids, *cache_) : model_.forward(backend_, ids);  // (1, T, V)
-  const int64_t V = logits.dim(2);
-  logits_.assign(logits.data.end() - V, logits.data.end());
+  // the last position's logits alone (1, 1, V): the next token's; a prompt's others are not read
+  const Tensor logits = cache_ ? model_.decode(backend_, ids, *cache_, {.logits_to_keep = 1})
+                               : model_.forward(backend_, ids, {}, AttentionPath::automatic, 1);
+  logits_ = logits.data;
   passed_ = tokens_.size();
 }
 

@@ -116,12 +116,13 @@ Value Llama::block(Backend& backend, size_t layer, const Value& x, const SubBloc
   }();
 }
 
-Value Llama::head(Backend& backend, const Value& x) const {
+Value Llama::head(Backend& backend, const Value& x, int64_t logits_to_keep) const {
   Value norm = backend.upload_weight("norm.weight", weights_.norm);
-  Value h = backend.rms_norm("norm", x, norm, config_.rms_norm_eps);  // (B, T, E)
+  Value kept = kept_positions(backend, x, logits_to_keep);               // (B, n, E)
+  Value h = backend.rms_norm("norm", kept, norm, config_.rms_norm_eps);  // (B, n, E)
   if (!config_.tie_word_embeddings) return uploaded_linear(backend, "lm_head", h, weights_.lm_head, std::nullopt);
   Value table = backend.upload_matrix("embed_tokens.weight", weights_.embed_tokens);  // embed's, kept once
-  return backend.linear("lm_head", h, table, nullptr);  // (B, T, V)
+  return backend.linear("lm_head", h, table, nullptr);                                // (B, n, V)
 }
 
 uint64_t Llama::parameter_count() const {
@@ -160,9 +161,10 @@ std::string Llama::describe() const {
 }
 
 Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask,
-                      AttentionPath path) const {
+                      AttentionPath path, int64_t logits_to_keep) const {
   const std::string who = "Llama.forward";
   checks::token_ids(who, ids, config_.vocab_size, 0, config_.max_positions, "max_position_embeddings");
+  check_logits_to_keep(who, logits_to_keep);
   std::optional<Tensor> mask;
   if (key_padding_mask) {
     mask = checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
@@ -180,7 +182,7 @@ Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<T
         return attention_[i].attend(b, in, padding ? &*padding : nullptr, options, &residual).output;
       });
     }
-    return head(b, x);
+    return head(b, x, logits_to_keep);
   });
 }
 
@@ -207,6 +209,7 @@ Tensor Llama::decode(Backend& backend, const Tensor& ids, KVCache& cache, const 
                      std::to_string(a.kv_heads()) + " key/value heads and the ids " + std::to_string(B) + " sequences");
   }
   const std::optional<Tensor> mask = options.padding_mask(who, B, position + T);
+  check_logits_to_keep(who, options.logits_to_keep);
   KeepWeights keep(backend, cache.kept_weights(backend), weights_owner());
   Tensor logits = run_pass(backend, "llama_decode", [&](Backend& b) {
     std::optional<Value> padding;
@@ -221,7 +224,7 @@ Tensor Llama::decode(Backend& backend, const Tensor& ids, KVCache& cache, const 
                                            &residual);
       });
     }
-    return head(b, x);
+    return head(b, x, options.logits_to_keep);
   });
   cache.advance(T);
   return logits;

@@ -148,6 +148,13 @@ struct MeanPoolParams {  // shaders/mean_pool.comp, first_token.comp
   glm::uint dim;         // E
 };
 
+struct LastTokensParams {  // shaders/last_tokens.comp
+  glm::uint batch;         // B
+  glm::uint tokens;        // T
+  glm::uint kept;          // n, 1 <= n <= T
+  glm::uint dim;           // E
+};
+
 static_assert(sizeof(GemmParams) == 32 && sizeof(GemmPackParams) == 12 && sizeof(PeakFlopsParams) == 16);
 static_assert(sizeof(PeakBytesParams) == 8);
 static_assert(sizeof(HeadsParams) == 24 && sizeof(AppendRowParams) == 12);

@@ -60,12 +60,15 @@ class Pretrained {
     return continuation ? loaded_.tokenizer->decode_continuation(ids) : loaded_.tokenizer->decode(ids);
   }
 
-  // A language model's logits (B, T, V) of ids (B, T); with the trace, (logits, recorded).
-  py::object forward(const IdArray& ids, bool trace, std::optional<bool> fold_layout_steps, const std::string& attention) {
+  // A language model's logits (B, T, V) of ids (B, T), or the last logits_to_keep positions' (B, n,
+  // V); with the trace, (logits, recorded).
+  py::object forward(const IdArray& ids, bool trace, std::optional<bool> fold_layout_steps,
+                     const std::string& attention, int64_t logits_to_keep) {
     if (!loaded_.model) throw ConfigError(loaded_.architecture + " is an encoder: call it for its hidden states");
     const Tensor t = ids_tensor(ids, loaded_.model->vocab_size(), "token id", "the vocabulary");
     const AttentionPath path = parse_attention_path(attention);
-    return run([&](Backend& backend) { return loaded_.model->forward(backend, t, {}, path); }, trace, fold_layout_steps);
+    return run([&](Backend& backend) { return loaded_.model->forward(backend, t, {}, path, logits_to_keep); }, trace,
+               fold_layout_steps);
   }
 
   // `recorded` (vkattn's step names) against the model's steps on ids (B, T).
@@ -174,13 +177,13 @@ void bind_pretrained(py::module_& m) {
            py::arg("path"), py::arg("kind"), py::arg("selector"), py::arg("weights_dtype") = "")
       .def_property_readonly("device", &Pretrained::device)
       .def_property_readonly("device_bytes", &Pretrained::device_bytes)
-      .def_property_readonly("config",
-                             [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
+      .def_property_readonly(
+          "config", [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
       .def("encode", &Pretrained::encode, py::arg("text"))
       .def("check", &Pretrained::check, py::arg("recorded"), py::arg("ids"), py::arg("atol"), py::arg("rtol"))
       .def("decode", &Pretrained::decode, py::arg("ids"), py::arg("continuation") = false)
       .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none(),
-           py::arg("attention") = "auto")
+           py::arg("attention") = "auto", py::arg("logits_to_keep") = 0)
       .def("encoder_forward", &Pretrained::encoder_forward, py::arg("ids"), py::arg("token_type_ids"),
            py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("masked_lm", &Pretrained::masked_lm, py::arg("ids"), py::arg("token_type_ids"), py::arg("key_padding_mask"),

@@ -41,6 +41,20 @@ def test_every_positions_logits_match_torchs_for_text_and_ids(device, models):
     assert_close(model(torch.tensor(ids)), expected[:1], atol=1e-4, rtol=1e-4)
 
 
+def test_logits_to_keep_gives_the_last_positions_logits_as_hugging_faces(device, models):
+    folder, torch_model = models
+    model = vkattn.from_pretrained(folder, device=device)
+    ids = model.encode("Alice was beginning to get very tired")
+    with torch.no_grad():
+        expected = torch_model(torch.tensor([ids, ids[::-1]]))  # (2, T, V)
+    for n in (1, 3, len(ids), len(ids) + 5):  # as hidden_states[:, -n:, :]: n >= T keeps every position
+        logits = model(np.array([ids, ids[::-1]]), logits_to_keep=n)
+        assert logits.shape == (2, min(n, len(ids)), expected.shape[2])
+        assert_close(logits, expected[:, -n:], atol=1e-4, rtol=1e-4)
+    with pytest.raises(vkattn.ConfigError, match=r"logits_to_keep=-1 must be >= 0"):
+        model(ids, logits_to_keep=-1)
+
+
 def test_the_config_is_config_json_with_what_vkattn_read():
     gpt2 = vkattn.from_pretrained(MODEL)
     assert gpt2.config["architecture"] == "GPT2LMHeadModel" and gpt2.config["activation_function"] == "gelu_new"

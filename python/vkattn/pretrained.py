@@ -97,9 +97,11 @@ class PretrainedModel(_Checkpoint):
 
     _kind = "language model"
 
-    def __call__(self, tokens):
-        """The logits (B, T, vocab_size) of text or token ids ((T,) gives B = 1)."""
-        return self._impl.forward(_ids(self, tokens), False)
+    def __call__(self, tokens, logits_to_keep=0):
+        """The logits (B, T, vocab_size) of text or token ids ((T,) gives B = 1); logits_to_keep=n
+        (Hugging Face's) the last n positions' alone, (B, n, vocab_size), the final norm and lm_head
+        run on those rows only (what the next token needs: n = 1)."""
+        return self._impl.forward(_ids(self, tokens), False, logits_to_keep=int(logits_to_keep))
 
     forward = __call__
 

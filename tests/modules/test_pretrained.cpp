@@ -145,6 +145,54 @@ TEST_F(Pretrained, TinyLlamaMatchesTorchsLogitsAndGreedyTokensOnBothBackends) {
   EXPECT_EQ(greedy(gpu(), *p.model, prompt, want.size()), want);
 }
 
+// logits_to_keep (Hugging Face's): the last n positions' logits alone, the final norm and lm_head
+// run on those rows only — GPT-2's recipe (CausalLM) and Llama's, through forward and decode, on
+// both backends, two sequences at once; a negative n is named; and generation reads back the
+// next token's logits alone, V floats a pass, where it read (1, T, V) for a prompt of T before.
+TEST_F(Pretrained, LogitsToKeepAreTheLastPositionsOfTheFullForward) {
+  for (const fs::path& folder : {kTinyGpt2, kTinyLlama}) {
+    SCOPED_TRACE(folder.filename().string());
+    const io::Pretrained p = io::load_pretrained(folder);
+    const LanguageModel& model = *p.model;
+    const auto prompt = p.tokenizer->encode("Alice was beginning to get very tired");
+    const int64_t B = 2, T = static_cast<int64_t>(prompt.size()), V = model.vocab_size();
+    ASSERT_GT(T, 4);
+    std::vector<float> rows(prompt.begin(), prompt.end());
+    rows.insert(rows.end(), prompt.rbegin(), prompt.rend());  // the second sequence: the prompt reversed
+    const Tensor ids({B, T}, rows, DType::int64);
+    // (B, T, V) -> its last n positions (B, n, V)
+    auto last = [&](const Tensor& logits, int64_t n) {
+      Tensor out({B, n, V});
+      for (int64_t b = 0; b < B; ++b) {
+        std::copy_n(logits.data.begin() + (b * T + T - n) * V, n * V, out.data.begin() + b * n * V);
+      }
+      return out;
+    };
+    for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+      SCOPED_TRACE(backend->name());
+      const Tensor full = model.forward(*backend, ids);       // (B, T, V)
+      for (int64_t n : {int64_t{1}, int64_t{3}, T, T + 4}) {  // n >= T: every position, as x[:, -n:]
+        const int64_t kept = std::min(n, T);
+        const Tensor logits = model.forward(*backend, ids, {}, AttentionPath::automatic, n);
+        ASSERT_EQ(logits.shape, (Shape{B, kept, V})) << "n = " << n;
+        EXPECT_LT(max_difference(logits.data, last(full, kept).data), 1e-5f) << "n = " << n;
+      }
+      KVCache cache = model.make_cache(*backend, B, T);
+      const Tensor decoded = model.decode(*backend, ids, cache, {.logits_to_keep = 2});  // (B, 2, V)
+      ASSERT_EQ(decoded.shape, (Shape{B, 2, V}));
+      EXPECT_LT(max_difference(decoded.data, last(full, 2).data), 1e-5f);
+      const std::string who = p.architecture == "GPT2LMHeadModel" ? "CausalLM.forward" : "Llama.forward";
+      expect_error<ConfigError>([&] { model.forward(*backend, ids, {}, AttentionPath::automatic, -1); },
+                                {who + ": logits_to_keep=-1 must be >= 0 (n: the last n positions' logits; 0: "
+                                       "every position's)"});
+    }
+    const uint64_t before = gpu().downloaded_bytes();
+    const auto tokens = Generation(gpu(), model, prompt, {.max_new_tokens = 3}).run();
+    ASSERT_EQ(tokens.size(), 3u);  // three passes: the prompt's and two tokens'; the last needs no logits
+    EXPECT_EQ(gpu().downloaded_bytes() - before, uint64_t(3 * V) * sizeof(float));
+  }
+}
+
 // tiny_llama's BF16 matrices stay BF16 on the GPU, 2 bytes each (its norms' vectors float32), and
 // give, widened by the shaders, the logits the reference gives from their float32 copy; the
 // reference keeps every weight float32.

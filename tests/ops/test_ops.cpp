@@ -736,6 +736,29 @@ TEST_P(MeanPool, MatchesReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, MeanPool, Combine(Values(1, 3, 17), Values(1, 17, 113), Values(1, 3, 65, 113)));
 
+// last_tokens: (B, T, E) -> (B, n, E), the last n positions (a language model's logits_to_keep)
+class LastTokens : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int>> {};
+TEST_P(LastTokens, MatchesReference) {
+  auto [B, T, E] = GetParam();
+  for (int64_t n : {1, 3, 17, T}) {
+    if (n > T) continue;
+    SCOPED_TRACE("n = " + std::to_string(n));
+    EXPECT_TRUE(check({random_tensor({B, T, E}, 31)},
+                      [n](Backend& b, const std::vector<Value>& v) { return b.last_tokens("last_tokens", v[0], n); },
+                      {"b", "t", "f"}));
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Sweep, LastTokens, Combine(Values(1, 3), Values(1, 17, 113), Values(1, 65)));
+
+TEST_F(Ops, LastTokensRefusesNoPositionsAndMoreThanTheSequenceHas) {
+  Value x = gpu().upload("x", random_tensor({2, 5, 4}, 1));
+  for (int64_t n : {0, 6, -1}) {
+    testing::expect_error<ShapeError>(
+        [&] { gpu().last_tokens("last_tokens", x, n); },
+        {"last_tokens: keeps the last n = " + std::to_string(n) + " positions of x (2, 5, 4): n must be 1 … T = 5"});
+  }
+}
+
 // ---- workgroup sizes: 1, a non-power of two, the default, a large one -------------------------------
 // (linear, attention_scores and attention_values keep their GEMM plan's workgroup: GemmTiling below)
 class Workgroup : public ::testing::TestWithParam<uint32_t> {};

@@ -232,6 +232,12 @@ TEST(Reference, EmbeddingPositionalEncodingAndMeanPool) {
   EXPECT_EQ(std::vector<float>(pooled, pooled + 4), (std::vector<float>{2, 3, 6, 7}));
   reference::first_token(x, pooled, 2, 2, 2);
   EXPECT_EQ(std::vector<float>(pooled, pooled + 4), (std::vector<float>{1, 2, 5, 6}));
+  reference::last_tokens(x, pooled, 2, 2, 1, 2);  // x[:, -1:] (B=2, n=1, E=2)
+  EXPECT_EQ(std::vector<float>(pooled, pooled + 4), (std::vector<float>{3, 4, 7, 8}));
+  const float rows[] = {1, 2, 3, 4, 5, 6};  // (B=2, T=3, E=1)
+  float last[4];
+  reference::last_tokens(rows, last, 2, 3, 2, 1);  // x[:, -2:] (B=2, n=2, E=1)
+  EXPECT_EQ(std::vector<float>(last, last + 4), (std::vector<float>{2, 3, 5, 6}));
 }
 
 // torch.nn.MultiheadAttention from its definition, one (batch, head) at a time, in double:

@@ -328,6 +328,9 @@ class Backend : protected BackendHooks {
   Value mean_pool(const std::string& step, const Value& x);
   // Each sequence's first position, BERT's [CLS]: (B, T, E) -> (B, E)
   Value first_token(const std::string& step, const Value& x);
+  // Each sequence's last n positions, x[:, -n:] (a language model's logits_to_keep):
+  // (B, T, E) -> (B, n, E), 1 <= n <= T
+  Value last_tokens(const std::string& step, const Value& x, int64_t n);
 
   // A step computed on the host: the inputs read back, `compute` run on them, its result stored
   // on this backend and traced like any step (`dims` names its axes). For trying out a new or a

@@ -126,6 +126,8 @@ class BackendHooks {
                              int64_t E) = 0;
   virtual void run_first_token(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,
                                int64_t E) = 0;
+  virtual void run_last_tokens(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t n,
+                               int64_t E) = 0;
 };
 
 }  // namespace vkattn

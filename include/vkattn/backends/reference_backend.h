@@ -68,6 +68,8 @@ class ReferenceBackend final : public Backend {
                                int64_t T, int64_t E) override;
   void run_mean_pool(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
   void run_first_token(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
+  void run_last_tokens(const std::string&, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t n,
+                       int64_t E) override;
   // the reference computes its own angles from inv_freq (cos_sin unread)
   void run_rotary_embedding(const std::string&, const Storage& x, const Storage& inv_freq, const Storage& cos_sin,
                             Storage& y, int64_t N, int64_t T, int64_t d, int64_t offset, int64_t rotary_dims,

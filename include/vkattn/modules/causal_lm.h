@@ -52,10 +52,10 @@ class CausalLM : public LanguageModel {
 
   const CausalLMConfig& config() const { return config_; }
 
-  // ids (B, T) int64 -> logits (B, T, V), every position computed. key_padding_mask (B, T) as
-  // DecodeOptions'. One traced pass "causal_lm".
+  // ids (B, T) int64 -> logits (B, T, V), every position computed, or the last logits_to_keep
+  // (LanguageModel's). key_padding_mask (B, T) as DecodeOptions'. One traced pass "causal_lm".
   Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
-                 AttentionPath attention = AttentionPath::automatic) const override;
+                 AttentionPath attention = AttentionPath::automatic, int64_t logits_to_keep = 0) const override;
 
   // A cache for `batch` sequences of up to `capacity` positions (<= max_positions) on `backend`.
   KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const override;
@@ -74,8 +74,8 @@ class CausalLM : public LanguageModel {
   void check_ids(const std::string& who, const Tensor& ids, int64_t first_position) const;
   // token_embedding + position_embedding's rows first_position … first_position + T - 1
   Value embed(Backend& backend, const Value& ids, int64_t first_position) const;
-  // norm, lm_head: (B, T, E) -> (B, T, V)
-  Value head(Backend& backend, const Value& x) const;
+  // the last logits_to_keep positions (all where 0), norm, lm_head: (B, T, E) -> (B, n, V)
+  Value head(Backend& backend, const Value& x, int64_t logits_to_keep) const;
 
   CausalLMConfig config_;
   CausalLMWeights weights_;

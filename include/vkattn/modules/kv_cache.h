@@ -83,6 +83,8 @@ struct DecodeOptions {
   // query attends to. For batches of prompts of different lengths.
   std::optional<Tensor> key_padding_mask;
   int64_t parts = 0;  // flash_decoding's key split; 0 = the backend's choice
+  // n > 0: the last n positions' logits only (LanguageModel::forward's); 0: every position's
+  int64_t logits_to_keep = 0;
 
   // key_padding_mask checked to be bool or float (batch, keys) and made additive (True -> -inf);
   // nothing when there is none. ShapeError "<who>: key_padding_mask … must be …" otherwise.

@@ -65,9 +65,10 @@ class Llama : public LanguageModel {
 
   const LlamaConfig& config() const { return config_; }
 
-  // ids (B, T) int64 -> logits (B, T, V), every position computed. One traced pass "llama".
+  // ids (B, T) int64 -> logits (B, T, V), every position computed, or the last logits_to_keep
+  // (LanguageModel's). One traced pass "llama".
   Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
-                 AttentionPath attention = AttentionPath::automatic) const override;
+                 AttentionPath attention = AttentionPath::automatic, int64_t logits_to_keep = 0) const override;
 
   // A cache of H_kv heads for `batch` sequences of up to `capacity` positions (<= max_positions).
   KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const override;
@@ -83,8 +84,8 @@ class Llama : public LanguageModel {
  private:
   // the layer's steps after its attention: residual, post_attention_layernorm, the SwiGLU, residual
   Value block(Backend& backend, size_t layer, const Value& x, const SubBlock& attend) const;
-  // norm, lm_head: (B, T, E) -> (B, T, V)
-  Value head(Backend& backend, const Value& x) const;
+  // the last logits_to_keep positions (all where 0), norm, lm_head: (B, T, E) -> (B, n, V)
+  Value head(Backend& backend, const Value& x, int64_t logits_to_keep) const;
 
   LlamaConfig config_;
   LlamaWeights weights_;
