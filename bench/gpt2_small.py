@@ -69,11 +69,11 @@ def gpt2_tokenizer(size):
     return vocab, merges[:size - 1 - 256]
 
 
-def write_folder(folder, model, vocab, merges, dtype):
+def write_folder(folder, model, vocab, merges, dtype, layers=12):
     vocab_size = len(vocab)
     config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
               "bos_token_id": vocab_size - 1, "eos_token_id": vocab_size - 1, "layer_norm_epsilon": 1e-05, "n_ctx": 1024,
-              "n_embd": 768, "n_head": 12, "n_inner": None, "n_layer": 12, "n_positions": 1024,
+              "n_embd": 768, "n_head": 12, "n_inner": None, "n_layer": layers, "n_positions": 1024,
               "vocab_size": vocab_size, "torch_dtype": "bfloat16" if dtype == "BF16" else "float32"}
     (folder / "config.json").write_text(json.dumps(config))
     save_safetensors(model.state_dict(), folder / "model.safetensors", {"format": "pt"}, dtype)
