@@ -8,6 +8,7 @@
 //   encoder.layer.N.intermediate.dense, output.dense    layers.N.linear1, linear2 (hidden_act between)
 //   encoder.layer.N.output.LayerNorm                    layers.N.norm2
 //   pooler.dense                                        pooler.dense, then tanh
+//   classifier (BertForSequenceClassification's)        classifier, on the pooler's output
 // Older files name a LayerNorm's weight and bias gamma and beta (TensorFlow's): read too.
 #include "engine/io/checkpoints.h"
 #include "vkattn/errors.h"
@@ -94,6 +95,16 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
     m.decoder_weight = tensors.take_if_there(at + "decoder.weight", {V, E}, "(vocab_size, hidden_size)");
     tensors.ignore(at + "decoder.bias");  // predictions.bias again, when written
     w.masked_lm = std::move(m);
+  }
+  // BertForSequenceClassification's classifier, on the pooler's output: as many labels as
+  // config.json's id2label names (num_labels where only that is written; Hugging Face's default 2)
+  if (tensors.has("classifier.weight")) {
+    if (!c.pooler) throw config.error("a classifier (classifier.weight) needs the pooler it reads (pooler.dense)");
+    const auto& id2label = config_json.contains("id2label") ? config_json["id2label"] : json();
+    c.num_labels = id2label.is_object() && !id2label.empty() ? static_cast<int64_t>(id2label.size())
+                                                             : config.size("num_labels", 2);
+    w.classifier_weight = tensors.take("classifier.weight", {c.num_labels, E}, "(num_labels, hidden_size)");
+    w.classifier_bias = tensors.take("classifier.bias", {c.num_labels}, "(num_labels,)");
   }
   tensors.ignore_prefix("cls.seq_relationship.");
   tensors.check_all_taken("a BERT of " + std::to_string(layers) + " layers (embeddings, encoder.layer.0 … " +

@@ -136,11 +136,13 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   const bool llama = architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
                      architecture == "Qwen2ForCausalLM" || architecture == "llama";
   const bool bert = architecture == "BertModel" || architecture == "BertForMaskedLM" ||
-                    architecture == "BertForPreTraining" || architecture == "bert";
+                    architecture == "BertForPreTraining" || architecture == "BertForSequenceClassification" ||
+                    architecture == "bert";
   if (!gpt2 && !llama && !bert) {
-    throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
-                      model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
-                      "MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM)");
+    throw ConfigError(
+        (dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" + model_type +
+        "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
+        "MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, BertForSequenceClassification)");
   }
   std::string dtype;
   uint64_t bytes = 0;

@@ -33,6 +33,11 @@ BertWeights BertWeights::random(const BertConfig& c, uint32_t seed) {
     w.pooler_weight = uniform({E, E}, -bound, bound, rng);
     w.pooler_bias = uniform({E}, -bound, bound, rng);
   }
+  if (c.num_labels > 0) {
+    const float bound = 1.0f / std::sqrt(static_cast<float>(E));
+    w.classifier_weight = uniform({c.num_labels, E}, -bound, bound, rng);
+    w.classifier_bias = uniform({c.num_labels}, -bound, bound, rng);
+  }
   if (c.masked_lm) {  // tied to word_embeddings, as BertForMaskedLM's
     const float bound = 1.0f / std::sqrt(static_cast<float>(E));
     w.masked_lm = BertMaskedLMWeights{.dense_weight = uniform({E, E}, -bound, bound, rng),
@@ -63,6 +68,16 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
     checks::weight(kBert, "pooler.dense.bias", w.pooler_bias, {E}, "(E,)");
   } else if (w.pooler_weight.size() != 0 || w.pooler_bias.size() != 0) {
     throw ShapeError("Bert: pooler.dense is given but the config has no pooler");
+  }
+  if (c.num_labels < 0 || (c.num_labels > 0 && !c.pooler)) {
+    throw ConfigError("Bert: num_labels=" + std::to_string(c.num_labels) +
+                      " must be >= 0, and a classifier (num_labels > 0) needs the pooler it reads");
+  }
+  if (c.num_labels > 0) {
+    checks::weight(kBert, "classifier.weight", w.classifier_weight, {c.num_labels, E}, "(num_labels, E)");
+    checks::weight(kBert, "classifier.bias", w.classifier_bias, {c.num_labels}, "(num_labels,)");
+  } else if (w.classifier_weight.size() != 0 || w.classifier_bias.size() != 0) {
+    throw ShapeError("Bert: classifier is given but the config has no labels (num_labels=0)");
   }
   if (c.masked_lm != w.masked_lm.has_value()) {
     throw ShapeError(std::string("Bert: the config ") + (c.masked_lm ? "has" : "has no") +
@@ -190,10 +205,24 @@ Tensor Bert::masked_lm(Backend& backend, const Tensor& ids, const std::optional<
   const Inputs inputs = check_inputs("Bert.masked_lm", ids, token_type_ids, key_padding_mask, path);
   auto recipe = [&](Backend& b) { return predict_tokens(b, encode(b, ids, inputs)); };
   KeepWeights keep(backend, kept_on(backend), weights_owner());
-  return in_pass(backend, "bert_masked_lm", [&] {
-    backend.preflight("bert_masked_lm", [&](Backend& b) { recipe(b); });
-    return backend.download(recipe(backend));
-  });
+  return run_pass(backend, "bert_masked_lm", recipe);
+}
+
+Tensor Bert::classify(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
+                      const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
+  if (config_.num_labels == 0) {
+    throw ConfigError(
+        "Bert.classify: this BERT has no classifier (BertForSequenceClassification's head: classifier.weight)");
+  }
+  const Inputs inputs = check_inputs("Bert.classify", ids, token_type_ids, key_padding_mask, path);
+  auto recipe = [&](Backend& b) {
+    Value pooled = pool(b, encode(b, ids, inputs));  // (B, E)
+    Value weight = b.upload_matrix("classifier.weight", weights_.classifier_weight);
+    Value bias = b.upload_weight("classifier.bias", weights_.classifier_bias);
+    return b.linear("classifier", pooled, weight, &bias);  // (B, num_labels)
+  };
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return run_pass(backend, "bert_classify", recipe);
 }
 
 uint64_t Bert::parameter_count() const {
@@ -201,7 +230,7 @@ uint64_t Bert::parameter_count() const {
   const auto& w = weights_;
   uint64_t n = count(w.word_embeddings) + count(w.position_embeddings) + count(w.token_type_embeddings) +
                count(w.embeddings_norm.weight) + count(w.embeddings_norm.bias) + count(w.pooler_weight) +
-               count(w.pooler_bias);
+               count(w.pooler_bias) + count(w.classifier_weight) + count(w.classifier_bias);
   for (const auto& layer : w.layers) n += layer.parameter_count();
   if (const auto& m = w.masked_lm) {
     n += count(m->dense_weight) + count(m->dense_bias) + count(m->norm.weight) + count(m->norm.bias) + count(m->bias);
@@ -218,6 +247,7 @@ std::string Bert::describe() const {
       << " token types, " << c.num_layers << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead="
       << l.nhead << ",\n  dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation)
       << ", post-norm)" << (c.pooler ? ", pooler" : "") << (c.masked_lm ? ", masked-LM head" : "");
+  if (c.num_labels > 0) out << ", classifier of " << c.num_labels << (c.num_labels == 1 ? " label" : " labels");
   return out.str();
 }
 

@@ -47,6 +47,7 @@ class Pretrained {
                                                  : loaded_.encoder->parameter_count()},
                     {"pad_token_id", loaded_.tokenizer->token_id("[PAD]")},
                     {"mask_token_id", loaded_.tokenizer->token_id("[MASK]")},
+                    {"num_labels", loaded_.encoder ? loaded_.encoder->config().num_labels : 0},
                     {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}});
   }
 
@@ -105,13 +106,17 @@ class Pretrained {
     return py::make_tuple(pair(), recorded);
   }
 
-  // An encoder's masked-LM logits (B, T, V) (BertForMaskedLM's head), inputs as encoder_forward's.
-  py::object masked_lm(const IdArray& ids, const std::optional<IdArray>& token_type_ids,
-                       const std::optional<py::array>& key_padding_mask, bool trace,
-                       std::optional<bool> fold_layout_steps) {
+  // The logits of an encoder's head, inputs as encoder_forward's: Bert::masked_lm's (B, T, V)
+  // (BertForMaskedLM's) or Bert::classify's (B, num_labels) (BertForSequenceClassification's).
+  template <auto Head>
+  py::object encoder_head(const IdArray& ids, const std::optional<IdArray>& token_type_ids,
+                          const std::optional<py::array>& key_padding_mask, bool trace,
+                          std::optional<bool> fold_layout_steps) {
     const EncoderInputs in = encoder_inputs(ids, token_type_ids, key_padding_mask);
-    return run([&](Backend& backend) { return in.bert.masked_lm(backend, in.ids, in.types, in.padding); }, trace,
-               fold_layout_steps);
+    auto pass = [&](Backend& backend) {
+      return (in.bert.*Head)(backend, in.ids, in.types, in.padding, AttentionPath::automatic);
+    };
+    return run(pass, trace, fold_layout_steps);
   }
 
   // `max_new_tokens` ids after `prompt` through the KV cache (Generation): greedy at temperature
@@ -186,8 +191,10 @@ void bind_pretrained(py::module_& m) {
            py::arg("attention") = "auto", py::arg("logits_to_keep") = 0)
       .def("encoder_forward", &Pretrained::encoder_forward, py::arg("ids"), py::arg("token_type_ids"),
            py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
-      .def("masked_lm", &Pretrained::masked_lm, py::arg("ids"), py::arg("token_type_ids"), py::arg("key_padding_mask"),
-           py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("masked_lm", &Pretrained::encoder_head<&Bert::masked_lm>, py::arg("ids"), py::arg("token_type_ids"),
+           py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("classify", &Pretrained::encoder_head<&Bert::classify>, py::arg("ids"), py::arg("token_type_ids"),
+           py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
            py::arg("top_k"), py::arg("seed"), py::arg("cache_dtype") = "");
 }

@@ -2,7 +2,9 @@
 bert-base-uncased: BertForMaskedLM's names, F16) against torch running the same weights from the
 model's definition (models/tiny_bert/train.py), on both backends: texts padded as a tokenizer pads
 them, ids with token types and Hugging Face's attention_mask, the trace's steps, bad inputs."""
+import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -69,6 +71,58 @@ def test_the_masked_lm_head_gives_torchs_logits_and_fills_a_mask(device, torch_m
     np.testing.assert_allclose([p for _, p in fills], probabilities[best].numpy(), atol=1e-5)
     with pytest.raises(vkattn.ShapeError, match="has no \\[MASK\\] token to fill"):
         bert.fill_mask("Alice was tired.")
+
+
+@pytest.fixture(scope="module")
+def classifier_folder(tmp_path_factory, torch_bert):
+    """tiny_bert as BertForSequenceClassification saves it (its encoder under "bert.", a classifier
+    of three labels on the pooler's output, random), and torch's classifier: (folder, nn.Linear)"""
+    from article_safetensors import save_safetensors
+    folder = tmp_path_factory.mktemp("classifier")
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(os.path.join(FOLDER, name), folder / name)
+    with open(os.path.join(FOLDER, "config.json")) as f:
+        config = json.load(f)
+    config.update(architectures=["BertForSequenceClassification"], torch_dtype="float32",
+                  id2label={"0": "sad", "1": "calm", "2": "glad"}, label2id={"sad": 0, "calm": 1, "glad": 2})
+    (folder / "config.json").write_text(json.dumps(config))
+    torch.manual_seed(5)
+    classifier = torch.nn.Linear(torch_bert.pooler.dense.in_features, 3)
+    weights = {"bert." + name: t for name, t in torch_bert.state_dict().items()}
+    weights.update({"classifier." + name: t for name, t in classifier.state_dict().items()})
+    save_safetensors(weights, folder / "model.safetensors", {"format": "pt"})
+    return folder, classifier.eval()
+
+
+def test_a_sequence_classifier_gives_torchs_logits(device, torch_bert, classifier_folder):
+    folder, classifier = classifier_folder
+    bert = vkattn.from_pretrained(folder, device=device)
+    assert bert.config["num_labels"] == 3 and bert.config["id2label"]["2"] == "glad"
+    texts = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
+    ids = [bert.encode(t) for t in texts]
+    T = len(ids[0])
+    padded = torch.tensor([ids[0], ids[1] + [0] * (T - len(ids[1]))])
+    mask = torch.tensor([[1] * T, [1] * len(ids[1]) + [0] * (T - len(ids[1]))])
+    with torch.no_grad():
+        expected = classifier(torch_bert(padded, torch.zeros_like(padded), mask)[1])  # (2, 3)
+    logits = bert.classify(texts)
+    assert logits.shape == (2, 3)
+    assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+    assert_close(bert.classify(texts[1]), expected[1:], atol=1e-4, rtol=1e-4)
+    with pytest.raises(vkattn.ConfigError, match=r"this BERT has no classifier \(BertForSequenceClassification's"):
+        vkattn.from_pretrained(FOLDER, device=device).classify("Alice")
+
+
+def test_a_classifier_of_other_labels_than_config_names_is_refused(tmp_path, classifier_folder):
+    folder, _ = classifier_folder
+    for name in os.listdir(folder):
+        shutil.copy(folder / name, tmp_path / name)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["id2label"] = {"0": "no", "1": "yes"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(vkattn.FileError, match=r"tensor 'classifier.weight' is float32 \(3, 64\), expected float "
+                                               r"\(num_labels, hidden_size\) = \(2, 64\)"):
+        vkattn.from_pretrained(tmp_path, device="cpu")
 
 
 def test_token_types_are_read(device, torch_bert):

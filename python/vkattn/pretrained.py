@@ -201,6 +201,13 @@ class PretrainedEncoder(_Checkpoint):
         no masked-LM head (its cls.predictions)."""
         return self._impl.masked_lm(*self._inputs(tokens, token_type_ids, attention_mask), False)
 
+    def classify(self, tokens, token_type_ids=None, attention_mask=None):
+        """BertForSequenceClassification's logits (B, num_labels) of a text, texts or ids (inputs
+        as a call's): its classifier on the pooler's output; config["id2label"] names the labels
+        (softmax the logits for their probabilities). ConfigError where the checkpoint has no
+        classifier."""
+        return self._impl.classify(*self._inputs(tokens, token_type_ids, attention_mask), False)
+
     def fill_mask(self, text, top_k=5):
         """The likeliest tokens at each [MASK] of `text`, as Hugging Face's fill-mask pipeline
         gives them: a list (one per [MASK], in order) of `top_k` (token, probability) pairs."""

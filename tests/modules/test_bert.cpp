@@ -163,6 +163,45 @@ TEST_F(BertCheckpoint, TheMaskedLMHeadGivesTheVocabularysScoresOnBothBackends) {
   EXPECT_TRUE(testing::all_close(logits, on_cpu));
 }
 
+// BertForSequenceClassification's head: classifier (num_labels, E) on the pooler's output, GPU and
+// reference against the pooled output times the classifier by hand; its checks by name (the
+// Python tests hold it to torch's logits).
+TEST_F(BertCheckpoint, TheClassifierScoresThePooledOutputOnBothBackends) {
+  BertConfig config{.vocab_size = 13,
+                    .max_positions = 9,
+                    .num_layers = 2,
+                    .layer = {.d_model = 12, .nhead = 3, .dim_feedforward = 17, .activation = Activation::gelu},
+                    .num_labels = 3};
+  const Bert bert(config, BertWeights::random(config, 4));
+  const Tensor ids({2, 5}, {2, 7, 3, 11, 1, 4, 4, 12, 0, 9}, DType::int64);
+  const Tensor padding({2, 5}, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, DType::boolean);
+  const Tensor pooled = *bert.forward(cpu(), ids, std::nullopt, padding).pooler_output;  // (2, E)
+  const auto& w = bert.weights();
+  Tensor want({2, 3});
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t l = 0; l < 3; ++l) {
+      double sum = w.classifier_bias.data[l];
+      for (int64_t e = 0; e < 12; ++e) sum += double(pooled.data[b * 12 + e]) * w.classifier_weight.data[l * 12 + e];
+      want.data[b * 3 + l] = static_cast<float>(sum);
+    }
+  }
+  for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    const Tensor logits = bert.classify(*backend, ids, std::nullopt, padding);
+    EXPECT_EQ(logits.shape, (Shape{2, 3})) << backend->name();
+    EXPECT_TRUE(testing::all_close(logits, want)) << backend->name();
+  }
+  EXPECT_NE(bert.describe().find("classifier of 3 labels"), std::string::npos) << bert.describe();
+  BertWeights wrong = bert.weights();
+  wrong.classifier_bias = Tensor({2});
+  expect_error<ShapeError>([&] { Bert(config, wrong); }, {"classifier.bias", "(2,)", "(num_labels,) = (3,)"});
+  config.pooler = false;
+  expect_error<ConfigError>([&] { Bert(config, BertWeights::random(config, 1)); },
+                            {"num_labels=3", "a classifier (num_labels > 0) needs the pooler it reads"});
+  const io::Pretrained p = io::load_pretrained(kTinyBert);
+  expect_error<ConfigError>([&] { p.encoder->classify(cpu(), ids); },
+                            {"Bert.classify: this BERT has no classifier (BertForSequenceClassification's head"});
+}
+
 TEST_F(BertCheckpoint, BadInputsAreNamed) {
   const io::Pretrained p = io::load_pretrained(kTinyBert);
   const Bert& bert = *p.encoder;

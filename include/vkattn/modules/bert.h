@@ -13,6 +13,8 @@
 //   cls.predictions.transform.dense (linear), …gelu,    (B, T, E) -> (B, T, E)
 //     …LayerNorm (layer_norm)
 //   cls.predictions.decoder (linear)                    -> (B, T, V): · word_embeddingsᵀ + bias
+// and, for classify() (BertForSequenceClassification's head), from the pooler's output:
+//   classifier (linear)                                 (B, E) -> (B, num_labels): the logits
 // Padding is a key_padding_mask (True = padding), as torch's: Hugging Face's attention_mask is its
 // opposite (1 = a token to attend to). Padded positions are computed like any other; no query
 // attends to them. Dropout is the identity (eval mode).
@@ -38,6 +40,7 @@ struct BertConfig {
                                         // gelu (hidden_act), layer_norm_eps, post-norm
   bool pooler = true;             // BertModel(add_pooling_layer=True)
   bool masked_lm = false;         // BertForMaskedLM's head (cls.predictions)
+  int64_t num_labels = 0;         // BertForSequenceClassification's classifier: its labels; 0: none
 };
 
 // BertForMaskedLM's head (cls.predictions): the vocabulary's scores of each position.
@@ -56,6 +59,7 @@ struct BertWeights {
   std::vector<TransformerEncoderLayerWeights> layers;  // encoder.layer.N.… under torch's names
   Tensor pooler_weight, pooler_bias;  // (E, E), (E,): pooler.dense; none without the pooler
   std::optional<BertMaskedLMWeights> masked_lm;  // with config.masked_lm
+  Tensor classifier_weight, classifier_bias;     // (num_labels, E), (num_labels,): classifier; none without
 
   // Embeddings U(-1, 1), linear weights U(-1/√in, 1/√in), norms 1 ± 0.25 and ± 0.25, from `seed`.
   static BertWeights random(const BertConfig& config, uint32_t seed);
@@ -87,6 +91,14 @@ class Bert : public KeepsWeights {
   Tensor masked_lm(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
                    const std::optional<Tensor>& key_padding_mask = {},
                    AttentionPath attention = AttentionPath::automatic) const;
+
+  // BertForSequenceClassification's logits (B, num_labels) of the same inputs: its classifier on
+  // the pooler's output (softmax them for single-label classification, sigmoid for multi-label;
+  // one label is a regression's value). ConfigError when the checkpoint has no such head.
+  // One traced pass "bert_classify".
+  Tensor classify(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
+                  const std::optional<Tensor>& key_padding_mask = {},
+                  AttentionPath attention = AttentionPath::automatic) const;
 
   int64_t vocab_size() const { return config_.vocab_size; }
   uint64_t parameter_count() const;
