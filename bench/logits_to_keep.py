@@ -48,7 +48,8 @@ def main():
         folder = pathlib.Path(scratch)
         write_folder(folder, model, vocab, merges, args.dtype, layers=args.layers)
         gpt2 = vkattn.from_pretrained(folder, device=args.device)
-    print(f"{gpt2.device}; GPT-2 small's shape, {args.layers} layer{'s' if args.layers != 1 else ''}, {len(vocab)} tokens, {args.dtype}")
+    layers = f"{args.layers} layer{'s' if args.layers != 1 else ''}"
+    print(f"{gpt2.device}; GPT-2 small's shape, {layers}, {len(vocab)} tokens, {args.dtype}")
     print("a prompt's pass, ms: every position's logits, the last position's alone (logits_to_keep=1)")
     print(f"{'tokens':>7}{'every':>10}{'(range)':>18}{'the last':>10}{'(range)':>18}{'faster':>8}")
     rng = np.random.default_rng(0)
