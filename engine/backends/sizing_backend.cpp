@@ -13,7 +13,7 @@ struct SizedStorage final : Storage {
   ~SizedStorage() override { pool->release(bytes); }
   std::shared_ptr<Pool> pool;
   uint64_t bytes;
-  bool sixteen_bit = false;  // a weight kept 16-bit
+  Narrow narrow = Narrow::none;  // a weight kept 16-bit
 };
 }  // namespace
 
@@ -25,9 +25,9 @@ SizingBackend::SizingBackend(uint64_t reuse_from_bytes, decltype(MemoryLimits::g
       folds_into_store_(folds_into_store) {}
 
 void SizingBackend::scratch(const std::string& step, const std::string& product, int64_t batch, int64_t group,
-                            int64_t M, int64_t N, int64_t K, int64_t a_heads, bool b_16bit) {
+                            int64_t M, int64_t N, int64_t K, int64_t a_heads, Narrow b_format) {
   if (!gemm_scratch_floats_) return;
-  if (const int64_t floats = gemm_scratch_floats_(product, batch, group, M, N, K, a_heads, b_16bit); floats > 0) {
+  if (const int64_t floats = gemm_scratch_floats_(product, batch, group, M, N, K, a_heads, b_format); floats > 0) {
     allocate(step + " (B packed)", floats);  // given back at once, as at the end of the step
   }
 }
@@ -54,12 +54,12 @@ std::shared_ptr<Storage> SizingBackend::allocate(const std::string& name, int64_
 
 std::shared_ptr<Storage> SizingBackend::store(const std::string& name, const Tensor& tensor, Narrow as) {
   auto storage = allocate(name, stored_words(tensor.size(), as));
-  static_cast<SizedStorage<Pool>&>(*storage).sixteen_bit = as != Narrow::none;
+  static_cast<SizedStorage<Pool>&>(*storage).narrow = as;
   return storage;
 }
 
-bool SizingBackend::is_16bit(const Storage& storage) {
-  return static_cast<const SizedStorage<Pool>&>(storage).sixteen_bit;
+Narrow SizingBackend::format_of(const Storage& storage) {
+  return static_cast<const SizedStorage<Pool>&>(storage).narrow;
 }
 
 // Zeros: a recipe that reads a value back mid-pass (a host step) gets numbers of the right count.

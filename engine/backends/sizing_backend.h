@@ -52,7 +52,7 @@ class SizingBackend final : public Backend {
 
   void run_linear(const std::string& step, const Storage&, const Storage& w, const Storage*, Storage&, int64_t N,
                   int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout, StoreFold) override {
-    scratch(step, "linear", 1, 1, N, M, K, x_layout.heads, is_16bit(w));
+    scratch(step, "linear", 1, 1, N, M, K, x_layout.heads, format_of(w));
   }
   void run_split_heads(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
                        int64_t) override {}
@@ -60,7 +60,7 @@ class SizingBackend final : public Backend {
                       int64_t) override {}
   void run_attention_scores(const std::string& step, const Storage&, const Storage&, Storage&, int64_t BH, int64_t L,
                             int64_t S, int64_t d, float, int64_t group) override {
-    scratch(step, "attention_scores", BH, group, L, S, d, 0, false);
+    scratch(step, "attention_scores", BH, group, L, S, d, 0, Narrow::none);
   }
   void run_attention_mask(const std::string&, const Storage&, const Storage*, int, const Storage*, bool, int64_t,
                           Storage&, int64_t, int64_t, int64_t, int64_t) override {}
@@ -109,9 +109,9 @@ class SizingBackend final : public Backend {
     void release(uint64_t bytes);
   };
   // A GEMM step's own buffer, taken and given back, as the real backend's (gemm_scratch_floats_)
-  void scratch(const std::string& step, const std::string& product, int64_t batch, int64_t group, int64_t M,
-               int64_t N, int64_t K, int64_t a_heads, bool b_16bit);
-  static bool is_16bit(const Storage& storage);  // stored so by store()
+  void scratch(const std::string& step, const std::string& product, int64_t batch, int64_t group, int64_t M, int64_t N,
+               int64_t K, int64_t a_heads, Narrow b_format);
+  static Narrow format_of(const Storage& storage);  // as store() stored it
   std::vector<SizedTensor> tensors_;
   std::shared_ptr<Pool> pool_;
   decltype(MemoryLimits::gemm_scratch_floats) gemm_scratch_floats_;

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "reference/reference.h"
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/tensor.h"
@@ -53,7 +54,8 @@ constexpr const char* kDiffers = "differs from the reference by ";
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// One problem to run on any backend: its inputs as tensors, the step that runs them.
+// One problem to run on any backend: its inputs as tensors (16-bit weights where a tensor says
+// so: Tensor::narrow), the step that runs them.
 struct Runnable {
   std::vector<Tensor> inputs;
   std::function<Value(Backend&, const std::vector<Value>&)> run;
@@ -68,9 +70,13 @@ struct Trial {
   std::string left_out;
 };
 
-std::vector<Value> upload_all(Backend& backend, const std::vector<Tensor>& tensors) {
+std::vector<Value> upload_all(Backend& backend, const Runnable& problem) {
   std::vector<Value> values;
-  for (size_t i = 0; i < tensors.size(); ++i) values.push_back(backend.upload("input" + std::to_string(i), tensors[i]));
+  for (size_t i = 0; i < problem.inputs.size(); ++i) {
+    const Tensor& input = problem.inputs[i];
+    const std::string name = "input" + std::to_string(i);
+    values.push_back(input.narrow == Narrow::none ? backend.upload(name, input) : backend.upload_matrix(name, input));
+  }
   return values;
 }
 
@@ -90,7 +96,7 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
                 const std::vector<Runnable>& timeds, uint64_t k, const Progress& progress, size_t& chosen) {
   const auto start = Clock::now();
   ReferenceBackend cpu;
-  const Tensor expected = cpu.download(checks[0].run(cpu, upload_all(cpu, checks[0].inputs)));
+  const Tensor expected = cpu.download(checks[0].run(cpu, upload_all(cpu, checks[0])));
   // sums of k products of values in [-1, 1]: their rounding grows as √k
   const double atol = 1e-5 * std::sqrt(double(std::max<uint64_t>(k, 1))) + 1e-5, rtol = 1e-4;
   std::vector<Trial> trials(plans.size());
@@ -112,7 +118,7 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
     try {
       t.backend = make(i);
       const Runnable& check = checks[std::min(i, checks.size() - 1)];
-      const Tensor got = t.backend->download(check.run(*t.backend, upload_all(*t.backend, check.inputs)));
+      const Tensor got = t.backend->download(check.run(*t.backend, upload_all(*t.backend, check)));
       const ValueDiff diff = compare_values(got, expected, atol, rtol);
       if (diff.mismatches > 0) {
         t.left_out = kDiffers + std::to_string(diff.max_abs_error);
@@ -157,7 +163,7 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
   for (Trial& t : trials) {
     if (!t.backend) continue;
     try {
-      t.inputs = upload_all(*t.backend, t.timed->inputs);
+      t.inputs = upload_all(*t.backend, *t.timed);
       time_runs(t, 1);
       t.ms.push_back(1e3 * time_runs(t, 1));
     } catch (const DeviceError& e) {
@@ -215,11 +221,22 @@ Outcome measure(const std::string& what, const std::vector<std::string>& plans,
   return outcome;
 }
 
-// `problem` as a runnable GEMM step with batch × M rows.
-Runnable gemm_runnable(const std::string& step, uint64_t batch, uint64_t M, uint64_t N, uint64_t K) {
-  const auto b = int64_t(batch), m = int64_t(M), n = int64_t(N), k = int64_t(K);
-  if (step == "linear") {
-    return {{random_tensor({b * m, k}, 1), random_tensor({n, k}, 2)},
+// ", B bfloat16" for a 16-bit B; nothing for float32
+std::string format_text(Narrow b_format) {
+  return b_format == Narrow::none ? "" : std::string(", B ") + narrow_name(b_format);
+}
+
+// `problem` as a runnable GEMM step, with batch × M rows.
+Runnable gemm_runnable(const GemmProblem& problem, uint64_t batch, uint64_t M) {
+  const std::string& step = problem.step;
+  const auto b = int64_t(batch), m = int64_t(M), n = int64_t(problem.N), k = int64_t(problem.K);
+  if (step == "linear") {  // the weights 16-bit as a checkpoint's are: every value exactly one
+    Tensor weights = random_tensor({n, k}, 2);
+    if (problem.b_format != Narrow::none) {
+      for (float& w : weights.data) w = reference::round_to(w, static_cast<int>(problem.b_format));
+      weights.narrow = problem.b_format;
+    }
+    return {{random_tensor({b * m, k}, 1), weights},
             [](Backend& be, const std::vector<Value>& in) { return be.linear("linear", in[0], in[1], nullptr); }};
   }
   if (step == "attention_scores") {  // Q (1, batch, M, K) · K (1, batch, N, K)ᵀ
@@ -237,7 +254,7 @@ std::string gemm_text(const GemmProblem& p) {
   const std::string rows = p.batch > 1 ? std::to_string(p.batch) + " × (" : "(";
   if (p.step == "linear") {
     return "(" + std::to_string(p.M) + ", " + std::to_string(p.K) + ") · (" + std::to_string(p.N) + ", " +
-           std::to_string(p.K) + ")ᵀ";
+           std::to_string(p.K) + ")ᵀ" + format_text(p.b_format);
   }
   return rows + std::to_string(p.M) + ", " + std::to_string(p.K) + ") · (" + std::to_string(p.K) + ", " +
          std::to_string(p.N) + ")";
@@ -247,7 +264,7 @@ std::string gemm_text(const GemmProblem& p) {
 
 std::string shape_class(const GemmProblem& p) {
   return p.step + ": rows ≤ " + std::to_string(bucket(p.batch * p.M)) + ", n ≤ " + std::to_string(bucket(p.N)) +
-         ", k ≤ " + std::to_string(bucket(p.K));
+         ", k ≤ " + std::to_string(bucket(p.K)) + format_text(p.b_format);
 }
 
 std::string shape_class(const FlashProblem& p) {
@@ -280,9 +297,10 @@ std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, 
   return plans;
 }
 
-std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device, const std::string& product) {
+std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device, const std::string& product,
+                                              Narrow b_format) {
   vulkan::GemmPlan rule = vulkan::plan_gemm(device);
-  const bool packs = product != "attention_values";
+  const bool packs = product != "attention_values" && b_format == Narrow::none;
   rule.packed_b = rule.packed_b && packs;
   std::vector<vulkan::GemmPlan> plans{rule};
   auto add = [&](vulkan::GemmPlan plan) {  // a variant of the rule, once
@@ -510,8 +528,8 @@ Outcome tune_gemm(const std::shared_ptr<vulkan::Context>& context, const VulkanB
         o.gemm = std::make_shared<const vulkan::GemmPlan>(distinct[i]);
         return std::make_unique<VulkanBackend>(context, o);
       },
-      {gemm_runnable(problem.step, std::min<uint64_t>(problem.batch, 2), check_rows, problem.N, problem.K)},
-      {gemm_runnable(problem.step, timed.batch, timed.M, timed.N, timed.K)}, problem.K, progress, chosen);
+      {gemm_runnable(problem, std::min<uint64_t>(problem.batch, 2), check_rows)},
+      {gemm_runnable(problem, timed.batch, timed.M)}, problem.K, progress, chosen);
   outcome.problem = gemm_text(timed);
   outcome.plan = to_json(distinct[chosen]);
   return outcome;

@@ -37,13 +37,17 @@
 #include "engine/vulkan/gemm_plan.h"
 #include "engine/vulkan/step_plans.h"
 #include "vkattn/backends/vulkan_backend.h"
+#include "vkattn/tensor.h"
 
 namespace vkattn::tuning {
 
-// C (batch, M, N) = A (batch, M, K) · B, as one of the GEMM steps runs it.
+// C (batch, M, N) = A (batch, M, K) · B, as one of the GEMM steps runs it: B 16-bit where a
+// backend keeps linear's weights so (Backend::upload_matrix), which reads them otherwise (never
+// packed) and holds twice as many in a buffer.
 struct GemmProblem {
   std::string step;  // linear, attention_scores, attention_values
   uint64_t batch = 1, M = 1, N = 1, K = 1;
+  Narrow b_format = Narrow::none;
   double multiply_adds() const { return double(batch) * double(M) * double(N) * double(K); }
 };
 // Q (heads, L, d) against K and V (heads, S, d), causal or not.
@@ -70,8 +74,8 @@ struct DecodingProblem {
   double multiply_adds() const { return 2.0 * double(rows) * double(keys) * double(d); }
 };
 
-// "linear: rows ≤ 4096, n ≤ 512, k ≤ 512"; "flash_attention: d 64, L ≤ 128, S ≤ 128, causal";
-// "softmax: rows ≤ 32768, n ≤ 128"
+// "linear: rows ≤ 4096, n ≤ 512, k ≤ 512" (", B bfloat16" after it for a 16-bit B);
+// "flash_attention: d 64, L ≤ 128, S ≤ 128, causal"; "softmax: rows ≤ 32768, n ≤ 128"
 std::string shape_class(const GemmProblem& problem);
 std::string shape_class(const FlashProblem& problem);
 std::string shape_class(const RowProblem& problem);
@@ -84,8 +88,9 @@ constexpr double kSmallestTuned = 8e6;
 constexpr uint64_t kShortestTunedDecoding = 128;
 
 // The plans tuning chooses among on `device`, the rule's first; for attention_values, whose B is
-// stored (K, N), none packs B.
-std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device, const std::string& product = "linear");
+// stored (K, N), and for a 16-bit B, none packs B.
+std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device, const std::string& product = "linear",
+                                              Narrow b_format = Narrow::none);
 // Flash plans for head dim `d` (the tiled ones must fit its rows in shared memory).
 std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size,
                                                 uint32_t d = 64);

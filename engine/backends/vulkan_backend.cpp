@@ -233,8 +233,8 @@ std::optional<MemoryLimits> VulkanBackend::memory_limits() const {
   // pass's first GEMM of the class would: hence the cast)
   auto* self = const_cast<VulkanBackend*>(this);
   limits.gemm_scratch_floats = [self](const std::string& product, int64_t batch, int64_t group, int64_t M, int64_t N,
-                                      int64_t K, int64_t a_heads, bool b_16bit) {
-    return int64_t(self->gemm_launch(product, batch, M, N, K, false, group, a_heads, b_16bit).packed_texels) * 4;
+                                      int64_t K, int64_t a_heads, Narrow b_format) {
+    return int64_t(self->gemm_launch(product, batch, M, N, K, false, group, a_heads, b_format).packed_texels) * 4;
   };
   if (s_->options.buffer_limit_bytes > 0 && s_->options.buffer_limit_bytes < limits.max_tensor_bytes) {
     limits.max_tensor_bytes = s_->options.buffer_limit_bytes;
@@ -306,9 +306,10 @@ void VulkanBackend::dispatch(const std::string& step, const vulkan::Kernel& kern
 
 VulkanBackend::GemmLaunch VulkanBackend::gemm_launch(const std::string& name, int64_t batch, int64_t M, int64_t N,
                                                      int64_t K, bool b_k_by_n, int64_t group, int64_t a_heads,
-                                                     bool b_16bit) {
+                                                     Narrow b_format) {
   GemmLaunch launch;
-  launch.plan = gemm_plan_for(name, batch, M, N, K).fitted(uint64_t(N));
+  launch.plan = gemm_plan_for(name, batch, M, N, K, b_format).fitted(uint64_t(N));
+  const bool b_16bit = b_format != Narrow::none;
   // vec4 loads need every row of A and B to start on a multiple of 4 floats, and A's heads
   // where A is read from (B, H, T, d)
   launch.vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_heads == 0 || K / a_heads % 4 == 0);
@@ -336,8 +337,7 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
     throw std::logic_error(step + ": a residual folds into linear's plain store only");
   }
   const Narrow b_narrow = narrow_of(b);
-  const GemmLaunch launch =
-      gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads, b_narrow != Narrow::none);
+  const GemmLaunch launch = gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads, b_narrow);
   const vulkan::GemmPlan& plan = launch.plan;
   std::vector<uint32_t> specialization = plan.specialization(launch.vec4, bias != nullptr);
   const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;  // d a multiple of 4

@@ -47,9 +47,9 @@ void remember(vulkan::PlanCache& cache, const std::string& shape_class, const tu
 
 }  // namespace
 
-vulkan::GemmPlan VulkanBackend::gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N,
-                                              int64_t K) {
-  const tuning::GemmProblem problem{name, uint64_t(batch), uint64_t(M), uint64_t(N), uint64_t(K)};
+vulkan::GemmPlan VulkanBackend::gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K,
+                                              Narrow b_format) {
+  const tuning::GemmProblem problem{name, uint64_t(batch), uint64_t(M), uint64_t(N), uint64_t(K), b_format};
   if (s_->options.gemm) return s_->gemm;  // as asked
   if (!s_->cache || problem.multiply_adds() < tuning::kSmallestTuned) return s_->gemm.for_rows(uint64_t(M));
   const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
@@ -59,7 +59,7 @@ vulkan::GemmPlan VulkanBackend::gemm_plan_for(const std::string& name, int64_t b
     return s_->gemm_plans[shape_class] = *plan;
   }
   const tuning::Outcome outcome =
-      tuning::tune_gemm(s_->context, s_->options, problem, tuning::gemm_candidates(s_->device, name),
+      tuning::tune_gemm(s_->context, s_->options, problem, tuning::gemm_candidates(s_->device, name, b_format),
                         [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
   remember(*s_->cache, shape_class, outcome);
   return s_->gemm_plans[shape_class] = tuning::gemm_plan_from_json(outcome.plan);

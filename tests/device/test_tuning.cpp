@@ -23,9 +23,11 @@
 #include "engine/backends/tuner.h"
 #include "engine/vulkan/faults.h"
 #include "engine/vulkan/plan_cache.h"
+#include "reference/reference.h"
 #include "tests/support/gemm_tilings.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/backends/reference_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tracing/tracer.h"
@@ -637,6 +639,46 @@ TEST_F(Tuning, WhenTheDeviceRefusesEveryCandidateTheRulesPlanRunsAndItIsSaidOnce
   EXPECT_NE(text.find("tuning " + shape_class + ": no candidate could run ("), std::string::npos) << text;
   EXPECT_NE(text.find("the fixed rule's plan runs"), std::string::npos) << text;
   EXPECT_TRUE(read()["plans"][shape_class].contains("none_ran"));
+}
+
+// Weights kept 16-bit (a bfloat16 checkpoint's) are read by other code than float32 weights, never
+// packed, and fit a buffer twice as large: tuning measures them as they run, in a class of their
+// own. Here the buffer limit holds B (384, 1024) in bfloat16 (768 KiB) but not in float32
+// (1.5 MiB), as lavapipe's 128 MiB holds GPT-2's lm_head in bfloat16 and not in float32.
+TEST_F(Tuning, SixteenBitWeightsAreMeasuredAsTheyRunInAClassOfTheirOwn) {
+  const auto& device = testing::shared_context()->device_report();
+  VulkanBackendOptions o = options();
+  o.buffer_limit_bytes = 1 << 20;
+  VulkanBackend gpu(testing::shared_context(), o);
+  std::ostringstream said;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(said);
+  spdlog::default_logger()->sinks().push_back(sink);
+  Tensor w = random_tensor({384, 1024}, 2);
+  for (float& v : w.data) v = reference::round_to(v, static_cast<int>(Narrow::bfloat16));
+  w.narrow = Narrow::bfloat16;
+  const Tensor x = random_tensor({200, 1024}, 1);
+  auto run = [&](Backend& b) {
+    return b.download(b.linear("lm_head", b.upload("x", x), b.upload_matrix("w", w), nullptr));
+  };
+  ReferenceBackend cpu;
+  EXPECT_TRUE(all_close(run(gpu), run(cpu), {.atol = 3e-4f, .rtol = 1e-4f}));
+  spdlog::default_logger()->sinks().pop_back();
+  EXPECT_EQ(said.str(), "") << "every candidate ran";
+
+  const std::string shape_class =
+      tuning::shape_class(tuning::GemmProblem{"linear", 1, 200, 384, 1024, Narrow::bfloat16});
+  EXPECT_EQ(shape_class, "linear: rows ≤ 256, n ≤ 512, k ≤ 1024, B bfloat16");
+  ASSERT_EQ(gpu.tuned_plans().size(), 1u) << "the 16-bit class alone";
+  EXPECT_EQ(gpu.tuned_plans()[0].first, shape_class);
+  const nlohmann::json entry = read()["plans"][shape_class];
+  EXPECT_EQ(entry["problem"], "(200, 1024) · (384, 1024)ᵀ, B bfloat16");
+  const auto candidates = tuning::gemm_candidates(device, "linear", Narrow::bfloat16);
+  EXPECT_EQ(entry["measured_ms"].size(), candidates.size()) << entry.dump(2);
+  for (const auto& [plan, ms] : entry["measured_ms"].items()) {
+    EXPECT_TRUE(ms.is_number()) << plan << ": " << ms;
+    EXPECT_EQ(plan.find("B packed"), std::string::npos) << plan << ": a 16-bit B is never packed";
+  }
+  for (const auto& c : candidates) EXPECT_FALSE(c.packed_b) << c.describe();
 }
 
 // Which ops a forward ran: "fused" when flash_attention, "unfused" when softmax.

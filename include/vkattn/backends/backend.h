@@ -95,9 +95,9 @@ struct MemoryLimits {
   // The floats a GEMM step takes besides its output, given back when it ends (VulkanBackend: B
   // rewritten for the broadcast tiling, shaders/gemm_pack.comp), 0 for none, none where unset:
   // `product` linear or attention_scores, A (batch, M, K) with its columns read from `a_heads`
-  // heads (0: in place), B (batch / group, N, K), 16-bit where b_16bit (upload_matrix).
+  // heads (0: in place), B (batch / group, N, K), 16-bit where b_format says (upload_matrix).
   std::function<int64_t(const std::string& product, int64_t batch, int64_t group, int64_t M, int64_t N, int64_t K,
-                        int64_t a_heads, bool b_16bit)>
+                        int64_t a_heads, Narrow b_format)>
       gemm_scratch_floats;
 };
 

@@ -239,20 +239,22 @@ class VulkanBackend final : public Backend {
   const vulkan::Kernel& kernel(vulkan::Op op, std::vector<uint32_t> specialization = {}, uint32_t workgroup_size = 0,
                                uint32_t texel_bindings = 0, uint32_t lanes = 0, const std::string& build = {},
                                uint32_t word_bindings = 0);
-  // The GEMM plan for C (batch, M, N) = A (batch, M, K) · B through `name`'s shader: measured or
-  // remembered for the problem's shape class when tuning is on, else gemm_plan() with B packed
-  // only for enough rows (GemmPlan::for_rows); a plan asked for (options.gemm) as it is.
-  vulkan::GemmPlan gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K);
+  // The GEMM plan for C (batch, M, N) = A (batch, M, K) · B through `name`'s shader, B stored as
+  // `b_format` says: measured or remembered for the problem's shape class when tuning is on, else
+  // gemm_plan() with B packed only for enough rows (GemmPlan::for_rows); a plan asked for
+  // (options.gemm) as it is.
+  vulkan::GemmPlan gemm_plan_for(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K,
+                                 Narrow b_format);
   // flash_attention's plan for `heads` heads of L queries and S keys of d: as gemm_plan_for.
   const vulkan::FlashPlan& flash_plan_for(int64_t heads, int64_t L, int64_t S, int64_t d, bool causal);
   // softmax's or layer_norm's plan for `rows` rows of `cols`: as gemm_plan_for.
   const vulkan::RowPlan& row_plan_for(const std::string& step, int64_t rows, int64_t cols);
   // How run_gemm runs C (batch, M, N) = A (batch, M, K) · B through `name`'s shader (arguments as
-  // its; b_16bit: B kept 16-bit, read from its storage buffer or as RG32UI texels, never
-  // packed): the plan, and whether and how large B packed (in the .cpp).
+  // its; b_format: B kept 16-bit, read from its storage buffer or as RG32UI texels, never packed,
+  // or not): the plan, and whether and how large B packed (in the .cpp).
   struct GemmLaunch;
   GemmLaunch gemm_launch(const std::string& name, int64_t batch, int64_t M, int64_t N, int64_t K, bool b_k_by_n,
-                         int64_t group, int64_t a_heads, bool b_16bit);
+                         int64_t group, int64_t a_heads, Narrow b_format);
   // C (batch, M, N) = scale · A (batch, M, K) · B + bias through shaders/<name>.comp (gemm.glsl);
   // B is stored (batch / group, K, N) when `b_k_by_n`, else (batch / group, N, K): `group`
   // consecutive items of A share one of B (grouped-query attention; 1 elsewhere); `fold` done to
