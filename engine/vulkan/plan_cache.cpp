@@ -89,33 +89,32 @@ std::vector<std::string> PlanCache::warnings() const {
   return warnings_;
 }
 
-std::map<std::string, nlohmann::json> PlanCache::read_file_locked() {
+std::map<std::string, nlohmann::json> PlanCache::read_file_locked(bool say_why) {
   std::map<std::string, nlohmann::json> plans;
+  auto ignored = [&](const std::string& why) {
+    if (say_why) warn_locked(why);
+    return std::map<std::string, nlohmann::json>{};
+  };
   std::error_code error;
   if (file_.empty() || !std::filesystem::exists(file_, error)) return plans;
   std::ifstream in(file_, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
-  if (!in) {
-    warn_locked(file_.string() + " cannot be read; its plans will be measured again");
-    return plans;
-  }
+  if (!in) return ignored(file_.string() + " cannot be read; its plans will be measured again");
   const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) {
-    warn_locked(file_.string() + " is not valid JSON (truncated or corrupt): ignored, its plans will be measured again");
-    return plans;
+    return ignored(file_.string() +
+                   " is not valid JSON (truncated or corrupt): ignored, its plans will be measured again");
   }
   if (!doc.is_object() || doc.value("format", 0) != kFormat || !doc.contains("plans") || !doc["plans"].is_object()) {
-    warn_locked(file_.string() + " is not a vkattn plan cache of format " + std::to_string(kFormat) +
-                ": ignored, its plans will be measured again");
-    return plans;
+    return ignored(file_.string() + " is not a vkattn plan cache of format " + std::to_string(kFormat) +
+                   ": ignored, its plans will be measured again");
   }
   const nlohmann::json want = key_.to_json();
   for (const char* field : {"device", "uuid", "driver", "build"}) {
     if (doc.value(field, std::string()) != want[field].get<std::string>()) {
-      warn_locked(file_.string() + " was tuned for another " + field + " (" + doc.value(field, std::string("none")) +
-                  ", this is " + want[field].get<std::string>() + "): its plans will be measured again");
-      return plans;
+      return ignored(file_.string() + " was tuned for another " + field + " (" + doc.value(field, std::string("none")) +
+                     ", this is " + want[field].get<std::string>() + "): its plans will be measured again");
     }
   }
   for (const auto& [shape_class, entry] : doc["plans"].items()) {
@@ -165,7 +164,8 @@ void PlanCache::remember(const std::string& shape_class, const nlohmann::json& e
   // lock, this process's entries winning, then replace the file whole.
   FileLock lock_file(file_.string() + ".lock");
   if (!lock_file.held()) return cannot(std::strerror(errno));
-  std::map<std::string, nlohmann::json> merged = read_file_locked();
+  // (what was wrong with the file was said when it was loaded: the file is now replaced, silently)
+  std::map<std::string, nlohmann::json> merged = read_file_locked(/*say_why=*/false);
   for (const auto& [name, plan] : plans_) merged[name] = plan;
   nlohmann::json doc = key_.to_json();
   doc["plans"] = merged;

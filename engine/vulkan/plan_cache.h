@@ -62,8 +62,9 @@ class PlanCache {
 
  private:
   void load_locked();
-  // The plans in the file now, if it is this key's and readable; warns otherwise.
-  std::map<std::string, nlohmann::json> read_file_locked();
+  // The plans in the file now, if it is this key's and readable; otherwise none, with a warning
+  // where `say_why`.
+  std::map<std::string, nlohmann::json> read_file_locked(bool say_why = true);
   void warn_locked(const std::string& text);
 
   PlanCacheKey key_;

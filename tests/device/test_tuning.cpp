@@ -404,9 +404,16 @@ TEST_F(Tuning, AnotherDriverOrBuildIsMeasuredAgain) {
     nlohmann::json doc = read();
     doc[field] = "something else";
     write(doc.dump());
+    // the backend's cache is this one (one a file in a process, while it is held)
+    auto cache = vulkan::plan_cache(testing::shared_context()->device_report(), dir_);
     auto gpu = backend();
     EXPECT_GT(linear(*gpu), 0) << "another " << field << "'s plans are not trusted";
     EXPECT_EQ(read()[field], nlohmann::json(vulkan::PlanCacheKey::of(testing::shared_context()->device_report()).to_json()[field]));
+    // said once, when the file was read, not again when it was replaced
+    ASSERT_EQ(cache->warnings().size(), 1u) << ::testing::PrintToString(cache->warnings());
+    EXPECT_NE(cache->warnings()[0].find(std::string("was tuned for another ") + field + " (something else, this is "),
+              std::string::npos)
+        << cache->warnings()[0];
   }
 }
 
