@@ -9,6 +9,13 @@
 //   encoder.layer.N.output.LayerNorm                    layers.N.norm2
 //   pooler.dense                                        pooler.dense, then tanh
 //   classifier (BertForSequenceClassification's)        classifier, on the pooler's output
+// RoBERTa's files (RobertaModel; RobertaForMaskedLM's and RobertaForSequenceClassification's
+// under "roberta.") name the encoder as BERT's; its positions count from pad_token_id + 1
+// (Bert's padding_idx), and its heads are
+//   lm_head.dense, lm_head.layer_norm, lm_head.bias     cls.predictions.transform.dense,
+//     (lm_head.decoder tied to the word embeddings)       .transform.LayerNorm, .bias (gelu between)
+//   classifier.dense, classifier.out_proj               classifier.dense (tanh after it, on the
+//                                                       first token), classifier.out_proj
 // Older files name a LayerNorm's weight and bias gamma and beta (TensorFlow's): read too.
 #include "engine/io/checkpoints.h"
 #include "vkattn/errors.h"
@@ -17,7 +24,22 @@ namespace vkattn::io::checkpoints {
 
 using nlohmann::json;
 
-BertState bert(const json& config_json, std::map<std::string, Tensor> file, const std::string& dir) {
+namespace {
+
+// RoBERTa's checkpoints, or BERT's
+enum class Family { bert, roberta };
+
+// A LayerNorm's weight and bias (E,) each under `name` (".weight" and ".bias", or TensorFlow's
+// ".gamma" and ".beta")
+LayerNormWeights layer_norm(CheckpointTensors& tensors, const std::string& name, int64_t E) {
+  const bool tf = !tensors.has(name + ".weight") && tensors.has(name + ".gamma");
+  return LayerNormWeights{tensors.take(name + (tf ? ".gamma" : ".weight"), {E}, "(E,)"),
+                          tensors.take(name + (tf ? ".beta" : ".bias"), {E}, "(E,)")};
+}
+
+// The encoder both families share (embeddings, layers, the pooler where the file has one); the
+// heads are left in `tensors` for the family's reader.
+BertState encoder(const json& config_json, CheckpointTensors& tensors, const std::string& dir, Family family) {
   const ConfigReader config(config_json, dir);
   config.require("is_decoder", false, false);
   config.require("add_cross_attention", false, false);
@@ -34,13 +56,6 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
                        std::to_string(H));
   }
 
-  CheckpointTensors tensors(std::move(file), dir, "bert.");
-  auto norm = [&](const std::string& name) {
-    const bool tf = !tensors.has(name + ".weight") && tensors.has(name + ".gamma");
-    return LayerNormWeights{tensors.take(name + (tf ? ".gamma" : ".weight"), {E}, "(E,)"),
-                            tensors.take(name + (tf ? ".beta" : ".bias"), {E}, "(E,)")};
-  };
-
   BertState state;
   auto& c = state.config;
   c.vocab_size = V;
@@ -49,14 +64,23 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
   c.num_layers = layers;
   c.layer = {.d_model = E, .nhead = H, .dim_feedforward = F, .activation = config.activation("hidden_act", "gelu"),
              .layer_norm_eps = config.number("layer_norm_eps", 1e-12f), .norm_first = false};
+  if (family == Family::roberta) {  // RobertaEmbeddings' padding_idx: config.json's pad_token_id (1 in roberta-base)
+    const json pad = config_json.value("pad_token_id", json(1));
+    if (!pad.is_number_integer() || pad.get<int64_t>() < 0 || pad.get<int64_t>() + 1 >= P) {
+      throw config.error("pad_token_id " + pad.dump() + " is not a token id below max_position_embeddings - 1 = " +
+                         std::to_string(P - 1) + " (RoBERTa's positions count from it)");
+    }
+    c.padding_idx = pad.get<int64_t>();
+  }
   auto& w = state.weights;
   w.word_embeddings = tensors.take("embeddings.word_embeddings.weight", {V, E}, "(vocab_size, hidden_size)");
   w.position_embeddings =
       tensors.take("embeddings.position_embeddings.weight", {P, E}, "(max_position_embeddings, hidden_size)");
   w.token_type_embeddings =
       tensors.take("embeddings.token_type_embeddings.weight", {types, E}, "(type_vocab_size, hidden_size)");
-  w.embeddings_norm = norm("embeddings.LayerNorm");
-  tensors.ignore("embeddings.position_ids");  // a buffer: 0 … P-1
+  w.embeddings_norm = layer_norm(tensors, "embeddings.LayerNorm", E);
+  tensors.ignore("embeddings.position_ids");  // buffers: 0 … P-1, zeros
+  tensors.ignore("embeddings.token_type_ids");
   for (int64_t i = 0; i < layers; ++i) {
     const std::string l = "encoder.layer." + std::to_string(i) + ".";
     TransformerEncoderLayerWeights layer;
@@ -69,12 +93,12 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
     a.v_proj_bias = tensors.take(l + "attention.self.value.bias", {E}, "(E,)");
     a.out_proj_weight = tensors.take(l + "attention.output.dense.weight", {E, E}, "(E, E)");
     a.out_proj_bias = tensors.take(l + "attention.output.dense.bias", {E}, "(E,)");
-    layer.norm1 = norm(l + "attention.output.LayerNorm");
+    layer.norm1 = layer_norm(tensors, l + "attention.output.LayerNorm", E);
     layer.linear1_weight = tensors.take(l + "intermediate.dense.weight", {F, E}, "(intermediate_size, E)");
     layer.linear1_bias = tensors.take(l + "intermediate.dense.bias", {F}, "(intermediate_size,)");
     layer.linear2_weight = tensors.take(l + "output.dense.weight", {E, F}, "(E, intermediate_size)");
     layer.linear2_bias = tensors.take(l + "output.dense.bias", {E}, "(E,)");
-    layer.norm2 = norm(l + "output.LayerNorm");
+    layer.norm2 = layer_norm(tensors, l + "output.LayerNorm", E);
     w.layers.push_back(std::move(layer));
   }
   if (auto weight = tensors.take_if_there("pooler.dense.weight", {E, E}, "(E, E)")) {
@@ -83,32 +107,81 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
   } else {
     c.pooler = false;  // BertModel(add_pooling_layer=False), or a masked LM's file without one
   }
-  // BertForMaskedLM's (and BertForPreTraining's) masked-LM head, its decoder tied to the word
-  // embeddings unless the file has one of its own; the next-sentence head is not run
-  if (tensors.has("cls.predictions.bias")) {
-    c.masked_lm = true;
-    const std::string at = "cls.predictions.";
-    BertMaskedLMWeights m{.dense_weight = tensors.take(at + "transform.dense.weight", {E, E}, "(E, E)"),
-                          .dense_bias = tensors.take(at + "transform.dense.bias", {E}, "(E,)"),
-                          .norm = norm(at + "transform.LayerNorm"),
-                          .bias = tensors.take(at + "bias", {V}, "(vocab_size,)")};
-    m.decoder_weight = tensors.take_if_there(at + "decoder.weight", {V, E}, "(vocab_size, hidden_size)");
-    tensors.ignore(at + "decoder.bias");  // predictions.bias again, when written
-    w.masked_lm = std::move(m);
-  }
-  // BertForSequenceClassification's classifier, on the pooler's output: as many labels as
-  // config.json's id2label names (num_labels where only that is written; Hugging Face's default 2)
+  return state;
+}
+
+// A masked-LM head: transform.dense, hidden_act, transform.LayerNorm, then the decoder (tied to
+// the word embeddings unless the file has one of its own) and its bias, under `at` with
+// BertForMaskedLM's names or RobertaForMaskedLM's
+void masked_lm_head(BertState& state, CheckpointTensors& tensors, const std::string& at, Family family) {
+  const int64_t E = state.config.layer.d_model, V = state.config.vocab_size;
+  const bool roberta = family == Family::roberta;
+  state.config.masked_lm = true;
+  const std::string transform = roberta ? at : at + "transform.";
+  BertMaskedLMWeights m{.dense_weight = tensors.take(transform + "dense.weight", {E, E}, "(E, E)"),
+                        .dense_bias = tensors.take(transform + "dense.bias", {E}, "(E,)"),
+                        .norm = layer_norm(tensors, transform + (roberta ? "layer_norm" : "LayerNorm"), E),
+                        .bias = tensors.take(at + "bias", {V}, "(vocab_size,)")};
+  m.decoder_weight = tensors.take_if_there(at + "decoder.weight", {V, E}, "(vocab_size, hidden_size)");
+  tensors.ignore(at + "decoder.bias");  // the head's bias again, when written
+  state.weights.masked_lm = std::move(m);
+}
+
+// A sequence classifier's labels: as many as config.json's id2label names (num_labels where only
+// that is written; Hugging Face's default 2)
+int64_t label_count(const json& config_json, const std::string& dir) {
+  const auto& id2label = config_json.contains("id2label") ? config_json["id2label"] : json();
+  if (id2label.is_object() && !id2label.empty()) return static_cast<int64_t>(id2label.size());
+  return ConfigReader(config_json, dir).size("num_labels", 2);
+}
+
+std::string described(const char* family, int64_t layers) {
+  return std::string("a ") + family + " of " + std::to_string(layers) + " layers (embeddings, encoder.layer.0 … " +
+         std::to_string(layers - 1) + ", pooler)";
+}
+
+}  // namespace
+
+BertState bert(const json& config_json, std::map<std::string, Tensor> file, const std::string& dir) {
+  CheckpointTensors tensors(std::move(file), dir, "bert.");
+  BertState state = encoder(config_json, tensors, dir, Family::bert);
+  auto& c = state.config;
+  const int64_t E = c.layer.d_model;
+  // BertForMaskedLM's (and BertForPreTraining's) masked-LM head; the next-sentence head is not run
+  if (tensors.has("cls.predictions.bias")) masked_lm_head(state, tensors, "cls.predictions.", Family::bert);
+  // BertForSequenceClassification's classifier, on the pooler's output
   if (tensors.has("classifier.weight")) {
-    if (!c.pooler) throw config.error("a classifier (classifier.weight) needs the pooler it reads (pooler.dense)");
-    const auto& id2label = config_json.contains("id2label") ? config_json["id2label"] : json();
-    c.num_labels = id2label.is_object() && !id2label.empty() ? static_cast<int64_t>(id2label.size())
-                                                             : config.size("num_labels", 2);
-    w.classifier_weight = tensors.take("classifier.weight", {c.num_labels, E}, "(num_labels, hidden_size)");
-    w.classifier_bias = tensors.take("classifier.bias", {c.num_labels}, "(num_labels,)");
+    if (!c.pooler) {
+      throw ConfigReader(config_json, dir)
+          .error("a classifier (classifier.weight) needs the pooler it reads (pooler.dense)");
+    }
+    c.num_labels = label_count(config_json, dir);
+    state.weights.classifier_weight = tensors.take("classifier.weight", {c.num_labels, E}, "(num_labels, hidden_size)");
+    state.weights.classifier_bias = tensors.take("classifier.bias", {c.num_labels}, "(num_labels,)");
   }
   tensors.ignore_prefix("cls.seq_relationship.");
-  tensors.check_all_taken("a BERT of " + std::to_string(layers) + " layers (embeddings, encoder.layer.0 … " +
-                          std::to_string(layers - 1) + ", pooler)");
+  tensors.check_all_taken(described("BERT", c.num_layers));
+  return state;
+}
+
+BertState roberta(const json& config_json, std::map<std::string, Tensor> file, const std::string& dir) {
+  CheckpointTensors tensors(std::move(file), dir, "roberta.");
+  BertState state = encoder(config_json, tensors, dir, Family::roberta);
+  auto& c = state.config;
+  auto& w = state.weights;
+  const int64_t E = c.layer.d_model;
+  if (tensors.has("lm_head.bias")) masked_lm_head(state, tensors, "lm_head.", Family::roberta);
+  // RobertaForSequenceClassification's head (RobertaClassificationHead): its own dense and tanh on
+  // the first token, then out_proj
+  if (tensors.has("classifier.out_proj.weight")) {
+    c.classifier_dense = true;
+    c.num_labels = label_count(config_json, dir);
+    w.classifier_dense_weight = tensors.take("classifier.dense.weight", {E, E}, "(hidden_size, hidden_size)");
+    w.classifier_dense_bias = tensors.take("classifier.dense.bias", {E}, "(hidden_size,)");
+    w.classifier_weight = tensors.take("classifier.out_proj.weight", {c.num_labels, E}, "(num_labels, hidden_size)");
+    w.classifier_bias = tensors.take("classifier.out_proj.bias", {c.num_labels}, "(num_labels,)");
+  }
+  tensors.check_all_taken(described("RoBERTa", c.num_layers));
   return state;
 }
 

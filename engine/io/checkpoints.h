@@ -73,11 +73,15 @@ struct LlamaState {
 LlamaState llama(const nlohmann::json& config, std::map<std::string, Tensor> tensors, const std::string& dir,
                  const std::string& architecture);
 
-// BertModel, BertForMaskedLM, BertForPreTraining (the "bert." encoder; the heads unread) as a Bert.
+// BertModel, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification (the "bert."
+// encoder, the masked-LM head and classifier; not the next-sentence head) as a Bert.
 struct BertState {
   BertConfig config;
   BertWeights weights;
 };
 BertState bert(const nlohmann::json& config, std::map<std::string, Tensor> tensors, const std::string& dir);
+// RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification (the "roberta." encoder, the
+// lm_head and classifier heads) as a Bert: positions from pad_token_id + 1, RoBERTa's classifier.
+BertState roberta(const nlohmann::json& config, std::map<std::string, Tensor> tensors, const std::string& dir);
 
 }  // namespace vkattn::io::checkpoints

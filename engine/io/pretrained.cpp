@@ -138,11 +138,14 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   const bool bert = architecture == "BertModel" || architecture == "BertForMaskedLM" ||
                     architecture == "BertForPreTraining" || architecture == "BertForSequenceClassification" ||
                     architecture == "bert";
-  if (!gpt2 && !llama && !bert) {
-    throw ConfigError(
-        (dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" + model_type +
-        "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
-        "MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, BertForSequenceClassification)");
+  const bool roberta = architecture == "RobertaModel" || architecture == "RobertaForMaskedLM" ||
+                       architecture == "RobertaForSequenceClassification" || architecture == "roberta";
+  if (!gpt2 && !llama && !bert && !roberta) {
+    throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
+                      model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
+                      "MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, " +
+                      "BertForSequenceClassification, RobertaModel, RobertaForMaskedLM, " +
+                      "RobertaForSequenceClassification)");
   }
   std::string dtype;
   uint64_t bytes = 0;
@@ -150,8 +153,9 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   if (options.weights_dtype != Narrow::none) round_weights(tensors, options.weights_dtype, dir);
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<Bert> encoder;
-  if (bert) {
-    checkpoints::BertState state = checkpoints::bert(config, std::move(tensors), dir.string());
+  if (bert || roberta) {
+    checkpoints::BertState state = bert ? checkpoints::bert(config, std::move(tensors), dir.string())
+                                        : checkpoints::roberta(config, std::move(tensors), dir.string());
     encoder = std::make_unique<Bert>(state.config, std::move(state.weights));
   } else if (gpt2) {
     CausalLMState state = checkpoints::gpt2(config, std::move(tensors), dir.string());
@@ -159,6 +163,10 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   } else {
     checkpoints::LlamaState state = checkpoints::llama(config, std::move(tensors), dir.string(), architecture);
     model = std::make_unique<Llama>(state.config, std::move(state.weights));
+  }
+  if (roberta && !fs::exists(dir / "tokenizer.json")) {
+    throw FileError(dir.string() + ": no tokenizer.json: RoBERTa's tokenizer is read from it (vocab.json and " +
+                    "merges.txt alone do not hold its <s> … </s> template and <mask>)");
   }
   auto tokenizer = text::load_tokenizer(dir);
   const int64_t rows = model ? model->vocab_size() : encoder->vocab_size();

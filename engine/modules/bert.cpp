@@ -35,6 +35,10 @@ BertWeights BertWeights::random(const BertConfig& c, uint32_t seed) {
   }
   if (c.num_labels > 0) {
     const float bound = 1.0f / std::sqrt(static_cast<float>(E));
+    if (c.classifier_dense) {
+      w.classifier_dense_weight = uniform({E, E}, -bound, bound, rng);
+      w.classifier_dense_bias = uniform({E}, -bound, bound, rng);
+    }
     w.classifier_weight = uniform({c.num_labels, E}, -bound, bound, rng);
     w.classifier_bias = uniform({c.num_labels}, -bound, bound, rng);
   }
@@ -69,15 +73,32 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
   } else if (w.pooler_weight.size() != 0 || w.pooler_bias.size() != 0) {
     throw ShapeError("Bert: pooler.dense is given but the config has no pooler");
   }
-  if (c.num_labels < 0 || (c.num_labels > 0 && !c.pooler)) {
+  if (c.num_labels < 0 || (c.num_labels > 0 && !c.pooler && !c.classifier_dense)) {
     throw ConfigError("Bert: num_labels=" + std::to_string(c.num_labels) +
-                      " must be >= 0, and a classifier (num_labels > 0) needs the pooler it reads");
+                      " must be >= 0, and a classifier (num_labels > 0) needs the pooler it reads or a dense layer "
+                      "of its own (classifier_dense)");
   }
+  if (c.classifier_dense && c.num_labels == 0) {
+    throw ConfigError("Bert: classifier_dense is a classifier's layer, but the config has no labels (num_labels=0)");
+  }
+  if (c.padding_idx &&
+      (*c.padding_idx < 0 || *c.padding_idx >= c.vocab_size || *c.padding_idx + 1 >= c.max_positions)) {
+    throw ConfigError("Bert: padding_idx=" + std::to_string(*c.padding_idx) +
+                      " must be a token id below vocab_size=" + std::to_string(c.vocab_size) +
+                      " and leave positions after it below max_positions=" + std::to_string(c.max_positions));
+  }
+  const std::string out = c.classifier_dense ? "classifier.out_proj" : "classifier";
   if (c.num_labels > 0) {
-    checks::weight(kBert, "classifier.weight", w.classifier_weight, {c.num_labels, E}, "(num_labels, E)");
-    checks::weight(kBert, "classifier.bias", w.classifier_bias, {c.num_labels}, "(num_labels,)");
+    checks::weight(kBert, out + ".weight", w.classifier_weight, {c.num_labels, E}, "(num_labels, E)");
+    checks::weight(kBert, out + ".bias", w.classifier_bias, {c.num_labels}, "(num_labels,)");
   } else if (w.classifier_weight.size() != 0 || w.classifier_bias.size() != 0) {
     throw ShapeError("Bert: classifier is given but the config has no labels (num_labels=0)");
+  }
+  if (c.classifier_dense) {
+    checks::weight(kBert, "classifier.dense.weight", w.classifier_dense_weight, {E, E}, "(E, E)");
+    checks::weight(kBert, "classifier.dense.bias", w.classifier_dense_bias, {E}, "(E,)");
+  } else if (w.classifier_dense_weight.size() != 0 || w.classifier_dense_bias.size() != 0) {
+    throw ShapeError("Bert: classifier.dense is given but the config has none (classifier_dense=false)");
   }
   if (c.masked_lm != w.masked_lm.has_value()) {
     throw ShapeError(std::string("Bert: the config ") + (c.masked_lm ? "has" : "has no") +
@@ -100,26 +121,74 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
   for (const auto& layer : w.layers) layers_.emplace_back(c.layer, layer);
 }
 
-Value Bert::embed(Backend& backend, const Value& ids, const Value& token_types) const {
+namespace {
+
+// RoBERTa's position ids (B, T) of ids (B, T): padding_idx + 1 + the count of tokens that are
+// not padding so far, padding_idx for padding.
+Tensor position_ids(const Tensor& ids, int64_t padding_idx) {
+  Tensor positions(ids.shape, DType::int64);
+  const int64_t T = ids.dim(1);
+  for (int64_t b = 0; b < ids.dim(0); ++b) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t i = static_cast<size_t>(b * T + t);
+      const bool padding = static_cast<int64_t>(ids.data[i]) == padding_idx;
+      if (!padding) ++count;
+      positions.data[i] = static_cast<float>(padding ? padding_idx : padding_idx + count);
+    }
+  }
+  return positions;
+}
+
+// tanh(dense(x[:, 0])): (B, T, E) -> (B, E), as `<scope>.first_token`, `.dense`, `.tanh`
+Value first_token_dense(Backend& backend, const std::string& scope, const Value& x, const Tensor& weight,
+                        const Tensor& bias) {
+  Value first = backend.first_token(scope + ".first_token", x);  // (B, E)
+  Value w = backend.upload_matrix(scope + ".dense.weight", weight);
+  Value b = backend.upload_weight(scope + ".dense.bias", bias);
+  return backend.linear_activation(scope + ".dense", scope + ".tanh", ActivationStep::tanh, first, w, &b);
+}
+
+}  // namespace
+
+Value Bert::embed(Backend& backend, const Tensor& ids, const Value& token_types) const {
   const auto& w = weights_;
-  Value words = backend.embedding("embeddings.word_embeddings", ids,
+  Value words = backend.embedding("embeddings.word_embeddings", backend.upload("ids", ids),
                                   backend.upload_matrix("embeddings.word_embeddings.weight", w.word_embeddings));
   Value types = backend.embedding(
       "embeddings.token_type_embeddings", token_types,
       backend.upload_matrix("embeddings.token_type_embeddings.weight", w.token_type_embeddings));
   // Hugging Face's order: words + token types, then + positions
   Value x = backend.residual_add("embeddings.add_token_types", words, types);  // (B, T, E)
-  x = backend.positional_encoding("embeddings.position_embeddings", x,
-                                  backend.upload_weight("embeddings.position_embeddings.weight", w.position_embeddings));
+  if (config_.padding_idx) {  // RoBERTa's: a row per token, by its position id
+    Value positions = backend.embedding(
+        "embeddings.position_embeddings", backend.upload("position_ids", position_ids(ids, *config_.padding_idx)),
+        backend.upload_matrix("embeddings.position_embeddings.weight", w.position_embeddings));
+    x = backend.residual_add("embeddings.add_positions", x, positions);
+  } else {
+    x = backend.positional_encoding(
+        "embeddings.position_embeddings", x,
+        backend.upload_weight("embeddings.position_embeddings.weight", w.position_embeddings));
+  }
   return block::norm_step(backend, "embeddings.LayerNorm", x, w.embeddings_norm, config_.layer.layer_norm_eps);
 }
 
 Value Bert::pool(Backend& backend, const Value& x) const {
-  Value first = backend.first_token("pooler.first_token", x);  // (B, E)
-  Value weight = backend.upload_matrix("pooler.dense.weight", weights_.pooler_weight);
-  Value bias = backend.upload_weight("pooler.dense.bias", weights_.pooler_bias);
-  // tanh(dense(first)): (B, E)
-  return backend.linear_activation("pooler.dense", "pooler.tanh", ActivationStep::tanh, first, weight, &bias);
+  return first_token_dense(backend, "pooler", x, weights_.pooler_weight, weights_.pooler_bias);  // (B, E)
+}
+
+Value Bert::classifier(Backend& backend, const Value& x) const {
+  const auto& w = weights_;
+  if (!config_.classifier_dense) {  // BERT's, on the pooler's output
+    Value weight = backend.upload_matrix("classifier.weight", w.classifier_weight);
+    Value bias = backend.upload_weight("classifier.bias", w.classifier_bias);
+    return backend.linear("classifier", pool(backend, x), weight, &bias);  // (B, num_labels)
+  }
+  // RoBERTa's: dense and tanh on the first token, then out_proj
+  Value h = first_token_dense(backend, "classifier", x, w.classifier_dense_weight, w.classifier_dense_bias);
+  Value weight = backend.upload_matrix("classifier.out_proj.weight", w.classifier_weight);
+  Value bias = backend.upload_weight("classifier.out_proj.bias", w.classifier_bias);
+  return backend.linear("classifier.out_proj", h, weight, &bias);  // (B, num_labels)
 }
 
 Value Bert::predict_tokens(Backend& backend, const Value& x) const {
@@ -142,7 +211,8 @@ Value Bert::predict_tokens(Backend& backend, const Value& x) const {
 
 Bert::Inputs Bert::check_inputs(const std::string& who, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
                                 const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
-  checks::token_ids(who, ids, config_.vocab_size, 0, config_.max_positions, "rows of position_embeddings");
+  const int64_t first_position = config_.padding_idx ? *config_.padding_idx + 1 : 0;
+  checks::token_ids(who, ids, config_.vocab_size, first_position, config_.max_positions, "rows of position_embeddings");
   Tensor types(ids.shape, DType::int64);  // zeros: every token of sentence A
   if (token_type_ids) {
     const Tensor& t = *token_type_ids;
@@ -170,7 +240,7 @@ Bert::Inputs Bert::check_inputs(const std::string& who, const Tensor& ids, const
 }
 
 Value Bert::encode(Backend& b, const Tensor& ids, const Inputs& inputs) const {
-  Value x = embed(b, b.upload("ids", ids), b.upload("token_type_ids", inputs.types));
+  Value x = embed(b, ids, b.upload("token_type_ids", inputs.types));
   for (size_t i = 0; i < layers_.size(); ++i) {
     StepScope scope(b, "layers." + std::to_string(i));
     x = layers_[i].steps(b, x, inputs.attention);  // (B, T, E)
@@ -215,12 +285,7 @@ Tensor Bert::classify(Backend& backend, const Tensor& ids, const std::optional<T
         "Bert.classify: this BERT has no classifier (BertForSequenceClassification's head: classifier.weight)");
   }
   const Inputs inputs = check_inputs("Bert.classify", ids, token_type_ids, key_padding_mask, path);
-  auto recipe = [&](Backend& b) {
-    Value pooled = pool(b, encode(b, ids, inputs));  // (B, E)
-    Value weight = b.upload_matrix("classifier.weight", weights_.classifier_weight);
-    Value bias = b.upload_weight("classifier.bias", weights_.classifier_bias);
-    return b.linear("classifier", pooled, weight, &bias);  // (B, num_labels)
-  };
+  auto recipe = [&](Backend& b) { return classifier(b, encode(b, ids, inputs)); };
   KeepWeights keep(backend, kept_on(backend), weights_owner());
   return run_pass(backend, "bert_classify", recipe);
 }
@@ -230,7 +295,8 @@ uint64_t Bert::parameter_count() const {
   const auto& w = weights_;
   uint64_t n = count(w.word_embeddings) + count(w.position_embeddings) + count(w.token_type_embeddings) +
                count(w.embeddings_norm.weight) + count(w.embeddings_norm.bias) + count(w.pooler_weight) +
-               count(w.pooler_bias) + count(w.classifier_weight) + count(w.classifier_bias);
+               count(w.pooler_bias) + count(w.classifier_weight) + count(w.classifier_bias) +
+               count(w.classifier_dense_weight) + count(w.classifier_dense_bias);
   for (const auto& layer : w.layers) n += layer.parameter_count();
   if (const auto& m = w.masked_lm) {
     n += count(m->dense_weight) + count(m->dense_bias) + count(m->norm.weight) + count(m->norm.bias) + count(m->bias);
@@ -243,10 +309,12 @@ std::string Bert::describe() const {
   const auto& c = config_;
   const auto& l = c.layer;
   std::ostringstream out;
-  out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions, " << c.type_vocab_size
-      << " token types, " << c.num_layers << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead="
-      << l.nhead << ",\n  dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation)
-      << ", post-norm)" << (c.pooler ? ", pooler" : "") << (c.masked_lm ? ", masked-LM head" : "");
+  out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions";
+  if (c.padding_idx) out << " (counted from " << *c.padding_idx + 1 << ")";
+  out << ", " << c.type_vocab_size << (c.type_vocab_size == 1 ? " token type, " : " token types, ") << c.num_layers
+      << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead
+      << ",\n  dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation) << ", post-norm)"
+      << (c.pooler ? ", pooler" : "") << (c.masked_lm ? ", masked-LM head" : "");
   if (c.num_labels > 0) out << ", classifier of " << c.num_labels << (c.num_labels == 1 ? " label" : " labels");
   return out.str();
 }

@@ -60,21 +60,21 @@ std::string pre_tokenizer_pattern(const json& pre, const std::string& source) {
 }
 
 // The special tokens a post-processor puts around a single text ("$A"): a TemplateProcessing's,
-// or a BertProcessing's [CLS] and [SEP].
+// or a BertProcessing's [CLS] and [SEP] (a RobertaProcessing's <s> and </s>).
 void template_tokens(const json& processor, std::vector<std::string>& prefix, std::vector<std::string>& suffix,
                      const std::string& source) {
   for (const json& part : members(processor, "processors")) {
     if (part.is_null()) continue;
     const std::string type = part.value("type", "?");
     if (type == "ByteLevel") continue;  // offsets only
-    if (type == "BertProcessing") {
+    if (type == "BertProcessing" || type == "RobertaProcessing") {
       prefix.push_back(part.at("cls").at(0).get<std::string>());
       suffix.push_back(part.at("sep").at(0).get<std::string>());
       continue;
     }
     if (type != "TemplateProcessing") {
       throw FileError(source + ": the post-processor " + type +
-                      " is not one vkattn reads (TemplateProcessing, BertProcessing, ByteLevel)");
+                      " is not one vkattn reads (TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel)");
     }
     bool after = false;
     for (const json& piece : part.at("single")) {
@@ -87,14 +87,17 @@ void template_tokens(const json& processor, std::vector<std::string>& prefix, st
   }
 }
 
-// The model's vocabulary and the added tokens (all matched as they are written).
-Vocab vocab_of(const json& file, std::vector<std::string>& special, const std::string& source) {
+// The model's vocabulary and the added tokens (all matched as they are written; those with lstrip
+// or rstrip taking the whitespace beside them too).
+Vocab vocab_of(const json& file, std::vector<std::string>& special, Strips& strips, const std::string& source) {
   Vocab vocab;
   for (const auto& [token, id] : file.at("model").at("vocab").items()) vocab[token] = token_id_of(id, token, source);
   for (const auto& added : file.value("added_tokens", json::array())) {
     const std::string content = added.at("content").get<std::string>();
     vocab[content] = token_id_of(added.at("id"), content, source);
     special.push_back(content);
+    const Strip strip{added.value("lstrip", false), added.value("rstrip", false)};
+    if (strip.left || strip.right) strips[content] = strip;
   }
   return vocab;
 }
@@ -130,7 +133,7 @@ std::unique_ptr<Tokenizer> byte_level_bpe(const json& file, const std::string& s
   }
   template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, source);
   std::vector<std::string> special;
-  Vocab vocab = vocab_of(file, special, source);
+  Vocab vocab = vocab_of(file, special, options.strips, source);
   return std::make_unique<ByteLevelBPE>(std::move(vocab), merges_of(model, source), std::move(special), source, "",
                                         std::move(options));
 }
@@ -201,7 +204,7 @@ std::unique_ptr<Tokenizer> sentencepiece_bpe(const json& file, const json& confi
     if (config["add_eos_token"].get<bool>()) options.suffix.push_back(config_token(config, "eos_token", source));
   }
   std::vector<std::string> special;
-  Vocab vocab = vocab_of(file, special, source);
+  Vocab vocab = vocab_of(file, special, options.strips, source);
   return std::make_unique<SentencePieceBPE>(std::move(vocab), merges_of(model, source), std::move(special), source,
                                             std::move(options));
 }
@@ -236,7 +239,7 @@ std::unique_ptr<Tokenizer> word_piece(const json& file, const std::string& sourc
   options.suffix.clear();
   template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, source);
   std::vector<std::string> special;
-  Vocab vocab = vocab_of(file, special, source);
+  Vocab vocab = vocab_of(file, special, options.strips, source);
   return std::make_unique<WordPiece>(std::move(vocab), std::move(special), source, std::move(options));
 }
 

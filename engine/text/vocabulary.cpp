@@ -37,38 +37,47 @@ const std::string& token_of(const std::vector<std::string>& tokens, std::span<co
   return tokens[static_cast<size_t>(id)];
 }
 
-SpecialTokens::SpecialTokens(std::vector<std::string> tokens, const Vocab& vocab, const std::string& source) {
+SpecialTokens::SpecialTokens(std::vector<std::string> tokens, const Vocab& vocab, const std::string& source,
+                             const Strips& strips) {
   for (auto& token : tokens) {
     if (token.empty()) throw FileError(source + ": a special token is empty");
     auto it = vocab.find(token);
     if (it == vocab.end()) throw FileError(source + ": special token '" + token + "' is not in the vocabulary");
-    tokens_.emplace_back(std::move(token), it->second);
+    auto strip = strips.find(token);
+    tokens_.push_back({std::move(token), it->second, strip == strips.end() ? Strip{} : strip->second});
   }
   // the longest first, so that a special token that starts another does not split it
   std::stable_sort(tokens_.begin(), tokens_.end(),
-                   [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
+                   [](const auto& x, const auto& y) { return x.text.size() > y.text.size(); });
 }
 
 bool SpecialTokens::contains(std::string_view token) const {
-  return std::any_of(tokens_.begin(), tokens_.end(), [&](const auto& t) { return t.first == token; });
+  return std::any_of(tokens_.begin(), tokens_.end(), [&](const auto& t) { return t.text == token; });
 }
 
 void SpecialTokens::split(std::string_view text, const std::function<void(std::string_view)>& plain,
                           const std::function<void(int64_t)>& special) const {
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
   size_t begin = 0;
   while (begin < text.size()) {
     // the first special token at or after `begin` (the longest where several start there)
     size_t found = std::string_view::npos;
-    const std::pair<std::string, int64_t>* which = nullptr;
+    const Token* which = nullptr;
     for (const auto& token : tokens_) {
-      const size_t at = text.find(token.first, begin);
+      const size_t at = text.find(token.text, begin);
       if (at < found) found = at, which = &token;
     }
-    const std::string_view part = text.substr(begin, which ? found - begin : std::string_view::npos);
+    std::string_view part = text.substr(begin, which ? found - begin : std::string_view::npos);
+    if (which && which->strip.left) {
+      while (!part.empty() && space(part.back())) part.remove_suffix(1);
+    }
     if (!part.empty()) plain(part);
     if (!which) break;
-    special(which->second);
-    begin = found + which->first.size();
+    special(which->id);
+    begin = found + which->text.size();
+    if (which->strip.right) {
+      while (begin < text.size() && space(text[begin])) ++begin;
+    }
   }
 }
 
@@ -127,10 +136,10 @@ std::vector<std::string> merge_symbols(std::vector<std::string> symbols, const M
 
 VocabularyTokenizer::VocabularyTokenizer(Vocab vocab, std::vector<std::string> special,
                                          const std::vector<std::string>& prefix, const std::vector<std::string>& suffix,
-                                         const std::string& source)
+                                         const std::string& source, const Strips& strips)
     : vocab_(std::move(vocab)),
       tokens_(tokens_by_id(vocab_, source)),
-      special_(std::move(special), vocab_, source),
+      special_(std::move(special), vocab_, source, strips),
       prefix_ids_(template_ids(prefix, vocab_, source)),
       suffix_ids_(template_ids(suffix, vocab_, source)) {}
 

@@ -3,6 +3,7 @@
 // the special tokens a text is split at before it is normalised and split into words.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -25,22 +26,36 @@ std::vector<std::string> tokens_by_id(const Vocab& vocab, const std::string& sou
 // The token of ids[i]: ShapeError "token id N at index i is outside the vocabulary [0, V)".
 const std::string& token_of(const std::vector<std::string>& tokens, std::span<const int64_t> ids, size_t i);
 
+// Special tokens that take the whitespace before them (left) or after them (right) with them, as
+// Hugging Face's AddedToken(lstrip=True, rstrip=True) does: RoBERTa's <mask> makes "a <mask>" the
+// tokens of "a" and <mask>, not of "a", " " and <mask>.
+struct Strip {
+  bool left = false, right = false;
+};
+using Strips = std::map<std::string, Strip>;
+
 // Tokens matched in a text as they are, before anything else reads it (GPT-2's <|endoftext|>,
 // BERT's [CLS] and [MASK]): where several start at one place, the longest.
 class SpecialTokens {
  public:
   SpecialTokens() = default;
-  // FileError "<source>: …" for an empty token or one not in `vocab`.
-  SpecialTokens(std::vector<std::string> tokens, const Vocab& vocab, const std::string& source);
+  // FileError "<source>: …" for an empty token or one not in `vocab`. `strips`: of some of them.
+  SpecialTokens(std::vector<std::string> tokens, const Vocab& vocab, const std::string& source,
+                const Strips& strips = {});
 
   bool contains(std::string_view token) const;
   // `text` in order: plain(part) for the text between special tokens (not called for an empty
-  // part), special(id) for each special token.
+  // part), special(id) for each special token; ASCII whitespace a token strips is in neither.
   void split(std::string_view text, const std::function<void(std::string_view)>& plain,
              const std::function<void(int64_t)>& special) const;
 
  private:
-  std::vector<std::pair<std::string, int64_t>> tokens_;  // the longest first
+  struct Token {
+    std::string text;
+    int64_t id;
+    Strip strip;
+  };
+  std::vector<Token> tokens_;  // the longest first
 };
 
 // A BPE model's merges: "a b" -> its rank (the first merge 0), each merge checked to make a token
@@ -65,7 +80,7 @@ class VocabularyTokenizer : public Tokenizer {
  protected:
   // FileError "<source>: …" for bad ids, special or template tokens (as the functions below).
   VocabularyTokenizer(Vocab vocab, std::vector<std::string> special, const std::vector<std::string>& prefix,
-                      const std::vector<std::string>& suffix, const std::string& source);
+                      const std::vector<std::string>& suffix, const std::string& source, const Strips& strips = {});
 
   // The ids of `text` (valid UTF-8): the template's prefix, then for the text between special
   // tokens what `plain(part, ids)` appends, each special token's id, then the template's suffix.

@@ -29,9 +29,8 @@ std::string clean_up(std::string token) {
 
 }  // namespace
 
-WordPiece::WordPiece(Vocab vocab, std::vector<std::string> special, const std::string& source,
-                     WordPieceOptions options)
-    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source),
+WordPiece::WordPiece(Vocab vocab, std::vector<std::string> special, const std::string& source, WordPieceOptions options)
+    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source, options.strips),
       options_(std::move(options)) {
   auto unk = vocab_.find(options_.unk_token);
   if (unk == vocab_.end()) {

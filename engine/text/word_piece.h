@@ -20,6 +20,8 @@ struct WordPieceOptions {
   std::string continuing_subword_prefix = "##";
   int64_t max_input_chars_per_word = 100;
   std::vector<std::string> prefix{"[CLS]"}, suffix{"[SEP]"};  // special tokens around every text
+  // special tokens that take the whitespace around them
+  Strips strips;
 };
 
 class WordPiece : public VocabularyTokenizer {

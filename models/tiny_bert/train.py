@@ -99,12 +99,13 @@ class BertModel(nn.Module):
         self.encoder = Module(layer=nn.ModuleList([layer() for _ in range(LAYERS)]))
         self.pooler = Module(dense=nn.Linear(E, E))
 
-    def forward(self, ids, types, mask):
-        """ids, types (B, T) int64, mask (B, T) 1 = a token -> last_hidden_state (B, T, E), pooled (B, E)"""
+    def forward(self, ids, types, mask, positions=None):
+        """ids, types (B, T) int64, mask (B, T) 1 = a token -> last_hidden_state (B, T, E), pooled (B, E);
+        positions (B, T) the rows of position_embeddings (RoBERTa's), 0 … T-1 when None (BERT's)"""
         B, T = ids.shape
         e = self.embeddings
         x = e.word_embeddings(ids) + e.token_type_embeddings(types)
-        x = e.LayerNorm(x + e.position_embeddings(torch.arange(T)))
+        x = e.LayerNorm(x + e.position_embeddings(torch.arange(T) if positions is None else positions))
         added = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
         for l in self.encoder.layer:
             s = l.attention.self

@@ -45,10 +45,18 @@ class Pretrained {
                     {"model", loaded_.model ? loaded_.model->describe() : loaded_.encoder->describe()},
                     {"parameters", loaded_.model ? loaded_.model->parameter_count()
                                                  : loaded_.encoder->parameter_count()},
-                    {"pad_token_id", loaded_.tokenizer->token_id("[PAD]")},
-                    {"mask_token_id", loaded_.tokenizer->token_id("[MASK]")},
+                    {"pad_token_id", special_id({"[PAD]", "<pad>"})},
+                    {"mask_token_id", special_id({"[MASK]", "<mask>"})},
                     {"num_labels", loaded_.encoder ? loaded_.encoder->config().num_labels : 0},
                     {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}});
+  }
+
+  // The first of `tokens` (BERT's name, RoBERTa's) the tokenizer has, or -1
+  int64_t special_id(std::initializer_list<const char*> tokens) const {
+    for (const char* token : tokens) {
+      if (const int64_t id = loaded_.tokenizer->token_id(token); id >= 0) return id;
+    }
+    return -1;
   }
 
   std::string device() const { return device_label(*device_); }

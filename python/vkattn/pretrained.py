@@ -11,8 +11,8 @@ shards), tokenizer.json, vocab.json + merges.txt or vocab.txt — run on a vkatt
     out.last_hidden_state, out.pooler_output                   # (2, T, E), (2, E)
 
 Architectures so far: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM and
-Qwen2ForCausalLM (PretrainedModel); BertModel and BertForMaskedLM (PretrainedEncoder). Another is
-a ConfigError naming it."""
+Qwen2ForCausalLM (PretrainedModel); BertModel, BertForMaskedLM, BertForSequenceClassification and
+RoBERTa's three of those names (PretrainedEncoder). Another is a ConfigError naming it."""
 import collections
 
 import numpy as np
@@ -203,14 +203,16 @@ class PretrainedEncoder(_Checkpoint):
 
     def classify(self, tokens, token_type_ids=None, attention_mask=None):
         """BertForSequenceClassification's logits (B, num_labels) of a text, texts or ids (inputs
-        as a call's): its classifier on the pooler's output; config["id2label"] names the labels
+        as a call's): its classifier on the pooler's output (RobertaForSequenceClassification's:
+        its own dense and tanh on the first token, then out_proj); config["id2label"] names the labels
         (softmax the logits for their probabilities). ConfigError where the checkpoint has no
         classifier."""
         return self._impl.classify(*self._inputs(tokens, token_type_ids, attention_mask), False)
 
     def fill_mask(self, text, top_k=5):
-        """The likeliest tokens at each [MASK] of `text`, as Hugging Face's fill-mask pipeline
-        gives them: a list (one per [MASK], in order) of `top_k` (token, probability) pairs."""
+        """The likeliest tokens at each [MASK] (RoBERTa's <mask>) of `text`, as Hugging Face's
+        fill-mask pipeline gives them: a list (one per mask, in order) of `top_k` (token,
+        probability) pairs."""
         ids = self.encode(text)
         mask_id = self.config["mask_token_id"]
         where = [i for i, t in enumerate(ids) if t == mask_id]

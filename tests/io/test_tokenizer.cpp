@@ -205,6 +205,37 @@ TEST(TokenizerJson, NfcIgnoreMergesAndATemplateDoWhatTokenizersDoes) {
   EXPECT_EQ(whole->encode(" world"), (std::vector<int64_t>{995}));
 }
 
+// RoBERTa's tokenizer.json: RobertaProcessing's <s> … </s> around every text (here GPT-2's one
+// special token for both), and an added token with lstrip (RoBERTa's <mask>) that takes the
+// whitespace before it, as Hugging Face's AddedToken does; rstrip takes the whitespace after it.
+TEST(TokenizerJson, ARobertaTemplateAndTokensThatTakeTheSpaceBesideThem) {
+  auto roberta = [](bool lstrip, bool rstrip) {
+    return text::parse_tokenizer_json(
+        gpt2_tokenizer_json([&](json& f) {
+          f["post_processor"] = {
+              {"type", "RobertaProcessing"}, {"sep", {"<|endoftext|>", 50256}}, {"cls", {"<|endoftext|>", 50256}}};
+          f["model"]["vocab"]["<mask>"] = 50257;
+          f["added_tokens"].push_back(
+              {{"id", 50257}, {"content", "<mask>"}, {"lstrip", lstrip}, {"rstrip", rstrip}, {"special", true}});
+        }).dump(),
+        "t.json");
+  };
+  auto ids = [](std::initializer_list<std::vector<int64_t>> parts) {
+    std::vector<int64_t> all{50256};
+    for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
+    all.push_back(50256);
+    return all;
+  };
+  const std::vector<int64_t> mask{50257};
+  const std::string text = "Hello  <mask>\t world";
+  EXPECT_EQ(roberta(false, false)->encode(text), ids({gpt2().encode("Hello  "), mask, gpt2().encode("\t world")}));
+  EXPECT_EQ(roberta(true, false)->encode(text), ids({gpt2().encode("Hello"), mask, gpt2().encode("\t world")}));
+  EXPECT_EQ(roberta(false, true)->encode(text), ids({gpt2().encode("Hello  "), mask, gpt2().encode("world")}));
+  EXPECT_EQ(roberta(true, true)->encode(text), ids({gpt2().encode("Hello"), mask, gpt2().encode("world")}));
+  EXPECT_EQ(roberta(true, false)->encode("<mask> <mask>"), ids({mask, mask}));
+  EXPECT_EQ(roberta(true, false)->encode(" "), ids({gpt2().encode(" ")}));  // no token: nothing stripped
+}
+
 TEST(TokenizerFiles, WhatIsWrongIsNamed) {
   const fs::path empty = scratch("empty");
   expect_error<FileError>([&] { text::load_tokenizer(empty); }, {empty.string(), "no tokenizer", "tokenizer.json"});
@@ -224,7 +255,7 @@ TEST(TokenizerFiles, WhatIsWrongIsNamed) {
   refused([](json& f) { f["model"]["byte_fallback"] = true; }, {"t.json", "pre-tokenizer is ByteLevel", "SentencePiece"});
   refused([](json& f) { f["model"]["vocab"]["!"] = 1e80; }, {"t.json", "token '!' has id 1e+80, not an integer"});
   refused([](json& f) { f["normalizer"] = {{"type", "Lowercase"}}; }, {"normalizer Lowercase"});
-  refused([](json& f) { f["post_processor"] = {{"type", "RobertaProcessing"}}; }, {"post-processor RobertaProcessing"});
+  refused([](json& f) { f["post_processor"] = {{"type", "CustomProcessing"}}; }, {"post-processor CustomProcessing"});
   refused([](json& f) { f["pre_tokenizer"]["add_prefix_space"] = true; }, {"add_prefix_space"});
   refused([](json& f) {
     f["pre_tokenizer"] = {{"type", "Sequence"},

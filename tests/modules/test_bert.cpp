@@ -202,6 +202,89 @@ TEST_F(BertCheckpoint, TheClassifierScoresThePooledOutputOnBothBackends) {
                             {"Bert.classify: this BERT has no classifier (BertForSequenceClassification's head"});
 }
 
+// RoBERTa's recipe: each token's position row by its id (padding_idx + 1 on over the tokens that
+// are not padding, padding_idx for padding, wherever the padding is), and its classification head
+// (dense and tanh on the first token, then out_proj), on both backends; worked by hand here
+// (python/tests/test_roberta.py holds it to torch).
+TEST_F(BertCheckpoint, RobertasPositionsAndClassifierRunOnBothBackends) {
+  BertConfig config{.vocab_size = 13,
+                    .max_positions = 9,
+                    .type_vocab_size = 1,
+                    .num_layers = 2,
+                    .layer = {.d_model = 12, .nhead = 3, .dim_feedforward = 17, .activation = Activation::gelu},
+                    .pooler = false,
+                    .num_labels = 3,
+                    .padding_idx = 1,
+                    .classifier_dense = true};
+  const Bert bert(config, BertWeights::random(config, 4));
+  const auto& w = bert.weights();
+  // padded on the right, on the left, and a padding id inside a sequence
+  const Tensor ids({3, 5}, {2, 7, 3, 1, 1, 1, 1, 4, 12, 9, 5, 1, 6, 0, 8}, DType::int64);
+  const Tensor padding({3, 5}, {0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, DType::boolean);
+  const std::vector<int64_t> positions{2, 3, 4, 1, 1, 1, 1, 2, 3, 4, 2, 1, 3, 4, 5};
+  std::optional<Tensor> hidden[2], logits[2];
+  int i = 0;
+  for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    StepRecorder recorder(true);
+    backend->add_tracer(recorder);
+    const BertOutput out = bert.forward(*backend, ids, std::nullopt, padding);
+    backend->remove_tracer(recorder);
+    EXPECT_FALSE(out.pooler_output.has_value()) << "no pooler";
+    const auto rows = std::find_if(recorder.steps().begin(), recorder.steps().end(),
+                                   [](const auto& s) { return s.event.name == "embeddings.position_embeddings"; });
+    ASSERT_NE(rows, recorder.steps().end()) << backend->name();
+    EXPECT_EQ(rows->event.op, "embedding");
+    ASSERT_EQ(rows->values->shape, (Shape{3, 5, 12}));
+    for (size_t t = 0; t < positions.size(); ++t) {
+      for (int64_t e = 0; e < 12; ++e) {
+        ASSERT_EQ(rows->values->data[t * 12 + e], w.position_embeddings.data[positions[t] * 12 + e])
+            << backend->name() << ": token " << t << " takes position " << positions[t];
+      }
+    }
+    hidden[i] = out.last_hidden_state;
+    logits[i++] = bert.classify(*backend, ids, std::nullopt, padding);
+  }
+  EXPECT_TRUE(testing::all_close(*hidden[0], *hidden[1], {1e-5f, 1e-4f}));
+  // out_proj(tanh(dense(x[:, 0]))) from the reference's hidden state, in double
+  Tensor want({3, 3});
+  for (int64_t b = 0; b < 3; ++b) {
+    std::vector<double> h(12);
+    for (int64_t o = 0; o < 12; ++o) {
+      double sum = w.classifier_dense_bias.data[o];
+      for (int64_t e = 0; e < 12; ++e) {
+        sum += double(hidden[1]->data[b * 5 * 12 + e]) * w.classifier_dense_weight.data[o * 12 + e];
+      }
+      h[o] = std::tanh(sum);
+    }
+    for (int64_t l = 0; l < 3; ++l) {
+      double sum = w.classifier_bias.data[l];
+      for (int64_t e = 0; e < 12; ++e) sum += h[e] * w.classifier_weight.data[l * 12 + e];
+      want.data[b * 3 + l] = static_cast<float>(sum);
+    }
+  }
+  for (const auto& got : logits) EXPECT_TRUE(testing::all_close(*got, want, {1e-5f, 1e-4f}));
+  EXPECT_NE(bert.describe().find("9 positions (counted from 2)"), std::string::npos) << bert.describe();
+  // the longest sequence leaves padding_idx + 1 rows before its first position
+  const Tensor longest({1, 7}, std::vector<float>(7, 5.0f), DType::int64);
+  const Tensor too_long({1, 8}, std::vector<float>(8, 5.0f), DType::int64);
+  EXPECT_NO_THROW(bert.forward(cpu(), longest));
+  expect_error<ShapeError>([&] { bert.forward(cpu(), too_long); },
+                           {"Bert.forward: positions 2 … 9 go past the 9 rows of position_embeddings"});
+  for (int64_t bad : {-1, 8, 13}) {
+    BertConfig wrong = config;
+    wrong.padding_idx = bad;
+    expect_error<ConfigError>([&] { Bert(wrong, BertWeights::random(config, 1)); },
+                              {"padding_idx=" + std::to_string(bad), "must be a token id below vocab_size=13"});
+  }
+  BertWeights no_dense = w;
+  no_dense.classifier_dense_weight = Tensor();
+  expect_error<ShapeError>([&] { Bert(config, no_dense); }, {"classifier.dense.weight"});
+  BertConfig no_labels = config;
+  no_labels.num_labels = 0;
+  expect_error<ConfigError>([&] { Bert(no_labels, BertWeights::random(no_labels, 1)); },
+                            {"classifier_dense is a classifier's layer, but the config has no labels"});
+}
+
 TEST_F(BertCheckpoint, BadInputsAreNamed) {
   const io::Pretrained p = io::load_pretrained(kTinyBert);
   const Bert& bert = *p.encoder;

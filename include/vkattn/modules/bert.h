@@ -1,9 +1,14 @@
 #pragma once
-// Bert: BERT's encoder — Hugging Face's BertModel — as a recipe of steps:
+// Bert: BERT's encoder — Hugging Face's BertModel, and RoBERTa's (RobertaModel: the same but for
+// its positions and heads) — as a recipe of steps:
 //   embeddings.word_embeddings (embedding)              ids (B, T) -> (B, T, E)
 //   embeddings.token_type_embeddings (embedding)        token_type_ids (B, T) -> (B, T, E)
 //   embeddings.add_token_types (residual_add)           words + token types
 //   embeddings.position_embeddings (positional_encoding)  + a learnt row per position 0 … T-1
+//     or, RoBERTa's (config.padding_idx), (embedding)   position ids (B, T) -> (B, T, E): the row
+//     and embeddings.add_positions (residual_add)       of each token's position, counted from
+//                                                       padding_idx + 1 over the tokens that are
+//                                                       not padding; padding_idx's for padding
 //   embeddings.LayerNorm (layer_norm)
 //   layers.N.…                                          post-norm TransformerEncoderLayer with
 //                                                       exact gelu: norm1(x + self_attn(x)), …
@@ -15,6 +20,10 @@
 //   cls.predictions.decoder (linear)                    -> (B, T, V): · word_embeddingsᵀ + bias
 // and, for classify() (BertForSequenceClassification's head), from the pooler's output:
 //   classifier (linear)                                 (B, E) -> (B, num_labels): the logits
+// or (RobertaForSequenceClassification's head, config.classifier_dense), on the first token:
+//   classifier.first_token, classifier.dense (linear),  tanh(dense(x[:, 0])): (B, T, E) -> (B, E)
+//     classifier.tanh
+//   classifier.out_proj (linear)                        (B, E) -> (B, num_labels): the logits
 // Padding is a key_padding_mask (True = padding), as torch's: Hugging Face's attention_mask is its
 // opposite (1 = a token to attend to). Padded positions are computed like any other; no query
 // attends to them. Dropout is the identity (eval mode).
@@ -41,6 +50,13 @@ struct BertConfig {
   bool pooler = true;             // BertModel(add_pooling_layer=True)
   bool masked_lm = false;         // BertForMaskedLM's head (cls.predictions)
   int64_t num_labels = 0;         // BertForSequenceClassification's classifier: its labels; 0: none
+  // RoBERTa's positions (Hugging Face's create_position_ids_from_input_ids): a token whose id is
+  // not padding_idx takes the row padding_idx + 1 + the number of such tokens before it, a padding
+  // token the row padding_idx. None: rows 0 … T-1, BERT's.
+  std::optional<int64_t> padding_idx;  //                                pad_token_id (RoBERTa's)
+  // RoBERTa's classification head: its own dense and tanh on the first token, then out_proj,
+  // in place of BERT's classifier on the pooler
+  bool classifier_dense = false;
 };
 
 // BertForMaskedLM's head (cls.predictions): the vocabulary's scores of each position.
@@ -60,6 +76,9 @@ struct BertWeights {
   Tensor pooler_weight, pooler_bias;  // (E, E), (E,): pooler.dense; none without the pooler
   std::optional<BertMaskedLMWeights> masked_lm;  // with config.masked_lm
   Tensor classifier_weight, classifier_bias;     // (num_labels, E), (num_labels,): classifier; none without
+                                                 // (RoBERTa's: classifier.out_proj)
+  Tensor classifier_dense_weight, classifier_dense_bias;  // (E, E), (E,): classifier.dense, with
+                                                          // config.classifier_dense
 
   // Embeddings U(-1, 1), linear weights U(-1/√in, 1/√in), norms 1 ± 0.25 and ± 0.25, from `seed`.
   static BertWeights random(const BertConfig& config, uint32_t seed);
@@ -93,9 +112,9 @@ class Bert : public KeepsWeights {
                    AttentionPath attention = AttentionPath::automatic) const;
 
   // BertForSequenceClassification's logits (B, num_labels) of the same inputs: its classifier on
-  // the pooler's output (softmax them for single-label classification, sigmoid for multi-label;
-  // one label is a regression's value). ConfigError when the checkpoint has no such head.
-  // One traced pass "bert_classify".
+  // the pooler's output, or RoBERTa's head on the first token (softmax them for single-label
+  // classification, sigmoid for multi-label; one label is a regression's value). ConfigError when
+  // the checkpoint has no such head. One traced pass "bert_classify".
   Tensor classify(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
                   const std::optional<Tensor>& key_padding_mask = {},
                   AttentionPath attention = AttentionPath::automatic) const;
@@ -107,7 +126,9 @@ class Bert : public KeepsWeights {
 
  private:
   // word + token type + position embeddings, then embeddings.LayerNorm: (B, T, E)
-  Value embed(Backend& backend, const Value& ids, const Value& token_types) const;
+  Value embed(Backend& backend, const Tensor& ids, const Value& token_types) const;
+  // The classifier's logits (B, num_labels) from the last hidden state (B, T, E)
+  Value classifier(Backend& backend, const Value& x) const;
   // pooler.dense and tanh on each sequence's first row: (B, T, E) -> (B, E)
   Value pool(Backend& backend, const Value& x) const;
   // cls.predictions on the last hidden state: (B, T, E) -> (B, T, V)
