@@ -9,6 +9,7 @@
 //   encoder.layer.N.output.LayerNorm                    layers.N.norm2
 //   pooler.dense                                        pooler.dense, then tanh
 //   classifier (BertForSequenceClassification's)        classifier, on the pooler's output
+//   classifier (BertForTokenClassification's)           classifier, on every token
 // RoBERTa's files (RobertaModel; RobertaForMaskedLM's and RobertaForSequenceClassification's
 // under "roberta.") name the encoder as BERT's; its positions count from pad_token_id + 1
 // (Bert's padding_idx), and its heads are
@@ -16,6 +17,7 @@
 //     (lm_head.decoder tied to the word embeddings)       .transform.LayerNorm, .bias (gelu between)
 //   classifier.dense, classifier.out_proj               classifier.dense (tanh after it, on the
 //                                                       first token), classifier.out_proj
+//   classifier (RobertaForTokenClassification's)        classifier, on every token
 // Older files name a LayerNorm's weight and bias gamma and beta (TensorFlow's): read too.
 #include "engine/io/checkpoints.h"
 #include "vkattn/errors.h"
@@ -127,12 +129,35 @@ void masked_lm_head(BertState& state, CheckpointTensors& tensors, const std::str
   state.weights.masked_lm = std::move(m);
 }
 
-// A sequence classifier's labels: as many as config.json's id2label names (num_labels where only
-// that is written; Hugging Face's default 2)
+// A classifier's labels: as many as config.json's id2label names (num_labels where only that is
+// written; Hugging Face's default 2)
 int64_t label_count(const json& config_json, const std::string& dir) {
   const auto& id2label = config_json.contains("id2label") ? config_json["id2label"] : json();
   if (id2label.is_object() && !id2label.empty()) return static_cast<int64_t>(id2label.size());
   return ConfigReader(config_json, dir).size("num_labels", 2);
+}
+
+// Whether config.json's architecture is a token classifier's (BertForTokenClassification,
+// RobertaForTokenClassification): its classifier reads every token, not the sequence
+bool classifies_tokens(const json& config_json) {
+  const json& names = config_json.contains("architectures") ? config_json["architectures"] : json();
+  return names.is_array() && !names.empty() && names[0].is_string() &&
+         names[0].get<std::string>().ends_with("ForTokenClassification");
+}
+
+// classifier.weight and .bias (num_labels, E), (num_labels,): a sequence classifier's on the
+// pooler's output, or a token classifier's
+void linear_classifier(BertState& state, CheckpointTensors& tensors, const json& config_json, const std::string& dir) {
+  auto& c = state.config;
+  c.classifier = classifies_tokens(config_json) ? BertClassifier::tokens : BertClassifier::pooled;
+  if (c.classifier == BertClassifier::pooled && !c.pooler) {
+    throw ConfigReader(config_json, dir)
+        .error("a sequence classifier (classifier.weight) needs the pooler it reads (pooler.dense)");
+  }
+  c.num_labels = label_count(config_json, dir);
+  const int64_t E = c.layer.d_model;
+  state.weights.classifier_weight = tensors.take("classifier.weight", {c.num_labels, E}, "(num_labels, hidden_size)");
+  state.weights.classifier_bias = tensors.take("classifier.bias", {c.num_labels}, "(num_labels,)");
 }
 
 std::string described(const char* family, int64_t layers) {
@@ -145,22 +170,12 @@ std::string described(const char* family, int64_t layers) {
 BertState bert(const json& config_json, std::map<std::string, Tensor> file, const std::string& dir) {
   CheckpointTensors tensors(std::move(file), dir, "bert.");
   BertState state = encoder(config_json, tensors, dir, Family::bert);
-  auto& c = state.config;
-  const int64_t E = c.layer.d_model;
   // BertForMaskedLM's (and BertForPreTraining's) masked-LM head; the next-sentence head is not run
   if (tensors.has("cls.predictions.bias")) masked_lm_head(state, tensors, "cls.predictions.", Family::bert);
-  // BertForSequenceClassification's classifier, on the pooler's output
-  if (tensors.has("classifier.weight")) {
-    if (!c.pooler) {
-      throw ConfigReader(config_json, dir)
-          .error("a classifier (classifier.weight) needs the pooler it reads (pooler.dense)");
-    }
-    c.num_labels = label_count(config_json, dir);
-    state.weights.classifier_weight = tensors.take("classifier.weight", {c.num_labels, E}, "(num_labels, hidden_size)");
-    state.weights.classifier_bias = tensors.take("classifier.bias", {c.num_labels}, "(num_labels,)");
-  }
+  // BertForSequenceClassification's classifier, or BertForTokenClassification's
+  if (tensors.has("classifier.weight")) linear_classifier(state, tensors, config_json, dir);
   tensors.ignore_prefix("cls.seq_relationship.");
-  tensors.check_all_taken(described("BERT", c.num_layers));
+  tensors.check_all_taken(described("BERT", state.config.num_layers));
   return state;
 }
 
@@ -174,12 +189,14 @@ BertState roberta(const json& config_json, std::map<std::string, Tensor> file, c
   // RobertaForSequenceClassification's head (RobertaClassificationHead): its own dense and tanh on
   // the first token, then out_proj
   if (tensors.has("classifier.out_proj.weight")) {
-    c.classifier_dense = true;
+    c.classifier = BertClassifier::first_token;
     c.num_labels = label_count(config_json, dir);
     w.classifier_dense_weight = tensors.take("classifier.dense.weight", {E, E}, "(hidden_size, hidden_size)");
     w.classifier_dense_bias = tensors.take("classifier.dense.bias", {E}, "(hidden_size,)");
     w.classifier_weight = tensors.take("classifier.out_proj.weight", {c.num_labels, E}, "(num_labels, hidden_size)");
     w.classifier_bias = tensors.take("classifier.out_proj.bias", {c.num_labels}, "(num_labels,)");
+  } else if (tensors.has("classifier.weight")) {  // RobertaForTokenClassification's
+    linear_classifier(state, tensors, config_json, dir);
   }
   tensors.check_all_taken(described("RoBERTa", c.num_layers));
   return state;

@@ -137,15 +137,16 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
                      architecture == "Qwen2ForCausalLM" || architecture == "llama";
   const bool bert = architecture == "BertModel" || architecture == "BertForMaskedLM" ||
                     architecture == "BertForPreTraining" || architecture == "BertForSequenceClassification" ||
-                    architecture == "bert";
+                    architecture == "BertForTokenClassification" || architecture == "bert";
   const bool roberta = architecture == "RobertaModel" || architecture == "RobertaForMaskedLM" ||
-                       architecture == "RobertaForSequenceClassification" || architecture == "roberta";
+                       architecture == "RobertaForSequenceClassification" ||
+                       architecture == "RobertaForTokenClassification" || architecture == "roberta";
   if (!gpt2 && !llama && !bert && !roberta) {
     throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
                       model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
                       "MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, " +
-                      "BertForSequenceClassification, RobertaModel, RobertaForMaskedLM, " +
-                      "RobertaForSequenceClassification)");
+                      "BertForSequenceClassification, BertForTokenClassification, RobertaModel, " +
+                      "RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification)");
   }
   std::string dtype;
   uint64_t bytes = 0;

@@ -35,7 +35,7 @@ BertWeights BertWeights::random(const BertConfig& c, uint32_t seed) {
   }
   if (c.num_labels > 0) {
     const float bound = 1.0f / std::sqrt(static_cast<float>(E));
-    if (c.classifier_dense) {
+    if (c.classifier == BertClassifier::first_token) {
       w.classifier_dense_weight = uniform({E, E}, -bound, bound, rng);
       w.classifier_dense_bias = uniform({E}, -bound, bound, rng);
     }
@@ -73,13 +73,11 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
   } else if (w.pooler_weight.size() != 0 || w.pooler_bias.size() != 0) {
     throw ShapeError("Bert: pooler.dense is given but the config has no pooler");
   }
-  if (c.num_labels < 0 || (c.num_labels > 0 && !c.pooler && !c.classifier_dense)) {
+  const bool first_token = c.num_labels > 0 && c.classifier == BertClassifier::first_token;
+  if (c.num_labels < 0 || (c.num_labels > 0 && c.classifier == BertClassifier::pooled && !c.pooler)) {
     throw ConfigError("Bert: num_labels=" + std::to_string(c.num_labels) +
-                      " must be >= 0, and a classifier (num_labels > 0) needs the pooler it reads or a dense layer "
-                      "of its own (classifier_dense)");
-  }
-  if (c.classifier_dense && c.num_labels == 0) {
-    throw ConfigError("Bert: classifier_dense is a classifier's layer, but the config has no labels (num_labels=0)");
+                      " must be >= 0, and a classifier of the pooled output (num_labels > 0) needs the pooler it "
+                      "reads");
   }
   if (c.padding_idx &&
       (*c.padding_idx < 0 || *c.padding_idx >= c.vocab_size || *c.padding_idx + 1 >= c.max_positions)) {
@@ -87,18 +85,18 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
                       " must be a token id below vocab_size=" + std::to_string(c.vocab_size) +
                       " and leave positions after it below max_positions=" + std::to_string(c.max_positions));
   }
-  const std::string out = c.classifier_dense ? "classifier.out_proj" : "classifier";
+  const std::string out = first_token ? "classifier.out_proj" : "classifier";
   if (c.num_labels > 0) {
     checks::weight(kBert, out + ".weight", w.classifier_weight, {c.num_labels, E}, "(num_labels, E)");
     checks::weight(kBert, out + ".bias", w.classifier_bias, {c.num_labels}, "(num_labels,)");
   } else if (w.classifier_weight.size() != 0 || w.classifier_bias.size() != 0) {
     throw ShapeError("Bert: classifier is given but the config has no labels (num_labels=0)");
   }
-  if (c.classifier_dense) {
+  if (first_token) {
     checks::weight(kBert, "classifier.dense.weight", w.classifier_dense_weight, {E, E}, "(E, E)");
     checks::weight(kBert, "classifier.dense.bias", w.classifier_dense_bias, {E}, "(E,)");
   } else if (w.classifier_dense_weight.size() != 0 || w.classifier_dense_bias.size() != 0) {
-    throw ShapeError("Bert: classifier.dense is given but the config has none (classifier_dense=false)");
+    throw ShapeError("Bert: classifier.dense is given but the config's classifier has none (only first_token's has)");
   }
   if (c.masked_lm != w.masked_lm.has_value()) {
     throw ShapeError(std::string("Bert: the config ") + (c.masked_lm ? "has" : "has no") +
@@ -179,16 +177,17 @@ Value Bert::pool(Backend& backend, const Value& x) const {
 
 Value Bert::classifier(Backend& backend, const Value& x) const {
   const auto& w = weights_;
-  if (!config_.classifier_dense) {  // BERT's, on the pooler's output
-    Value weight = backend.upload_matrix("classifier.weight", w.classifier_weight);
-    Value bias = backend.upload_weight("classifier.bias", w.classifier_bias);
-    return backend.linear("classifier", pool(backend, x), weight, &bias);  // (B, num_labels)
+  if (config_.classifier == BertClassifier::first_token) {  // RoBERTa's: dense and tanh, then out_proj
+    Value h = first_token_dense(backend, "classifier", x, w.classifier_dense_weight, w.classifier_dense_bias);
+    Value weight = backend.upload_matrix("classifier.out_proj.weight", w.classifier_weight);
+    Value bias = backend.upload_weight("classifier.out_proj.bias", w.classifier_bias);
+    return backend.linear("classifier.out_proj", h, weight, &bias);  // (B, num_labels)
   }
-  // RoBERTa's: dense and tanh on the first token, then out_proj
-  Value h = first_token_dense(backend, "classifier", x, w.classifier_dense_weight, w.classifier_dense_bias);
-  Value weight = backend.upload_matrix("classifier.out_proj.weight", w.classifier_weight);
-  Value bias = backend.upload_weight("classifier.out_proj.bias", w.classifier_bias);
-  return backend.linear("classifier.out_proj", h, weight, &bias);  // (B, num_labels)
+  Value weight = backend.upload_matrix("classifier.weight", w.classifier_weight);
+  Value bias = backend.upload_weight("classifier.bias", w.classifier_bias);
+  // on every token (B, T, num_labels), or on the pooler's output (B, num_labels)
+  return backend.linear("classifier", config_.classifier == BertClassifier::tokens ? x : pool(backend, x), weight,
+                        &bias);
 }
 
 Value Bert::predict_tokens(Backend& backend, const Value& x) const {
@@ -282,7 +281,8 @@ Tensor Bert::classify(Backend& backend, const Tensor& ids, const std::optional<T
                       const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
   if (config_.num_labels == 0) {
     throw ConfigError(
-        "Bert.classify: this BERT has no classifier (BertForSequenceClassification's head: classifier.weight)");
+        "Bert.classify: this BERT has no classifier (BertForSequenceClassification's or "
+        "BertForTokenClassification's head: classifier.weight)");
   }
   const Inputs inputs = check_inputs("Bert.classify", ids, token_type_ids, key_padding_mask, path);
   auto recipe = [&](Backend& b) { return classifier(b, encode(b, ids, inputs)); };
@@ -315,7 +315,10 @@ std::string Bert::describe() const {
       << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead
       << ",\n  dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation) << ", post-norm)"
       << (c.pooler ? ", pooler" : "") << (c.masked_lm ? ", masked-LM head" : "");
-  if (c.num_labels > 0) out << ", classifier of " << c.num_labels << (c.num_labels == 1 ? " label" : " labels");
+  if (c.num_labels > 0) {
+    out << (c.classifier == BertClassifier::tokens ? ", token classifier of " : ", classifier of ") << c.num_labels
+        << (c.num_labels == 1 ? " label" : " labels");
+  }
   return out.str();
 }
 

@@ -115,7 +115,8 @@ class Pretrained {
   }
 
   // The logits of an encoder's head, inputs as encoder_forward's: Bert::masked_lm's (B, T, V)
-  // (BertForMaskedLM's) or Bert::classify's (B, num_labels) (BertForSequenceClassification's).
+  // (BertForMaskedLM's) or Bert::classify's (B, num_labels) or (B, T, num_labels) (a sequence
+  // classifier's, a token classifier's).
   template <auto Head>
   py::object encoder_head(const IdArray& ids, const std::optional<IdArray>& token_type_ids,
                           const std::optional<py::array>& key_padding_mask, bool trace,

@@ -125,6 +125,45 @@ def test_a_classifier_of_other_labels_than_config_names_is_refused(tmp_path, cla
         vkattn.from_pretrained(tmp_path, device="cpu")
 
 
+@pytest.fixture(scope="module")
+def token_classifier_folder(tmp_path_factory, torch_bert):
+    """tiny_bert as BertForTokenClassification saves it (its encoder under "bert." without the
+    pooler, a classifier of four labels on every token, random), and torch's classifier."""
+    from article_safetensors import save_safetensors
+    folder = tmp_path_factory.mktemp("token_classifier")
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(os.path.join(FOLDER, name), folder / name)
+    with open(os.path.join(FOLDER, "config.json")) as f:
+        config = json.load(f)
+    labels = {"0": "O", "1": "B-PER", "2": "I-PER", "3": "B-LOC"}
+    config.update(architectures=["BertForTokenClassification"], torch_dtype="float32", id2label=labels,
+                  label2id={v: int(k) for k, v in labels.items()})
+    (folder / "config.json").write_text(json.dumps(config))
+    torch.manual_seed(6)
+    classifier = torch.nn.Linear(torch_bert.pooler.dense.in_features, 4)
+    weights = {"bert." + name: t for name, t in torch_bert.state_dict().items() if not name.startswith("pooler.")}
+    weights.update({"classifier." + name: t for name, t in classifier.state_dict().items()})
+    save_safetensors(weights, folder / "model.safetensors", {"format": "pt"})
+    return folder, classifier.eval()
+
+
+def test_a_token_classifier_labels_every_token_as_torch(device, torch_bert, token_classifier_folder):
+    folder, classifier = token_classifier_folder
+    bert = vkattn.from_pretrained(folder, device=device)
+    assert bert.config["num_labels"] == 4 and "token classifier of 4 labels" in bert.config["model"]
+    texts = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
+    ids = [bert.encode(t) for t in texts]
+    T = len(ids[0])
+    padded = torch.tensor([ids[0], ids[1] + [0] * (T - len(ids[1]))])
+    mask = torch.tensor([[1] * T, [1] * len(ids[1]) + [0] * (T - len(ids[1]))])
+    with torch.no_grad():
+        expected = classifier(torch_bert(padded, torch.zeros_like(padded), mask)[0])  # (2, T, 4)
+    logits = bert.classify(texts)
+    assert logits.shape == (2, T, 4)
+    assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+    assert bert(texts).pooler_output is None  # BertForTokenClassification's encoder has no pooler
+
+
 def test_token_types_are_read(device, torch_bert):
     bert = vkattn.from_pretrained(FOLDER, device=device)
     a, b = bert.encode("Down the rabbit-hole."), bert.encode("Alice felt sleepy.")[1:]

@@ -18,7 +18,7 @@ import torch
 import vkattn
 from conftest import MODELS, assert_close, definition, read_safetensors
 
-PAD, MASK_LABELS = 1, {"0": "negative", "1": "neutral", "2": "positive"}
+PAD, LABELS = 1, {"0": "negative", "1": "neutral", "2": "positive"}
 TEXTS = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
 
 
@@ -72,7 +72,8 @@ class Roberta:
         self.lm_head = train.Module(dense=torch.nn.Linear(E, E), layer_norm=torch.nn.LayerNorm(E, eps=train.EPS))
         self.lm_head.bias = torch.nn.Parameter(torch.randn(V) * 0.1)
         self.classifier = train.Module(dense=torch.nn.Linear(E, E), out_proj=torch.nn.Linear(E, 3))
-        for m in (self.encoder, self.lm_head, self.classifier):
+        self.token_classifier = torch.nn.Linear(E, 2)
+        for m in (self.encoder, self.lm_head, self.classifier, self.token_classifier):
             m.eval()
         encoder = {"roberta." + n: t for n, t in self.encoder.state_dict().items() if not n.startswith("pooler.")}
         config = {"model_type": "roberta", "hidden_act": "gelu", "hidden_size": E, "intermediate_size": train.FF,
@@ -86,7 +87,10 @@ class Roberta:
                            "lm_head.decoder.weight": self.encoder.embeddings.word_embeddings.weight}, {}),
             "classifier": ("RobertaForSequenceClassification",
                            {"classifier." + n: t for n, t in self.classifier.state_dict().items()},
-                           {"id2label": MASK_LABELS, "label2id": {v: int(k) for k, v in MASK_LABELS.items()}}),
+                           {"id2label": LABELS, "label2id": {v: int(k) for k, v in LABELS.items()}}),
+            "token_classifier": ("RobertaForTokenClassification",
+                                 {"classifier." + n: t for n, t in self.token_classifier.state_dict().items()},
+                                 {"num_labels": 2}),
         }
         self.folders = {}
         for kind, (architecture, weights, extra) in heads.items():
@@ -107,6 +111,10 @@ class Roberta:
         with torch.no_grad():
             h = self.lm_head.layer_norm(torch.nn.functional.gelu(self.lm_head.dense(self.hidden(ids))))
             return h @ self.encoder.embeddings.word_embeddings.weight.T + self.lm_head.bias
+
+    def classify_tokens(self, ids, mask):  # RobertaForTokenClassification: a linear layer on every token
+        with torch.no_grad():
+            return self.token_classifier(self.hidden(ids, mask))
 
     def classify(self, ids, mask):  # RobertaClassificationHead: out_proj(tanh(dense(x[:, 0])))
         with torch.no_grad():
@@ -178,6 +186,15 @@ def test_a_sequence_classifier_gives_torchs_logits(device, roberta):
     assert_close(model.classify(TEXTS[1]), expected[1:], atol=1e-4, rtol=1e-4)
     assert "classifier of 3 labels" in model.config["model"]
     assert "positions (counted from 2)" in model.config["model"]
+
+
+def test_a_token_classifier_labels_every_token_as_torch(device, roberta):
+    model = vkattn.from_pretrained(roberta.folders["token_classifier"], device=device)
+    assert model.config["num_labels"] == 2  # num_labels alone: no id2label written
+    ids, mask = padded([model.encode(t) for t in TEXTS])
+    logits = model.classify(TEXTS)
+    assert logits.shape == (2, ids.shape[1], 2)
+    assert_close(logits, roberta.classify_tokens(ids, mask), atol=1e-4, rtol=1e-4)
 
 
 def test_the_trace_adds_the_positions_looked_up_by_id(roberta):

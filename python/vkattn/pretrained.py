@@ -11,8 +11,9 @@ shards), tokenizer.json, vocab.json + merges.txt or vocab.txt — run on a vkatt
     out.last_hidden_state, out.pooler_output                   # (2, T, E), (2, E)
 
 Architectures so far: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM and
-Qwen2ForCausalLM (PretrainedModel); BertModel, BertForMaskedLM, BertForSequenceClassification and
-RoBERTa's three of those names (PretrainedEncoder). Another is a ConfigError naming it."""
+Qwen2ForCausalLM (PretrainedModel); BertModel, BertForMaskedLM, BertForSequenceClassification,
+BertForTokenClassification and RoBERTa's four of those names (PretrainedEncoder). Another is a
+ConfigError naming it."""
 import collections
 
 import numpy as np
@@ -202,9 +203,11 @@ class PretrainedEncoder(_Checkpoint):
         return self._impl.masked_lm(*self._inputs(tokens, token_type_ids, attention_mask), False)
 
     def classify(self, tokens, token_type_ids=None, attention_mask=None):
-        """BertForSequenceClassification's logits (B, num_labels) of a text, texts or ids (inputs
-        as a call's): its classifier on the pooler's output (RobertaForSequenceClassification's:
-        its own dense and tanh on the first token, then out_proj); config["id2label"] names the labels
+        """A classifier's logits of a text, texts or ids (inputs as a call's): a sequence
+        classifier's (B, num_labels) — BertForSequenceClassification's classifier on the pooler's
+        output, RobertaForSequenceClassification's dense and tanh on the first token, then
+        out_proj — or a token classifier's (…ForTokenClassification) (B, T, num_labels), a label
+        for every token; config["id2label"] names the labels
         (softmax the logits for their probabilities). ConfigError where the checkpoint has no
         classifier."""
         return self._impl.classify(*self._inputs(tokens, token_type_ids, attention_mask), False)

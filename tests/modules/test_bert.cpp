@@ -196,10 +196,10 @@ TEST_F(BertCheckpoint, TheClassifierScoresThePooledOutputOnBothBackends) {
   expect_error<ShapeError>([&] { Bert(config, wrong); }, {"classifier.bias", "(2,)", "(num_labels,) = (3,)"});
   config.pooler = false;
   expect_error<ConfigError>([&] { Bert(config, BertWeights::random(config, 1)); },
-                            {"num_labels=3", "a classifier (num_labels > 0) needs the pooler it reads"});
+                            {"num_labels=3", "a classifier of the pooled output (num_labels > 0) needs the pooler"});
   const io::Pretrained p = io::load_pretrained(kTinyBert);
   expect_error<ConfigError>([&] { p.encoder->classify(cpu(), ids); },
-                            {"Bert.classify: this BERT has no classifier (BertForSequenceClassification's head"});
+                            {"Bert.classify: this BERT has no classifier (BertForSequenceClassification's"});
 }
 
 // RoBERTa's recipe: each token's position row by its id (padding_idx + 1 on over the tokens that
@@ -214,8 +214,8 @@ TEST_F(BertCheckpoint, RobertasPositionsAndClassifierRunOnBothBackends) {
                     .layer = {.d_model = 12, .nhead = 3, .dim_feedforward = 17, .activation = Activation::gelu},
                     .pooler = false,
                     .num_labels = 3,
-                    .padding_idx = 1,
-                    .classifier_dense = true};
+                    .classifier = BertClassifier::first_token,
+                    .padding_idx = 1};
   const Bert bert(config, BertWeights::random(config, 4));
   const auto& w = bert.weights();
   // padded on the right, on the left, and a padding id inside a sequence
@@ -279,10 +279,42 @@ TEST_F(BertCheckpoint, RobertasPositionsAndClassifierRunOnBothBackends) {
   BertWeights no_dense = w;
   no_dense.classifier_dense_weight = Tensor();
   expect_error<ShapeError>([&] { Bert(config, no_dense); }, {"classifier.dense.weight"});
-  BertConfig no_labels = config;
-  no_labels.num_labels = 0;
-  expect_error<ConfigError>([&] { Bert(no_labels, BertWeights::random(no_labels, 1)); },
-                            {"classifier_dense is a classifier's layer, but the config has no labels"});
+  BertConfig tokens = config;
+  tokens.classifier = BertClassifier::tokens;
+  expect_error<ShapeError>([&] { Bert(tokens, w); },
+                           {"classifier.dense is given but the config's classifier has none"});
+}
+
+// BertForTokenClassification's head (and RobertaForTokenClassification's): classifier (num_labels,
+// E) on every token's hidden state, no pooler, (B, T, num_labels) on both backends against the
+// product worked here in double.
+TEST_F(BertCheckpoint, ATokenClassifierScoresEveryToken) {
+  BertConfig config{.vocab_size = 13,
+                    .max_positions = 9,
+                    .num_layers = 1,
+                    .layer = {.d_model = 12, .nhead = 3, .dim_feedforward = 17, .activation = Activation::gelu},
+                    .pooler = false,
+                    .num_labels = 5,
+                    .classifier = BertClassifier::tokens};
+  const Bert bert(config, BertWeights::random(config, 6));
+  const auto& w = bert.weights();
+  const Tensor ids({2, 3}, {2, 7, 3, 11, 1, 0}, DType::int64);
+  const Tensor padding({2, 3}, {0, 0, 0, 0, 0, 1}, DType::boolean);
+  const Tensor hidden = bert.forward(cpu(), ids, std::nullopt, padding).last_hidden_state;  // (2, 3, E)
+  Tensor want({2, 3, 5});
+  for (int64_t t = 0; t < 6; ++t) {
+    for (int64_t l = 0; l < 5; ++l) {
+      double sum = w.classifier_bias.data[l];
+      for (int64_t e = 0; e < 12; ++e) sum += double(hidden.data[t * 12 + e]) * w.classifier_weight.data[l * 12 + e];
+      want.data[t * 5 + l] = static_cast<float>(sum);
+    }
+  }
+  for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    const Tensor logits = bert.classify(*backend, ids, std::nullopt, padding);
+    EXPECT_EQ(logits.shape, (Shape{2, 3, 5})) << backend->name();
+    EXPECT_TRUE(testing::all_close(logits, want, {1e-5f, 1e-4f})) << backend->name();
+  }
+  EXPECT_NE(bert.describe().find("token classifier of 5 labels"), std::string::npos) << bert.describe();
 }
 
 TEST_F(BertCheckpoint, BadInputsAreNamed) {

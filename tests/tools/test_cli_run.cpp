@@ -439,8 +439,8 @@ const std::vector<BadRun> kRunModelBadInputs = {
     BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/t5", "--text", "Alice"},
            "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, "
-           "BertForSequenceClassification, RobertaModel, RobertaForMaskedLM, "
-           "RobertaForSequenceClassification)"}};
+           "BertForSequenceClassification, BertForTokenClassification, RobertaModel, RobertaForMaskedLM, "
+           "RobertaForSequenceClassification, RobertaForTokenClassification)"}};
 INSTANTIATE_TEST_SUITE_P(CliRunModel, CliBadInput, ::testing::ValuesIn(kRunModelBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 

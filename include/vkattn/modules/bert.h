@@ -18,12 +18,15 @@
 //   cls.predictions.transform.dense (linear), …gelu,    (B, T, E) -> (B, T, E)
 //     …LayerNorm (layer_norm)
 //   cls.predictions.decoder (linear)                    -> (B, T, V): · word_embeddingsᵀ + bias
-// and, for classify() (BertForSequenceClassification's head), from the pooler's output:
+// and, for classify(), as config.classifier says: BertForSequenceClassification's head, from the
+// pooler's output,
 //   classifier (linear)                                 (B, E) -> (B, num_labels): the logits
-// or (RobertaForSequenceClassification's head, config.classifier_dense), on the first token:
+// or RobertaForSequenceClassification's, on the first token,
 //   classifier.first_token, classifier.dense (linear),  tanh(dense(x[:, 0])): (B, T, E) -> (B, E)
 //     classifier.tanh
 //   classifier.out_proj (linear)                        (B, E) -> (B, num_labels): the logits
+// or a …ForTokenClassification's, on every token,
+//   classifier (linear)                                 (B, T, E) -> (B, T, num_labels)
 // Padding is a key_padding_mask (True = padding), as torch's: Hugging Face's attention_mask is its
 // opposite (1 = a token to attend to). Padded positions are computed like any other; no query
 // attends to them. Dropout is the identity (eval mode).
@@ -39,6 +42,14 @@
 
 namespace vkattn {
 
+// The classifier a Bert with labels (num_labels > 0) has: Hugging Face's heads.
+enum class BertClassifier {
+  pooled,       // BertForSequenceClassification's: a linear layer on the pooler's output
+  first_token,  // RobertaForSequenceClassification's: dense and tanh on the first token, then out_proj
+  tokens,       // BertForTokenClassification's, RobertaForTokenClassification's: a linear layer on
+                // every token's hidden state
+};
+
 // Hugging Face's config.json names in the comments.
 struct BertConfig {
   int64_t vocab_size = 0;         // V                                   vocab_size
@@ -49,14 +60,12 @@ struct BertConfig {
                                         // gelu (hidden_act), layer_norm_eps, post-norm
   bool pooler = true;             // BertModel(add_pooling_layer=True)
   bool masked_lm = false;         // BertForMaskedLM's head (cls.predictions)
-  int64_t num_labels = 0;         // BertForSequenceClassification's classifier: its labels; 0: none
+  int64_t num_labels = 0;         // the classifier's labels; 0: none                num_labels, id2label
+  BertClassifier classifier = BertClassifier::pooled;  // which, where num_labels > 0
   // RoBERTa's positions (Hugging Face's create_position_ids_from_input_ids): a token whose id is
   // not padding_idx takes the row padding_idx + 1 + the number of such tokens before it, a padding
   // token the row padding_idx. None: rows 0 … T-1, BERT's.
   std::optional<int64_t> padding_idx;  //                                pad_token_id (RoBERTa's)
-  // RoBERTa's classification head: its own dense and tanh on the first token, then out_proj,
-  // in place of BERT's classifier on the pooler
-  bool classifier_dense = false;
 };
 
 // BertForMaskedLM's head (cls.predictions): the vocabulary's scores of each position.
@@ -76,9 +85,8 @@ struct BertWeights {
   Tensor pooler_weight, pooler_bias;  // (E, E), (E,): pooler.dense; none without the pooler
   std::optional<BertMaskedLMWeights> masked_lm;  // with config.masked_lm
   Tensor classifier_weight, classifier_bias;     // (num_labels, E), (num_labels,): classifier; none without
-                                                 // (RoBERTa's: classifier.out_proj)
-  Tensor classifier_dense_weight, classifier_dense_bias;  // (E, E), (E,): classifier.dense, with
-                                                          // config.classifier_dense
+                                                 // (first_token's: classifier.out_proj)
+  Tensor classifier_dense_weight, classifier_dense_bias;  // (E, E), (E,): classifier.dense, first_token's
 
   // Embeddings U(-1, 1), linear weights U(-1/√in, 1/√in), norms 1 ± 0.25 and ± 0.25, from `seed`.
   static BertWeights random(const BertConfig& config, uint32_t seed);
@@ -111,10 +119,11 @@ class Bert : public KeepsWeights {
                    const std::optional<Tensor>& key_padding_mask = {},
                    AttentionPath attention = AttentionPath::automatic) const;
 
-  // BertForSequenceClassification's logits (B, num_labels) of the same inputs: its classifier on
-  // the pooler's output, or RoBERTa's head on the first token (softmax them for single-label
-  // classification, sigmoid for multi-label; one label is a regression's value). ConfigError when
-  // the checkpoint has no such head. One traced pass "bert_classify".
+  // The classifier's logits of the same inputs (config.classifier): a sequence classifier's
+  // (B, num_labels) (softmax them for single-label classification, sigmoid for multi-label; one
+  // label is a regression's value), a token classifier's (B, T, num_labels) (a label for each
+  // token: a named entity's part, say). ConfigError when the checkpoint has no classifier. One
+  // traced pass "bert_classify".
   Tensor classify(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
                   const std::optional<Tensor>& key_padding_mask = {},
                   AttentionPath attention = AttentionPath::automatic) const;
@@ -127,7 +136,7 @@ class Bert : public KeepsWeights {
  private:
   // word + token type + position embeddings, then embeddings.LayerNorm: (B, T, E)
   Value embed(Backend& backend, const Tensor& ids, const Value& token_types) const;
-  // The classifier's logits (B, num_labels) from the last hidden state (B, T, E)
+  // The classifier's logits (B, num_labels) or (B, T, num_labels) from the last hidden state (B, T, E)
   Value classifier(Backend& backend, const Value& x) const;
   // pooler.dense and tanh on each sequence's first row: (B, T, E) -> (B, E)
   Value pool(Backend& backend, const Value& x) const;
