@@ -1,7 +1,7 @@
 // vkattn run: a PyTorch nn.MultiheadAttention, from its state_dict in a safetensors file — or a
 // Llama-style grouped-query attention, from Hugging Face's q_proj … o_proj names — on batch-first
 // .npy inputs; or a checkpoint folder as the Hugging Face hub lays it out (--model: GPT-2, Llama,
-// BERT) on a text; on the GPU (or the CPU reference with --backend cpu). Outputs are
+// BERT, RoBERTa) on a text; on the GPU (or the CPU reference with --backend cpu). Outputs are
 // written whole or not at all: every file is finished under a temporary name before any is
 // renamed into place.
 #include <exception>
@@ -19,6 +19,7 @@
 #include "tools/first_forward.h"
 #include "tools/inputs.h"
 #include "tools/interrupt.h"
+#include "tools/labels.h"
 #include "tools/validators.h"
 #include "vkattn/errors.h"
 #include "vkattn/io/heatmap.h"
@@ -57,6 +58,7 @@ struct Runnable {
   std::function<std::string(Backend&)> settle_path;
   std::string output = "output";  // what the output is, for the summary
   std::string source;             // the file or folder the module came from
+  std::function<void(const Tensor&)> explain;  // prints what the output says, after the summary; may be empty
 };
 
 // An nn.MultiheadAttention state_dict (PyTorch's names) on its inputs.
@@ -117,7 +119,8 @@ Runnable grouped_query_run(const RunArgs& a) {
 }
 
 // A hub checkpoint folder on a text, every step traced: a language model's (GPT-2, Llama) logits
-// (1, T, V), an encoder's (BERT) last hidden state (1, T, E), its pooled output in the trace.
+// (1, T, V), an encoder's (BERT, RoBERTa) last hidden state (1, T, E), its pooled output in the
+// trace, or a classifier's logits (1, num_labels) or (1, T, num_labels), said by label.
 Runnable model_run(const RunArgs& a) {
   const auto& in = a.inputs;
   for (auto [given, flag] : {std::pair{!in.weights.empty(), "--weights"}, {!in.query.empty(), "--query"},
@@ -138,6 +141,16 @@ Runnable model_run(const RunArgs& a) {
   nlohmann::json trace = {{"module", p->architecture}, {"model", a.model}, {"text", a.text}, {"ids", ids},
                           {"config", p->config}, {"stored_dtype", p->stored_dtype}};
   const AttentionPath path = parse_attention_path(a.attention);
+  if (p->encoder && p->encoder->config().num_labels > 0) {
+    const bool every_token = p->encoder->config().classifier == BertClassifier::tokens;
+    Runnable run{.repr = repr, .trace = trace, .source = a.model};
+    run.forward = [p, tokens, path](Backend& b) {
+      return AttentionResult{p->encoder->classify(b, *tokens, {}, {}, path), std::nullopt};
+    };
+    run.output = every_token ? "logits (B, T, num_labels)" : "logits (B, num_labels)";
+    run.explain = [p, ids](const Tensor& logits) { print_labels(std::cout, *p, ids, logits); };
+    return run;
+  }
   if (p->encoder) {
     return {[p, tokens, path](Backend& b) {
               return AttentionResult{p->encoder->forward(b, *tokens, {}, {}, path).last_hidden_state, std::nullopt};
@@ -158,7 +171,8 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   add_grouped_query_args(*cmd, a.grouped);
   auto* model = cmd->add_option("--model", a.model,
                                 "DIR: instead of --weights and --query, a checkpoint folder as the Hugging Face hub "
-                                "lays it out (GPT-2, Llama, BERT: config.json, model.safetensors, its tokenizer) on --text");
+                                "lays it out (GPT-2, Llama, BERT, RoBERTa: config.json, model.safetensors, its "
+                                "tokenizer) on --text");
   auto* text = cmd->add_option("--text", a.text, "with --model: the text the model reads (its tokenizer's ids)");
   model->needs(text);
   text->needs(model);
@@ -281,6 +295,7 @@ int run_run(const RunArgs& a) {
   std::cout << backend.name() << " backend: " << backend.device_name() << (a.side_by_side ? ", checked by the cpu reference" : "") << "\n"
             << module.repr << "\n  from " << module.source << "\n";
   print_summary(result.output, module.output, a.out);
+  if (module.explain) module.explain(result.output);
   if (result.weights) {
     print_summary(*result.weights, a.per_head_weights ? "attention weights per head" : "attention weights averaged over heads",
                   a.attn_weights);

@@ -6,6 +6,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <iterator>
 #include <map>
 #include <regex>
@@ -14,10 +16,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/support/checkpoint_folder.h"
 #include "tests/support/golden.h"
 #include "tests/support/gpu.h"
+#include "tests/support/safetensors_writer.h"
 #include "tests/support/tolerance.h"
+#include "vkattn/backends/reference_backend.h"
 #include "vkattn/io/npy.h"
+#include "vkattn/io/pretrained.h"
+#include "vkattn/io/safetensors.h"
 
 namespace vkattn {
 namespace {
@@ -1130,6 +1137,110 @@ TEST_F(CliRun, RunABertFolderGivesItsLastHiddenState) {
   const auto rows = expected["batch"]["last_hidden_state"].get<std::vector<float>>();
   const std::vector<float> torch_rows(rows.begin() + 15 * 64, rows.begin() + 15 * 64 + 10 * 64);
   EXPECT_TRUE(testing::all_close(hidden, Tensor({1, 10, 64}, torch_rows), {.atol = 1e-4f, .rtol = 0.0f}));
+}
+
+// A classifier's folder (tiny_bert's encoder with a classifier of its architecture's kind):
+// `vkattn run --model` says what its logits mean label by label, as the library's classify()
+// gives them on the reference: a sequence's labels by probability, each token's likeliest.
+TEST_F(CliRun, RunAClassifierFolderSaysItsLabels) {
+  const fs::path tiny = VKATTN_SOURCE_DIR "/models/tiny_bert";
+  const std::string text = "Alice was tired.";
+  auto folder = [&](const std::string& name, const std::string& architecture, const nlohmann::json& labels) {
+    const fs::path dir = testing::copy_of(tiny, "cli_" + name);
+    std::map<std::string, Tensor> tensors = io::read_safetensors(tiny / "model.safetensors").tensors;
+    const auto L = static_cast<int64_t>(labels.size());
+    Tensor weight({L, 64}), bias({L});
+    for (size_t i = 0; i < weight.data.size(); ++i) weight.data[i] = 0.3f * std::sin(0.37f * float(i));
+    for (size_t i = 0; i < bias.data.size(); ++i) bias.data[i] = 0.1f * float(i);
+    tensors["classifier.weight"] = weight;
+    tensors["classifier.bias"] = bias;
+    testing::write_safetensors(dir / "model.safetensors", tensors);
+    testing::rewrite_config(dir, [&](nlohmann::json& c) {
+      c["architectures"] = {architecture};
+      c["id2label"] = labels;
+    });
+    return dir;
+  };
+  // softmax of logits[row·n …], and a probability as printed
+  auto softmax = [](const Tensor& logits, size_t row, size_t n) {
+    std::vector<double> p(n);
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i) sum += p[i] = std::exp(double(logits.data[row * n + i]));
+    for (double& v : p) v /= sum;
+    return p;
+  };
+  auto printed = [](double v) {
+    char digits[32];
+    std::snprintf(digits, sizeof digits, "%.3f", v);
+    return std::string(digits);
+  };
+  // the line of `out` that starts with label `name` (padded to the longest, then its numbers)
+  auto line_of = [](const std::string& out, const std::string& name) {
+    const size_t at = out.find("\n  " + name + " ");
+    return at == std::string::npos ? std::string() : out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+  };
+  auto classify = [&](const fs::path& dir) {
+    const io::Pretrained p = io::load_pretrained(dir);
+    const std::vector<int64_t> ids = p.tokenizer->encode(text);
+    ReferenceBackend cpu;
+    return p.encoder->classify(
+        cpu, Tensor({1, int64_t(ids.size())}, std::vector<float>(ids.begin(), ids.end()), DType::int64));
+  };
+
+  const std::vector<std::string> moods{"sad", "calm", "glad"};
+  const fs::path sequence =
+      folder("moods", "BertForSequenceClassification", {{"0", "sad"}, {"1", "calm"}, {"2", "glad"}});
+  Exit e = vkattn({"run", "--model", sequence.string(), "--text", text});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("logits (B, num_labels) (1, 3)"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("the labels' probabilities (softmax of the logits):\n"), std::string::npos) << e.out;
+  const std::vector<double> p = softmax(classify(sequence), 0, 3);
+  std::vector<size_t> likeliest{0, 1, 2};
+  std::sort(likeliest.begin(), likeliest.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+  size_t previous = 0;
+  for (size_t i : likeliest) {  // each with its probability, the likeliest first
+    const size_t at = e.out.find("\n  " + moods[i] + " ");
+    EXPECT_NE(line_of(e.out, moods[i]).find(" " + printed(p[i]) + "   (logit "), std::string::npos) << e.out;
+    EXPECT_GT(at, previous) << moods[i] << " is out of order:\n" << e.out;
+    previous = at;
+  }
+
+  // multi-label: each label's sigmoid; one label: a regression's value
+  const Tensor sequence_logits = classify(sequence);
+  testing::rewrite_config(sequence, [](nlohmann::json& c) { c["problem_type"] = "multi_label_classification"; });
+  e = vkattn({"run", "--model", sequence.string(), "--text", text});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("each label's probability (sigmoid of its logit):\n"), std::string::npos) << e.out;
+  for (size_t i : {0, 1, 2}) {
+    const std::string sigmoid = printed(1.0 / (1.0 + std::exp(-double(sequence_logits.data[i]))));
+    EXPECT_NE(line_of(e.out, moods[i]).find(" " + sigmoid + "   (logit "), std::string::npos) << sigmoid << e.out;
+  }
+  const fs::path regression = folder("regression", "BertForSequenceClassification", {{"0", "LABEL_0"}});
+  e = vkattn({"run", "--model", regression.string(), "--text", text});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  char value[32];
+  std::snprintf(value, sizeof value, "%.4f", classify(regression).data[0]);
+  EXPECT_NE(e.out.find(std::string("the regression's value: ") + value + "\n"), std::string::npos) << e.out;
+
+  const std::vector<std::string> tags{"O", "B-PER", "I-PER"};
+  const fs::path tokens = folder("tags", "BertForTokenClassification", {{"0", "O"}, {"1", "B-PER"}, {"2", "I-PER"}});
+  e = vkattn({"run", "--model", tokens.string(), "--text", text});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  const Tensor logits = classify(tokens);  // (1, T, 3)
+  ASSERT_EQ(logits.rank(), 3u);
+  const std::string header = "each token's likeliest label (softmax of its 3 logits):\n";
+  const size_t start = e.out.find(header);
+  ASSERT_NE(start, std::string::npos) << e.out;
+  std::istringstream lines(e.out.substr(start + header.size()));
+  for (size_t t = 0; t < size_t(logits.dim(1)); ++t) {
+    std::string line;
+    ASSERT_TRUE(std::getline(lines, line)) << e.out;
+    const std::vector<double> q = softmax(logits, t, 3);
+    const size_t best = size_t(std::max_element(q.begin(), q.end()) - q.begin());
+    EXPECT_EQ(line.rfind("  \"", 0), 0u) << line;  // the token, quoted
+    EXPECT_NE(line.find("  " + tags[best] + " "), std::string::npos) << "token " << t << ": " << line;
+    EXPECT_EQ(line.substr(line.size() - 5), printed(q[best])) << line;
+  }
 }
 
 TEST_F(CliRun, GenerateSamplesTheSameTextFromTheSameSeed) {

@@ -1,0 +1,97 @@
+#include "tools/labels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace vkattn::cli {
+namespace {
+
+constexpr size_t kMostLabels = 5;  // a sequence's likeliest labels printed; the rest summed
+
+// Label i's name: config.json's id2label, else Hugging Face's default LABEL_i.
+std::string label_name(const nlohmann::json& config, int64_t i) {
+  const std::string key = std::to_string(i);
+  const nlohmann::json& names = config.contains("id2label") ? config["id2label"] : nlohmann::json();
+  if (names.is_object() && names.contains(key) && names[key].is_string()) return names[key].get<std::string>();
+  return "LABEL_" + key;
+}
+
+// v with `digits` decimals ("0.912")
+std::string fixed(double v, int digits) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(digits) << v;
+  return text.str();
+}
+
+// softmax over the n logits starting at `row`, in double.
+std::vector<double> softmax(const Tensor& logits, size_t row, size_t n) {
+  const auto first = logits.data.begin() + static_cast<std::ptrdiff_t>(row * n);
+  const double top = *std::max_element(first, first + static_cast<std::ptrdiff_t>(n));
+  std::vector<double> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = std::exp(double(first[static_cast<std::ptrdiff_t>(i)]) - top);
+  const double sum = std::accumulate(p.begin(), p.end(), 0.0);
+  for (double& v : p) v /= sum;
+  return p;
+}
+
+}  // namespace
+
+void print_labels(std::ostream& out, const io::Pretrained& model, std::span<const int64_t> ids, const Tensor& logits) {
+  const auto n = static_cast<size_t>(logits.shape.back());
+  const nlohmann::json& config = model.config;
+  std::vector<std::string> names;
+  size_t width = 0;
+  for (size_t i = 0; i < n; ++i) {
+    names.push_back(label_name(config, static_cast<int64_t>(i)));
+    width = std::max(width, names.back().size());
+  }
+  if (logits.rank() == 3) {  // (1, T, num_labels): each token's likeliest label
+    std::vector<std::string> tokens;
+    size_t token_width = 0;
+    for (int64_t id : ids) {
+      // quoted, control characters escaped, a part of a character's bytes as U+FFFD
+      tokens.push_back(nlohmann::json(model.tokenizer->decode(std::span(&id, 1)))
+                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      token_width = std::max(token_width, tokens.back().size());
+    }
+    out << "each token's likeliest label (softmax of its " << n << " logits):\n";
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const std::vector<double> p = softmax(logits, t, n);
+      const size_t best = static_cast<size_t>(std::max_element(p.begin(), p.end()) - p.begin());
+      out << "  " << std::left << std::setw(static_cast<int>(token_width)) << tokens[t] << "  "
+          << std::setw(static_cast<int>(width)) << names[best] << std::right << "  " << fixed(p[best], 3) << "\n";
+    }
+    return;
+  }
+  const std::string problem = config.value("problem_type", std::string());
+  if (n == 1 || problem == "regression") {
+    out << "the regression's value" << (n == 1 ? "" : "s") << ":";
+    for (size_t i = 0; i < n; ++i) out << (n == 1 ? " " : "\n  " + names[i] + " ") << fixed(logits.data[i], 4);
+    out << "\n";
+    return;
+  }
+  const bool multi = problem == "multi_label_classification";
+  std::vector<double> p = softmax(logits, 0, n);
+  if (multi) {
+    for (size_t i = 0; i < n; ++i) p[i] = 1.0 / (1.0 + std::exp(-double(logits.data[i])));
+  }
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+  const size_t shown = std::min(n, kMostLabels);
+  out << (multi ? "each label's probability (sigmoid of its logit)"
+                : "the labels' probabilities (softmax of the logits)")
+      << (shown < n ? ", the " + std::to_string(shown) + " likeliest of " + std::to_string(n) : "") << ":\n";
+  for (size_t k = 0; k < shown; ++k) {
+    const size_t i = order[k];
+    out << "  " << std::left << std::setw(static_cast<int>(width)) << names[i] << std::right << "  " << fixed(p[i], 3)
+        << "   (logit " << fixed(logits.data[i], 4) << ")\n";
+  }
+}
+
+}  // namespace vkattn::cli
