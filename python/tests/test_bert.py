@@ -26,22 +26,47 @@ def torch_bert():
     return model.bert.eval()
 
 
+def save_classifier(folder, torch_bert, architecture, labels, seed, pooler=True):
+    """tiny_bert's encoder under "bert." (without the pooler where `pooler` is False), a classifier of
+    len(labels) labels (random, from `seed`) and config.json naming them, in `folder` as
+    `architecture` saves it; returns torch's classifier (nn.Linear)."""
+    from article_safetensors import save_safetensors
+    for name in ("vocab.txt", "tokenizer_config.json"):
+        shutil.copy(os.path.join(FOLDER, name), folder / name)
+    with open(os.path.join(FOLDER, "config.json")) as f:
+        config = json.load(f)
+    config.update(architectures=[architecture], torch_dtype="float32", id2label=labels,
+                  label2id={v: int(k) for k, v in labels.items()})
+    (folder / "config.json").write_text(json.dumps(config))
+    torch.manual_seed(seed)
+    classifier = torch.nn.Linear(torch_bert.pooler.dense.in_features, len(labels))
+    weights = {"bert." + n: t for n, t in torch_bert.state_dict().items() if pooler or not n.startswith("pooler.")}
+    weights.update({"classifier." + n: t for n, t in classifier.state_dict().items()})
+    save_safetensors(weights, folder / "model.safetensors", {"format": "pt"})
+    return classifier.eval()
+
+
+def padded(bert, texts):
+    """The texts' ids padded with [PAD] to the longest, and Hugging Face's attention_mask."""
+    rows = [bert.encode(t) for t in texts]
+    T = max(len(r) for r in rows)
+    return (torch.tensor([r + [0] * (T - len(r)) for r in rows]),
+            torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in rows]))
+
+
 def test_texts_padded_to_one_length_match_torch(device, torch_bert):
     bert = vkattn.from_pretrained(FOLDER, device=device)
     assert isinstance(bert, vkattn.PretrainedEncoder)
     texts = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
     out = bert(texts)
-    ids = [bert.encode(t) for t in texts]
-    T = len(ids[0])
-    assert len(ids[1]) < T  # the second is padded
-    padded = torch.tensor([ids[0], ids[1] + [0] * (T - len(ids[1]))])
-    mask = torch.tensor([[1] * T, [1] * len(ids[1]) + [0] * (T - len(ids[1]))])
+    ids, mask = padded(bert, texts)
+    assert mask[1, -1] == 0  # the second is padded
     with torch.no_grad():
-        hidden, pooled = torch_bert(padded, torch.zeros_like(padded), mask)
+        hidden, pooled = torch_bert(ids, torch.zeros_like(ids), mask)
     assert_close(out.last_hidden_state, hidden, atol=1e-4, rtol=1e-4)
     assert_close(out.pooler_output, pooled, atol=1e-4, rtol=1e-4)
     # the same ids and mask given as Hugging Face's tokenizer gives them
-    again = bert(padded.numpy(), attention_mask=mask.numpy())
+    again = bert(ids.numpy(), attention_mask=mask.numpy())
     np.testing.assert_array_equal(again.last_hidden_state, out.last_hidden_state)
 
 
@@ -75,23 +100,10 @@ def test_the_masked_lm_head_gives_torchs_logits_and_fills_a_mask(device, torch_m
 
 @pytest.fixture(scope="module")
 def classifier_folder(tmp_path_factory, torch_bert):
-    """tiny_bert as BertForSequenceClassification saves it (its encoder under "bert.", a classifier
-    of three labels on the pooler's output, random), and torch's classifier: (folder, nn.Linear)"""
-    from article_safetensors import save_safetensors
+    """tiny_bert as BertForSequenceClassification saves it, with three labels: (folder, nn.Linear)"""
     folder = tmp_path_factory.mktemp("classifier")
-    for name in ("vocab.txt", "tokenizer_config.json"):
-        shutil.copy(os.path.join(FOLDER, name), folder / name)
-    with open(os.path.join(FOLDER, "config.json")) as f:
-        config = json.load(f)
-    config.update(architectures=["BertForSequenceClassification"], torch_dtype="float32",
-                  id2label={"0": "sad", "1": "calm", "2": "glad"}, label2id={"sad": 0, "calm": 1, "glad": 2})
-    (folder / "config.json").write_text(json.dumps(config))
-    torch.manual_seed(5)
-    classifier = torch.nn.Linear(torch_bert.pooler.dense.in_features, 3)
-    weights = {"bert." + name: t for name, t in torch_bert.state_dict().items()}
-    weights.update({"classifier." + name: t for name, t in classifier.state_dict().items()})
-    save_safetensors(weights, folder / "model.safetensors", {"format": "pt"})
-    return folder, classifier.eval()
+    return folder, save_classifier(folder, torch_bert, "BertForSequenceClassification",
+                                   {"0": "sad", "1": "calm", "2": "glad"}, seed=5)
 
 
 def test_a_sequence_classifier_gives_torchs_logits(device, torch_bert, classifier_folder):
@@ -99,12 +111,9 @@ def test_a_sequence_classifier_gives_torchs_logits(device, torch_bert, classifie
     bert = vkattn.from_pretrained(folder, device=device)
     assert bert.config["num_labels"] == 3 and bert.config["id2label"]["2"] == "glad"
     texts = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
-    ids = [bert.encode(t) for t in texts]
-    T = len(ids[0])
-    padded = torch.tensor([ids[0], ids[1] + [0] * (T - len(ids[1]))])
-    mask = torch.tensor([[1] * T, [1] * len(ids[1]) + [0] * (T - len(ids[1]))])
+    ids, mask = padded(bert, texts)
     with torch.no_grad():
-        expected = classifier(torch_bert(padded, torch.zeros_like(padded), mask)[1])  # (2, 3)
+        expected = classifier(torch_bert(ids, torch.zeros_like(ids), mask)[1])  # (2, 3)
     logits = bert.classify(texts)
     assert logits.shape == (2, 3)
     assert_close(logits, expected, atol=1e-4, rtol=1e-4)
@@ -127,24 +136,10 @@ def test_a_classifier_of_other_labels_than_config_names_is_refused(tmp_path, cla
 
 @pytest.fixture(scope="module")
 def token_classifier_folder(tmp_path_factory, torch_bert):
-    """tiny_bert as BertForTokenClassification saves it (its encoder under "bert." without the
-    pooler, a classifier of four labels on every token, random), and torch's classifier."""
-    from article_safetensors import save_safetensors
+    """tiny_bert as BertForTokenClassification saves it (no pooler), four labels: (folder, nn.Linear)"""
     folder = tmp_path_factory.mktemp("token_classifier")
-    for name in ("vocab.txt", "tokenizer_config.json"):
-        shutil.copy(os.path.join(FOLDER, name), folder / name)
-    with open(os.path.join(FOLDER, "config.json")) as f:
-        config = json.load(f)
     labels = {"0": "O", "1": "B-PER", "2": "I-PER", "3": "B-LOC"}
-    config.update(architectures=["BertForTokenClassification"], torch_dtype="float32", id2label=labels,
-                  label2id={v: int(k) for k, v in labels.items()})
-    (folder / "config.json").write_text(json.dumps(config))
-    torch.manual_seed(6)
-    classifier = torch.nn.Linear(torch_bert.pooler.dense.in_features, 4)
-    weights = {"bert." + name: t for name, t in torch_bert.state_dict().items() if not name.startswith("pooler.")}
-    weights.update({"classifier." + name: t for name, t in classifier.state_dict().items()})
-    save_safetensors(weights, folder / "model.safetensors", {"format": "pt"})
-    return folder, classifier.eval()
+    return folder, save_classifier(folder, torch_bert, "BertForTokenClassification", labels, seed=6, pooler=False)
 
 
 def test_a_token_classifier_labels_every_token_as_torch(device, torch_bert, token_classifier_folder):
@@ -152,14 +147,11 @@ def test_a_token_classifier_labels_every_token_as_torch(device, torch_bert, toke
     bert = vkattn.from_pretrained(folder, device=device)
     assert bert.config["num_labels"] == 4 and "token classifier of 4 labels" in bert.config["model"]
     texts = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
-    ids = [bert.encode(t) for t in texts]
-    T = len(ids[0])
-    padded = torch.tensor([ids[0], ids[1] + [0] * (T - len(ids[1]))])
-    mask = torch.tensor([[1] * T, [1] * len(ids[1]) + [0] * (T - len(ids[1]))])
+    ids, mask = padded(bert, texts)
     with torch.no_grad():
-        expected = classifier(torch_bert(padded, torch.zeros_like(padded), mask)[0])  # (2, T, 4)
+        expected = classifier(torch_bert(ids, torch.zeros_like(ids), mask)[0])  # (2, T, 4)
     logits = bert.classify(texts)
-    assert logits.shape == (2, T, 4)
+    assert logits.shape == (2, ids.shape[1], 4)
     assert_close(logits, expected, atol=1e-4, rtol=1e-4)
     assert bert(texts).pooler_output is None  # BertForTokenClassification's encoder has no pooler
 

@@ -54,6 +54,22 @@ float max_difference(const Tensor& got, const json& want) {
 
 class BertCheckpoint : public testing::GpuTest {};
 
+// x (rows, in) · weightᵀ + bias (out, in), (out,), worked in double: (rows, out), each then put
+// through `then` (the identity by default).
+std::vector<double> affine(const std::vector<double>& x, const Tensor& weight, const Tensor& bias,
+                           double (*then)(double) = [](double v) { return v; }) {
+  const size_t out = bias.data.size(), in = weight.data.size() / out;
+  std::vector<double> y;
+  for (size_t r = 0; r < x.size() / in; ++r) {
+    for (size_t o = 0; o < out; ++o) {
+      double sum = bias.data[o];
+      for (size_t i = 0; i < in; ++i) sum += x[r * in + i] * weight.data[o * in + i];
+      y.push_back(then(sum));
+    }
+  }
+  return y;
+}
+
 TEST_F(BertCheckpoint, TinyBertMatchesTorchsHiddenStatesAndPooledOutputOnBothBackends) {
   const io::Pretrained p = io::load_pretrained(kTinyBert);
   const json e = testing::read_json(kTinyBert / "expected.json");
@@ -177,14 +193,8 @@ TEST_F(BertCheckpoint, TheClassifierScoresThePooledOutputOnBothBackends) {
   const Tensor padding({2, 5}, {0, 0, 0, 0, 0, 0, 0, 0, 1, 1}, DType::boolean);
   const Tensor pooled = *bert.forward(cpu(), ids, std::nullopt, padding).pooler_output;  // (2, E)
   const auto& w = bert.weights();
-  Tensor want({2, 3});
-  for (int64_t b = 0; b < 2; ++b) {
-    for (int64_t l = 0; l < 3; ++l) {
-      double sum = w.classifier_bias.data[l];
-      for (int64_t e = 0; e < 12; ++e) sum += double(pooled.data[b * 12 + e]) * w.classifier_weight.data[l * 12 + e];
-      want.data[b * 3 + l] = static_cast<float>(sum);
-    }
-  }
+  const auto logits_by_hand = affine({pooled.data.begin(), pooled.data.end()}, w.classifier_weight, w.classifier_bias);
+  const Tensor want({2, 3}, {logits_by_hand.begin(), logits_by_hand.end()});
   for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
     const Tensor logits = bert.classify(*backend, ids, std::nullopt, padding);
     EXPECT_EQ(logits.shape, (Shape{2, 3})) << backend->name();
@@ -246,22 +256,15 @@ TEST_F(BertCheckpoint, RobertasPositionsAndClassifierRunOnBothBackends) {
   }
   EXPECT_TRUE(testing::all_close(*hidden[0], *hidden[1], {1e-5f, 1e-4f}));
   // out_proj(tanh(dense(x[:, 0]))) from the reference's hidden state, in double
-  Tensor want({3, 3});
+  std::vector<double> first_rows;
   for (int64_t b = 0; b < 3; ++b) {
-    std::vector<double> h(12);
-    for (int64_t o = 0; o < 12; ++o) {
-      double sum = w.classifier_dense_bias.data[o];
-      for (int64_t e = 0; e < 12; ++e) {
-        sum += double(hidden[1]->data[b * 5 * 12 + e]) * w.classifier_dense_weight.data[o * 12 + e];
-      }
-      h[o] = std::tanh(sum);
-    }
-    for (int64_t l = 0; l < 3; ++l) {
-      double sum = w.classifier_bias.data[l];
-      for (int64_t e = 0; e < 12; ++e) sum += h[e] * w.classifier_weight.data[l * 12 + e];
-      want.data[b * 3 + l] = static_cast<float>(sum);
-    }
+    const auto row = hidden[1]->data.begin() + b * 5 * 12;
+    first_rows.insert(first_rows.end(), row, row + 12);
   }
+  const auto h =
+      affine(first_rows, w.classifier_dense_weight, w.classifier_dense_bias, [](double v) { return std::tanh(v); });
+  const auto logits_by_hand = affine(h, w.classifier_weight, w.classifier_bias);
+  const Tensor want({3, 3}, {logits_by_hand.begin(), logits_by_hand.end()});
   for (const auto& got : logits) EXPECT_TRUE(testing::all_close(*got, want, {1e-5f, 1e-4f}));
   EXPECT_NE(bert.describe().find("9 positions (counted from 2)"), std::string::npos) << bert.describe();
   // the longest sequence leaves padding_idx + 1 rows before its first position
@@ -301,14 +304,8 @@ TEST_F(BertCheckpoint, ATokenClassifierScoresEveryToken) {
   const Tensor ids({2, 3}, {2, 7, 3, 11, 1, 0}, DType::int64);
   const Tensor padding({2, 3}, {0, 0, 0, 0, 0, 1}, DType::boolean);
   const Tensor hidden = bert.forward(cpu(), ids, std::nullopt, padding).last_hidden_state;  // (2, 3, E)
-  Tensor want({2, 3, 5});
-  for (int64_t t = 0; t < 6; ++t) {
-    for (int64_t l = 0; l < 5; ++l) {
-      double sum = w.classifier_bias.data[l];
-      for (int64_t e = 0; e < 12; ++e) sum += double(hidden.data[t * 12 + e]) * w.classifier_weight.data[l * 12 + e];
-      want.data[t * 5 + l] = static_cast<float>(sum);
-    }
-  }
+  const auto logits_by_hand = affine({hidden.data.begin(), hidden.data.end()}, w.classifier_weight, w.classifier_bias);
+  const Tensor want({2, 3, 5}, {logits_by_hand.begin(), logits_by_hand.end()});
   for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
     const Tensor logits = bert.classify(*backend, ids, std::nullopt, padding);
     EXPECT_EQ(logits.shape, (Shape{2, 3, 5})) << backend->name();
