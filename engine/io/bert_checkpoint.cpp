@@ -18,6 +18,16 @@
 //   classifier.dense, classifier.out_proj               classifier.dense (tanh after it, on the
 //                                                       first token), classifier.out_proj
 //   classifier (RobertaForTokenClassification's)        classifier, on every token
+// DistilBERT's files (DistilBertModel; …ForMaskedLM's, …ForSequenceClassification's and
+// …ForTokenClassification's, under "distilbert.") have no token types and name the rest as
+//   embeddings.{word,position}_embeddings, .LayerNorm  as they are (no token_type_embeddings)
+//   transformer.layer.N.attention.q_lin … out_lin       layers.N.self_attn.q_proj … out_proj
+//   transformer.layer.N.sa_layer_norm, output_layer_norm  layers.N.norm1, norm2 (post-norm)
+//   transformer.layer.N.ffn.lin1, ffn.lin2              layers.N.linear1, linear2 (activation between)
+//   vocab_transform, vocab_layer_norm, vocab_projector  cls.predictions.transform.dense, …LayerNorm,
+//                                                       .decoder (tied) and its bias
+//   pre_classifier, classifier                          classifier.dense (relu after it, on the
+//                                                       first token), classifier.out_proj
 // Older files name a LayerNorm's weight and bias gamma and beta (TensorFlow's): read too.
 #include "engine/io/checkpoints.h"
 #include "vkattn/errors.h"
@@ -28,7 +38,7 @@ using nlohmann::json;
 
 namespace {
 
-// RoBERTa's checkpoints, or BERT's
+// RoBERTa's checkpoints, or BERT's (which name their encoders alike)
 enum class Family { bert, roberta };
 
 // A LayerNorm's weight and bias (E,) each under `name` (".weight" and ".bias", or TensorFlow's
@@ -112,20 +122,27 @@ BertState encoder(const json& config_json, CheckpointTensors& tensors, const std
   return state;
 }
 
-// A masked-LM head: transform.dense, hidden_act, transform.LayerNorm, then the decoder (tied to
-// the word embeddings unless the file has one of its own) and its bias, under `at` with
-// BertForMaskedLM's names or RobertaForMaskedLM's
-void masked_lm_head(BertState& state, CheckpointTensors& tensors, const std::string& at, Family family) {
+// A masked-LM head's tensors, as each family names them: its dense layer and norm, the vocabulary's
+// bias, and the decoder (tied to the word embeddings unless the file has a weight of its own)
+struct MaskedLMNames {
+  std::string dense, norm, bias, decoder;
+};
+const MaskedLMNames kBertMaskedLM{"cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                                  "cls.predictions.bias", "cls.predictions.decoder"};
+const MaskedLMNames kRobertaMaskedLM{"lm_head.dense", "lm_head.layer_norm", "lm_head.bias", "lm_head.decoder"};
+const MaskedLMNames kDistilBertMaskedLM{"vocab_transform", "vocab_layer_norm", "vocab_projector.bias",
+                                        "vocab_projector"};
+
+// A masked-LM head: dense, hidden_act, norm, then the decoder and its bias
+void masked_lm_head(BertState& state, CheckpointTensors& tensors, const MaskedLMNames& names) {
   const int64_t E = state.config.layer.d_model, V = state.config.vocab_size;
-  const bool roberta = family == Family::roberta;
   state.config.masked_lm = true;
-  const std::string transform = roberta ? at : at + "transform.";
-  BertMaskedLMWeights m{.dense_weight = tensors.take(transform + "dense.weight", {E, E}, "(E, E)"),
-                        .dense_bias = tensors.take(transform + "dense.bias", {E}, "(E,)"),
-                        .norm = layer_norm(tensors, transform + (roberta ? "layer_norm" : "LayerNorm"), E),
-                        .bias = tensors.take(at + "bias", {V}, "(vocab_size,)")};
-  m.decoder_weight = tensors.take_if_there(at + "decoder.weight", {V, E}, "(vocab_size, hidden_size)");
-  tensors.ignore(at + "decoder.bias");  // the head's bias again, when written
+  BertMaskedLMWeights m{.dense_weight = tensors.take(names.dense + ".weight", {E, E}, "(E, E)"),
+                        .dense_bias = tensors.take(names.dense + ".bias", {E}, "(E,)"),
+                        .norm = layer_norm(tensors, names.norm, E),
+                        .bias = tensors.take(names.bias, {V}, "(vocab_size,)")};
+  m.decoder_weight = tensors.take_if_there(names.decoder + ".weight", {V, E}, "(vocab_size, hidden_size)");
+  if (names.decoder + ".bias" != names.bias) tensors.ignore(names.decoder + ".bias");  // the bias again, when written
   state.weights.masked_lm = std::move(m);
 }
 
@@ -171,7 +188,7 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
   CheckpointTensors tensors(std::move(file), dir, "bert.");
   BertState state = encoder(config_json, tensors, dir, Family::bert);
   // BertForMaskedLM's (and BertForPreTraining's) masked-LM head; the next-sentence head is not run
-  if (tensors.has("cls.predictions.bias")) masked_lm_head(state, tensors, "cls.predictions.", Family::bert);
+  if (tensors.has(kBertMaskedLM.bias)) masked_lm_head(state, tensors, kBertMaskedLM);
   // BertForSequenceClassification's classifier, or BertForTokenClassification's
   if (tensors.has("classifier.weight")) linear_classifier(state, tensors, config_json, dir);
   tensors.ignore_prefix("cls.seq_relationship.");
@@ -185,7 +202,7 @@ BertState roberta(const json& config_json, std::map<std::string, Tensor> file, c
   auto& c = state.config;
   auto& w = state.weights;
   const int64_t E = c.layer.d_model;
-  if (tensors.has("lm_head.bias")) masked_lm_head(state, tensors, "lm_head.", Family::roberta);
+  if (tensors.has(kRobertaMaskedLM.bias)) masked_lm_head(state, tensors, kRobertaMaskedLM);
   // RobertaForSequenceClassification's head (RobertaClassificationHead): its own dense and tanh on
   // the first token, then out_proj
   if (tensors.has("classifier.out_proj.weight")) {
@@ -199,6 +216,74 @@ BertState roberta(const json& config_json, std::map<std::string, Tensor> file, c
     linear_classifier(state, tensors, config_json, dir);
   }
   tensors.check_all_taken(described("RoBERTa", c.num_layers));
+  return state;
+}
+
+BertState distilbert(const json& config_json, std::map<std::string, Tensor> file, const std::string& dir) {
+  const ConfigReader config(config_json, dir);
+  const int64_t E = config.size("dim"), H = config.size("n_heads"), F = config.size("hidden_dim");
+  const int64_t layers = config.size("n_layers"), V = config.size("vocab_size");
+  const int64_t P = config.size("max_position_embeddings");
+  if (E % H != 0) {
+    throw config.error("dim " + std::to_string(E) + " is not a multiple of n_heads " + std::to_string(H));
+  }
+  CheckpointTensors tensors(std::move(file), dir, "distilbert.");
+  BertState state;
+  auto& c = state.config;
+  c.vocab_size = V;
+  c.max_positions = P;
+  c.type_vocab_size = 0;
+  c.num_layers = layers;
+  c.pooler = false;
+  // DistilBERT's LayerNorms take eps 1e-12, whatever config.json says
+  c.layer = {.d_model = E,
+             .nhead = H,
+             .dim_feedforward = F,
+             .activation = config.activation("activation", "gelu"),
+             .layer_norm_eps = 1e-12f,
+             .norm_first = false};
+  auto& w = state.weights;
+  w.word_embeddings = tensors.take("embeddings.word_embeddings.weight", {V, E}, "(vocab_size, dim)");
+  w.position_embeddings =
+      tensors.take("embeddings.position_embeddings.weight", {P, E}, "(max_position_embeddings, dim)");
+  w.embeddings_norm = layer_norm(tensors, "embeddings.LayerNorm", E);
+  tensors.ignore("embeddings.position_ids");  // a buffer: 0 … P-1
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string l = "transformer.layer." + std::to_string(i) + ".";
+    TransformerEncoderLayerWeights layer;
+    auto& a = layer.self_attn;
+    a.q_proj_weight = tensors.take(l + "attention.q_lin.weight", {E, E}, "(dim, dim)");
+    a.q_proj_bias = tensors.take(l + "attention.q_lin.bias", {E}, "(dim,)");
+    a.k_proj_weight = tensors.take(l + "attention.k_lin.weight", {E, E}, "(dim, dim)");
+    a.k_proj_bias = tensors.take(l + "attention.k_lin.bias", {E}, "(dim,)");
+    a.v_proj_weight = tensors.take(l + "attention.v_lin.weight", {E, E}, "(dim, dim)");
+    a.v_proj_bias = tensors.take(l + "attention.v_lin.bias", {E}, "(dim,)");
+    a.out_proj_weight = tensors.take(l + "attention.out_lin.weight", {E, E}, "(dim, dim)");
+    a.out_proj_bias = tensors.take(l + "attention.out_lin.bias", {E}, "(dim,)");
+    layer.norm1 = layer_norm(tensors, l + "sa_layer_norm", E);
+    layer.linear1_weight = tensors.take(l + "ffn.lin1.weight", {F, E}, "(hidden_dim, dim)");
+    layer.linear1_bias = tensors.take(l + "ffn.lin1.bias", {F}, "(hidden_dim,)");
+    layer.linear2_weight = tensors.take(l + "ffn.lin2.weight", {E, F}, "(dim, hidden_dim)");
+    layer.linear2_bias = tensors.take(l + "ffn.lin2.bias", {E}, "(dim,)");
+    layer.norm2 = layer_norm(tensors, l + "output_layer_norm", E);
+    w.layers.push_back(std::move(layer));
+  }
+  if (tensors.has(kDistilBertMaskedLM.bias)) masked_lm_head(state, tensors, kDistilBertMaskedLM);
+  // DistilBertForSequenceClassification's head: pre_classifier and relu on the first token, then
+  // classifier; DistilBertForTokenClassification's: classifier on every token
+  if (tensors.has("pre_classifier.weight")) {
+    c.classifier = BertClassifier::first_token;
+    c.first_token_activation = ActivationStep::relu;
+    c.num_labels = label_count(config_json, dir);
+    w.classifier_dense_weight = tensors.take("pre_classifier.weight", {E, E}, "(dim, dim)");
+    w.classifier_dense_bias = tensors.take("pre_classifier.bias", {E}, "(dim,)");
+    w.classifier_weight = tensors.take("classifier.weight", {c.num_labels, E}, "(num_labels, dim)");
+    w.classifier_bias = tensors.take("classifier.bias", {c.num_labels}, "(num_labels,)");
+  } else if (tensors.has("classifier.weight")) {
+    linear_classifier(state, tensors, config_json, dir);
+  }
+  tensors.check_all_taken("a DistilBERT of " + std::to_string(layers) + " layers (embeddings, transformer.layer.0 … " +
+                          std::to_string(layers - 1) + ")");
   return state;
 }
 

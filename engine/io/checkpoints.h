@@ -83,5 +83,9 @@ BertState bert(const nlohmann::json& config, std::map<std::string, Tensor> tenso
 // RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification (the "roberta." encoder, the
 // lm_head and classifier heads) as a Bert: positions from pad_token_id + 1, RoBERTa's classifier.
 BertState roberta(const nlohmann::json& config, std::map<std::string, Tensor> tensors, const std::string& dir);
+// DistilBertModel, DistilBertForMaskedLM, DistilBertForSequenceClassification,
+// DistilBertForTokenClassification (the "distilbert." encoder; vocab_transform … vocab_projector;
+// pre_classifier and classifier) as a Bert: no token types, BERT's positions, post-norm layers.
+BertState distilbert(const nlohmann::json& config, std::map<std::string, Tensor> tensors, const std::string& dir);
 
 }  // namespace vkattn::io::checkpoints

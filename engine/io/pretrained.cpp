@@ -141,12 +141,17 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   const bool roberta = architecture == "RobertaModel" || architecture == "RobertaForMaskedLM" ||
                        architecture == "RobertaForSequenceClassification" ||
                        architecture == "RobertaForTokenClassification" || architecture == "roberta";
-  if (!gpt2 && !llama && !bert && !roberta) {
+  const bool distilbert = architecture == "DistilBertModel" || architecture == "DistilBertForMaskedLM" ||
+                          architecture == "DistilBertForSequenceClassification" ||
+                          architecture == "DistilBertForTokenClassification" || architecture == "distilbert";
+  if (!gpt2 && !llama && !bert && !roberta && !distilbert) {
     throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
                       model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
                       "MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, " +
                       "BertForSequenceClassification, BertForTokenClassification, RobertaModel, " +
-                      "RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification)");
+                      "RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification, " +
+                      "DistilBertModel, DistilBertForMaskedLM, DistilBertForSequenceClassification, " +
+                      "DistilBertForTokenClassification)");
   }
   std::string dtype;
   uint64_t bytes = 0;
@@ -154,9 +159,10 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   if (options.weights_dtype != Narrow::none) round_weights(tensors, options.weights_dtype, dir);
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<Bert> encoder;
-  if (bert || roberta) {
-    checkpoints::BertState state = bert ? checkpoints::bert(config, std::move(tensors), dir.string())
-                                        : checkpoints::roberta(config, std::move(tensors), dir.string());
+  if (bert || roberta || distilbert) {
+    checkpoints::BertState state = bert      ? checkpoints::bert(config, std::move(tensors), dir.string())
+                                   : roberta ? checkpoints::roberta(config, std::move(tensors), dir.string())
+                                             : checkpoints::distilbert(config, std::move(tensors), dir.string());
     encoder = std::make_unique<Bert>(state.config, std::move(state.weights));
   } else if (gpt2) {
     CausalLMState state = checkpoints::gpt2(config, std::move(tensors), dir.string());

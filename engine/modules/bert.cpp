@@ -23,7 +23,7 @@ BertWeights BertWeights::random(const BertConfig& c, uint32_t seed) {
   BertWeights w;
   w.word_embeddings = uniform({c.vocab_size, E}, -1.0f, 1.0f, rng);
   w.position_embeddings = uniform({c.max_positions, E}, -1.0f, 1.0f, rng);
-  w.token_type_embeddings = uniform({c.type_vocab_size, E}, -1.0f, 1.0f, rng);
+  if (c.type_vocab_size > 0) w.token_type_embeddings = uniform({c.type_vocab_size, E}, -1.0f, 1.0f, rng);
   w.embeddings_norm = random_norm(E, rng);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     w.layers.push_back(TransformerEncoderLayerWeights::random(c.layer, seed + 100 * static_cast<uint32_t>(i + 1)));
@@ -54,17 +54,28 @@ BertWeights BertWeights::random(const BertConfig& c, uint32_t seed) {
 
 Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(std::move(weights)) {
   const auto& c = config_;
-  for (auto [name, size] : {std::pair{"vocab_size", c.vocab_size}, {"max_positions", c.max_positions},
-                            {"type_vocab_size", c.type_vocab_size}, {"num_layers", c.num_layers}}) {
+  for (auto [name, size] :
+       {std::pair{"vocab_size", c.vocab_size}, {"max_positions", c.max_positions}, {"num_layers", c.num_layers}}) {
     if (size < 1) throw ConfigError("Bert: " + std::string(name) + "=" + std::to_string(size) + " must be >= 1");
+  }
+  if (c.type_vocab_size < 0) {
+    throw ConfigError("Bert: type_vocab_size=" + std::to_string(c.type_vocab_size) + " must be >= 0 (0: none)");
+  }
+  if (c.first_token_activation != ActivationStep::tanh && c.first_token_activation != ActivationStep::relu) {
+    throw ConfigError(std::string("Bert: first_token_activation ") + op_name(c.first_token_activation) +
+                      " is not tanh or relu");
   }
   if (c.layer.norm_first) throw ConfigError("Bert: its layers are post-norm (norm_first=false)");
   const int64_t E = c.layer.d_model;
   const auto& w = weights_;
   checks::weight(kBert, "embeddings.word_embeddings.weight", w.word_embeddings, {c.vocab_size, E}, "(V, E)");
   checks::weight(kBert, "embeddings.position_embeddings.weight", w.position_embeddings, {c.max_positions, E}, "(P, E)");
-  checks::weight(kBert, "embeddings.token_type_embeddings.weight", w.token_type_embeddings, {c.type_vocab_size, E},
-                 "(type_vocab_size, E)");
+  if (c.type_vocab_size > 0) {
+    checks::weight(kBert, "embeddings.token_type_embeddings.weight", w.token_type_embeddings, {c.type_vocab_size, E},
+                   "(type_vocab_size, E)");
+  } else if (w.token_type_embeddings.size() != 0) {
+    throw ShapeError("Bert: embeddings.token_type_embeddings is given but the config has no token types");
+  }
   checks::weight(kBert, "embeddings.LayerNorm.weight", w.embeddings_norm.weight, {E}, "(E,)");
   checks::weight(kBert, "embeddings.LayerNorm.bias", w.embeddings_norm.bias, {E}, "(E,)");
   if (c.pooler) {
@@ -138,26 +149,28 @@ Tensor position_ids(const Tensor& ids, int64_t padding_idx) {
   return positions;
 }
 
-// tanh(dense(x[:, 0])): (B, T, E) -> (B, E), as `<scope>.first_token`, `.dense`, `.tanh`
+// activation(dense(x[:, 0])): (B, T, E) -> (B, E), as `<scope>.first_token`, `.dense`, `.tanh`
+// (or `.relu`)
 Value first_token_dense(Backend& backend, const std::string& scope, const Value& x, const Tensor& weight,
-                        const Tensor& bias) {
+                        const Tensor& bias, ActivationStep activation = ActivationStep::tanh) {
   Value first = backend.first_token(scope + ".first_token", x);  // (B, E)
   Value w = backend.upload_matrix(scope + ".dense.weight", weight);
   Value b = backend.upload_weight(scope + ".dense.bias", bias);
-  return backend.linear_activation(scope + ".dense", scope + ".tanh", ActivationStep::tanh, first, w, &b);
+  return backend.linear_activation(scope + ".dense", scope + "." + op_name(activation), activation, first, w, &b);
 }
 
 }  // namespace
 
-Value Bert::embed(Backend& backend, const Tensor& ids, const Value& token_types) const {
+Value Bert::embed(Backend& backend, const Tensor& ids, const std::optional<Value>& token_types) const {
   const auto& w = weights_;
-  Value words = backend.embedding("embeddings.word_embeddings", backend.upload("ids", ids),
-                                  backend.upload_matrix("embeddings.word_embeddings.weight", w.word_embeddings));
-  Value types = backend.embedding(
-      "embeddings.token_type_embeddings", token_types,
-      backend.upload_matrix("embeddings.token_type_embeddings.weight", w.token_type_embeddings));
-  // Hugging Face's order: words + token types, then + positions
-  Value x = backend.residual_add("embeddings.add_token_types", words, types);  // (B, T, E)
+  Value x = backend.embedding("embeddings.word_embeddings", backend.upload("ids", ids),
+                              backend.upload_matrix("embeddings.word_embeddings.weight", w.word_embeddings));
+  if (token_types) {  // Hugging Face's order: words + token types, then + positions
+    Value types =
+        backend.embedding("embeddings.token_type_embeddings", *token_types,
+                          backend.upload_matrix("embeddings.token_type_embeddings.weight", w.token_type_embeddings));
+    x = backend.residual_add("embeddings.add_token_types", x, types);  // (B, T, E)
+  }
   if (config_.padding_idx) {  // RoBERTa's: a row per token, by its position id
     Value positions = backend.embedding(
         "embeddings.position_embeddings", backend.upload("position_ids", position_ids(ids, *config_.padding_idx)),
@@ -178,7 +191,8 @@ Value Bert::pool(Backend& backend, const Value& x) const {
 Value Bert::classifier(Backend& backend, const Value& x) const {
   const auto& w = weights_;
   if (config_.classifier == BertClassifier::first_token) {  // RoBERTa's: dense and tanh, then out_proj
-    Value h = first_token_dense(backend, "classifier", x, w.classifier_dense_weight, w.classifier_dense_bias);
+    Value h = first_token_dense(backend, "classifier", x, w.classifier_dense_weight, w.classifier_dense_bias,
+                                config_.first_token_activation);
     Value weight = backend.upload_matrix("classifier.out_proj.weight", w.classifier_weight);
     Value bias = backend.upload_weight("classifier.out_proj.bias", w.classifier_bias);
     return backend.linear("classifier.out_proj", h, weight, &bias);  // (B, num_labels)
@@ -213,6 +227,9 @@ Bert::Inputs Bert::check_inputs(const std::string& who, const Tensor& ids, const
   const int64_t first_position = config_.padding_idx ? *config_.padding_idx + 1 : 0;
   checks::token_ids(who, ids, config_.vocab_size, first_position, config_.max_positions, "rows of position_embeddings");
   Tensor types(ids.shape, DType::int64);  // zeros: every token of sentence A
+  if (token_type_ids && config_.type_vocab_size == 0) {
+    throw ShapeError(who + ": token_type_ids are given but this model has none (type_vocab_size=0: DistilBERT's)");
+  }
   if (token_type_ids) {
     const Tensor& t = *token_type_ids;
     if (t.dtype != DType::int64 || t.shape != ids.shape) {
@@ -239,7 +256,9 @@ Bert::Inputs Bert::check_inputs(const std::string& who, const Tensor& ids, const
 }
 
 Value Bert::encode(Backend& b, const Tensor& ids, const Inputs& inputs) const {
-  Value x = embed(b, ids, b.upload("token_type_ids", inputs.types));
+  std::optional<Value> types;
+  if (config_.type_vocab_size > 0) types = b.upload("token_type_ids", inputs.types);
+  Value x = embed(b, ids, types);
   for (size_t i = 0; i < layers_.size(); ++i) {
     StepScope scope(b, "layers." + std::to_string(i));
     x = layers_[i].steps(b, x, inputs.attention);  // (B, T, E)
@@ -311,8 +330,10 @@ std::string Bert::describe() const {
   std::ostringstream out;
   out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions";
   if (c.padding_idx) out << " (counted from " << *c.padding_idx + 1 << ")";
-  out << ", " << c.type_vocab_size << (c.type_vocab_size == 1 ? " token type, " : " token types, ") << c.num_layers
-      << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead
+  if (c.type_vocab_size > 0) {
+    out << ", " << c.type_vocab_size << (c.type_vocab_size == 1 ? " token type" : " token types");
+  }
+  out << ", " << c.num_layers << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead
       << ",\n  dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation) << ", post-norm)"
       << (c.pooler ? ", pooler" : "") << (c.masked_lm ? ", masked-LM head" : "");
   if (c.num_labels > 0) {

@@ -164,6 +164,9 @@ class Pretrained {
     const Bert& bert = *loaded_.encoder;
     EncoderInputs in{bert, ids_tensor(ids, bert.vocab_size(), "token id", "the vocabulary"), std::nullopt,
                      to_mask(key_padding_mask)};
+    if (token_type_ids && bert.config().type_vocab_size == 0) {
+      throw ShapeError("token_type_ids are given but " + loaded_.architecture + " has no token types");
+    }
     if (token_type_ids) {
       in.types = ids_tensor(*token_type_ids, bert.config().type_vocab_size, "token type",
                             "the token types (type_vocab_size)");

@@ -12,8 +12,8 @@ shards), tokenizer.json, vocab.json + merges.txt or vocab.txt — run on a vkatt
 
 Architectures so far: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM and
 Qwen2ForCausalLM (PretrainedModel); BertModel, BertForMaskedLM, BertForSequenceClassification,
-BertForTokenClassification and RoBERTa's four of those names (PretrainedEncoder). Another is a
-ConfigError naming it."""
+BertForTokenClassification and RoBERTa's and DistilBERT's four of those names (PretrainedEncoder).
+Another is a ConfigError naming it."""
 import collections
 
 import numpy as np
@@ -206,7 +206,7 @@ class PretrainedEncoder(_Checkpoint):
         """A classifier's logits of a text, texts or ids (inputs as a call's): a sequence
         classifier's (B, num_labels) — BertForSequenceClassification's classifier on the pooler's
         output, RobertaForSequenceClassification's dense and tanh on the first token, then
-        out_proj — or a token classifier's (…ForTokenClassification) (B, T, num_labels), a label
+        out_proj, DistilBertForSequenceClassification's the same with relu — or a token classifier's (…ForTokenClassification) (B, T, num_labels), a label
         for every token; config["id2label"] names the labels
         (softmax the logits for their probabilities). ConfigError where the checkpoint has no
         classifier."""

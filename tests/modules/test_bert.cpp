@@ -288,6 +288,58 @@ TEST_F(BertCheckpoint, RobertasPositionsAndClassifierRunOnBothBackends) {
                            {"classifier.dense is given but the config's classifier has none"});
 }
 
+// DistilBERT's recipe: no token types (no step for them, and token_type_ids refused), and its
+// sequence classifier's relu after the dense layer on the first token, on both backends.
+TEST_F(BertCheckpoint, DistilBertsEncoderHasNoTokenTypesAndItsClassifierARelu) {
+  BertConfig config{.vocab_size = 13,
+                    .max_positions = 9,
+                    .type_vocab_size = 0,
+                    .num_layers = 1,
+                    .layer = {.d_model = 12, .nhead = 3, .dim_feedforward = 17, .activation = Activation::gelu},
+                    .pooler = false,
+                    .num_labels = 2,
+                    .classifier = BertClassifier::first_token,
+                    .first_token_activation = ActivationStep::relu};
+  const Bert bert(config, BertWeights::random(config, 8));
+  const auto& w = bert.weights();
+  const Tensor ids({2, 4}, {2, 7, 3, 11, 1, 4, 0, 0}, DType::int64);
+  const Tensor padding({2, 4}, {0, 0, 0, 0, 0, 0, 1, 1}, DType::boolean);
+  StepRecorder recorder(false);
+  gpu().add_tracer(recorder);
+  const Tensor logits = bert.classify(gpu(), ids, std::nullopt, padding);
+  gpu().remove_tracer(recorder);
+  std::vector<std::string> names;
+  for (const auto& s : recorder.steps()) names.push_back(s.event.name);
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + 3),
+            (std::vector<std::string>{"embeddings.word_embeddings", "embeddings.position_embeddings",
+                                      "embeddings.LayerNorm"}));
+  EXPECT_NE(std::find(names.begin(), names.end(), "classifier.relu"), names.end());
+  const Tensor hidden = bert.forward(cpu(), ids, std::nullopt, padding).last_hidden_state;  // (2, 4, E)
+  std::vector<double> first_rows;
+  for (int64_t b = 0; b < 2; ++b) {
+    const auto row = hidden.data.begin() + b * 4 * 12;
+    first_rows.insert(first_rows.end(), row, row + 12);
+  }
+  const auto h =
+      affine(first_rows, w.classifier_dense_weight, w.classifier_dense_bias, [](double v) { return std::max(v, 0.0); });
+  const auto logits_by_hand = affine(h, w.classifier_weight, w.classifier_bias);
+  const Tensor want({2, 2}, {logits_by_hand.begin(), logits_by_hand.end()});
+  EXPECT_TRUE(testing::all_close(logits, want, {1e-5f, 1e-4f}));
+  EXPECT_TRUE(testing::all_close(bert.classify(cpu(), ids, std::nullopt, padding), want, {1e-5f, 1e-4f}));
+  EXPECT_EQ(bert.describe().find("token type"), std::string::npos) << bert.describe();
+  expect_error<ShapeError>(
+      [&] {
+        bert.forward(cpu(), ids, Tensor({2, 4}, DType::int64));
+      },
+      {"token_type_ids are given but this model has none (type_vocab_size=0"});
+  BertConfig gelu = config;
+  gelu.first_token_activation = ActivationStep::gelu;
+  expect_error<ConfigError>([&] { Bert(gelu, w); }, {"first_token_activation gelu is not tanh or relu"});
+  BertWeights types = w;
+  types.token_type_embeddings = Tensor({1, 12});
+  expect_error<ShapeError>([&] { Bert(config, types); }, {"token_type_embeddings is given but the config has no"});
+}
+
 // BertForTokenClassification's head (and RobertaForTokenClassification's): classifier (num_labels,
 // E) on every token's hidden state, no pooler, (B, T, num_labels) on both backends against the
 // product worked here in double.

@@ -447,7 +447,8 @@ const std::vector<BadRun> kRunModelBadInputs = {
            "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, "
            "BertForSequenceClassification, BertForTokenClassification, RobertaModel, RobertaForMaskedLM, "
-           "RobertaForSequenceClassification, RobertaForTokenClassification)"}};
+           "RobertaForSequenceClassification, RobertaForTokenClassification, DistilBertModel, "
+           "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification)"}};
 INSTANTIATE_TEST_SUITE_P(CliRunModel, CliBadInput, ::testing::ValuesIn(kRunModelBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 

@@ -1,9 +1,10 @@
 #pragma once
-// Bert: BERT's encoder — Hugging Face's BertModel, and RoBERTa's (RobertaModel: the same but for
-// its positions and heads) — as a recipe of steps:
+// Bert: BERT's encoder — Hugging Face's BertModel, and RoBERTa's and DistilBERT's (the same but
+// for their positions, token types and heads) — as a recipe of steps:
 //   embeddings.word_embeddings (embedding)              ids (B, T) -> (B, T, E)
 //   embeddings.token_type_embeddings (embedding)        token_type_ids (B, T) -> (B, T, E)
-//   embeddings.add_token_types (residual_add)           words + token types
+//   embeddings.add_token_types (residual_add)           words + token types (not DistilBERT's:
+//                                                       type_vocab_size 0)
 //   embeddings.position_embeddings (positional_encoding)  + a learnt row per position 0 … T-1
 //     or, RoBERTa's (config.padding_idx), (embedding)   position ids (B, T) -> (B, T, E): the row
 //     and embeddings.add_positions (residual_add)       of each token's position, counted from
@@ -21,9 +22,9 @@
 // and, for classify(), as config.classifier says: BertForSequenceClassification's head, from the
 // pooler's output,
 //   classifier (linear)                                 (B, E) -> (B, num_labels): the logits
-// or RobertaForSequenceClassification's, on the first token,
+// or RobertaForSequenceClassification's (DistilBertForSequenceClassification's), on the first token,
 //   classifier.first_token, classifier.dense (linear),  tanh(dense(x[:, 0])): (B, T, E) -> (B, E)
-//     classifier.tanh
+//     classifier.tanh (classifier.relu)
 //   classifier.out_proj (linear)                        (B, E) -> (B, num_labels): the logits
 // or a …ForTokenClassification's, on every token,
 //   classifier (linear)                                 (B, T, E) -> (B, T, num_labels)
@@ -46,6 +47,7 @@ namespace vkattn {
 enum class BertClassifier {
   pooled,       // BertForSequenceClassification's: a linear layer on the pooler's output
   first_token,  // RobertaForSequenceClassification's: dense and tanh on the first token, then out_proj
+                // (DistilBertForSequenceClassification's: relu)
   tokens,       // BertForTokenClassification's, RobertaForTokenClassification's: a linear layer on
                 // every token's hidden state
 };
@@ -55,6 +57,7 @@ struct BertConfig {
   int64_t vocab_size = 0;         // V                                   vocab_size
   int64_t max_positions = 0;      // P: the longest sequence             max_position_embeddings
   int64_t type_vocab_size = 2;    // the token types (sentence A, B)     type_vocab_size
+                                  // (0: none, DistilBERT's)
   int64_t num_layers = 1;         //                                     num_hidden_layers
   TransformerEncoderLayerConfig layer;  // E hidden_size, H num_attention_heads, F intermediate_size,
                                         // gelu (hidden_act), layer_norm_eps, post-norm
@@ -62,6 +65,7 @@ struct BertConfig {
   bool masked_lm = false;         // BertForMaskedLM's head (cls.predictions)
   int64_t num_labels = 0;         // the classifier's labels; 0: none                num_labels, id2label
   BertClassifier classifier = BertClassifier::pooled;  // which, where num_labels > 0
+  ActivationStep first_token_activation = ActivationStep::tanh;  // first_token's, after its dense layer
   // RoBERTa's positions (Hugging Face's create_position_ids_from_input_ids): a token whose id is
   // not padding_idx takes the row padding_idx + 1 + the number of such tokens before it, a padding
   // token the row padding_idx. None: rows 0 … T-1, BERT's.
@@ -105,7 +109,8 @@ class Bert : public KeepsWeights {
   const BertConfig& config() const { return config_; }
   const BertWeights& weights() const { return weights_; }
 
-  // ids (B, T) int64; token_type_ids (B, T) int64 in [0, type_vocab_size), zeros when absent;
+  // ids (B, T) int64; token_type_ids (B, T) int64 in [0, type_vocab_size), zeros when absent
+  // (none where the model has no token types);
   // key_padding_mask (B, T), bool True = padding, or float added; `attention` each layer's path
   // (LanguageModel::forward's). One traced pass "bert".
   BertOutput forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
@@ -135,7 +140,7 @@ class Bert : public KeepsWeights {
 
  private:
   // word + token type + position embeddings, then embeddings.LayerNorm: (B, T, E)
-  Value embed(Backend& backend, const Tensor& ids, const Value& token_types) const;
+  Value embed(Backend& backend, const Tensor& ids, const std::optional<Value>& token_types) const;
   // The classifier's logits (B, num_labels) or (B, T, num_labels) from the last hidden state (B, T, E)
   Value classifier(Backend& backend, const Value& x) const;
   // pooler.dense and tanh on each sequence's first row: (B, T, E) -> (B, E)
