@@ -49,6 +49,38 @@ LayerNormWeights layer_norm(CheckpointTensors& tensors, const std::string& name,
                           tensors.take(name + (tf ? ".beta" : ".bias"), {E}, "(E,)")};
 }
 
+// A post-norm encoder layer's tensors, as each family names them under its layer's prefix
+struct LayerNames {
+  std::string q, k, v, out, norm1, linear1, linear2, norm2;
+};
+const LayerNames kBertLayer{
+    "attention.self.query",       "attention.self.key", "attention.self.value", "attention.output.dense",
+    "attention.output.LayerNorm", "intermediate.dense", "output.dense",         "output.LayerNorm"};
+const LayerNames kDistilBertLayer{"attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin",
+                                  "sa_layer_norm",   "ffn.lin1",        "ffn.lin2",        "output_layer_norm"};
+
+// Layer `l` (its names' prefix, "encoder.layer.3."): attention, norm1, linear1, linear2, norm2
+TransformerEncoderLayerWeights encoder_layer(CheckpointTensors& tensors, const std::string& l, const LayerNames& names,
+                                             int64_t E, int64_t F) {
+  TransformerEncoderLayerWeights layer;
+  auto& a = layer.self_attn;
+  a.q_proj_weight = tensors.take(l + names.q + ".weight", {E, E}, "(E, E)");
+  a.q_proj_bias = tensors.take(l + names.q + ".bias", {E}, "(E,)");
+  a.k_proj_weight = tensors.take(l + names.k + ".weight", {E, E}, "(E, E)");
+  a.k_proj_bias = tensors.take(l + names.k + ".bias", {E}, "(E,)");
+  a.v_proj_weight = tensors.take(l + names.v + ".weight", {E, E}, "(E, E)");
+  a.v_proj_bias = tensors.take(l + names.v + ".bias", {E}, "(E,)");
+  a.out_proj_weight = tensors.take(l + names.out + ".weight", {E, E}, "(E, E)");
+  a.out_proj_bias = tensors.take(l + names.out + ".bias", {E}, "(E,)");
+  layer.norm1 = layer_norm(tensors, l + names.norm1, E);
+  layer.linear1_weight = tensors.take(l + names.linear1 + ".weight", {F, E}, "(intermediate_size, E)");
+  layer.linear1_bias = tensors.take(l + names.linear1 + ".bias", {F}, "(intermediate_size,)");
+  layer.linear2_weight = tensors.take(l + names.linear2 + ".weight", {E, F}, "(E, intermediate_size)");
+  layer.linear2_bias = tensors.take(l + names.linear2 + ".bias", {E}, "(E,)");
+  layer.norm2 = layer_norm(tensors, l + names.norm2, E);
+  return layer;
+}
+
 // The encoder both families share (embeddings, layers, the pooler where the file has one); the
 // heads are left in `tensors` for the family's reader.
 BertState encoder(const json& config_json, CheckpointTensors& tensors, const std::string& dir, Family family) {
@@ -94,24 +126,7 @@ BertState encoder(const json& config_json, CheckpointTensors& tensors, const std
   tensors.ignore("embeddings.position_ids");  // buffers: 0 … P-1, zeros
   tensors.ignore("embeddings.token_type_ids");
   for (int64_t i = 0; i < layers; ++i) {
-    const std::string l = "encoder.layer." + std::to_string(i) + ".";
-    TransformerEncoderLayerWeights layer;
-    auto& a = layer.self_attn;
-    a.q_proj_weight = tensors.take(l + "attention.self.query.weight", {E, E}, "(E, E)");
-    a.q_proj_bias = tensors.take(l + "attention.self.query.bias", {E}, "(E,)");
-    a.k_proj_weight = tensors.take(l + "attention.self.key.weight", {E, E}, "(E, E)");
-    a.k_proj_bias = tensors.take(l + "attention.self.key.bias", {E}, "(E,)");
-    a.v_proj_weight = tensors.take(l + "attention.self.value.weight", {E, E}, "(E, E)");
-    a.v_proj_bias = tensors.take(l + "attention.self.value.bias", {E}, "(E,)");
-    a.out_proj_weight = tensors.take(l + "attention.output.dense.weight", {E, E}, "(E, E)");
-    a.out_proj_bias = tensors.take(l + "attention.output.dense.bias", {E}, "(E,)");
-    layer.norm1 = layer_norm(tensors, l + "attention.output.LayerNorm", E);
-    layer.linear1_weight = tensors.take(l + "intermediate.dense.weight", {F, E}, "(intermediate_size, E)");
-    layer.linear1_bias = tensors.take(l + "intermediate.dense.bias", {F}, "(intermediate_size,)");
-    layer.linear2_weight = tensors.take(l + "output.dense.weight", {E, F}, "(E, intermediate_size)");
-    layer.linear2_bias = tensors.take(l + "output.dense.bias", {E}, "(E,)");
-    layer.norm2 = layer_norm(tensors, l + "output.LayerNorm", E);
-    w.layers.push_back(std::move(layer));
+    w.layers.push_back(encoder_layer(tensors, "encoder.layer." + std::to_string(i) + ".", kBertLayer, E, F));
   }
   if (auto weight = tensors.take_if_there("pooler.dense.weight", {E, E}, "(E, E)")) {
     w.pooler_weight = std::move(*weight);
@@ -249,24 +264,7 @@ BertState distilbert(const json& config_json, std::map<std::string, Tensor> file
   w.embeddings_norm = layer_norm(tensors, "embeddings.LayerNorm", E);
   tensors.ignore("embeddings.position_ids");  // a buffer: 0 … P-1
   for (int64_t i = 0; i < layers; ++i) {
-    const std::string l = "transformer.layer." + std::to_string(i) + ".";
-    TransformerEncoderLayerWeights layer;
-    auto& a = layer.self_attn;
-    a.q_proj_weight = tensors.take(l + "attention.q_lin.weight", {E, E}, "(dim, dim)");
-    a.q_proj_bias = tensors.take(l + "attention.q_lin.bias", {E}, "(dim,)");
-    a.k_proj_weight = tensors.take(l + "attention.k_lin.weight", {E, E}, "(dim, dim)");
-    a.k_proj_bias = tensors.take(l + "attention.k_lin.bias", {E}, "(dim,)");
-    a.v_proj_weight = tensors.take(l + "attention.v_lin.weight", {E, E}, "(dim, dim)");
-    a.v_proj_bias = tensors.take(l + "attention.v_lin.bias", {E}, "(dim,)");
-    a.out_proj_weight = tensors.take(l + "attention.out_lin.weight", {E, E}, "(dim, dim)");
-    a.out_proj_bias = tensors.take(l + "attention.out_lin.bias", {E}, "(dim,)");
-    layer.norm1 = layer_norm(tensors, l + "sa_layer_norm", E);
-    layer.linear1_weight = tensors.take(l + "ffn.lin1.weight", {F, E}, "(hidden_dim, dim)");
-    layer.linear1_bias = tensors.take(l + "ffn.lin1.bias", {F}, "(hidden_dim,)");
-    layer.linear2_weight = tensors.take(l + "ffn.lin2.weight", {E, F}, "(dim, hidden_dim)");
-    layer.linear2_bias = tensors.take(l + "ffn.lin2.bias", {E}, "(dim,)");
-    layer.norm2 = layer_norm(tensors, l + "output_layer_norm", E);
-    w.layers.push_back(std::move(layer));
+    w.layers.push_back(encoder_layer(tensors, "transformer.layer." + std::to_string(i) + ".", kDistilBertLayer, E, F));
   }
   if (tensors.has(kDistilBertMaskedLM.bias)) masked_lm_head(state, tensors, kDistilBertMaskedLM);
   // DistilBertForSequenceClassification's head: pre_classifier and relu on the first token, then

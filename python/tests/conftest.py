@@ -58,3 +58,14 @@ def read_safetensors(path):
             a = np.frombuffer(raw, "<f4")
         tensors[name] = torch.from_numpy(a.reshape(e["shape"]).copy())
     return tensors
+
+
+def padded(model, texts, left=False):
+    """An encoder's texts as its tokenizer pads them for Hugging Face's model: ids (B, T) padded with
+    the model's pad token to the longest, on the right (or the left), and attention_mask (B, T)."""
+    rows = [model.encode(t) for t in texts]
+    pad, T = model.config["pad_token_id"], max(len(r) for r in rows)
+    fill = [[pad] * (T - len(r)) for r in rows]
+    ids = [f + r if left else r + f for r, f in zip(rows, fill)]
+    mask = [[0] * len(f) + [1] * len(r) if left else [1] * len(r) + [0] * len(f) for r, f in zip(rows, fill)]
+    return torch.tensor(ids), torch.tensor(mask)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import vkattn
-from conftest import MODELS, assert_close, definition, read_safetensors
+from conftest import MODELS, assert_close, definition, padded, read_safetensors
 
 FOLDER = os.path.join(MODELS, "tiny_bert")
 
@@ -44,14 +44,6 @@ def save_classifier(folder, torch_bert, architecture, labels, seed, pooler=True)
     weights.update({"classifier." + n: t for n, t in classifier.state_dict().items()})
     save_safetensors(weights, folder / "model.safetensors", {"format": "pt"})
     return classifier.eval()
-
-
-def padded(bert, texts):
-    """The texts' ids padded with [PAD] to the longest, and Hugging Face's attention_mask."""
-    rows = [bert.encode(t) for t in texts]
-    T = max(len(r) for r in rows)
-    return (torch.tensor([r + [0] * (T - len(r)) for r in rows]),
-            torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in rows]))
 
 
 def test_texts_padded_to_one_length_match_torch(device, torch_bert):

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import vkattn
-from conftest import MODELS, assert_close, definition, read_safetensors
+from conftest import MODELS, assert_close, definition, padded, read_safetensors
 
 TINY_BERT = os.path.join(MODELS, "tiny_bert")
 TEXTS = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
@@ -112,13 +112,6 @@ class DistilBert:
 @pytest.fixture(scope="module")
 def distilbert(tmp_path_factory):
     return DistilBert(tmp_path_factory.mktemp("distilbert"))
-
-
-def padded(model, texts):
-    rows = [model.encode(t) for t in texts]
-    T = max(len(r) for r in rows)
-    return (torch.tensor([r + [0] * (T - len(r)) for r in rows]),
-            torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in rows]))
 
 
 def test_texts_padded_to_one_length_match_torch(device, distilbert):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import vkattn
-from conftest import MODELS, assert_close, definition, read_safetensors
+from conftest import MODELS, assert_close, definition, padded, read_safetensors
 
 PAD, LABELS = 1, {"0": "negative", "1": "neutral", "2": "positive"}
 TEXTS = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
@@ -126,15 +126,6 @@ def roberta(tmp_path_factory):
     return Roberta(tmp_path_factory.mktemp("roberta"))
 
 
-def padded(rows, left=False):
-    """(ids, attention_mask) of token-id rows padded with <pad> to the longest, on the right or left."""
-    T = max(len(r) for r in rows)
-    pad = [[PAD] * (T - len(r)) for r in rows]
-    ids = [p + r if left else r + p for r, p in zip(rows, pad)]
-    mask = [[0] * len(p) + [1] * len(r) if left else [1] * len(r) + [0] * len(p) for r, p in zip(rows, pad)]
-    return torch.tensor(ids), torch.tensor(mask)
-
-
 def test_texts_padded_to_one_length_match_torch_at_every_position(device, roberta):
     model = vkattn.from_pretrained(roberta.folders["masked_lm"], device=device)
     assert isinstance(model, vkattn.PretrainedEncoder)
@@ -142,7 +133,7 @@ def test_texts_padded_to_one_length_match_torch_at_every_position(device, robert
     out = model(TEXTS)
     rows = [model.encode(t) for t in TEXTS]
     assert [r[0] for r in rows] == [0, 0] and [r[-1] for r in rows] == [2, 2]  # <s> … </s>
-    ids, mask = padded(rows)
+    ids, mask = padded(model, TEXTS)
     assert (ids == PAD).any()  # the second is padded, its padding at position padding_idx
     assert_close(out.last_hidden_state, roberta.hidden(ids, mask), atol=1e-4, rtol=1e-4)
     assert out.pooler_output is None  # RobertaForMaskedLM has no pooler
@@ -150,7 +141,7 @@ def test_texts_padded_to_one_length_match_torch_at_every_position(device, robert
 
 def test_left_padding_takes_huggingfaces_positions(device, roberta):
     model = vkattn.from_pretrained(roberta.folders["masked_lm"], device=device)
-    ids, mask = padded([model.encode(t) for t in TEXTS], left=True)
+    ids, mask = padded(model, TEXTS, left=True)
     expected = roberta.hidden(ids, mask)
     got = model(ids.numpy(), attention_mask=mask.numpy()).last_hidden_state
     assert_close(got, expected, atol=1e-4, rtol=1e-4)
@@ -180,7 +171,7 @@ def test_the_masked_lm_fills_a_mask_that_takes_the_space_before_it(device, rober
 def test_a_sequence_classifier_gives_torchs_logits(device, roberta):
     model = vkattn.from_pretrained(roberta.folders["classifier"], device=device)
     assert model.config["num_labels"] == 3 and model.config["id2label"]["2"] == "positive"
-    ids, mask = padded([model.encode(t) for t in TEXTS])
+    ids, mask = padded(model, TEXTS)
     expected = roberta.classify(ids, mask)
     assert_close(model.classify(TEXTS), expected, atol=1e-4, rtol=1e-4)
     assert_close(model.classify(TEXTS[1]), expected[1:], atol=1e-4, rtol=1e-4)
@@ -191,7 +182,7 @@ def test_a_sequence_classifier_gives_torchs_logits(device, roberta):
 def test_a_token_classifier_labels_every_token_as_torch(device, roberta):
     model = vkattn.from_pretrained(roberta.folders["token_classifier"], device=device)
     assert model.config["num_labels"] == 2  # num_labels alone: no id2label written
-    ids, mask = padded([model.encode(t) for t in TEXTS])
+    ids, mask = padded(model, TEXTS)
     logits = model.classify(TEXTS)
     assert logits.shape == (2, ids.shape[1], 2)
     assert_close(logits, roberta.classify_tokens(ids, mask), atol=1e-4, rtol=1e-4)
