@@ -203,13 +203,14 @@ class PretrainedEncoder(_Checkpoint):
         return self._impl.masked_lm(*self._inputs(tokens, token_type_ids, attention_mask), False)
 
     def classify(self, tokens, token_type_ids=None, attention_mask=None):
-        """A classifier's logits of a text, texts or ids (inputs as a call's): a sequence
-        classifier's (B, num_labels) — BertForSequenceClassification's classifier on the pooler's
-        output, RobertaForSequenceClassification's dense and tanh on the first token, then
-        out_proj, DistilBertForSequenceClassification's the same with relu — or a token classifier's (…ForTokenClassification) (B, T, num_labels), a label
-        for every token; config["id2label"] names the labels
-        (softmax the logits for their probabilities). ConfigError where the checkpoint has no
-        classifier."""
+        """A classifier's logits of a text, texts or ids (inputs as a call's).
+
+        A sequence classifier's are (B, num_labels): BertForSequenceClassification's classifier
+        on the pooler's output; RobertaForSequenceClassification's dense and tanh on the first
+        token, then out_proj; DistilBertForSequenceClassification's the same with relu. A token
+        classifier's (…ForTokenClassification) are (B, T, num_labels), a label for every token.
+        config["id2label"] names the labels (softmax the logits for their probabilities).
+        ConfigError where the checkpoint has no classifier."""
         return self._impl.classify(*self._inputs(tokens, token_type_ids, attention_mask), False)
 
     def fill_mask(self, text, top_k=5):
