@@ -11,7 +11,7 @@
 namespace vkattn::cli {
 namespace {
 
-constexpr size_t kMostLabels = 5;  // a sequence's likeliest labels printed; the rest summed
+constexpr size_t kMostLabels = 5;  // a sequence's likeliest labels printed (the header says of how many)
 
 // Label i's name: config.json's id2label, else Hugging Face's default LABEL_i.
 std::string label_name(const nlohmann::json& config, int64_t i) {
@@ -76,7 +76,7 @@ void print_labels(std::ostream& out, const io::Pretrained& model, std::span<cons
     return;
   }
   const bool multi = problem == "multi_label_classification";
-  std::vector<double> p = softmax(logits, 0, n);
+  std::vector<double> p = multi ? std::vector<double>(n) : softmax(logits, 0, n);
   if (multi) {
     for (size_t i = 0; i < n; ++i) p[i] = 1.0 / (1.0 + std::exp(-double(logits.data[i])));
   }

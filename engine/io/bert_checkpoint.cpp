@@ -192,6 +192,30 @@ void linear_classifier(BertState& state, CheckpointTensors& tensors, const json&
   state.weights.classifier_bias = tensors.take("classifier.bias", {c.num_labels}, "(num_labels,)");
 }
 
+// A classifier on the first token (a sequence classifier without a pooler): its dense layer, the
+// activation after it and its output layer, as each family names them
+struct FirstTokenHeadNames {
+  std::string dense, out;
+  ActivationStep activation;
+};
+const FirstTokenHeadNames kRobertaHead{"classifier.dense", "classifier.out_proj", ActivationStep::tanh};
+const FirstTokenHeadNames kDistilBertHead{"pre_classifier", "classifier", ActivationStep::relu};
+
+// RobertaClassificationHead, DistilBertForSequenceClassification's: dense, activation, out
+void first_token_head(BertState& state, CheckpointTensors& tensors, const FirstTokenHeadNames& names,
+                      const json& config_json, const std::string& dir) {
+  auto& c = state.config;
+  auto& w = state.weights;
+  const int64_t E = c.layer.d_model;
+  c.classifier = BertClassifier::first_token;
+  c.first_token_activation = names.activation;
+  c.num_labels = label_count(config_json, dir);
+  w.classifier_dense_weight = tensors.take(names.dense + ".weight", {E, E}, "(E, E)");
+  w.classifier_dense_bias = tensors.take(names.dense + ".bias", {E}, "(E,)");
+  w.classifier_weight = tensors.take(names.out + ".weight", {c.num_labels, E}, "(num_labels, E)");
+  w.classifier_bias = tensors.take(names.out + ".bias", {c.num_labels}, "(num_labels,)");
+}
+
 std::string described(const char* family, int64_t layers) {
   return std::string("a ") + family + " of " + std::to_string(layers) + " layers (embeddings, encoder.layer.0 … " +
          std::to_string(layers - 1) + ", pooler)";
@@ -214,23 +238,15 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
 BertState roberta(const json& config_json, std::map<std::string, Tensor> file, const std::string& dir) {
   CheckpointTensors tensors(std::move(file), dir, "roberta.");
   BertState state = encoder(config_json, tensors, dir, Family::roberta);
-  auto& c = state.config;
-  auto& w = state.weights;
-  const int64_t E = c.layer.d_model;
   if (tensors.has(kRobertaMaskedLM.bias)) masked_lm_head(state, tensors, kRobertaMaskedLM);
   // RobertaForSequenceClassification's head (RobertaClassificationHead): its own dense and tanh on
-  // the first token, then out_proj
-  if (tensors.has("classifier.out_proj.weight")) {
-    c.classifier = BertClassifier::first_token;
-    c.num_labels = label_count(config_json, dir);
-    w.classifier_dense_weight = tensors.take("classifier.dense.weight", {E, E}, "(hidden_size, hidden_size)");
-    w.classifier_dense_bias = tensors.take("classifier.dense.bias", {E}, "(hidden_size,)");
-    w.classifier_weight = tensors.take("classifier.out_proj.weight", {c.num_labels, E}, "(num_labels, hidden_size)");
-    w.classifier_bias = tensors.take("classifier.out_proj.bias", {c.num_labels}, "(num_labels,)");
-  } else if (tensors.has("classifier.weight")) {  // RobertaForTokenClassification's
+  // the first token, then out_proj; RobertaForTokenClassification's: classifier on every token
+  if (tensors.has(kRobertaHead.dense + ".weight")) {
+    first_token_head(state, tensors, kRobertaHead, config_json, dir);
+  } else if (tensors.has("classifier.weight")) {
     linear_classifier(state, tensors, config_json, dir);
   }
-  tensors.check_all_taken(described("RoBERTa", c.num_layers));
+  tensors.check_all_taken(described("RoBERTa", state.config.num_layers));
   return state;
 }
 
@@ -269,14 +285,8 @@ BertState distilbert(const json& config_json, std::map<std::string, Tensor> file
   if (tensors.has(kDistilBertMaskedLM.bias)) masked_lm_head(state, tensors, kDistilBertMaskedLM);
   // DistilBertForSequenceClassification's head: pre_classifier and relu on the first token, then
   // classifier; DistilBertForTokenClassification's: classifier on every token
-  if (tensors.has("pre_classifier.weight")) {
-    c.classifier = BertClassifier::first_token;
-    c.first_token_activation = ActivationStep::relu;
-    c.num_labels = label_count(config_json, dir);
-    w.classifier_dense_weight = tensors.take("pre_classifier.weight", {E, E}, "(dim, dim)");
-    w.classifier_dense_bias = tensors.take("pre_classifier.bias", {E}, "(dim,)");
-    w.classifier_weight = tensors.take("classifier.weight", {c.num_labels, E}, "(num_labels, dim)");
-    w.classifier_bias = tensors.take("classifier.bias", {c.num_labels}, "(num_labels,)");
+  if (tensors.has(kDistilBertHead.dense + ".weight")) {
+    first_token_head(state, tensors, kDistilBertHead, config_json, dir);
   } else if (tensors.has("classifier.weight")) {
     linear_classifier(state, tensors, config_json, dir);
   }
