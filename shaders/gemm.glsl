@@ -22,9 +22,11 @@
 //     what today's fp32 GEMMs on GPUs hold); K is walked DEPTH at a time through double-buffered
 //     shared tiles, read as vec4.
 //   linear_coopmat (COOPMAT defined): the shared tiling's loads, stashed as float16, multiplied on
-//     NVIDIA's cooperative matrices into float32 (VulkanBackendOptions::float16_products; only
-//     where the device has them: DeviceReport::float16_products). Its SPIR-V is validated at build
-//     time on every machine; it runs on none that CI has.
+//     cooperative matrices into float32 (VulkanBackendOptions::float16_products; only where the
+//     device has them: DeviceReport::float16_products): NVIDIA's (VK_NV_cooperative_matrix) in
+//     this build, validated at build time on every machine; Khronos's (VK_KHR_cooperative_matrix,
+//     any vendor's) in linear_coopmat_khr (COOPMAT_KHR defined too), built where glslang knows
+//     GL_KHR_cooperative_matrix (Debian 13's, not 12's), run by CI on lavapipe from Mesa 25.1 on.
 //
 // VEC4 (constant 1) reads A and B as vec4: the host sets it when K (and, for (K, N) storage, N)
 // is a multiple of 4, so every row starts on a vec4. Rows and columns past the edge are clamped
@@ -77,7 +79,11 @@
 #endif
 #ifdef COOPMAT
 #extension GL_KHR_shader_subgroup_basic : require
+#ifdef COOPMAT_KHR
+#extension GL_KHR_cooperative_matrix : require
+#else
 #extension GL_NV_cooperative_matrix : require
+#endif
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #endif
@@ -97,7 +103,7 @@ layout(constant_id = 2) const bool HAS_BIAS = false; // add bias[j]
 layout(constant_id = 3) const uint TILE_M = 8;
 layout(constant_id = 4) const uint TILE_N = 8;
 layout(constant_id = 5) const uint SIDE = 16;        // shared: the workgroup is SIDE × SIDE
-layout(constant_id = 6) const uint LANES = 8;        // broadcast: the required subgroup size
+layout(constant_id = 6) const uint LANES = 8;        // broadcast, COOPMAT: the required subgroup size
 layout(constant_id = 7) const uint C_HEADS = 0u;     // store C (B·T, H·d) as (B, H, T, d): 1, or
                                                      // 4 where d is a multiple of 4
 layout(constant_id = 8) const bool A_HEADS = false;  // read A (B·T, H·d) from (B, H, T, d)
@@ -107,6 +113,14 @@ layout(constant_id = 11) const uint B_FORMAT = 0u;   // B stored float32 (0), fl
                                                      // (2, sixteen_bit.glsl)
 layout(constant_id = 12) const uint ACTIVATION = 0u; // the folded activation's number, or 0
 layout(constant_id = 13) const bool RESIDUAL = false; // add residual[at] (RESIDUAL_BINDING)
+#ifdef COOPMAT_KHR
+// the device's configuration of float16 A (M × K) and B (K × N) into float32 C (M × N)
+layout(constant_id = 14) const uint MATRIX_M = 16u;
+layout(constant_id = 15) const uint MATRIX_N = 16u;
+layout(constant_id = 16) const uint MATRIX_K = 16u;
+#else
+const uint MATRIX_M = 16u, MATRIX_N = 16u, MATRIX_K = 16u;  // NVIDIA's 16 × 16 × 16
+#endif
 const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
@@ -292,18 +306,36 @@ void gemm_broadcast() {
 #else
 // ---- a block of C a workgroup: shared-memory tiles, or float16 products on cooperative matrices -
 #ifdef COOPMAT
-// A workgroup of four subgroups of 32 lanes owns a BLOCK_M × BLOCK_N block of C, a subgroup the
-// (16·TILE_M) × (16·TILE_N) quarter at (sm, sn) = (id / 2, id % 2): TILE_M × TILE_N accumulators
-// of 16 × 16 float32, each the product of float16 matrices of 16 × 16 (VK_NV_cooperative_matrix:
-// A and B float16, C float32, a subgroup's). A and B are rounded to float16 as they are stashed,
-// A's tile row-major (i, k) and B's (j, k), which the cooperative loads read as A row-major and
-// B column-major. The results go through a shared 16 × 16 tile a subgroup to store_c (bias,
-// scale, C_HEADS, edges), one accumulator at a time. linear alone: B stored (N, K).
+// A workgroup of four subgroups of LANES lanes owns a BLOCK_M × BLOCK_N block of C, a subgroup the
+// (MATRIX_M·TILE_M) × (MATRIX_N·TILE_N) quarter at (sm, sn) = (id / 2, id % 2): TILE_M × TILE_N
+// accumulators of MATRIX_M × MATRIX_N float32, each a sum of products of float16 matrices of
+// MATRIX_M × MATRIX_K and MATRIX_K × MATRIX_N (a subgroup's). A and B are rounded to float16 as they
+// are stashed, A's tile row-major (i, k) and B's (j, k), which the cooperative loads read as A
+// row-major and B column-major. The results go through a shared MATRIX_M × MATRIX_N tile a subgroup
+// to store_c (bias, scale, C_HEADS, edges), one accumulator at a time. linear alone: B stored
+// (N, K). DEPTH is a multiple of MATRIX_K.
 #ifdef B_IS_K_BY_N
 #error "the COOPMAT tiling reads B stored (N, K)"
 #endif
-const uint SUBGROUPS_M = 2u, SUBGROUPS_N = 2u, INVOCATIONS = 128u;  // 4 subgroups of 32 lanes
-const uint BLOCK_M = SUBGROUPS_M * 16u * TILE_M, BLOCK_N = SUBGROUPS_N * 16u * TILE_N;
+const uint SUBGROUPS_M = 2u, SUBGROUPS_N = 2u, INVOCATIONS = SUBGROUPS_M * SUBGROUPS_N * LANES;
+const uint BLOCK_M = SUBGROUPS_M * MATRIX_M * TILE_M, BLOCK_N = SUBGROUPS_N * MATRIX_N * TILE_N;
+#ifdef COOPMAT_KHR
+#define MATRIX_A coopmat<float16_t, gl_ScopeSubgroup, MATRIX_M, MATRIX_K, gl_MatrixUseA>
+#define MATRIX_B coopmat<float16_t, gl_ScopeSubgroup, MATRIX_K, MATRIX_N, gl_MatrixUseB>
+#define MATRIX_C coopmat<float, gl_ScopeSubgroup, MATRIX_M, MATRIX_N, gl_MatrixUseAccumulator>
+#define LOAD_ROWS(m, tile, at, stride) coopMatLoad(m, tile, at, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define LOAD_COLUMNS(m, tile, at, stride) coopMatLoad(m, tile, at, stride, gl_CooperativeMatrixLayoutColumnMajor)
+#define STORE_ROWS(m, tile, at, stride) coopMatStore(m, tile, at, stride, gl_CooperativeMatrixLayoutRowMajor)
+#define MULTIPLY_ADD coopMatMulAdd
+#else
+#define MATRIX_A fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define MATRIX_B fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define MATRIX_C fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define LOAD_ROWS(m, tile, at, stride) coopMatLoadNV(m, tile, at, stride, false)
+#define LOAD_COLUMNS(m, tile, at, stride) coopMatLoadNV(m, tile, at, stride, true)
+#define STORE_ROWS(m, tile, at, stride) coopMatStoreNV(m, tile, at, stride, false)
+#define MULTIPLY_ADD coopMatMulAddNV
+#endif
 #else
 // A workgroup of SIDE² invocations owns a BLOCK_M × BLOCK_N block of C; invocation (ti, tj) the
 // TILE_M × TILE_N outputs at rows 4·ti + 4·SIDE·qa + r, columns 4·tj + 4·SIDE·qb + t (quads SIDE
@@ -319,19 +351,20 @@ const uint A_QUADS = BLOCK_M * DEPTH / 4u, B_QUADS = BLOCK_N * DEPTH / 4u;
 const uint A_LOADS = (A_QUADS + INVOCATIONS - 1u) / INVOCATIONS, B_LOADS = (B_QUADS + INVOCATIONS - 1u) / INVOCATIONS;
 
 #ifdef COOPMAT
-shared float16_t tile_a[2][BLOCK_M * DEPTH];  // [s][i · DEPTH + k] = A[n, i0 + i, k0 + k]
-shared float16_t tile_b[2][BLOCK_N * DEPTH];  // [s][j · DEPTH + k] = B(n, k0 + k, j0 + j)
-shared float results[4u * 256u];              // a subgroup's 16 × 16 accumulator on its way out
+// the two tiles of each input one after the other (the cooperative loads take a plain array)
+shared float16_t tile_a[2u * BLOCK_M * DEPTH];  // [s·BLOCK_M·DEPTH + i·DEPTH + k] = A[n, i0 + i, k0 + k]
+shared float16_t tile_b[2u * BLOCK_N * DEPTH];  // [s·BLOCK_N·DEPTH + j·DEPTH + k] = B(n, k0 + k, j0 + j)
+shared float results[4u * MATRIX_M * MATRIX_N];  // a subgroup's accumulator on its way out
 
 // Quad `e` of either tile (fetch_a's, fetch_b's), rounded to float16, at [row · DEPTH + k]: the
 // quad's own place, 4·e
 void stash_a(uint s, uint e, vec4 v) {
   if (e >= A_QUADS) return;
-  for (uint t = 0u; t < 4u; ++t) tile_a[s][4u * e + t] = float16_t(v[t]);
+  for (uint t = 0u; t < 4u; ++t) tile_a[s * BLOCK_M * DEPTH + 4u * e + t] = float16_t(v[t]);
 }
 void stash_b(uint s, uint e, vec4 v) {
   if (e >= B_QUADS) return;
-  for (uint t = 0u; t < 4u; ++t) tile_b[s][4u * e + t] = float16_t(v[t]);
+  for (uint t = 0u; t < 4u; ++t) tile_b[s * BLOCK_N * DEPTH + 4u * e + t] = float16_t(v[t]);
 }
 #else
 shared vec4 tile_a[2][DEPTH][BLOCK_M / 4u];  // tile_a[s][k][i / 4][i % 4] = A[n, i0 + i, k0 + k]
@@ -410,9 +443,9 @@ void gemm_coopmat() {
   if (!block_origin(n, i0, j0)) return;
   uint sm = gl_SubgroupID / SUBGROUPS_N, sn = gl_SubgroupID % SUBGROUPS_N;
 
-  fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[TILE_M][TILE_N];
+  MATRIX_C acc[TILE_M][TILE_N];
   for (uint r = 0u; r < TILE_M; ++r) {
-    for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+    for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = MATRIX_C(0.0);
   }
   vec4 next_a[A_LOADS], next_b[B_LOADS];  // the next tiles' quads, loaded while computing
   fetch_tiles(n, i0, j0, 0u, next_a, next_b);
@@ -422,16 +455,17 @@ void gemm_coopmat() {
   for (uint k0 = 0u; k0 < p.inner; k0 += DEPTH) {
     bool more = k0 + DEPTH < p.inner;  // uniform
     if (more) fetch_tiles(n, i0, j0, k0 + DEPTH, next_a, next_b);
-    for (uint kk = 0u; kk < DEPTH; kk += 16u) {
-      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a[TILE_M], b[TILE_N];
+    for (uint kk = 0u; kk < DEPTH; kk += MATRIX_K) {
+      MATRIX_A a[TILE_M];
+      MATRIX_B b[TILE_N];
       for (uint r = 0u; r < TILE_M; ++r) {
-        coopMatLoadNV(a[r], tile_a[s], ((sm * TILE_M + r) * 16u) * DEPTH + kk, DEPTH, false);
+        LOAD_ROWS(a[r], tile_a, s * BLOCK_M * DEPTH + (sm * TILE_M + r) * MATRIX_M * DEPTH + kk, DEPTH);
       }
       for (uint q = 0u; q < TILE_N; ++q) {
-        coopMatLoadNV(b[q], tile_b[s], ((sn * TILE_N + q) * 16u) * DEPTH + kk, DEPTH, true);
+        LOAD_COLUMNS(b[q], tile_b, s * BLOCK_N * DEPTH + (sn * TILE_N + q) * MATRIX_N * DEPTH + kk, DEPTH);
       }
       for (uint r = 0u; r < TILE_M; ++r) {
-        for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = coopMatMulAddNV(a[r], b[q], acc[r][q]);
+        for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = MULTIPLY_ADD(a[r], b[q], acc[r][q]);
       }
     }
     // the other tiles were last read before the previous step's barrier: free to overwrite
@@ -439,15 +473,17 @@ void gemm_coopmat() {
     barrier();
     s ^= 1u;
   }
-  // each accumulator through the subgroup's 16 × 16 of `results`: 8 values a lane to store_c
-  uint mine = gl_SubgroupID * 256u;
+  // each accumulator through the subgroup's MATRIX_M × MATRIX_N of `results` to store_c
+  const uint area = MATRIX_M * MATRIX_N;
+  uint mine = gl_SubgroupID * area;
   for (uint r = 0u; r < TILE_M; ++r) {
     for (uint q = 0u; q < TILE_N; ++q) {
-      coopMatStoreNV(acc[r][q], results, mine, 16u, false);
+      STORE_ROWS(acc[r][q], results, mine, MATRIX_N);
       subgroupMemoryBarrierShared();
       subgroupBarrier();
-      for (uint e = gl_SubgroupInvocationID; e < 256u; e += 32u) {
-        uint i = i0 + (sm * TILE_M + r) * 16u + e / 16u, j = j0 + (sn * TILE_N + q) * 16u + e % 16u;
+      for (uint e = gl_SubgroupInvocationID; e < area; e += gl_SubgroupSize) {
+        uint i = i0 + (sm * TILE_M + r) * MATRIX_M + e / MATRIX_N;
+        uint j = j0 + (sn * TILE_N + q) * MATRIX_N + e % MATRIX_N;
         uint at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) + heads_col(min(j, p.cols - 1u), p.cols)
                                 : (n * p.rows + i) * p.cols + j;
         store_c(i, j, at, results[mine + e]);

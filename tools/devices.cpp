@@ -120,8 +120,13 @@ int run_devices() {
     std::cout << "     16-bit storage " << (r.storage_buffer_16bit ? "yes" : "no") << ", texel buffers RGBA32F "
               << (r.texel_rgba32f ? "yes" : "no") << " RG32UI " << (r.texel_rg32ui ? "yes" : "no") << ", timestamps "
               << (r.timestamps ? "yes" : "no") << "\n";
-    std::cout << "     float16 products on cooperative matrices (VK_NV_cooperative_matrix): "
-              << (r.float16_products ? "yes" : "no") << "\n";
+    const vulkan::MatrixProducts& products = r.float16_products;
+    std::cout << "     float16 products on cooperative matrices: "
+              << (products ? std::to_string(products.m) + " x " + std::to_string(products.n) + " x " +
+                                 std::to_string(products.k) + " on " + std::to_string(products.lanes) + " lanes (" +
+                                 products.extension + ")"
+                           : std::string("none"))
+              << "\n";
     print_wrapped("     ", subgroup_line(r));
     print_wrapped("     ", "switches: " + switch_text("subgroups", r.switches.subgroups, r.switches.subgroups_why) +
                                ", " + switch_text("texel inputs", r.switches.texel_inputs, r.switches.texel_inputs_why) +

@@ -88,8 +88,9 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
   }
   if (s_->options.float16_products && !s_->device.float16_products) {
     throw DeviceError("float16_products: '" + s_->device.name +
-                      "' has no float16 cooperative matrices (VK_NV_cooperative_matrix with 16 × 16 × 16 float16 "
-                      "products into float32, shaderFloat16, the Vulkan memory model and 32 guaranteed lanes)");
+                      "' has no float16 cooperative matrices (VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix "
+                      "with float16 products into float32, shaderFloat16, the Vulkan memory model and subgroup "
+                      "size control)");
   }
   s_->gemm = options.gemm ? *options.gemm : vulkan::plan_gemm(s_->device);
   vulkan::check_gemm_plan(s_->gemm, s_->device);
@@ -401,32 +402,37 @@ void VulkanBackend::run_linear_float16(const std::string& step, const Storage& x
                                        HeadsLayout y_layout, StoreFold fold) {
   if (x_layout.heads > 0 && y_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
   if (fold.residual && y_layout.heads > 0) throw std::logic_error(step + ": a residual folds into a plain store only");
-  // gemm.glsl's COOPMAT tiling: four subgroups of 32 lanes, each 4 × 4 accumulators of 16 × 16
-  // (a block of 128 × 128), K 32 at a time; its constants as run_gemm's, SIDE and LANES unused
-  constexpr uint32_t kTiles = 4, kDepth = 32, kBlock = 2 * 16 * kTiles;
+  // gemm.glsl's COOPMAT tiling: four subgroups, each 4 × 4 accumulators of the device's m × n (a
+  // block of 128 × 128 for NVIDIA's 16 × 16), K 32 at a time; its constants as run_gemm's, SIDE unused
+  const vulkan::MatrixProducts& matrices = s_->device.float16_products;
+  const bool khr = std::string_view(matrices.extension) != VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+  constexpr uint32_t kTiles = 4, kDepth = 32;
+  const uint32_t block_m = 2 * matrices.m * kTiles, block_n = 2 * matrices.n * kTiles;
   const bool vec4 = K % 4 == 0 && (x_layout.heads == 0 || K / x_layout.heads % 4 == 0);
   const bool quads = y_layout.heads > 0 && M / y_layout.heads % 4 == 0;
   const uint32_t c_heads = y_layout.heads == 0 ? 0u : quads ? 4u : 1u;
   // VEC4, HAS_BIAS, TILE_M, TILE_N, SIDE, LANES, C_HEADS, A_HEADS, PACKED_B, DEPTH, B_FORMAT, ACTIVATION,
-  // RESIDUAL
-  const std::vector<uint32_t> specialization{vec4 ? 1u : 0u,
-                                             b ? 1u : 0u,
-                                             kTiles,
-                                             kTiles,
-                                             1u,
-                                             1u,
-                                             c_heads,
-                                             x_layout.heads > 0 ? 1u : 0u,
-                                             0u,
-                                             kDepth,
-                                             storage_format(narrow_of(w)),
-                                             static_cast<uint32_t>(fold.activation),
-                                             fold.residual ? 1u : 0u};
-  const auto& k = kernel(vulkan::Op::linear, specialization, 128, 0, 32, "linear_coopmat");
+  // RESIDUAL, and linear_coopmat_khr's MATRIX_M, MATRIX_N, MATRIX_K
+  std::vector<uint32_t> specialization{vec4 ? 1u : 0u,
+                                       b ? 1u : 0u,
+                                       kTiles,
+                                       kTiles,
+                                       1u,
+                                       matrices.lanes,
+                                       c_heads,
+                                       x_layout.heads > 0 ? 1u : 0u,
+                                       0u,
+                                       kDepth,
+                                       storage_format(narrow_of(w)),
+                                       static_cast<uint32_t>(fold.activation),
+                                       fold.residual ? 1u : 0u};
+  if (khr) specialization.insert(specialization.end(), {matrices.m, matrices.n, matrices.k});
+  const auto& k = kernel(vulkan::Op::linear, specialization, 4 * matrices.lanes, 0, matrices.lanes,
+                         khr ? "linear_coopmat_khr" : "linear_coopmat");
   const HeadsLayout& heads = x_layout.heads > 0 ? x_layout : y_layout;
   vulkan::GemmParams params{1, u32(N), u32(M), u32(K), 1.0f, 1, u32(heads.heads), u32(heads.tokens)};
   dispatch(step, k, linear_buffers(x, w, b, fold, y), params,
-           ceil_div(uint64_t(N), kBlock) * ceil_div(uint64_t(M), kBlock), true);
+           ceil_div(uint64_t(N), block_m) * ceil_div(uint64_t(M), block_n), true);
 }
 
 void VulkanBackend::run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,

@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <cctype>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 
 #include "engine/vulkan/kernel.h"
+#include "engine/vulkan/shader_registry.h"
 #include "vkattn/errors.h"
 #include "vkattn/log.h"
 
@@ -107,6 +108,73 @@ int rank(vk::PhysicalDeviceType type) {
   }
 }
 
+// vkGetPhysicalDeviceFeatures2 and …Properties2 filling the chain that starts at `first`
+void query_features(const vk::raii::PhysicalDevice& device, void* first) {
+  vk::PhysicalDeviceFeatures2 features(vk::PhysicalDeviceFeatures{}, first);
+  device.getDispatcher()->vkGetPhysicalDeviceFeatures2(static_cast<VkPhysicalDevice>(*device),
+                                                       reinterpret_cast<VkPhysicalDeviceFeatures2*>(&features));
+}
+void query_properties(const vk::raii::PhysicalDevice& device, void* first) {
+  vk::PhysicalDeviceProperties2 properties(vk::PhysicalDeviceProperties{}, first);
+  device.getDispatcher()->vkGetPhysicalDeviceProperties2(static_cast<VkPhysicalDevice>(*device),
+                                                         reinterpret_cast<VkPhysicalDeviceProperties2*>(&properties));
+}
+
+// The device's float16 products on cooperative matrices (MatrixProducts), given what they need
+// besides (shaderFloat16, the memory model, size control with full subgroups): Khronos's
+// extension where the Vulkan headers and this build's shaders know it, else NVIDIA's.
+MatrixProducts float16_matrices(const vk::raii::PhysicalDevice& device,
+                                const std::vector<vk::ExtensionProperties>& extensions, const DeviceReport& r) {
+  MatrixProducts chosen;
+  const auto in_compute = [&](vk::ShaderStageFlags stages) { return bool(stages & vk::ShaderStageFlagBits::eCompute); };
+#ifdef VK_KHR_cooperative_matrix
+  const auto builds = shader_builds();
+  const bool built = std::find(builds.begin(), builds.end(), "linear_coopmat_khr") != builds.end();
+  if (built && has_extension(extensions, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME)) {
+    vk::PhysicalDeviceCooperativeMatrixFeaturesKHR feature;
+    query_features(device, &feature);
+    vk::PhysicalDeviceCooperativeMatrixPropertiesKHR stages;
+    query_properties(device, &stages);
+    // 32 lanes where the device can run them (NVIDIA's, AMD's wave32), else its own size
+    const uint32_t lanes = r.min_subgroup_size <= 32 && r.max_subgroup_size >= 32 ? 32 : r.subgroup_size;
+    // lavapipe offers them at 8 and 16 lanes (not 4), but Mesa 26.1's crashes making this pipeline
+    // at 16 (LP_NATIVE_VECTOR_WIDTH=512), inside the driver: not taken there
+    const bool crashes = r.driver_id == vk::DriverId::eMesaLlvmpipe && lanes > 8;
+    if (feature.cooperativeMatrix && in_compute(stages.cooperativeMatrixSupportedStages) && !crashes) {
+      using vk::ComponentTypeKHR;
+      for (const auto& c : device.getCooperativeMatrixPropertiesKHR()) {
+        // K divides the shared tiles' 32 k; 16 × 16 × 16 where the device lists it
+        const bool fits = c.AType == ComponentTypeKHR::eFloat16 && c.BType == ComponentTypeKHR::eFloat16 &&
+                          c.CType == ComponentTypeKHR::eFloat32 && c.ResultType == ComponentTypeKHR::eFloat32 &&
+                          !c.saturatingAccumulation && c.scope == vk::ScopeKHR::eSubgroup && 32 % c.KSize == 0 &&
+                          c.MSize <= 32 && c.NSize <= 32;
+        const bool better = !chosen || (c.MSize == 16 && c.NSize == 16 && c.KSize == 16);
+        if (fits && better) chosen = {VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME, c.MSize, c.NSize, c.KSize, lanes};
+      }
+    }
+    if (chosen) return chosen;
+  }
+#endif
+  if (!has_extension(extensions, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) || r.min_subgroup_size > 32 ||
+      r.max_subgroup_size < 32) {
+    return chosen;
+  }
+  vk::PhysicalDeviceCooperativeMatrixFeaturesNV feature;
+  query_features(device, &feature);
+  vk::PhysicalDeviceCooperativeMatrixPropertiesNV stages;
+  query_properties(device, &stages);
+  if (!feature.cooperativeMatrix || !in_compute(stages.cooperativeMatrixSupportedStages)) return chosen;
+  using vk::ComponentTypeNV;
+  for (const auto& c : device.getCooperativeMatrixPropertiesNV()) {
+    if (c.MSize == 16 && c.NSize == 16 && c.KSize == 16 && c.AType == ComponentTypeNV::eFloat16 &&
+        c.BType == ComponentTypeNV::eFloat16 && c.CType == ComponentTypeNV::eFloat32 &&
+        c.DType == ComponentTypeNV::eFloat32 && c.scope == vk::ScopeNV::eSubgroup) {
+      chosen = {VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, 16, 16, 16, 32};
+    }
+  }
+  return chosen;
+}
+
 DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   DeviceReport r;
   auto props = device.getProperties();
@@ -155,12 +223,10 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   vk::PhysicalDeviceDriverProperties driver;
   vk::PhysicalDeviceSubgroupSizeControlProperties size_control;
   vk::PhysicalDeviceIDProperties ids;
-  vk::PhysicalDeviceProperties2 properties(vk::PhysicalDeviceProperties{}, &subgroup);
   if (api >= VK_API_VERSION_1_1) ids.pNext = std::exchange(subgroup.pNext, &ids);
   if (knows_driver) driver.pNext = std::exchange(subgroup.pNext, &driver);
   if (knows_size_control) size_control.pNext = std::exchange(subgroup.pNext, &size_control);
-  device.getDispatcher()->vkGetPhysicalDeviceProperties2(static_cast<VkPhysicalDevice>(*device),
-                                                          reinterpret_cast<VkPhysicalDeviceProperties2*>(&properties));
+  query_properties(device, &subgroup);
   if (knows_driver) {
     r.driver_id = driver.driverID;
     r.driver_name = driver.driverName.data();
@@ -181,20 +247,14 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
 
   vk::PhysicalDevice16BitStorageFeatures storage16;
   vk::PhysicalDeviceSubgroupSizeControlFeatures size_features;
-  vk::PhysicalDeviceCooperativeMatrixFeaturesNV coopmat_features;
   vk::PhysicalDeviceShaderFloat16Int8Features float16_features;
   vk::PhysicalDeviceVulkanMemoryModelFeatures memory_model_features;
-  vk::PhysicalDeviceFeatures2 features(vk::PhysicalDeviceFeatures{}, &storage16);
   if (knows_size_control) size_features.pNext = std::exchange(storage16.pNext, &size_features);
-  const bool knows_coopmat =
-      api >= VK_API_VERSION_1_2 && has_extension(extensions, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
-  if (knows_coopmat) {
-    coopmat_features.pNext = std::exchange(storage16.pNext, &coopmat_features);
+  if (api >= VK_API_VERSION_1_2) {
     float16_features.pNext = std::exchange(storage16.pNext, &float16_features);
     memory_model_features.pNext = std::exchange(storage16.pNext, &memory_model_features);
   }
-  device.getDispatcher()->vkGetPhysicalDeviceFeatures2(static_cast<VkPhysicalDevice>(*device),
-                                                        reinterpret_cast<VkPhysicalDeviceFeatures2*>(&features));
+  query_features(device, &storage16);
   r.storage_buffer_16bit = storage16.storageBuffer16BitAccess;
   if (knows_size_control) {
     r.min_subgroup_size = size_control.minSubgroupSize;
@@ -209,20 +269,9 @@ DeviceReport describe(const vk::raii::PhysicalDevice& device, uint32_t index) {
   r.texel_rg32ui = bool(device.getFormatProperties(vk::Format::eR32G32Uint).bufferFeatures &
                         vk::FormatFeatureFlagBits::eUniformTexelBuffer);
   r.max_texel_buffer_elements = limits.maxTexelBufferElements;
-  if (knows_coopmat && coopmat_features.cooperativeMatrix && float16_features.shaderFloat16 &&
-      memory_model_features.vulkanMemoryModel && r.size_control && r.full_subgroups && r.min_subgroup_size <= 32 &&
-      r.max_subgroup_size >= 32) {
-    vk::PhysicalDeviceCooperativeMatrixPropertiesNV stages;
-    vk::PhysicalDeviceProperties2 coopmat_properties(vk::PhysicalDeviceProperties{}, &stages);
-    device.getDispatcher()->vkGetPhysicalDeviceProperties2(
-        static_cast<VkPhysicalDevice>(*device), reinterpret_cast<VkPhysicalDeviceProperties2*>(&coopmat_properties));
-    using vk::ComponentTypeNV;
-    for (const auto& c : device.getCooperativeMatrixPropertiesNV()) {
-      r.float16_products |= c.MSize == 16 && c.NSize == 16 && c.KSize == 16 && c.AType == ComponentTypeNV::eFloat16 &&
-                            c.BType == ComponentTypeNV::eFloat16 && c.CType == ComponentTypeNV::eFloat32 &&
-                            c.DType == ComponentTypeNV::eFloat32 && c.scope == vk::ScopeNV::eSubgroup;
-    }
-    r.float16_products &= bool(stages.cooperativeMatrixSupportedStages & vk::ShaderStageFlagBits::eCompute);
+  if (api >= VK_API_VERSION_1_2 && float16_features.shaderFloat16 && memory_model_features.vulkanMemoryModel &&
+      r.size_control && r.full_subgroups) {
+    r.float16_products = float16_matrices(device, extensions, r);
   }
   r.switches = choose_switches(r);
 
@@ -412,19 +461,30 @@ Context::Context(const ContextOptions& options) : loader_((init_logging(), make_
   vk::PhysicalDeviceSubgroupSizeControlFeatures size_control(chosen.size_control, chosen.size_control && chosen.full_subgroups);
   if (chosen.size_control && chosen.size_control_extension) device_extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
   // float16 products on cooperative matrices, where the device has them (DeviceReport)
-  vk::PhysicalDeviceCooperativeMatrixFeaturesNV coopmat(true);
   vk::PhysicalDeviceShaderFloat16Int8Features float16(true, false);
   vk::PhysicalDeviceVulkanMemoryModelFeatures memory_model(true);
-  if (chosen.float16_products) device_extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  vk::PhysicalDeviceCooperativeMatrixFeaturesNV nv_matrices(true);
+#ifdef VK_KHR_cooperative_matrix
+  vk::PhysicalDeviceCooperativeMatrixFeaturesKHR khr_matrices(true);
+#endif
+  const MatrixProducts& products = chosen.float16_products;
+  if (products) device_extensions.push_back(products.extension);
   float priority = 1.0f;
   vk::DeviceQueueCreateInfo queue_info({}, chosen.compute_queue_family, 1, &priority);
   vk::DeviceCreateInfo device_info({}, queue_info, {}, device_extensions);
   void* chain = nullptr;  // the features to enable, each struct pointing at the one before
   if (chosen.size_control) size_control.pNext = std::exchange(chain, &size_control);
-  if (chosen.float16_products) {
-    coopmat.pNext = std::exchange(chain, &coopmat);
+  if (products) {
     float16.pNext = std::exchange(chain, &float16);
     memory_model.pNext = std::exchange(chain, &memory_model);
+    if (std::string_view(products.extension) == VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) {
+      nv_matrices.pNext = std::exchange(chain, &nv_matrices);
+    }
+#ifdef VK_KHR_cooperative_matrix
+    if (std::string_view(products.extension) == VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME) {
+      khr_matrices.pNext = std::exchange(chain, &khr_matrices);
+    }
+#endif
   }
   device_info.pNext = chain;
   device_ = vk::raii::Device(physical, device_info);

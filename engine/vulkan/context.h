@@ -20,6 +20,18 @@
 
 namespace vkattn::vulkan {
 
+// A cooperative-matrix configuration of float16 A (m × k) and B (k × n) into float32 C (m × n), a
+// subgroup's, in compute shaders, with shaderFloat16 and the Vulkan memory model, on a subgroup size
+// the pipeline can require (size control with full subgroups). Khronos's extension
+// (VK_KHR_cooperative_matrix: any vendor's, any size the device lists, where this build holds
+// linear_coopmat_khr) before NVIDIA's (VK_NV_cooperative_matrix: 16 × 16 × 16 on 32 lanes).
+struct MatrixProducts {
+  const char* extension = nullptr;  // its extension's name; null where the device has none
+  uint32_t m = 0, n = 0, k = 0;
+  uint32_t lanes = 0;  // the subgroup size the pipeline requires
+  explicit operator bool() const { return extension != nullptr; }
+};
+
 struct DeviceReport {
   uint32_t index = 0;  // position in vkEnumeratePhysicalDevices
   std::string name;
@@ -61,11 +73,9 @@ struct DeviceReport {
   bool full_subgroups = false;           // computeFullSubgroups
   bool size_control_extension = false;   // enabled as VK_EXT_subgroup_size_control (Vulkan < 1.3)
   bool storage_buffer_16bit = false;
-  // float16 products on cooperative matrices (VK_NV_cooperative_matrix with shaderFloat16 and the
-  // Vulkan memory model): a subgroup-scope 16 × 16 × 16 configuration of float16 A and B into
-  // float32 C, in compute shaders, on 32 guaranteed lanes. linear's float16_products (gemm.glsl's
-  // COOPMAT tiling) runs only here.
-  bool float16_products = false;
+  // float16 products on cooperative matrices: linear's float16_products (gemm.glsl's COOPMAT
+  // tiling) runs only where this is set (MatrixProducts).
+  MatrixProducts float16_products;
   // RGBA32F uniform texel buffers (texelFetch), up to this many texels in one: the GEMM's inputs
   // on CPU devices, where a texel fetch costs less than a storage-buffer load
   bool texel_rgba32f = false;

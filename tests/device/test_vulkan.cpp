@@ -83,7 +83,7 @@ TEST(OpsTable, EveryRowHasItsShaderWithItsBindingsAndEveryShaderARow) {
   }
   for (std::string_view build : vulkan::shader_builds()) {
     std::string base(build);
-    for (const char* suffix : {"_gemv", "_coopmat", "_tiled", "_unrolled", "_texel", "_texel16", "_subgroup"}) {
+    for (const char* suffix : {"_gemv", "_khr", "_coopmat", "_tiled", "_unrolled", "_texel", "_texel16", "_subgroup"}) {
       if (base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
     }
     EXPECT_NO_THROW((void)vulkan::op_named(base)) << build << " is built but no row of ops.def names " << base;

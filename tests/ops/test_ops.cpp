@@ -252,12 +252,14 @@ TEST(GemvRows, MoreRowsThanTheGemvHoldsAreRefused) {
 }
 
 // ---- linear's float16 products on cooperative matrices (gemm.glsl's COOPMAT tiling) ---------------
-// Where the device has them (DeviceReport::float16_products: NVIDIA's VK_NV_cooperative_matrix),
-// x and W are rounded to float16 and their products, exact in float32, summed there: the result
-// is the reference's on the rounded inputs, to float32's 1e-4 — rows past the GEMV's, K and M off
-// the 16s and the 128-blocks, W float32 or kept float16, with bias and without, the heads, an
-// activation or a residual folded into the store. Elsewhere (lavapipe, SwiftShader: every CI
-// device) the backend refuses the option and says what the device lacks.
+// Where the device has them (DeviceReport::float16_products: VK_KHR_cooperative_matrix, as
+// lavapipe from Mesa 25.1 on, or NVIDIA's VK_NV_cooperative_matrix), x and W are rounded to
+// float16 and their products, exact in float32, summed there: the result is the reference's on
+// the rounded inputs, to float32's 1e-4 — rows past the GEMV's, K and M off the matrices' sizes
+// and the blocks, W float32 or kept float16, with bias and without, the heads, an activation or a
+// residual folded into the store. Elsewhere (lavapipe of Debian 12's and 13's Mesa, SwiftShader)
+// the backend refuses the option and says what the device lacks. CI runs it on lavapipe of
+// trixie-backports' Mesa (scripts/cooperative-matrices), which has them.
 TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
   const auto& device = testing::shared_context()->device_report();
   if (!device.float16_products) {

@@ -98,8 +98,8 @@ struct VulkanBackendOptions {
   // linear's products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
   // COOPMAT tiling): x and W rounded to float16 as they are read, as torch's float16 matmul has
   // them, so its results are float16's, not float32's 1e-4. Products of at most gemv_rows rows
-  // keep the float32 GEMV. Only on a device with DeviceReport::float16_products (NVIDIA's); the
-  // backend refuses it elsewhere.
+  // keep the float32 GEMV. Only on a device with DeviceReport::float16_products (Khronos's
+  // cooperative matrices, or NVIDIA's); the backend refuses it elsewhere.
   bool float16_products = false;
 };
 
@@ -264,7 +264,8 @@ class VulkanBackend final : public Backend {
                 bool b_k_by_n, int64_t group, HeadsLayout a_layout = {}, HeadsLayout c_layout = {},
                 StoreFold fold = {});
   // y (N, M) = x (N, K) · W (M, K)ᵀ + b in float16 products on cooperative matrices
-  // (linear_coopmat, gemm.glsl's COOPMAT tiling), layouts and steps folded as run_gemm's.
+  // (linear_coopmat_khr or linear_coopmat, gemm.glsl's COOPMAT tiling), layouts and steps folded
+  // as run_gemm's.
   void run_linear_float16(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
                           int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout, StoreFold fold);
   // y (N, M) = activation(x (N, K) · W (M, K)ᵀ + b) (+ residual) through shaders/gemv.glsl
