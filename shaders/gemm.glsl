@@ -5,7 +5,7 @@
 //   B(n, …) is item n / group of B: grouped-query attention's `group` query heads share one key
 //   and value head (group = 1 otherwise).
 // fp32 throughout (but the third tiling's products). Two tilings of the same sum, two builds of
-// each step (shaders/CMakeLists.txt), and a third for linear alone:
+// each step (shaders/CMakeLists.txt), and a third whose products are float16's:
 //
 //   <step>_subgroup (SUBGROUPS defined): subgroup broadcast (CPU devices: lavapipe runs a
 //     subgroup's lanes as SIMD lanes,
@@ -21,11 +21,11 @@
 //     invocation a TILE_M × TILE_N register tile (4 or 8 each: 8 × 8 over 128 × 128 blocks is
 //     what today's fp32 GEMMs on GPUs hold); K is walked DEPTH at a time through double-buffered
 //     shared tiles, read as vec4.
-//   linear_coopmat (COOPMAT defined): the shared tiling's loads, stashed as float16, multiplied on
+//   <step>_coopmat (COOPMAT defined): the shared tiling's loads, stashed as float16, multiplied on
 //     cooperative matrices into float32 (VulkanBackendOptions::float16_products; only where the
 //     device has them: DeviceReport::float16_products): NVIDIA's (VK_NV_cooperative_matrix) in
 //     this build, validated at build time on every machine; Khronos's (VK_KHR_cooperative_matrix,
-//     any vendor's) in linear_coopmat_khr (COOPMAT_KHR defined too), built where glslang knows
+//     any vendor's) in <step>_coopmat_khr (COOPMAT_KHR defined too), built where glslang knows
 //     GL_KHR_cooperative_matrix (Debian 13's, not 12's), run by CI on lavapipe from Mesa 25.1 on.
 //
 // VEC4 (constant 1) reads A and B as vec4: the host sets it when K (and, for (K, N) storage, N)
@@ -310,13 +310,11 @@ void gemm_broadcast() {
 // (MATRIX_M·TILE_M) × (MATRIX_N·TILE_N) quarter at (sm, sn) = (id / 2, id % 2): TILE_M × TILE_N
 // accumulators of MATRIX_M × MATRIX_N float32, each a sum of products of float16 matrices of
 // MATRIX_M × MATRIX_K and MATRIX_K × MATRIX_N (a subgroup's). A and B are rounded to float16 as they
-// are stashed, A's tile row-major (i, k) and B's (j, k), which the cooperative loads read as A
-// row-major and B column-major. The results go through a shared MATRIX_M × MATRIX_N tile a subgroup
-// to store_c (bias, scale, C_HEADS, edges), one accumulator at a time. linear alone: B stored
-// (N, K). DEPTH is a multiple of MATRIX_K.
-#ifdef B_IS_K_BY_N
-#error "the COOPMAT tiling reads B stored (N, K)"
-#endif
+// are stashed, each quad where fetch_a and fetch_b number it: A's tile row-major (i, k), B's (j, k)
+// where B is stored (N, K), read by the cooperative loads as B column-major, and (k, j) where it is
+// stored (K, N), read row-major. The results go through a shared MATRIX_M × MATRIX_N tile a
+// subgroup to store_c (bias, scale, C_HEADS, edges), one accumulator at a time. DEPTH is a
+// multiple of MATRIX_K.
 const uint SUBGROUPS_M = 2u, SUBGROUPS_N = 2u, INVOCATIONS = SUBGROUPS_M * SUBGROUPS_N * LANES;
 const uint BLOCK_M = SUBGROUPS_M * MATRIX_M * TILE_M, BLOCK_N = SUBGROUPS_N * MATRIX_N * TILE_N;
 #ifdef COOPMAT_KHR
@@ -353,7 +351,8 @@ const uint A_LOADS = (A_QUADS + INVOCATIONS - 1u) / INVOCATIONS, B_LOADS = (B_QU
 #ifdef COOPMAT
 // the two tiles of each input one after the other (the cooperative loads take a plain array)
 shared float16_t tile_a[2u * BLOCK_M * DEPTH];  // [s·BLOCK_M·DEPTH + i·DEPTH + k] = A[n, i0 + i, k0 + k]
-shared float16_t tile_b[2u * BLOCK_N * DEPTH];  // [s·BLOCK_N·DEPTH + j·DEPTH + k] = B(n, k0 + k, j0 + j)
+shared float16_t tile_b[2u * BLOCK_N * DEPTH];  // [s·BLOCK_N·DEPTH + j·DEPTH + k] = B(n, k0 + k, j0 + j),
+                                                // or [… + k·BLOCK_N + j] where B is stored (K, N)
 shared float results[4u * MATRIX_M * MATRIX_N];  // a subgroup's accumulator on its way out
 
 // Quad `e` of either tile (fetch_a's, fetch_b's), rounded to float16, at [row · DEPTH + k]: the
@@ -462,7 +461,11 @@ void gemm_coopmat() {
         LOAD_ROWS(a[r], tile_a, s * BLOCK_M * DEPTH + (sm * TILE_M + r) * MATRIX_M * DEPTH + kk, DEPTH);
       }
       for (uint q = 0u; q < TILE_N; ++q) {
+#ifdef B_IS_K_BY_N
+        LOAD_ROWS(b[q], tile_b, s * BLOCK_N * DEPTH + kk * BLOCK_N + (sn * TILE_N + q) * MATRIX_N, BLOCK_N);
+#else
         LOAD_COLUMNS(b[q], tile_b, s * BLOCK_N * DEPTH + (sn * TILE_N + q) * MATRIX_N * DEPTH + kk, DEPTH);
+#endif
       }
       for (uint r = 0u; r < TILE_M; ++r) {
         for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = MULTIPLY_ADD(a[r], b[q], acc[r][q]);

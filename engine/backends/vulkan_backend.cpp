@@ -337,6 +337,10 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   if (fold.residual && (name != "linear" || c_layout.heads > 0)) {
     throw std::logic_error(step + ": a residual folds into linear's plain store only");
   }
+  if (s_->options.float16_products) {
+    run_gemm_float16(step, name, a, b, bias, c, batch, M, N, K, scale, b_k_by_n, group, a_layout, c_layout, fold);
+    return;
+  }
   const Narrow b_narrow = narrow_of(b);
   const GemmLaunch launch = gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads, b_narrow);
   const vulkan::GemmPlan& plan = launch.plan;
@@ -390,49 +394,47 @@ void VulkanBackend::run_linear(const std::string& step, const Storage& x, const 
     run_gemv(step, x, w, b, y, N, K, M, fold);
     return;
   }
-  if (s_->options.float16_products) {
-    run_linear_float16(step, x, w, b, y, N, K, M, x_layout, y_layout, fold);
-    return;
-  }
   run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false, 1, x_layout, y_layout, fold);
 }
 
-void VulkanBackend::run_linear_float16(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
-                                       Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout,
-                                       HeadsLayout y_layout, StoreFold fold) {
-  if (x_layout.heads > 0 && y_layout.heads > 0) throw std::logic_error(step + ": one folded layout at a time");
-  if (fold.residual && y_layout.heads > 0) throw std::logic_error(step + ": a residual folds into a plain store only");
+void VulkanBackend::run_gemm_float16(const std::string& step, const std::string& name, const Storage& a,
+                                     const Storage& b, const Storage* bias, Storage& c, int64_t batch, int64_t M,
+                                     int64_t N, int64_t K, float scale, bool b_k_by_n, int64_t group,
+                                     HeadsLayout a_layout, HeadsLayout c_layout, StoreFold fold) {
   // gemm.glsl's COOPMAT tiling: four subgroups, each 4 × 4 accumulators of the device's m × n (a
   // block of 128 × 128 for NVIDIA's 16 × 16), K 32 at a time; its constants as run_gemm's, SIDE unused
   const vulkan::MatrixProducts& matrices = s_->device.float16_products;
   const bool khr = std::string_view(matrices.extension) != VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
   constexpr uint32_t kTiles = 4, kDepth = 32;
   const uint32_t block_m = 2 * matrices.m * kTiles, block_n = 2 * matrices.n * kTiles;
-  const bool vec4 = K % 4 == 0 && (x_layout.heads == 0 || K / x_layout.heads % 4 == 0);
-  const bool quads = y_layout.heads > 0 && M / y_layout.heads % 4 == 0;
-  const uint32_t c_heads = y_layout.heads == 0 ? 0u : quads ? 4u : 1u;
+  const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_layout.heads == 0 || K / a_layout.heads % 4 == 0);
+  const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;
+  const uint32_t c_heads = c_layout.heads == 0 ? 0u : quads ? 4u : 1u;
   // VEC4, HAS_BIAS, TILE_M, TILE_N, SIDE, LANES, C_HEADS, A_HEADS, PACKED_B, DEPTH, B_FORMAT, ACTIVATION,
-  // RESIDUAL, and linear_coopmat_khr's MATRIX_M, MATRIX_N, MATRIX_K
+  // RESIDUAL, and the _khr builds' MATRIX_M, MATRIX_N, MATRIX_K
   std::vector<uint32_t> specialization{vec4 ? 1u : 0u,
-                                       b ? 1u : 0u,
+                                       bias ? 1u : 0u,
                                        kTiles,
                                        kTiles,
                                        1u,
                                        matrices.lanes,
                                        c_heads,
-                                       x_layout.heads > 0 ? 1u : 0u,
+                                       a_layout.heads > 0 ? 1u : 0u,
                                        0u,
                                        kDepth,
-                                       storage_format(narrow_of(w)),
+                                       storage_format(narrow_of(b)),
                                        static_cast<uint32_t>(fold.activation),
                                        fold.residual ? 1u : 0u};
   if (khr) specialization.insert(specialization.end(), {matrices.m, matrices.n, matrices.k});
-  const auto& k = kernel(vulkan::Op::linear, specialization, 4 * matrices.lanes, 0, matrices.lanes,
-                         khr ? "linear_coopmat_khr" : "linear_coopmat");
-  const HeadsLayout& heads = x_layout.heads > 0 ? x_layout : y_layout;
-  vulkan::GemmParams params{1, u32(N), u32(M), u32(K), 1.0f, 1, u32(heads.heads), u32(heads.tokens)};
-  dispatch(step, k, linear_buffers(x, w, b, fold, y), params,
-           ceil_div(uint64_t(N), block_m) * ceil_div(uint64_t(M), block_n), true);
+  const auto& k = kernel(vulkan::op_named(name), specialization, 4 * matrices.lanes, 0, matrices.lanes,
+                         name + (khr ? "_coopmat_khr" : "_coopmat"));
+  const HeadsLayout& heads = a_layout.heads > 0 ? a_layout : c_layout;
+  vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group), u32(heads.heads), u32(heads.tokens)};
+  auto buffers = name == "linear" ? linear_buffers(a, b, bias, fold, c)
+                                  : std::vector{buffer_of(a), buffer_of(b),
+                                                bias ? buffer_of(*bias) : s_->recorder.placeholder(), buffer_of(c)};
+  dispatch(step, k, std::move(buffers), params,
+           uint64_t(batch) * ceil_div(uint64_t(M), block_m) * ceil_div(uint64_t(N), block_n), true);
 }
 
 void VulkanBackend::run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,

@@ -24,7 +24,7 @@ namespace vkattn::vulkan {
 // subgroup's, in compute shaders, with shaderFloat16 and the Vulkan memory model, on a subgroup size
 // the pipeline can require (size control with full subgroups). Khronos's extension
 // (VK_KHR_cooperative_matrix: any vendor's, any size the device lists, where this build holds
-// linear_coopmat_khr) before NVIDIA's (VK_NV_cooperative_matrix: 16 × 16 × 16 on 32 lanes).
+// the _coopmat_khr shaders) before NVIDIA's (VK_NV_cooperative_matrix: 16 × 16 × 16 on 32 lanes).
 struct MatrixProducts {
   const char* extension = nullptr;  // its extension's name; null where the device has none
   uint32_t m = 0, n = 0, k = 0;

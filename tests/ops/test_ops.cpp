@@ -251,15 +251,16 @@ TEST(GemvRows, MoreRowsThanTheGemvHoldsAreRefused) {
                                      {"linear as a GEMV for up to 9 rows: it holds at most 8"});
 }
 
-// ---- linear's float16 products on cooperative matrices (gemm.glsl's COOPMAT tiling) ---------------
+// ---- the GEMMs' float16 products on cooperative matrices (gemm.glsl's COOPMAT tiling) -------------
 // Where the device has them (DeviceReport::float16_products: VK_KHR_cooperative_matrix, as
-// lavapipe from Mesa 25.1 on, or NVIDIA's VK_NV_cooperative_matrix), x and W are rounded to
+// lavapipe from Mesa 25.1 on, or NVIDIA's VK_NV_cooperative_matrix), the inputs are rounded to
 // float16 and their products, exact in float32, summed there: the result is the reference's on
-// the rounded inputs, to float32's 1e-4 — rows past the GEMV's, K and M off the matrices' sizes
-// and the blocks, W float32 or kept float16, with bias and without, the heads, an activation or a
-// residual folded into the store. Elsewhere (lavapipe of Debian 12's and 13's Mesa, SwiftShader)
-// the backend refuses the option and says what the device lacks. CI runs it on lavapipe of
-// trixie-backports' Mesa (scripts/cooperative-matrices), which has them.
+// the rounded inputs, to float32's 1e-4: linear's rows past the GEMV's, K and M off the matrices'
+// sizes and the blocks, W float32 or kept float16, with bias and without, the heads, an activation
+// or a residual folded into the store; and the batched Q·Kᵀ and P·V of grouped-query heads.
+// Elsewhere (lavapipe of Debian 12's and 13's Mesa, SwiftShader) the backend refuses the option
+// and says what the device lacks. CI runs it on lavapipe of trixie-backports' Mesa
+// (scripts/cooperative-matrices), which has them.
 TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
   const auto& device = testing::shared_context()->device_report();
   if (!device.float16_products) {
@@ -316,6 +317,24 @@ TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
   const Tensor expected_sum =
       cpu.download(cpu.linear("linear2", cpu.upload("x", float16(x)), cpu.upload("w", float16(w1)), nullptr, &add_cpu));
   EXPECT_TRUE(all_close(sum, expected_sum, {}, {"b", "t", "f"})) << "the residual added by the store";
+  // attention_scores Q (B, H, L, d) · K (B, H_kv, S, d)ᵀ / √d and attention_values P (B, H, L, S) ·
+  // V (B, H_kv, S, d): L ≠ S, d and S on and off the 4s, two query heads a key/value head
+  for (auto [L, S, d] : {std::tuple{17, 113, 8}, {70, 3, 5}, {40, 64, 16}}) {
+    const Tensor q = random_tensor({2, 4, L, d}, 8), k = random_tensor({2, 2, S, d}, 9);
+    const Tensor p = random_tensor({2, 4, L, S}, 10), v = random_tensor({2, 2, S, d}, 11);
+    const Tensor scores =
+        gpu.download(gpu.attention_scores("attention_scores", gpu.upload("q", q), gpu.upload("k", k)));
+    const Tensor expected_scores = cpu.download(
+        cpu.attention_scores("attention_scores", cpu.upload("q", float16(q)), cpu.upload("k", float16(k))));
+    EXPECT_TRUE(all_close(scores, expected_scores, {}, {"b", "h", "i", "j"}))
+        << "scores, L " << L << ", S " << S << ", d " << d;
+    const Tensor values =
+        gpu.download(gpu.attention_values("attention_values", gpu.upload("p", p), gpu.upload("v", v)));
+    const Tensor expected_values = cpu.download(
+        cpu.attention_values("attention_values", cpu.upload("p", float16(p)), cpu.upload("v", float16(v))));
+    EXPECT_TRUE(all_close(values, expected_values, {}, {"b", "h", "i", "c"}))
+        << "values, L " << L << ", S " << S << ", d " << d;
+  }
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
 

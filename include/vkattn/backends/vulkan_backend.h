@@ -95,10 +95,11 @@ struct VulkanBackendOptions {
   // on a GPU; not on a CPU device, where the barrier it needs made lavapipe's flash_decoding
   // slower than the dispatch it saves (docs/gpu.md).
   std::optional<bool> combine_in_flash_decoding;
-  // linear's products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
-  // COOPMAT tiling): x and W rounded to float16 as they are read, as torch's float16 matmul has
-  // them, so its results are float16's, not float32's 1e-4. Products of at most gemv_rows rows
-  // keep the float32 GEMV. Only on a device with DeviceReport::float16_products (Khronos's
+  // The GEMMs' products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
+  // COOPMAT tiling): linear's x and W, attention_scores' Q and K, attention_values' P and V rounded
+  // to float16 as they are read, as torch's float16 matmul has them, so results are float16's, not
+  // float32's 1e-4. Products of at most gemv_rows rows keep the float32 GEMV, and flash_attention
+  // its float32 kernels. Only on a device with DeviceReport::float16_products (Khronos's
   // cooperative matrices, or NVIDIA's); the backend refuses it elsewhere.
   bool float16_products = false;
 };
@@ -263,11 +264,12 @@ class VulkanBackend final : public Backend {
                 const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                 bool b_k_by_n, int64_t group, HeadsLayout a_layout = {}, HeadsLayout c_layout = {},
                 StoreFold fold = {});
-  // y (N, M) = x (N, K) · W (M, K)ᵀ + b in float16 products on cooperative matrices
-  // (linear_coopmat_khr or linear_coopmat, gemm.glsl's COOPMAT tiling), layouts and steps folded
-  // as run_gemm's.
-  void run_linear_float16(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
-                          int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout, StoreFold fold);
+  // run_gemm's product in float16 products on cooperative matrices (VulkanBackendOptions::
+  // float16_products: <name>_coopmat_khr or <name>_coopmat, gemm.glsl's COOPMAT tiling), layouts
+  // and steps folded as run_gemm's.
+  void run_gemm_float16(const std::string& step, const std::string& name, const Storage& a, const Storage& b,
+                        const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
+                        bool b_k_by_n, int64_t group, HeadsLayout a_layout, HeadsLayout c_layout, StoreFold fold);
   // y (N, M) = activation(x (N, K) · W (M, K)ᵀ + b) (+ residual) through shaders/gemv.glsl
   // (linear's _gemv build): a product of at most gemv_rows rows.
   void run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y, int64_t N,
