@@ -317,23 +317,25 @@ TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
   const Tensor expected_sum =
       cpu.download(cpu.linear("linear2", cpu.upload("x", float16(x)), cpu.upload("w", float16(w1)), nullptr, &add_cpu));
   EXPECT_TRUE(all_close(sum, expected_sum, {}, {"b", "t", "f"})) << "the residual added by the store";
+  // a step of two inputs on the GPU, and on the reference with them rounded
+  auto agree = [&](auto step, const Tensor& a, const Tensor& b, const std::vector<std::string>& dims) {
+    const Tensor on_gpu = gpu.download(step(gpu, gpu.upload("a", a), gpu.upload("b", b)));
+    const Tensor on_cpu = cpu.download(step(cpu, cpu.upload("a", float16(a)), cpu.upload("b", float16(b))));
+    return all_close(on_gpu, on_cpu, {}, dims);
+  };
+  const auto scores = [](Backend& be, const Value& q, const Value& k) {
+    return be.attention_scores("attention_scores", q, k);
+  };
+  const auto values = [](Backend& be, const Value& p, const Value& v) {
+    return be.attention_values("attention_values", p, v);
+  };
   // attention_scores Q (B, H, L, d) · K (B, H_kv, S, d)ᵀ / √d and attention_values P (B, H, L, S) ·
   // V (B, H_kv, S, d): L ≠ S, d and S on and off the 4s, two query heads a key/value head
   for (auto [L, S, d] : {std::tuple{17, 113, 8}, {70, 3, 5}, {40, 64, 16}}) {
     const Tensor q = random_tensor({2, 4, L, d}, 8), k = random_tensor({2, 2, S, d}, 9);
     const Tensor p = random_tensor({2, 4, L, S}, 10), v = random_tensor({2, 2, S, d}, 11);
-    const Tensor scores =
-        gpu.download(gpu.attention_scores("attention_scores", gpu.upload("q", q), gpu.upload("k", k)));
-    const Tensor expected_scores = cpu.download(
-        cpu.attention_scores("attention_scores", cpu.upload("q", float16(q)), cpu.upload("k", float16(k))));
-    EXPECT_TRUE(all_close(scores, expected_scores, {}, {"b", "h", "i", "j"}))
-        << "scores, L " << L << ", S " << S << ", d " << d;
-    const Tensor values =
-        gpu.download(gpu.attention_values("attention_values", gpu.upload("p", p), gpu.upload("v", v)));
-    const Tensor expected_values = cpu.download(
-        cpu.attention_values("attention_values", cpu.upload("p", float16(p)), cpu.upload("v", float16(v))));
-    EXPECT_TRUE(all_close(values, expected_values, {}, {"b", "h", "i", "c"}))
-        << "values, L " << L << ", S " << S << ", d " << d;
+    EXPECT_TRUE(agree(scores, q, k, {"b", "h", "i", "j"})) << "scores, L " << L << ", S " << S << ", d " << d;
+    EXPECT_TRUE(agree(values, p, v, {"b", "h", "i", "c"})) << "values, L " << L << ", S " << S << ", d " << d;
   }
   EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
 }
