@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     if (half) {
       std::sort(half_ms.begin(), half_ms.end());
       const double median = half_ms[half_ms.size() / 2];
-      std::cout << "float16 products on cooperative matrices (x and W rounded to float16, sums float32): "
+      std::cout << "float16 products on cooperative matrices (x and W rounded to float16, sums float32):\n  "
                 << std::setprecision(2) << median << " ms, " << std::setprecision(1) << gflop / median * 1e3
                 << " GFLOP/s (median), " << std::setprecision(2) << fastest / median << "× the fastest plan's\n";
     } else {

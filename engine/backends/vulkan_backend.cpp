@@ -401,12 +401,11 @@ void VulkanBackend::run_gemm_float16(const std::string& step, const std::string&
                                      const Storage& b, const Storage* bias, Storage& c, int64_t batch, int64_t M,
                                      int64_t N, int64_t K, float scale, bool b_k_by_n, int64_t group,
                                      HeadsLayout a_layout, HeadsLayout c_layout, StoreFold fold) {
-  // gemm.glsl's COOPMAT tiling: four subgroups, each 4 × 4 accumulators of the device's m × n (a
-  // block of 128 × 128 for NVIDIA's 16 × 16), K 32 at a time; its constants as run_gemm's, SIDE unused
+  // gemm.glsl's COOPMAT tiling (vulkan::MatrixProducts: a block of 128 × 128 for 16 × 16
+  // matrices); its constants as run_gemm's, SIDE unused
   const vulkan::MatrixProducts& matrices = s_->device.float16_products;
   const bool khr = std::string_view(matrices.extension) != VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
-  constexpr uint32_t kTiles = 4, kDepth = 32;
-  const uint32_t block_m = 2 * matrices.m * kTiles, block_n = 2 * matrices.n * kTiles;
+  constexpr uint32_t kTiles = vulkan::MatrixProducts::kTiles;
   const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_layout.heads == 0 || K / a_layout.heads % 4 == 0);
   const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;
   const uint32_t c_heads = c_layout.heads == 0 ? 0u : quads ? 4u : 1u;
@@ -421,7 +420,7 @@ void VulkanBackend::run_gemm_float16(const std::string& step, const std::string&
                                        c_heads,
                                        a_layout.heads > 0 ? 1u : 0u,
                                        0u,
-                                       kDepth,
+                                       vulkan::MatrixProducts::kDepth,
                                        storage_format(narrow_of(b)),
                                        static_cast<uint32_t>(fold.activation),
                                        fold.residual ? 1u : 0u};
@@ -434,7 +433,8 @@ void VulkanBackend::run_gemm_float16(const std::string& step, const std::string&
                                   : std::vector{buffer_of(a), buffer_of(b),
                                                 bias ? buffer_of(*bias) : s_->recorder.placeholder(), buffer_of(c)};
   dispatch(step, k, std::move(buffers), params,
-           uint64_t(batch) * ceil_div(uint64_t(M), block_m) * ceil_div(uint64_t(N), block_n), true);
+           uint64_t(batch) * ceil_div(uint64_t(M), matrices.block_m()) * ceil_div(uint64_t(N), matrices.block_n()),
+           true);
 }
 
 void VulkanBackend::run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,

@@ -143,13 +143,15 @@ MatrixProducts float16_matrices(const vk::raii::PhysicalDevice& device,
     if (feature.cooperativeMatrix && in_compute(stages.cooperativeMatrixSupportedStages) && !crashes) {
       using vk::ComponentTypeKHR;
       for (const auto& c : device.getCooperativeMatrixPropertiesKHR()) {
-        // K divides the shared tiles' 32 k; 16 × 16 × 16 where the device lists it
+        // K divides the shared tiles' k, the tiles fit the device's shared memory; 16 × 16 × 16
+        // where the device lists it
         const bool fits = c.AType == ComponentTypeKHR::eFloat16 && c.BType == ComponentTypeKHR::eFloat16 &&
                           c.CType == ComponentTypeKHR::eFloat32 && c.ResultType == ComponentTypeKHR::eFloat32 &&
-                          !c.saturatingAccumulation && c.scope == vk::ScopeKHR::eSubgroup && 32 % c.KSize == 0 &&
-                          c.MSize <= 32 && c.NSize <= 32;
+                          !c.saturatingAccumulation && c.scope == vk::ScopeKHR::eSubgroup &&
+                          MatrixProducts::kDepth % c.KSize == 0;
+        const MatrixProducts listed{VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME, c.MSize, c.NSize, c.KSize, lanes};
         const bool better = !chosen || (c.MSize == 16 && c.NSize == 16 && c.KSize == 16);
-        if (fits && better) chosen = {VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME, c.MSize, c.NSize, c.KSize, lanes};
+        if (fits && listed.shared_bytes() <= r.max_shared_memory_bytes && better) chosen = listed;
       }
     }
     if (chosen) return chosen;
@@ -172,6 +174,7 @@ MatrixProducts float16_matrices(const vk::raii::PhysicalDevice& device,
       chosen = {VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, 16, 16, 16, 32};
     }
   }
+  if (chosen && chosen.shared_bytes() > r.max_shared_memory_bytes) chosen = {};
   return chosen;
 }
 

@@ -30,6 +30,14 @@ struct MatrixProducts {
   uint32_t m = 0, n = 0, k = 0;
   uint32_t lanes = 0;  // the subgroup size the pipeline requires
   explicit operator bool() const { return extension != nullptr; }
+
+  // gemm.glsl's COOPMAT tiling: four subgroups, each kTiles × kTiles accumulators, K walked kDepth
+  // at a time through two shared tiles of each input in float16, and an m × n float32 tile a
+  // subgroup on the accumulators' way out
+  static constexpr uint32_t kTiles = 4, kDepth = 32;
+  uint32_t block_m() const { return 2 * m * kTiles; }
+  uint32_t block_n() const { return 2 * n * kTiles; }
+  uint32_t shared_bytes() const { return 2 * (block_m() + block_n()) * kDepth * 2 + 4 * m * n * 4; }
 };
 
 struct DeviceReport {
