@@ -47,6 +47,18 @@ Narrow narrow_of(const Storage& s) { return static_cast<const DeviceStorage&>(s)
 // The shaders' constant for how a weight is stored (sixteen_bit.glsl): 0 float32, 1
 // float16, 2 bfloat16.
 uint32_t storage_format(Narrow narrow) { return static_cast<uint32_t>(narrow); }
+
+// gemm.glsl's VEC4: every row of A and B starts on a multiple of 4 floats, and A's heads too where
+// A is read from (B, H, T, d)
+bool rows_of_quads(int64_t K, int64_t N, bool b_k_by_n, int64_t a_heads) {
+  return K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_heads == 0 || K / a_heads % 4 == 0);
+}
+// gemm.glsl's C_HEADS for C (…, N) stored as `heads` heads: 0 for a plain store (no heads), 4 where
+// it is stored (B, H, T, d) with d a multiple of 4, else 1
+uint32_t c_heads_constant(int64_t heads, int64_t N) {
+  if (heads == 0) return 0u;
+  return N / heads % 4 == 0 ? 4u : 1u;
+}
 static_assert(uint32_t(Narrow::float16) == 1 && uint32_t(Narrow::bfloat16) == 2);
 
 // `values`, every one a `narrow` number, as 16-bit words two to a uint32, the first in the low half
@@ -311,9 +323,7 @@ VulkanBackend::GemmLaunch VulkanBackend::gemm_launch(const std::string& name, in
   GemmLaunch launch;
   launch.plan = gemm_plan_for(name, batch, M, N, K, b_format).fitted(uint64_t(N));
   const bool b_16bit = b_format != Narrow::none;
-  // vec4 loads need every row of A and B to start on a multiple of 4 floats, and A's heads
-  // where A is read from (B, H, T, d)
-  launch.vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_heads == 0 || K / a_heads % 4 == 0);
+  launch.vec4 = rows_of_quads(K, N, b_k_by_n, a_heads);
   // texel inputs: whole texels (vec4), each input within the device's texel count; a 16-bit B
   // as RG32UI texels (four elements a texel too), where the device reads those
   const uint64_t max_texels = s_->device.max_texel_buffer_elements;
@@ -345,8 +355,7 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   const GemmLaunch launch = gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads, b_narrow);
   const vulkan::GemmPlan& plan = launch.plan;
   std::vector<uint32_t> specialization = plan.specialization(launch.vec4, bias != nullptr);
-  const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;  // d a multiple of 4
-  specialization.push_back(c_layout.heads == 0 ? 0u : quads ? 4u : 1u);  // C_HEADS
+  specialization.push_back(c_heads_constant(c_layout.heads, N));         // C_HEADS
   specialization.push_back(a_layout.heads > 0 ? 1u : 0u);                // A_HEADS
   specialization.push_back(launch.packed_texels > 0 ? 1u : 0u);          // PACKED_B
   specialization.push_back(plan.depth);                                   // DEPTH
@@ -406,18 +415,15 @@ void VulkanBackend::run_gemm_float16(const std::string& step, const std::string&
   const vulkan::MatrixProducts& matrices = s_->device.float16_products;
   const bool khr = std::string_view(matrices.extension) != VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
   constexpr uint32_t kTiles = vulkan::MatrixProducts::kTiles;
-  const bool vec4 = K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_layout.heads == 0 || K / a_layout.heads % 4 == 0);
-  const bool quads = c_layout.heads > 0 && N / c_layout.heads % 4 == 0;
-  const uint32_t c_heads = c_layout.heads == 0 ? 0u : quads ? 4u : 1u;
   // VEC4, HAS_BIAS, TILE_M, TILE_N, SIDE, LANES, C_HEADS, A_HEADS, PACKED_B, DEPTH, B_FORMAT, ACTIVATION,
   // RESIDUAL, and the _khr builds' MATRIX_M, MATRIX_N, MATRIX_K
-  std::vector<uint32_t> specialization{vec4 ? 1u : 0u,
+  std::vector<uint32_t> specialization{rows_of_quads(K, N, b_k_by_n, a_layout.heads) ? 1u : 0u,
                                        bias ? 1u : 0u,
                                        kTiles,
                                        kTiles,
                                        1u,
                                        matrices.lanes,
-                                       c_heads,
+                                       c_heads_constant(c_layout.heads, N),
                                        a_layout.heads > 0 ? 1u : 0u,
                                        0u,
                                        vulkan::MatrixProducts::kDepth,

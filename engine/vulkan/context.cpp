@@ -126,7 +126,7 @@ void query_properties(const vk::raii::PhysicalDevice& device, void* first) {
 MatrixProducts float16_matrices(const vk::raii::PhysicalDevice& device,
                                 const std::vector<vk::ExtensionProperties>& extensions, const DeviceReport& r) {
   MatrixProducts chosen;
-  const auto in_compute = [&](vk::ShaderStageFlags stages) { return bool(stages & vk::ShaderStageFlagBits::eCompute); };
+  const auto in_compute = [](vk::ShaderStageFlags stages) { return bool(stages & vk::ShaderStageFlagBits::eCompute); };
 #ifdef VK_KHR_cooperative_matrix
   const auto builds = shader_builds();
   const bool built = std::find(builds.begin(), builds.end(), "linear_coopmat_khr") != builds.end();

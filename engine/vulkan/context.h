@@ -81,8 +81,8 @@ struct DeviceReport {
   bool full_subgroups = false;           // computeFullSubgroups
   bool size_control_extension = false;   // enabled as VK_EXT_subgroup_size_control (Vulkan < 1.3)
   bool storage_buffer_16bit = false;
-  // float16 products on cooperative matrices: linear's float16_products (gemm.glsl's COOPMAT
-  // tiling) runs only where this is set (MatrixProducts).
+  // float16 products on cooperative matrices: the GEMMs' float16_products (gemm.glsl's COOPMAT
+  // tiling) run only where this is set (MatrixProducts).
   MatrixProducts float16_products;
   // RGBA32F uniform texel buffers (texelFetch), up to this many texels in one: the GEMM's inputs
   // on CPU devices, where a texel fetch costs less than a storage-buffer load
