@@ -162,16 +162,7 @@ layout(push_constant) uniform Params {
   uint tokens;  // T where A_HEADS or C_HEADS, else unused
 } p;
 
-// Element (i, f) of a (B·T, H·d) matrix with `width` = H·d columns, kept as (B, H, T, d)
-// (i = b·T + t, f = h·d + c), lies at ((b·H + h)·T + t)·d + c = heads_row(i) + heads_col(f): a
-// row's part and a column's, each computed once per row or column of a tile, not per element
-// (a CPU device divides lane by lane).
-uint heads_row(uint i, uint width) { return (i / p.tokens * p.heads * p.tokens + i % p.tokens) * (width / p.heads); }
-uint heads_col(uint f, uint width) {
-  uint d = width / p.heads;
-  uint h = f / d;
-  return h * p.tokens * d + (f - h * d);
-}
+#include "heads_index.glsl"
 
 // A[n, i, k] lies at a_row(n, i) + a_col(k)
 uint a_row(uint n, uint i) { return A_HEADS ? heads_row(i, p.inner) : (n * p.rows + i) * p.inner; }

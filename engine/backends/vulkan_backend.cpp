@@ -397,10 +397,8 @@ std::vector<std::shared_ptr<vulkan::Buffer>> VulkanBackend::linear_buffers(const
 void VulkanBackend::run_linear(const std::string& step, const Storage& x, const Storage& w, const Storage* b,
                                Storage& y, int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout,
                                StoreFold fold) {
-  // A folded layout step of one token reads and stores as the plain layout: (B·1, H·d) is (B, H, 1, d)
-  const bool plain = (x_layout.heads == 0 || x_layout.tokens == 1) && (y_layout.heads == 0 || y_layout.tokens == 1);
-  if (plain && N <= int64_t(s_->gemv_rows)) {
-    run_gemv(step, x, w, b, y, N, K, M, fold);
+  if (N <= int64_t(s_->gemv_rows)) {
+    run_gemv(step, x, w, b, y, N, K, M, x_layout, y_layout, fold);
     return;
   }
   run_gemm(step, "linear", x, w, b, y, 1, N, M, K, 1.0f, false, 1, x_layout, y_layout, fold);
@@ -444,13 +442,20 @@ void VulkanBackend::run_gemm_float16(const std::string& step, const std::string&
 }
 
 void VulkanBackend::run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y,
-                             int64_t N, int64_t K, int64_t M, StoreFold fold) {
-  const bool vec4 = K % 4 == 0;
-  const auto& k = kernel(vulkan::Op::linear,
-                         {vec4 ? 1u : 0u, b ? 1u : 0u, storage_format(narrow_of(w)),
-                          static_cast<uint32_t>(fold.activation), fold.residual ? 1u : 0u},
-                         vulkan::kGemvWorkgroup, 0, 0, "linear_gemv");
-  dispatch(step, k, linear_buffers(x, w, b, fold, y), vulkan::GemmParams{1, u32(N), u32(M), u32(K), 1.0f, 1, 0, 0},
+                             int64_t N, int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout,
+                             StoreFold fold) {
+  // a folded layout step of one token reads and stores as the plain layout: (B·1, H·d) is (B, H, 1, d)
+  const bool x_heads = x_layout.heads > 0 && x_layout.tokens > 1, y_heads = y_layout.heads > 0 && y_layout.tokens > 1;
+  const HeadsLayout& heads = x_heads ? x_layout : y_layout;
+  // VEC4, HAS_BIAS, B_FORMAT, ACTIVATION, RESIDUAL, C_HEADS, A_HEADS (gemv.glsl): vec4 reads of x
+  // as for the plain layout, so that a lane's sums are the copying path's
+  const auto& k =
+      kernel(vulkan::Op::linear,
+             {K % 4 == 0 ? 1u : 0u, b ? 1u : 0u, storage_format(narrow_of(w)), static_cast<uint32_t>(fold.activation),
+              fold.residual ? 1u : 0u, y_heads ? 1u : 0u, x_heads ? (K / x_layout.heads % 4 == 0 ? 4u : 1u) : 0u},
+             vulkan::kGemvWorkgroup, 0, 0, "linear_gemv");
+  dispatch(step, k, linear_buffers(x, w, b, fold, y),
+           vulkan::GemmParams{1, u32(N), u32(M), u32(K), 1.0f, 1, u32(heads.heads), u32(heads.tokens)},
            uint64_t(M) * vulkan::kGemvLanesPerColumn);
 }
 

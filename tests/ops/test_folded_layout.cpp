@@ -11,9 +11,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "engine/backends/tuner.h"
+#include "engine/vulkan/gemm_plan.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 #include "vkattn/modules/grouped_query_attention.h"
@@ -31,9 +33,11 @@ using testing::random_tensor;
 // Fails a test on any validation message its passes raised (the GEMM's new specializations too).
 class FoldedLayout : public testing::GpuTest {};
 
-std::unique_ptr<VulkanBackend> folding(bool fold, std::shared_ptr<const vulkan::GemmPlan> plan = nullptr) {
+std::unique_ptr<VulkanBackend> folding(bool fold, std::shared_ptr<const vulkan::GemmPlan> plan = nullptr,
+                                       std::optional<uint32_t> gemv_rows = std::nullopt) {
   VulkanBackendOptions options;
   options.gemm = std::move(plan);
+  options.gemv_rows = gemv_rows;
   options.fold_layout_steps = fold;
   return std::make_unique<VulkanBackend>(testing::shared_context(), options);
 }
@@ -108,6 +112,35 @@ TEST_F(FoldedLayout, EveryGemmPlanFoldsBitIdentically) {
       auto folded = folding(true, shared), copied = folding(false, shared);
       EXPECT_TRUE(identical(mha.forward(*folded, x, options).output, mha.forward(*copied, x, options).output))
           << "E " << c.embed_dim;
+    }
+  }
+}
+
+TEST_F(FoldedLayout, TheGemvFoldsBitIdentically) {
+  // products of at most 8 rows (B·T) as a GPU runs them, the GEMV (gemv.glsl), here on any device:
+  // q_proj's store and out_proj's load folded at T > 1 — d a multiple of 4 (quads read whole),
+  // d = 1 under K = 4 (quads read element by element), d = 17 (no quads); kdim ≠ vdim; the fused
+  // path too. Its lanes must sum as for the copies: a GPU ran the folded steps on the GEMM's
+  // tiling and the copies on the GEMV, 1 ulp apart.
+  const Case shapes[] = {
+      {2, 3, 5, 12, 3, 0, 0}, {2, 3, 5, 4, 4, 0, 0}, {1, 3, 2, 51, 3, 0, 0}, {2, 4, 7, 32, 2, 24, 40}};
+  for (const Case& s : shapes) {
+    const MultiHeadAttentionConfig config{
+        .embed_dim = s.E, .num_heads = s.H, .kdim = s.kdim, .vdim = s.vdim, .batch_first = true};
+    const MultiHeadAttention mha(config, MultiHeadAttentionWeights::random(config, 15));
+    const Tensor q = random_tensor({s.B, s.L, s.E}, 16), k = random_tensor({s.B, s.S, config.key_dim()}, 17),
+                 v = random_tensor({s.B, s.S, config.value_dim()}, 18);
+    for (AttentionPath path : {AttentionPath::unfused, AttentionPath::fused}) {
+      SCOPED_TRACE(shape_string({s.B, s.L, s.S, s.E, s.H}) + " " + attention_path_name(path));
+      ForwardOptions options;
+      options.attention = path;
+      options.need_weights = false;
+      auto folded = folding(true, nullptr, vulkan::kGemvRows), copied = folding(false, nullptr, vulkan::kGemvRows);
+      const Tensor a = mha.forward(*folded, q, k, v, options).output, b = mha.forward(*copied, q, k, v, options).output;
+      EXPECT_TRUE(identical(a, b));
+      ReferenceBackend cpu;
+      const Tensor expected = mha.forward(cpu, q, k, v, options).output;
+      for (size_t i = 0; i < a.data.size(); ++i) ASSERT_NEAR(a.data[i], expected.data[i], 1e-4) << "element " << i;
     }
   }
 }

@@ -271,9 +271,10 @@ class VulkanBackend final : public Backend {
                         const Storage* bias, Storage& c, int64_t batch, int64_t M, int64_t N, int64_t K, float scale,
                         bool b_k_by_n, int64_t group, HeadsLayout a_layout, HeadsLayout c_layout, StoreFold fold);
   // y (N, M) = activation(x (N, K) · W (M, K)ᵀ + b) (+ residual) through shaders/gemv.glsl
-  // (linear's _gemv build): a product of at most gemv_rows rows.
+  // (linear's _gemv build): a product of at most gemv_rows rows, layouts and steps folded as
+  // run_gemm's.
   void run_gemv(const std::string& step, const Storage& x, const Storage& w, const Storage* b, Storage& y, int64_t N,
-                int64_t K, int64_t M, StoreFold fold);
+                int64_t K, int64_t M, HeadsLayout x_layout, HeadsLayout y_layout, StoreFold fold);
   // linear's five buffers (A, B, bias, residual, C), placeholders where there is none
   std::vector<std::shared_ptr<vulkan::Buffer>> linear_buffers(const Storage& x, const Storage& w, const Storage* b,
                                                               const StoreFold& fold, const Storage& y) const;
