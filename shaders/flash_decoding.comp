@@ -146,8 +146,11 @@ void main() {
   if (mine) decode_part(index);
   if (!COMBINE) return;
   // every invocation reaches the barrier (none returned above); then each part's writes are
-  // visible to the workgroup, which holds every part of its rows
-  memoryBarrierBuffer();
+  // visible to the workgroup, which holds every part of its rows. The workgroup's scope, not the
+  // device's (memoryBarrierBuffer), which a device with the Vulkan memory model but not its
+  // device scope refuses (VUID-RuntimeSpirv-vulkanMemoryModel-06265: NVIDIA's, where
+  // cooperative matrices enable the model).
+  groupMemoryBarrier();
   barrier();
   if (!mine) return;
   uint r = index / p.parts;

@@ -93,6 +93,32 @@ TEST(OpsTable, EveryRowHasItsShaderWithItsBindingsAndEveryShaderARow) {
   EXPECT_THROW((void)vulkan::op_named("no_such_op"), std::logic_error);
 }
 
+// Every build the device can run makes a shader module without a validation message: the layer
+// checks the SPIR-V against the features the context enabled. A device with cooperative matrices
+// runs every shader under the Vulkan memory model, which refuses a barrier of the device's scope
+// unless that scope is enabled too (flash_decoding's was refused so on an H200). Cooperative
+// matrices' builds where the device has their extension, subgroup builds where it has the ops.
+TEST(Kernels, EveryBuildTheDeviceRunsMakesAModuleTheValidationLayerAccepts) {
+  const auto context = testing::shared_context();
+  const vulkan::DeviceReport& device = context->device_report();
+  const std::string_view products = device.float16_products ? device.float16_products.extension : "";
+  const uint64_t before = context->validation_message_count();
+  int made = 0;
+  for (std::string_view build : vulkan::shader_builds()) {
+    if (build.ends_with("_coopmat") && products != VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) continue;
+    if (build.ends_with("_coopmat_khr") && products != "VK_KHR_cooperative_matrix") continue;
+    if (build.find("_subgroup") != std::string_view::npos && !(device.subgroup_arithmetic && device.subgroup_shuffle)) {
+      continue;
+    }
+    const std::span<const uint32_t> spirv = vulkan::shader_spirv(build);
+    const vk::raii::ShaderModule module(context->device(),
+                                        vk::ShaderModuleCreateInfo({}, spirv.size_bytes(), spirv.data()));
+    ++made;
+    ASSERT_EQ(context->validation_message_count(), before) << build << ": " << context->last_validation_message();
+  }
+  EXPECT_GE(made, 40);
+}
+
 // Backends on one context share its pipelines (vulkan::Kernels): a second backend running the
 // same forward compiles nothing new and gives the same bits; a kernel differing in anything that
 // shapes it (here its workgroup) is one of its own.
