@@ -88,6 +88,18 @@ class InjectedFault : public ::testing::TestWithParam<std::tuple<FaultCase, uint
   Tensor x = random_tensor({2, 7, 16}, 2);
 };
 
+// NVIDIA's driver keeps thread-local storage in glibc's static TLS block, which glibc does not
+// give back when the Vulkan loader unloads the driver with the last instance: a process that
+// makes and drops one context a test ran out of it after 30 (an H200, driver 580: "cannot
+// allocate memory in static TLS block", then no driver found). One context held for the whole
+// run keeps the driver loaded; each test's own context loads nothing anew.
+class DriverHeld : public ::testing::Environment {
+  void SetUp() override { held_ = std::make_shared<vulkan::Context>(); }
+  void TearDown() override { held_.reset(); }
+  std::shared_ptr<vulkan::Context> held_;
+};
+[[maybe_unused]] ::testing::Environment* const kDriverHeld = ::testing::AddGlobalTestEnvironment(new DriverHeld);
+
 // Each case with the pass submitted whole at its readback (early_dispatches 0), and sent to the
 // device as it is recorded (1: segments of 1, 1, 2, 4 dispatches; 4, the default): a failed pass
 // waits for what it sent before giving its buffers back, which the validation layer checks.
