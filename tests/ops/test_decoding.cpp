@@ -433,8 +433,10 @@ TEST_F(Decoding, StepsWhoseProjectionsRunAsAGemvEqualTheFullForward) {
   }
 }
 
-// A model decoding with a 16-bit cache: the device and the reference agree as in float32 (they hold
-// the same numbers); against the float32 cache's logits, the rounding of every key and value
+// A model decoding with a 16-bit cache: the device and the reference agree within a tenth of the
+// tolerance below. They round the same keys and values but for their float32 sums' last bits, and
+// one on the edge between two 16-bit numbers may round apart (an H200: 1.25e-5 apart in float16,
+// past float32's 1e-5). Against the float32 cache's logits, the rounding of every key and value
 // shows, within the tolerance stated here (measured: 2.2e-4 float16, 1.4e-3 bfloat16).
 TEST_F(Decoding, ASixteenBitCacheDecodesAsTheReferenceWithItsRounding) {
   const int64_t B = 2, S = 33, prompt = 5;
@@ -449,7 +451,8 @@ TEST_F(Decoding, ASixteenBitCacheDecodesAsTheReferenceWithItsRounding) {
     for (int64_t t = 0; t < S;) {
       const int64_t n = t == 0 ? prompt : 1;
       Tensor logits = model.decode(gpu(), columns(ids, t, n), on_gpu);
-      ASSERT_TRUE(all_close(logits, model.decode(cpu(), columns(ids, t, n), on_cpu), {}, {"b", "t", "v"}))
+      ASSERT_TRUE(
+          all_close(logits, model.decode(cpu(), columns(ids, t, n), on_cpu), {tolerance / 10, 0}, {"b", "t", "v"}))
           << "positions " << t << " … " << t + n - 1;
       ASSERT_TRUE(all_close(logits, columns(full, t, n), {tolerance, 0}, {"b", "t", "v"}));
       worst = std::max(worst, testing::max_abs_error(logits, columns(full, t, n)));
