@@ -70,7 +70,7 @@ void main() {
   const uint column_base = gl_LocalInvocationID.x - lane;  // the column's first invocation
   const uint m = flat_workgroup_id() * (gl_WorkGroupSize.x / LANES_PER_COLUMN) + gl_LocalInvocationID.x / LANES_PER_COLUMN;
   float sum[ROWS];  // every row's, in registers: the loops over rows run to the constant ROWS
-  uint row_at[ROWS];  // x_row of each row, the last one's past N
+  uint row_at[ROWS];  // x_row of each row (a row past N: the last row's, never read)
   for (uint n = 0u; n < ROWS; ++n) {
     sum[n] = 0.0;
     row_at[n] = x_row(min(n, p.rows - 1u));
