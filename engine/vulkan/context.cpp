@@ -24,6 +24,12 @@ struct Context::ValidationState {
 
 namespace {
 
+// Every context's messages together (Context::process_validation_message_count)
+Context::ValidationState& process_validation() {
+  static Context::ValidationState state;
+  return state;
+}
+
 constexpr const char* kValidationLayer = "VK_LAYER_KHRONOS_validation";
 // The newest API the engine asks for: a device gives min(this, its own). vkattn needs 1.1 and
 // uses 1.2's driver properties and 1.3's subgroup size control where the device has them (or their
@@ -40,9 +46,11 @@ VKAPI_ATTR VkBool32 VKAPI_CALL on_debug_message(VkDebugUtilsMessageSeverityFlagB
   bool serious = severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT;
   bool about_usage = types & (VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT);
   if (serious && about_usage && state) {
-    state->count++;
-    std::lock_guard lock(state->mutex);
-    state->last = text;
+    for (Context::ValidationState* counted : {state, &process_validation()}) {
+      counted->count++;
+      std::lock_guard lock(counted->mutex);
+      counted->last = text;
+    }
   }
   if (severity >= VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) spdlog::error("vulkan: {}", text);
   else if (serious) spdlog::warn("vulkan: {}", text);
@@ -505,6 +513,13 @@ std::string Context::last_validation_message() const {
   if (!validation_) return {};
   std::lock_guard lock(validation_->mutex);
   return validation_->last;
+}
+
+uint64_t Context::process_validation_message_count() { return process_validation().count.load(); }
+
+std::string Context::process_last_validation_message() {
+  std::lock_guard lock(process_validation().mutex);
+  return process_validation().last;
 }
 
 uint32_t Context::memory_type(uint32_t type_bits, vk::MemoryPropertyFlags required,

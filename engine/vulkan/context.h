@@ -139,6 +139,10 @@ class Context {
   // Validation warnings and errors seen so far, and the last one's text.
   uint64_t validation_message_count() const;
   std::string last_validation_message() const;
+  // The same for every context the process has made (the tests' main fails a test during which
+  // any of them counted one: tests/support/main.cpp).
+  static uint64_t process_validation_message_count();
+  static std::string process_last_validation_message();
 
   const vk::raii::Device& device() const { return device_; }
   const vk::raii::Queue& queue() const { return queue_; }
