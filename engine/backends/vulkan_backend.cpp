@@ -53,11 +53,12 @@ uint32_t storage_format(Narrow narrow) { return static_cast<uint32_t>(narrow); }
 bool rows_of_quads(int64_t K, int64_t N, bool b_k_by_n, int64_t a_heads) {
   return K % 4 == 0 && (!b_k_by_n || N % 4 == 0) && (a_heads == 0 || K / a_heads % 4 == 0);
 }
-// gemm.glsl's C_HEADS for C (…, N) stored as `heads` heads: 0 for a plain store (no heads), 4 where
-// it is stored (B, H, T, d) with d a multiple of 4, else 1
-uint32_t c_heads_constant(int64_t heads, int64_t N) {
+// gemm.glsl's C_HEADS and gemv.glsl's A_HEADS, for a (…, width) matrix kept as `heads` heads: 0
+// for the plain layout (no heads), 4 where it lies (B, H, T, d) with d a multiple of 4 (whole
+// quads), else 1
+uint32_t heads_constant(int64_t heads, int64_t width) {
   if (heads == 0) return 0u;
-  return N / heads % 4 == 0 ? 4u : 1u;
+  return width / heads % 4 == 0 ? 4u : 1u;
 }
 static_assert(uint32_t(Narrow::float16) == 1 && uint32_t(Narrow::bfloat16) == 2);
 
@@ -361,7 +362,7 @@ void VulkanBackend::run_gemm(const std::string& step, const std::string& name, c
   const GemmLaunch launch = gemm_launch(name, batch, M, N, K, b_k_by_n, group, a_layout.heads, b_narrow);
   const vulkan::GemmPlan& plan = launch.plan;
   std::vector<uint32_t> specialization = plan.specialization(launch.vec4, bias != nullptr);
-  specialization.push_back(c_heads_constant(c_layout.heads, N));         // C_HEADS
+  specialization.push_back(heads_constant(c_layout.heads, N));           // C_HEADS
   specialization.push_back(a_layout.heads > 0 ? 1u : 0u);                // A_HEADS
   specialization.push_back(launch.packed_texels > 0 ? 1u : 0u);          // PACKED_B
   specialization.push_back(plan.depth);                                   // DEPTH
@@ -427,7 +428,7 @@ void VulkanBackend::run_gemm_float16(const std::string& step, const std::string&
                                        kTiles,
                                        1u,
                                        matrices.lanes,
-                                       c_heads_constant(c_layout.heads, N),
+                                       heads_constant(c_layout.heads, N),
                                        a_layout.heads > 0 ? 1u : 0u,
                                        0u,
                                        vulkan::MatrixProducts::kDepth,
@@ -458,7 +459,7 @@ void VulkanBackend::run_gemv(const std::string& step, const Storage& x, const St
   const auto& k =
       kernel(vulkan::Op::linear,
              {K % 4 == 0 ? 1u : 0u, b ? 1u : 0u, storage_format(narrow_of(w)), static_cast<uint32_t>(fold.activation),
-              fold.residual ? 1u : 0u, y_heads ? 1u : 0u, x_heads ? (K / x_layout.heads % 4 == 0 ? 4u : 1u) : 0u},
+              fold.residual ? 1u : 0u, y_heads ? 1u : 0u, x_heads ? heads_constant(x_layout.heads, K) : 0u},
              vulkan::kGemvWorkgroup, 0, 0, "linear_gemv");
   dispatch(step, k, linear_buffers(x, w, b, fold, y),
            vulkan::GemmParams{1, u32(N), u32(M), u32(K), 1.0f, 1, u32(heads.heads), u32(heads.tokens)},
