@@ -163,6 +163,10 @@ int main(int argc, char** argv) {
   app.add_option("--early-dispatches", early,
                  "dispatches a step sends to the device before its readback (0: none, the step submitted whole; "
                  "unset: the device's rule)");
+  std::optional<bool> part_lanes;
+  app.add_option("--part-lanes", part_lanes,
+                 "flash_decoding's parts each walked by lanes of a subgroup together (true) or by one invocation "
+                 "(false); unset: the device's rule, or what tuning measured");
   std::string cache_dtype = "F32";
   app.add_option("--cache-dtype", cache_dtype, "the KV cache's numbers: F32, or F16 / BF16 (2 bytes each on a GPU)")
       ->check(CLI::IsMember({"F32", "F16", "BF16"}))
@@ -183,8 +187,11 @@ int main(int argc, char** argv) {
     c.layer = {E, H, F, Activation::gelu, 1e-5f, true};
     c.num_layers = layers;
     CausalLM model(c, CausalLMWeights::random(c, 1));
-    auto backend =
-        make_backend(backend_name, "", {.gemv_rows = gemv_rows, .early_dispatches = early, .fold_into_store = !apart});
+    auto backend = make_backend(backend_name, "",
+                                {.gemv_rows = gemv_rows,
+                                 .early_dispatches = early,
+                                 .fold_into_store = !apart,
+                                 .flash_decoding_subgroups = part_lanes});
     const Narrow dtype = cache_dtype == "F16"    ? Narrow::float16
                          : cache_dtype == "BF16" ? Narrow::bfloat16
                                                  : Narrow::none;
@@ -193,7 +200,7 @@ int main(int argc, char** argv) {
     std::cout << "CausalLM: " << layers << " layers, E " << E << ", " << H << " heads, feed-forward " << F << ", vocab "
               << V << ", B = 1, a " << narrow_name(dtype) << " cache,\non " << backend->name() << " ("
               << backend->device_name() << ")\n"
-              << "context  parts  cached ms/token  recompute ms/token  speed-up  cache MiB\n";
+              << "context  parts  lanes  cached ms/token  recompute ms/token  speed-up  cache MiB\n";
     for (int64_t context : contexts) {
       std::optional<double> recompute;
       for (int64_t asked : parts_list) {
@@ -247,16 +254,18 @@ int main(int argc, char** argv) {
         // the split the last step ran (its length is context + tokens - 1 positions)
         const int64_t parts =
             options.parts > 0 ? options.parts : backend->decoding_parts(H, context + tokens - 1, E / H);
-        std::cout << std::fixed << std::setw(7) << context << std::setw(7) << parts
-                  << (asked == 0 ? "*" : " ") << std::setw(16) << std::setprecision(2) << per_token
-                  << std::setw(20) << std::setprecision(1) << *recompute << std::setw(9) << std::setprecision(1)
+        const uint32_t lanes = backend->decoding_part_lanes(H, context + tokens - 1, E / H);
+        std::cout << std::fixed << std::setw(7) << context << std::setw(7) << parts << (asked == 0 ? "*" : " ")
+                  << std::setw(6) << lanes << std::setw(17) << std::setprecision(2) << per_token << std::setw(20)
+                  << std::setprecision(1) << *recompute << std::setw(9) << std::setprecision(1)
                   << *recompute / per_token << "×" << std::setw(11) << std::setprecision(1)
                   << static_cast<double>(cache.bytes()) / (1 << 20) << "\n";
       }
     }
-    std::cout << "cached: the median of " << tokens - 1 << " decode steps; recompute: the faster of two full "
-              << "forwards over the context (the last position's logits kept)\n"
+    std::cout << "cached: the median of " << tokens - 1 << " decode steps; recompute: the faster of two full\n"
+              << "  forwards over the context (the last position's logits kept)\n"
               << "parts: flash_decoding's key split (*: the backend's choice)\n"
+              << "lanes: those of a subgroup that walk each part together (0: one invocation a part)\n"
               << "cache MiB = 2 · layers · B · H · capacity · d · " << (dtype == Narrow::none ? 4 : 2) << " bytes\n";
     for (const std::string& breakdown : breakdowns) std::cout << "\n" << breakdown;
   } catch (const std::exception& e) {

@@ -82,11 +82,12 @@ def main():
             torch_ms[context] = (statistics.median(steps[1:]), min(runs))
     out = subprocess.run([args.bench, "--contexts", args.contexts, "--tokens", str(args.tokens)], check=True,
                          capture_output=True, text=True).stdout
-    vkattn_ms = {}  # the table's rows: context, parts ("32*": the backend's choice), cached, recompute, …
+    # the table's rows: context, parts ("32*": the backend's choice), lanes, cached, recompute, …
+    vkattn_ms = {}
     for line in out.splitlines():
         cells = line.split()
         if cells and cells[0].isdigit():
-            vkattn_ms[int(cells[0])] = (float(cells[2]), float(cells[3]))
+            vkattn_ms[int(cells[0])] = (float(cells[3]), float(cells[4]))
     missing = [c for c in contexts if c not in vkattn_ms]
     if missing:
         sys.exit(f"decoding_torch.py: no row for contexts {missing} in {args.bench}'s table:\n{out}")

@@ -18,6 +18,16 @@
 // makes the workgroup a multiple of P invocations, so that a workgroup holds every part of its
 // rows; once all have written their partials, the invocation of part p of row r writes elements
 // p, p + P, … of r's output (combine_parts.glsl): one dispatch instead of two.
+// Two builds:
+//   flash_decoding: an invocation a (row, part), walking its keys alone: the fewest invocations,
+//     for a CPU device, whose lanes are few.
+//   flash_decoding_subgroup (SUBGROUPS): GROUP neighbouring lanes of a subgroup share a (row,
+//     part), lane t holding the row's vec4s t, t + GROUP, …: a key's row is read by GROUP lanes
+//     side by side (one coalesced read on a GPU, not GROUP reads a key apart), its score summed
+//     across them by shuffles, and BLOCK keys are read before any is used, so that each lane has
+//     2·BLOCK reads in flight. GROUP times the invocations for the same split. The host runs it
+//     with a required subgroup size of at least GROUP, with full subgroups (engine/vulkan/lanes.h),
+//     so that a group's lanes are always all there; invocation ids come from the subgroup's.
 #include "common.glsl"
 #include "sixteen_bit.glsl"
 
@@ -26,6 +36,12 @@ layout(constant_id = 2) const uint KV_FORMAT = 0u; // K and V: 0 float32, 1 floa
 layout(constant_id = 3) const bool COMBINE = false; // merge the workgroup's rows' parts into out
 const uint CHUNKS = (HEAD_DIM + 3u) / 4u;          // rows as vec4s
 const bool VEC4 = HEAD_DIM % 4u == 0u;             // every row starts on a vec4
+#ifdef SUBGROUPS
+#extension GL_KHR_shader_subgroup_shuffle : require
+layout(constant_id = 4) const uint GROUP = 8u;  // lanes a (row, part): a power of two, ≤ CHUNKS
+const uint PER_LANE = (CHUNKS + GROUP - 1u) / GROUP;  // vec4s of a row each lane holds
+const uint BLOCK = 4u;                                // keys read before any is used
+#endif
 
 layout(std430, binding = 0) readonly buffer Query { float q[]; };
 layout(std430, binding = 0) readonly buffer Query4 { vec4 q4[]; };
@@ -95,6 +111,19 @@ vec4 v_chunk(uint row, uint c) {
   return x;
 }
 
+// The keys [begin, end) that part `part` of query row i walks
+struct Range {
+  uint begin, end;
+};
+Range part_range(uint part, uint i) {
+  uint per_part = (p.keys + p.parts - 1u) / p.parts;
+  Range r = Range(part * per_part, min(p.keys, part * per_part + per_part));
+  uint position = p.keys - p.rows + i;  // query i's
+  if (p.causal != 0u) r.end = min(r.end, position + 1u);
+  if (p.causal != 0u && p.window != 0u && position + 1u > p.window) r.begin = max(r.begin, position + 1u - p.window);
+  return r;
+}
+
 // Invocation `index` = ((bh · L) + i) · P + part: the online softmax over its part's keys, its
 // output, max and sum written to partials
 void decode_part(uint index) {
@@ -103,12 +132,8 @@ void decode_part(uint index) {
   uint bh = index / (p.parts * p.rows);
   uint b = bh / p.heads;
   uint kv = bh / p.group;  // the key/value head, (B·H_kv) flat
-  uint per_part = (p.keys + p.parts - 1u) / p.parts;
-  uint begin = part * per_part;
-  uint end = min(p.keys, begin + per_part);
-  uint position = p.keys - p.rows + i;  // query i's
-  if (p.causal != 0u) end = min(end, position + 1u);
-  if (p.causal != 0u && p.window != 0u && position + 1u > p.window) begin = max(begin, position + 1u - p.window);
+  Range range = part_range(part, i);
+  uint begin = range.begin, end = range.end;
 
   vec4 q_row[CHUNKS], acc[CHUNKS];
   for (uint c = 0u; c < CHUNKS; ++c) {
@@ -139,11 +164,96 @@ void decode_part(uint index) {
   partials[first + HEAD_DIM + 1u] = l;
 }
 
+#ifdef SUBGROUPS
+// x summed over the GROUP lanes of this invocation's group (neighbours in its subgroup)
+float group_sum(float x) {
+  for (uint offset = 1u; offset < GROUP; offset *= 2u) x += subgroupShuffleXor(x, offset);
+  return x;
+}
+
+// Unit `unit` = ((bh · L) + i) · P + part, walked by the GROUP lanes of one group, this one lane
+// `lane`: the online softmax over the part's keys BLOCK at a time, as decode_part's, each lane
+// keeping its own vec4s of the output
+void decode_part_lanes(uint unit, uint lane) {
+  uint part = unit % p.parts;
+  uint i = (unit / p.parts) % p.rows;
+  uint bh = unit / (p.parts * p.rows);
+  uint b = bh / p.heads;
+  uint kv = bh / p.group;
+  Range range = part_range(part, i);
+  vec4 q_row[PER_LANE], acc[PER_LANE];
+  for (uint u = 0u; u < PER_LANE; ++u) {
+    uint c = lane + u * GROUP;
+    q_row[u] = c < CHUNKS ? q_chunk(bh * p.rows + i, c) : vec4(0.0);
+    acc[u] = vec4(0.0);
+  }
+  float m = -1e30, l = 0.0;  // running max, running sum of exp(s - m): the same in every lane
+  for (uint j0 = range.begin; j0 < range.end; j0 += BLOCK) {
+    vec4 vs[BLOCK][PER_LANE];
+    float s[BLOCK];
+    for (uint t = 0u; t < BLOCK; ++t) {  // every read of the block first
+      uint j = j0 + t, key = kv * p.capacity + j;
+      s[t] = 0.0;
+      for (uint u = 0u; u < PER_LANE; ++u) {
+        uint c = lane + u * GROUP;
+        bool read = j < range.end && c < CHUNKS;
+        if (read) s[t] += dot(q_row[u], k_chunk(key, c));
+        vs[t][u] = read ? v_chunk(key, c) : vec4(0.0);
+      }
+    }
+    float m_new = m;
+    for (uint t = 0u; t < BLOCK; ++t) {  // the group's sums: every lane of it runs each shuffle
+      uint j = j0 + t;
+      s[t] = group_sum(s[t]) * p.scale;
+      if (j < range.end && p.has_key_padding_mask != 0u) s[t] += key_padding_mask[b * p.keys + j];
+      if (j >= range.end) s[t] = NEG_INF;  // past the part: weight 0, as a blocked key's
+      m_new = max(m_new, s[t]);
+    }
+    float rescale = exp(m - m_new);
+    l *= rescale;
+    for (uint u = 0u; u < PER_LANE; ++u) acc[u] *= rescale;
+    for (uint t = 0u; t < BLOCK; ++t) {
+      if (s[t] == NEG_INF) continue;  // blocked: weight 0
+      float w = exp(s[t] - m_new);
+      l += w;
+      for (uint u = 0u; u < PER_LANE; ++u) acc[u] += w * vs[t][u];
+    }
+    m = m_new;
+  }
+  uint first = unit * (HEAD_DIM + 2u);
+  for (uint u = 0u; u < PER_LANE; ++u) {
+    uint c = lane + u * GROUP;
+    for (uint t = 0u; t < 4u; ++t) {
+      if (c < CHUNKS && 4u * c + t < HEAD_DIM) partials[first + 4u * c + t] = acc[u][t];
+    }
+  }
+  if (lane == 0u) {
+    partials[first + HEAD_DIM] = m;
+    partials[first + HEAD_DIM + 1u] = l;
+  }
+}
+#endif
+
 void main() {
-  uint index = flat_invocation_id();
   uint rows = p.batch * p.heads * p.rows;
+#ifdef SUBGROUPS
+  // the workgroup holds `units` (row, part) units of GROUP lanes, with COMBINE whole rows' parts
+  // (the host makes it hold at least one row's); lanes past them idle
+  uint local = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+  uint slots = gl_WorkGroupSize.x / GROUP;
+  uint units = COMBINE ? slots / p.parts * p.parts : slots;
+  uint unit = flat_workgroup_id() * units + local / GROUP;
+  bool mine = local / GROUP < units && unit < rows * p.parts;
+  if (mine) decode_part_lanes(unit, local % GROUP);
+  uint width = p.parts * GROUP;  // a row's invocations: they merge its parts
+  uint r = unit / p.parts, first_element = local % width;
+#else
+  uint index = flat_invocation_id();
   bool mine = index < rows * p.parts;
   if (mine) decode_part(index);
+  uint width = p.parts;
+  uint r = index / p.parts, first_element = index % p.parts;
+#endif
   if (!COMBINE) return;
   // every invocation reaches the barrier (none returned above); then each part's writes are
   // visible to the workgroup, which holds every part of its rows. The workgroup's scope, not the
@@ -153,8 +263,7 @@ void main() {
   groupMemoryBarrier();
   barrier();
   if (!mine) return;
-  uint r = index / p.parts;
-  for (uint c = index % p.parts; c < HEAD_DIM; c += p.parts) {
+  for (uint c = first_element; c < HEAD_DIM; c += width) {
     out_rows[r * HEAD_DIM + c] = combined_part(r, p.parts, HEAD_DIM, c);
   }
 }

@@ -71,7 +71,7 @@ Backend::DecodingSizes Backend::check_flash_decoding(const std::string& step, co
   require(parts >= 1 && parts <= S, step, [&] {
     return "parts=" + std::to_string(parts) + " must be between 1 and the " + std::to_string(S) + " keys";
   });
-  return {B, H, L, d, C, S, group, parts};
+  return {B, H, L, d, C, S, group, parts, decoding_part_lanes(B * H * L, S, d, L, B * H / group)};
 }
 
 void Backend::flash_decoding_into(const std::string& step, const DecodingSizes& s, const Value& q, const Value& k,
@@ -81,7 +81,7 @@ void Backend::flash_decoding_into(const std::string& step, const DecodingSizes& 
   timed(step, [&] {
     run_flash_decoding(step, *q.storage, *k.storage, *v.storage,
                        key_padding_mask ? key_padding_mask->storage.get() : nullptr, causal, window, *partials.storage,
-                       s.B, s.H, s.L, s.C, s.S, s.d, s.parts, scale, s.group, k.narrow, combined);
+                       s.B, s.H, s.L, s.C, s.S, s.d, s.parts, s.part_lanes, scale, s.group, k.narrow, combined);
   });
   if (tracing())
     report(step, "flash_decoding", infos({&q, &k, &v, key_padding_mask}), partials, {"b", "h", "i", "part", "c"});
@@ -103,7 +103,7 @@ Value Backend::flash_decoding_combine(const std::string& decoding_step, const st
   const std::string step = scoped(decoding_step);
   const DecodingSizes s = check_flash_decoding(step, q, k, v, length, key_padding_mask, causal, window, parts);
   Value partials = make_output(step, {s.B, s.H, s.L, s.parts, s.d + 2});
-  if (!combines_parts(s.parts) || wants_values()) {
+  if (!combines_parts(s.parts, s.part_lanes) || wants_values()) {
     flash_decoding_into(step, s, q, k, v, key_padding_mask, causal, window, partials, nullptr);
     return attention_combine(combine_step, partials);
   }

@@ -136,7 +136,7 @@ void ReferenceBackend::run_kv_cache_append(const std::string&, Storage& cache, c
 void ReferenceBackend::run_flash_decoding(const std::string&, const Storage& q, const Storage& k, const Storage& v,
                                           const Storage* key_padding_mask, bool causal, int64_t window,
                                           Storage& partials, int64_t B, int64_t H, int64_t L, int64_t C, int64_t S,
-                                          int64_t d, int64_t parts, float scale, int64_t group, Narrow,
+                                          int64_t d, int64_t parts, uint32_t, float scale, int64_t group, Narrow,
                                           Storage* combined) {
   reference::flash_decoding(in(q), in(k), in(v), in(key_padding_mask), causal, window, out(partials), B, H, L, C, S, d,
                             parts, scale, group);

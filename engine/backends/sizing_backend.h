@@ -75,8 +75,8 @@ class SizingBackend final : public Backend {
   void run_kv_cache_append(const std::string&, Storage&, const Storage&, int64_t, int64_t, int64_t, int64_t, int64_t,
                            Narrow) override {}
   void run_flash_decoding(const std::string&, const Storage&, const Storage&, const Storage&, const Storage*, bool,
-                          int64_t, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                          int64_t, Narrow, Storage*) override {}
+                          int64_t, Storage&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t,
+                          float, int64_t, Narrow, Storage*) override {}
   void run_attention_combine(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}
   void run_layer_norm(const std::string&, const Storage&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
                       float) override {}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -281,14 +282,17 @@ std::string shape_class(const DecodingProblem& p) {
          std::to_string(bucket(p.keys));
 }
 
-std::vector<int64_t> decoding_candidates(int64_t rule, const DecodingProblem& problem) {
+std::vector<vulkan::DecodingPlan> decoding_candidates(const vulkan::DecodingPlan& rule, const DecodingProblem& problem,
+                                                      const std::vector<uint32_t>& lane_counts) {
   // the class holds lengths above half its bucket: at 8 keys a part there, every count fits them all
   const auto shortest = int64_t(bucket(problem.keys) / 2 + 1);
-  std::vector<int64_t> counts{std::clamp<int64_t>(rule, 1, shortest)};
-  for (int64_t parts = 1; parts * 8 <= shortest; parts *= 2) {
-    if (parts != counts.front()) counts.push_back(parts);
+  std::vector<vulkan::DecodingPlan> plans{{std::clamp<int64_t>(rule.parts, 1, shortest), rule.lanes}};
+  for (uint32_t lanes : lane_counts.empty() ? std::vector<uint32_t>{rule.lanes} : lane_counts) {
+    for (int64_t parts = 1; parts * 8 <= shortest; parts *= 2) {
+      if (parts != plans.front().parts || lanes != plans.front().lanes) plans.push_back({parts, lanes});
+    }
   }
-  return counts;
+  return plans;
 }
 
 std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size) {
@@ -478,12 +482,13 @@ vulkan::RowPlan row_plan_from_json(const nlohmann::json& j) {
   return {field<uint32_t>(j, "lanes"), kRemembered};
 }
 
-std::string decoding_text(int64_t parts) { return std::to_string(parts) + (parts == 1 ? " part" : " parts"); }
-
-int64_t decoding_parts_from_json(const nlohmann::json& j) {
-  const auto parts = field<int64_t>(j, "parts");
-  if (parts < 1) throw ConfigError("a remembered split into " + std::to_string(parts) + " parts");
-  return parts;
+vulkan::DecodingPlan decoding_plan_from_json(const nlohmann::json& j) {
+  const vulkan::DecodingPlan plan{field<int64_t>(j, "parts"), field<uint32_t>(j, "lanes")};
+  if (plan.parts < 1) throw ConfigError("a remembered split into " + std::to_string(plan.parts) + " parts");
+  if (!std::has_single_bit(plan.lanes) && plan.lanes != 0) {
+    throw ConfigError("a remembered split's parts of " + std::to_string(plan.lanes) + " lanes");
+  }
+  return plan;
 }
 
 nlohmann::json Outcome::to_json() const {
@@ -612,7 +617,7 @@ Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanB
 }
 
 Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
-                      const DecodingProblem& problem, const std::vector<int64_t>& candidates,
+                      const DecodingProblem& problem, const std::vector<vulkan::DecodingPlan>& candidates,
                       const Progress& progress) {
   // The step's own problem (never larger than what the pass itself holds, its query heads sharing
   // their cached keys as the pass's do), its queries cut as a GEMM's rows are to about
@@ -637,24 +642,25 @@ Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const Vul
   };
   std::vector<std::string> plans;
   std::vector<Runnable> checks, timeds;
-  for (int64_t parts : candidates) {
-    plans.push_back(decoding_text(parts));
-    checks.push_back(runnable(1, std::min<uint64_t>(problem.queries, 3), parts));
-    timeds.push_back(runnable(problem.key_heads(), timed.queries, parts));
+  for (const vulkan::DecodingPlan& plan : candidates) {
+    plans.push_back(plan.describe());
+    checks.push_back(runnable(1, std::min<uint64_t>(problem.queries, 3), plan.parts));
+    timeds.push_back(runnable(problem.key_heads(), timed.queries, plan.parts));
   }
   const std::string text = std::to_string(timed.rows) + " rows, S " + std::to_string(problem.keys) + ", d " +
                            std::to_string(problem.d);
   size_t chosen = 0;
   Outcome outcome = measure(
       "flash_decoding " + text, plans,
-      [&](size_t) {
+      [&](size_t i) {
         VulkanBackendOptions o = options;
         o.tune = false;
+        o.flash_decoding_subgroups = candidates[i].lanes > 0;
         return std::make_unique<VulkanBackend>(context, o);
       },
       checks, timeds, std::max(problem.keys, problem.d), progress, chosen);
   outcome.problem = text;
-  outcome.plan = {{"parts", candidates[chosen]}};
+  outcome.plan = {{"parts", candidates[chosen].parts}, {"lanes", candidates[chosen].lanes}};
   return outcome;
 }
 

@@ -95,9 +95,11 @@ std::vector<vulkan::GemmPlan> gemm_candidates(const vulkan::DeviceReport& device
 std::vector<vulkan::FlashPlan> flash_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size,
                                                 uint32_t d = 64);
 std::vector<vulkan::RowPlan> row_candidates(const vulkan::DeviceReport& device, uint32_t workgroup_size);
-// `rule` (Backend::decoding_parts' count), then 1, 2, 4, … while a part holds at least 8 keys of
-// the class's shortest length (so that every count is valid for every length of the class).
-std::vector<int64_t> decoding_candidates(int64_t rule, const DecodingProblem& problem);
+// `rule` (Backend::decoding_parts' count and its lanes), then for each of `lane_counts` (the
+// rule's alone when empty) 1, 2, 4, … parts while a part holds at least 8 keys of the class's
+// shortest length (so that every count is valid for every length of the class).
+std::vector<vulkan::DecodingPlan> decoding_candidates(const vulkan::DecodingPlan& rule, const DecodingProblem& problem,
+                                                      const std::vector<uint32_t>& lane_counts = {});
 
 // Plans as the cache keeps them. The readers throw ConfigError on a malformed entry.
 nlohmann::json to_json(const vulkan::GemmPlan& plan);
@@ -141,13 +143,13 @@ Outcome tune_flash(const std::shared_ptr<vulkan::Context>& context, const Vulkan
                    const Progress& progress);
 Outcome tune_rows(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
                   const RowProblem& problem, const std::vector<vulkan::RowPlan>& candidates, const Progress& progress);
-// flash_decoding then attention_combine, timed together under each count of parts. The plan is
-// {"parts": P}; decoding_parts_from_json reads it (ConfigError when it is not a count ≥ 1).
+// flash_decoding then attention_combine, timed together under each plan. The plan is
+// {"parts": P, "lanes": G}; decoding_plan_from_json reads it (ConfigError when P is not a count ≥ 1
+// or G not a power of two or 0).
 Outcome tune_decoding(const std::shared_ptr<vulkan::Context>& context, const VulkanBackendOptions& options,
-                      const DecodingProblem& problem, const std::vector<int64_t>& candidates,
+                      const DecodingProblem& problem, const std::vector<vulkan::DecodingPlan>& candidates,
                       const Progress& progress);
-int64_t decoding_parts_from_json(const nlohmann::json& plan);
-std::string decoding_text(int64_t parts);  // "16 parts": as tuned_plans() and the cache describe it
+vulkan::DecodingPlan decoding_plan_from_json(const nlohmann::json& plan);
 
 // Fused against unfused, for a forward that may take either (Backend::prefers_fused): both
 // paths' steps timed on `problem` (its heads cut where it is very large) on backends that tune

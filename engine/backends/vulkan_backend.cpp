@@ -109,6 +109,10 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
   vulkan::check_gemm_plan(s_->gemm, s_->device);
   s_->gemv_rows = options.gemv_rows.value_or(options.gemm ? 0 : vulkan::gemv_rule(s_->device));
   vulkan::check_gemv_rows(s_->gemv_rows, s_->device);
+  if (const vulkan::Lanes lanes = vulkan::decoding_part_lanes(s_->device, 4);
+      options.flash_decoding_subgroups.value_or(false) && !lanes) {
+    throw DeviceError("flash_decoding_subgroups: '" + s_->device.name + "' guarantees no lanes: " + lanes.why);
+  }
   s_->rows = options.rows ? *options.rows : vulkan::plan_rows(s_->device, s_->options.workgroup_size);
   vulkan::check_row_plan(s_->rows, s_->device, s_->options.workgroup_size);
   s_->flash = options.flash ? *options.flash : vulkan::plan_flash(s_->device, s_->options.workgroup_size, s_->options.flash_rows);
@@ -584,18 +588,34 @@ int64_t VulkanBackend::decoding_lanes() const {
 void VulkanBackend::run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
                                        const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials,
                                        int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
-                                       float scale, int64_t group, Narrow kv_format, Storage* combined) {
+                                       uint32_t part_lanes, float scale, int64_t group, Narrow kv_format,
+                                       Storage* combined) {
+  vulkan::FlashDecodingParams params{u32(B),           u32(H),      u32(L),    u32(C),
+                                     u32(S),           u32(parts),  scale,     key_padding_mask ? 1u : 0u,
+                                     causal ? 1u : 0u, u32(window), u32(group)};
+  const std::vector<std::shared_ptr<Buffer>> buffers{
+      buffer_of(q),        key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(),
+      buffer_of(k),        buffer_of(v),
+      buffer_of(partials), combined ? buffer_of(*combined) : s_->recorder.placeholder()};
+  const uint64_t units = uint64_t(B) * H * L * parts;  // (row, part) pairs
+  std::vector<uint32_t> constants{u32(d), storage_format(kv_format), combined ? 1u : 0u};
+  if (part_lanes) {
+    // a workgroup of kDecodingLanesWorkgroup lanes, part_lanes a unit; COMBINE: whole rows' units
+    const uint32_t slots = vulkan::kDecodingLanesWorkgroup / part_lanes;
+    const uint64_t per_group = combined ? slots / u32(parts) * u32(parts) : slots;
+    const uint32_t lanes =
+        vulkan::guaranteed_lanes(s_->device, vulkan::SubgroupOps::shuffle, 0, vulkan::kDecodingLanesWorkgroup).count;
+    constants.push_back(part_lanes);
+    const auto& kern = kernel(vulkan::Op::flash_decoding, constants, vulkan::kDecodingLanesWorkgroup, 0, lanes,
+                              "flash_decoding_subgroup");
+    dispatch(step, kern, buffers, params, ceil_div(units, per_group), true, false, /*partials, merged rows*/ 2);
+    return;
+  }
   // COMBINE: a workgroup of whole rows' parts (combines_parts: parts <= the workgroup size)
   const uint32_t workgroup =
       combined ? u32(parts) * (s_->options.workgroup_size / u32(parts)) : s_->options.workgroup_size;
-  const auto& kern =
-      kernel(vulkan::Op::flash_decoding, {u32(d), storage_format(kv_format), combined ? 1u : 0u}, workgroup);
-  vulkan::FlashDecodingParams params{u32(B), u32(H), u32(L), u32(C), u32(S), u32(parts), scale,
-                                     key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
-  dispatch(step, kern,
-           {buffer_of(q), key_padding_mask ? buffer_of(*key_padding_mask) : s_->recorder.placeholder(), buffer_of(k),
-            buffer_of(v), buffer_of(partials), combined ? buffer_of(*combined) : s_->recorder.placeholder()},
-           params, uint64_t(B) * H * L * parts, false, false, /*outputs: partials and the merged rows*/ 2);
+  const auto& kern = kernel(vulkan::Op::flash_decoding, constants, workgroup);
+  dispatch(step, kern, buffers, params, units, false, false, /*outputs: partials and the merged rows*/ 2);
 }
 
 void VulkanBackend::run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R,

@@ -51,7 +51,7 @@ struct VulkanBackend::State {
   std::map<std::string, vulkan::FlashPlan> flash_plans;
   std::map<std::string, vulkan::RowPlan> row_plans;
   std::map<std::string, bool> fused_paths;  // by path_class: whether fused is the faster
-  std::map<std::string, int64_t> decoding_parts;  // flash_decoding's key split
+  std::map<std::string, vulkan::DecodingPlan> decoding_plans;  // flash_decoding's split and lanes
   vulkan::Recorder recorder;
   std::shared_ptr<vulkan::BufferPool> buffers;  // tensors' buffers; Storage holds it weakly
   // flash_attention's measured speed, multiply-adds a second (0: not measured yet)

@@ -107,26 +107,56 @@ const vulkan::RowPlan& VulkanBackend::row_plan_for(const std::string& step, int6
   return s_->row_plans[shape_class] = tuning::row_plan_from_json(outcome.plan);
 }
 
-int64_t VulkanBackend::decoding_parts(int64_t rows, int64_t length, int64_t d, int64_t queries, int64_t key_rows) {
-  const int64_t rule = Backend::decoding_parts(rows, length, d);
+uint32_t VulkanBackend::part_lanes_rule(int64_t d) const {
+  const bool gpu = s_->device.type != vk::PhysicalDeviceType::eCpu;
+  if (!s_->options.flash_decoding_subgroups.value_or(gpu)) return 0;
+  return vulkan::decoding_part_lanes(s_->device, uint32_t(d)).count;  // 0 where none: the constructor refused an ask
+}
+
+vulkan::DecodingPlan VulkanBackend::decoding_plan(int64_t rows, int64_t length, int64_t d, int64_t queries,
+                                                  int64_t key_rows) {
+  const vulkan::DecodingPlan rule{Backend::decoding_parts(rows, length, d), part_lanes_rule(d)};
   const tuning::DecodingProblem problem{uint64_t(rows), uint64_t(length), uint64_t(d), uint64_t(queries),
                                         uint64_t(key_rows)};
   if (!s_->cache || problem.keys < tuning::kShortestTunedDecoding) return rule;
   const std::string shape_class = tuning::shape_class(problem) + s_->class_suffix;
-  auto it = s_->decoding_parts.find(shape_class);
-  if (it == s_->decoding_parts.end()) {
-    auto parts = remembered<int64_t>(*s_->cache, shape_class, s_->device, &tuning::decoding_parts_from_json,
-                                     [](const int64_t&, const vulkan::DeviceReport&) {});  // any count ≥ 1 runs
-    if (!parts) {
+  auto it = s_->decoding_plans.find(shape_class);
+  if (it == s_->decoding_plans.end()) {
+    // lanes the device no longer gives at this d (another build, other switches): measured again
+    const uint32_t lanes = vulkan::decoding_part_lanes(s_->device, uint32_t(d)).count;
+    auto plan = remembered<vulkan::DecodingPlan>(
+        *s_->cache, shape_class, s_->device, &tuning::decoding_plan_from_json,
+        [lanes](const vulkan::DecodingPlan& read, const vulkan::DeviceReport&) {
+          if (read.lanes != 0 && read.lanes != lanes) {
+            throw DeviceError("parts of " + std::to_string(read.lanes) + " lanes, where the device gives " +
+                              std::to_string(lanes));
+          }
+        });
+    if (!plan) {
+      // lanes and none, on a device whose rule shares parts; as asked, where asked
+      std::vector<uint32_t> lane_counts{rule.lanes};
+      if (rule.lanes && !s_->options.flash_decoding_subgroups) lane_counts.push_back(0);
       const tuning::Outcome outcome = tuning::tune_decoding(
-          s_->context, s_->options, problem, tuning::decoding_candidates(rule, problem),
+          s_->context, s_->options, problem, tuning::decoding_candidates(rule, problem, lane_counts),
           [this](const std::string& what, double done) { report_progress("tuning " + what, done); });
       remember(*s_->cache, shape_class, outcome);
-      parts = tuning::decoding_parts_from_json(outcome.plan);
+      plan = tuning::decoding_plan_from_json(outcome.plan);
     }
-    it = s_->decoding_parts.emplace(shape_class, *parts).first;
+    it = s_->decoding_plans.emplace(shape_class, *plan).first;
   }
-  return std::min(it->second, length);  // a measured count fits the class's lengths; an edited one may not
+  vulkan::DecodingPlan plan = it->second;
+  plan.parts = std::min(plan.parts, length);  // a measured count fits the class's lengths; an edited one may not
+  if (s_->options.flash_decoding_subgroups) plan.lanes = rule.lanes;  // asked for: as asked
+  return plan;
+}
+
+int64_t VulkanBackend::decoding_parts(int64_t rows, int64_t length, int64_t d, int64_t queries, int64_t key_rows) {
+  return decoding_plan(rows, length, d, queries, key_rows).parts;
+}
+
+uint32_t VulkanBackend::decoding_part_lanes(int64_t rows, int64_t length, int64_t d, int64_t queries,
+                                            int64_t key_rows) {
+  return decoding_plan(rows, length, d, queries, key_rows).lanes;
 }
 
 bool VulkanBackend::folds_layout_steps() const { return s_->options.fold_layout_steps; }
@@ -135,10 +165,12 @@ void VulkanBackend::fold_layout_steps(bool fold) { s_->options.fold_layout_steps
 
 bool VulkanBackend::folds_into_store() const { return s_->options.fold_into_store; }
 
-bool VulkanBackend::combines_parts(int64_t parts) const {
+bool VulkanBackend::combines_parts(int64_t parts, uint32_t part_lanes) const {
   const bool rule = s_->device.type != vk::PhysicalDeviceType::eCpu;
-  return s_->options.fold_into_store && s_->options.combine_in_flash_decoding.value_or(rule) &&
-         parts <= int64_t(s_->options.workgroup_size);
+  // a workgroup holds whole rows' parts: workgroup_size invocations a part, or
+  // kDecodingLanesWorkgroup lanes, part_lanes a part
+  const int64_t fits = part_lanes ? vulkan::kDecodingLanesWorkgroup / part_lanes : s_->options.workgroup_size;
+  return s_->options.fold_into_store && s_->options.combine_in_flash_decoding.value_or(rule) && parts <= fits;
 }
 
 bool VulkanBackend::prefers_fused(const AttentionProblem& p) {
@@ -174,9 +206,7 @@ std::vector<std::pair<std::string, std::string>> VulkanBackend::tuned_plans() co
   for (const auto& [shape_class, plan] : s_->flash_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, plan] : s_->row_plans) plans.emplace_back(shape_class, plan.describe());
   for (const auto& [shape_class, fused] : s_->fused_paths) plans.emplace_back(shape_class, fused ? "fused" : "unfused");
-  for (const auto& [shape_class, parts] : s_->decoding_parts) {
-    plans.emplace_back(shape_class, tuning::decoding_text(parts));
-  }
+  for (const auto& [shape_class, plan] : s_->decoding_plans) plans.emplace_back(shape_class, plan.describe());
   return plans;
 }
 

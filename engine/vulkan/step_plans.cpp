@@ -177,6 +177,20 @@ void check_flash_plan(const FlashPlan& plan, const DeviceReport& device) {
   if (plan.texel_inputs && !device.texel_rgba32f) fail("texel inputs need RGBA32F uniform texel buffers");
 }
 
+std::string DecodingPlan::describe() const {
+  const std::string split = std::to_string(parts) + (parts == 1 ? " part" : " parts");
+  return lanes ? split + " of " + std::to_string(lanes) + (lanes == 1 ? " lane" : " lanes") : split;
+}
+
+Lanes decoding_part_lanes(const DeviceReport& device, uint32_t d) {
+  Lanes lanes = guaranteed_lanes(device, SubgroupOps::shuffle, 0, kDecodingLanesWorkgroup);
+  if (!lanes) return lanes;
+  const auto vec4s = uint32_t(std::max<uint64_t>(ceil_div(d, 4), 1));
+  uint32_t part_lanes = 1;
+  while (part_lanes * 2 <= std::min(vec4s, lanes.count)) part_lanes *= 2;
+  return {part_lanes, lanes.why};
+}
+
 std::vector<StepPlan> step_plans(const DeviceReport& device, uint32_t workgroup_size) {
   std::vector<StepPlan> plans;
   const GemmPlan gemm = plan_gemm(device);
@@ -191,6 +205,15 @@ std::vector<StepPlan> step_plans(const DeviceReport& device, uint32_t workgroup_
   plans.push_back({"softmax, layer_norm", rows.describe(), rows.lanes, rows.why});
   const FlashPlan flash = flash_rule(device, workgroup_size, 64);
   plans.push_back({"flash_attention", flash.describe(), flash.lanes, flash.why});
+  const Lanes lanes = decoding_part_lanes(device, 64);
+  if (lanes && device.type != vk::PhysicalDeviceType::eCpu) {
+    plans.push_back({"flash_decoding", "a part of the keys per " + std::to_string(lanes.count) + " lanes at d 64",
+                     guaranteed_lanes(device, SubgroupOps::shuffle, 0, kDecodingLanesWorkgroup).count,
+                     "a key's row read by neighbouring lanes at once, and more invocations than parts"});
+  } else {
+    plans.push_back({"flash_decoding", "a part of the keys per invocation", 0,
+                     lanes ? "a CPU device: its few lanes each walk a part alone" : lanes.why});
+  }
   return plans;
 }
 

@@ -6,13 +6,16 @@
 //                         (flash_attention_subgroup), ROWS query rows per workgroup against tiles of
 //                         KEYS keys in shared memory (flash_attention_tiled, for GPUs: tuning's
 //                         candidates; flash_attention_subgroup_tiled, its softmax across lanes), or
-//                         a query row per invocation (flash_attention).
+//                         a query row per invocation (flash_attention);
+//   flash_decoding      — a (query row, part of the keys) per group of a subgroup's guaranteed
+//                         lanes (flash_decoding_subgroup, a GPU's), or per invocation.
 // Each plan says why; `vkattn devices` prints them all (step_plans()).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/vulkan/context.h"
+#include "engine/vulkan/lanes.h"
 
 namespace vkattn::vulkan {
 
@@ -91,6 +94,20 @@ std::vector<FlashPlan> tiled_flash_plans(const DeviceReport& device, uint32_t d)
 
 // Throws DeviceError naming what `plan` asks of `device` that it lacks (a forced or remembered plan).
 void check_flash_plan(const FlashPlan& plan, const DeviceReport& device);
+
+// flash_decoding's plan: the parts its keys are split into (Backend::decoding_parts), and the
+// lanes that walk each part together (its _subgroup build; 0: an invocation a part).
+struct DecodingPlan {
+  int64_t parts = 1;
+  uint32_t lanes = 0;
+  std::string describe() const;  // "16 parts", "128 parts of 16 lanes"
+};
+// flash_decoding_subgroup's workgroup: 128 invocations, what every Vulkan device allows
+constexpr uint32_t kDecodingLanesWorkgroup = 128;
+// The lanes a part gets at head dim `d` on `device`: a power of two at most d's vec4s and at most
+// the lanes the device guarantees its workgroup (a lane a vec4 of a key's row, d 64 on 32 lanes:
+// 16); 0 where it guarantees none (the switches, no shuffles or subgroup size control), with why.
+Lanes decoding_part_lanes(const DeviceReport& device, uint32_t d);
 
 // One line of `vkattn devices`: the steps, the variant that runs them, its lanes and why.
 struct StepPlan {

@@ -235,34 +235,44 @@ TEST(TunedPlans, EveryRowCandidateMatchesTheReference) {
   }
 }
 
+// Every split tuning may measure, an invocation a part and, where the device guarantees lanes,
+// lanes a part (flash_decoding_subgroup: 4, 8 or 16 at d 64 on lavapipe, 4 at d 17 and 8, 1 at d 1).
 TEST(TunedPlans, EveryDecodingSplitMatchesTheReference) {
   ReferenceBackend cpu;
   VulkanBackend gpu(testing::shared_context(), {.tune = false});
+  const auto& device = testing::shared_context()->device_report();
   // 1, 3, 8 and 17 query rows; the shortest and longest lengths of classes; d 1, 17, 64, 8
   for (auto [B, H, Hkv, L, S, d] : {std::tuple{1, 1, 1, 1, 129, 1}, {1, 3, 3, 1, 256, 17}, {2, 2, 1, 2, 513, 64},
                                    {1, 17, 17, 1, 1000, 8}}) {
     const tuning::DecodingProblem problem{uint64_t(B * H * L), uint64_t(S), uint64_t(d)};
-    const int64_t rule = gpu.decoding_parts(B * H * L, S, d);
-    const auto counts = tuning::decoding_candidates(rule, problem);
-    ASSERT_GE(counts.size(), 4u);
-    EXPECT_EQ(counts.front(), rule) << "the rule comes first";
-    EXPECT_EQ(std::set<int64_t>(counts.begin(), counts.end()).size(), counts.size()) << "each count once";
-    for (size_t i = 1; i < counts.size(); ++i) EXPECT_LE(counts[i] * 8, S) << "a part holds 8 keys or more";
+    const vulkan::DecodingPlan rule{gpu.decoding_parts(B * H * L, S, d), gpu.decoding_part_lanes(B * H * L, S, d)};
+    const vulkan::Lanes lanes = vulkan::decoding_part_lanes(device, uint32_t(d));
+    std::vector<uint32_t> lane_counts{0};
+    if (lanes) lane_counts.push_back(lanes.count);
+    const auto plans = tuning::decoding_candidates(rule, problem, lane_counts);
+    ASSERT_GE(plans.size(), 4u * lane_counts.size());
+    EXPECT_EQ(plans.front().describe(), rule.describe()) << "the rule comes first";
+    std::set<std::string> described;
+    for (const auto& plan : plans) described.insert(plan.describe());
+    EXPECT_EQ(described.size(), plans.size()) << "each plan once";
+    for (size_t i = 1; i < plans.size(); ++i) EXPECT_LE(plans[i].parts * 8, S) << "a part holds 8 keys or more";
     // the last sequence's keys all padding (its rows come out zero); causal where there are 2 rows;
     // caches longer than the length attended to
     Tensor padding({B, S});
     if (B > 1) std::fill_n(padding.data.begin() + (B - 1) * S, S, -INFINITY);
     const std::vector<Tensor> in{random_tensor({B, H, L, d}, 1), random_tensor({B, Hkv, S + 3, d}, 2),
                                  random_tensor({B, Hkv, S + 3, d}, 3), padding};
-    for (int64_t parts : counts) {
+    for (const auto& plan : plans) {
+      VulkanBackend planned(testing::shared_context(), {.tune = false, .flash_decoding_subgroups = plan.lanes > 0});
+      EXPECT_EQ(planned.decoding_part_lanes(B * H * L, S, d), plan.lanes);
       auto run = [&, S = S, L = L](Backend& b) {
         std::vector<Value> v;
         for (size_t i = 0; i < in.size(); ++i) v.push_back(b.upload("in" + std::to_string(i), in[i]));
         return b.download(b.attention_combine(
-            "attention_combine", b.flash_decoding("flash_decoding", v[0], v[1], v[2], S, &v[3], L > 1, 0, parts)));
+            "attention_combine", b.flash_decoding("flash_decoding", v[0], v[1], v[2], S, &v[3], L > 1, 0, plan.parts)));
       };
-      EXPECT_TRUE(all_close(run(gpu), run(cpu), {})) << B << "×" << H << " heads over " << Hkv << ", L " << L << ", S "
-                                                     << S << ", d " << d << ", " << parts << " parts";
+      EXPECT_TRUE(all_close(run(planned), run(cpu), {})) << B << "×" << H << " heads over " << Hkv << ", L " << L
+                                                         << ", S " << S << ", d " << d << ", " << plan.describe();
     }
   }
 }
@@ -529,6 +539,9 @@ TEST_F(Tuning, TheDecodingSplitIsMeasuredPerClassAndRemembered) {
   off.tune = false;
   VulkanBackend untuned(testing::shared_context(), off);
   const int64_t rule = untuned.decoding_parts(8, 1000, 64);
+  const uint32_t rule_lanes = untuned.decoding_part_lanes(8, 1000, 64);  // a GPU's: parts of lanes, measured with none
+  std::vector<uint32_t> lane_counts{rule_lanes};
+  if (rule_lanes) lane_counts.push_back(0);
   int64_t chosen = 0;
   {
     auto gpu = backend();
@@ -536,14 +549,18 @@ TEST_F(Tuning, TheDecodingSplitIsMeasuredPerClassAndRemembered) {
     EXPECT_FALSE(fs::exists(file()));
     EXPECT_GT(decode_step(*gpu, 8, 1000), 0);
     const auto entry = read()["plans"][shape_class];
-    EXPECT_EQ(entry["measured_ms"].size(), tuning::decoding_candidates(rule, {8, 1000, 64}).size()) << entry.dump();
+    EXPECT_EQ(entry["measured_ms"].size(),
+              tuning::decoding_candidates({rule, rule_lanes}, {8, 1000, 64}, lane_counts).size())
+        << entry.dump();
     double fastest = 1e300;
     for (const auto& [plan, ms] : entry["measured_ms"].items()) {
       if (ms.is_number()) fastest = std::min(fastest, ms.get<double>());
     }
     EXPECT_EQ(entry["measured_ms"][entry["describe"].get<std::string>()].get<double>(), fastest);
     chosen = entry["plan"]["parts"].get<int64_t>();
-    EXPECT_EQ(entry["describe"].get<std::string>(), std::to_string(chosen) + (chosen == 1 ? " part" : " parts"));
+    const auto lanes = entry["plan"]["lanes"].get<uint32_t>();
+    EXPECT_TRUE(lanes == 0 || lanes == rule_lanes) << entry.dump();
+    EXPECT_EQ(entry["describe"].get<std::string>(), (vulkan::DecodingPlan{chosen, lanes}.describe()));
     ASSERT_EQ(gpu->tuned_plans().size(), 1u);
     EXPECT_EQ(gpu->tuned_plans()[0], std::pair(shape_class, entry["describe"].get<std::string>()));
     EXPECT_EQ(gpu->decoding_parts(8, 1000, 64), chosen);
@@ -561,10 +578,26 @@ TEST_F(Tuning, TheDecodingSplitIsMeasuredPerClassAndRemembered) {
     EXPECT_EQ(gpu->decoding_parts(8, 1000, 64), 3);
     EXPECT_EQ(decode_step(*gpu, 8, 1000), 0);
   }
-  // a count that is none is measured again
-  for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json("many"), nlohmann::json(nullptr)}) {
-    SCOPED_TRACE(bad.dump());
-    doc["plans"][shape_class]["plan"]["parts"] = bad;
+  // edited lanes: those the device gives at d 64 (where it guarantees any), or none
+  const vulkan::Lanes lanes = vulkan::decoding_part_lanes(testing::shared_context()->device_report(), 64);
+  for (uint32_t edited : {lanes.count, 0u}) {
+    doc["plans"][shape_class]["plan"]["lanes"] = edited;
+    write(doc.dump());
+    auto gpu = backend();
+    EXPECT_EQ(gpu->decoding_part_lanes(8, 1000, 64), edited);
+    EXPECT_EQ(gpu->tuned_plans()[0].second, (vulkan::DecodingPlan{3, edited}.describe()));
+    EXPECT_EQ(decode_step(*gpu, 8, 1000), 0);
+  }
+  // a count that is none, or lanes the device does not give, are measured again
+  for (auto [field, bad] : {std::pair{"parts", nlohmann::json(0)},
+                            {"parts", nlohmann::json("many")},
+                            {"parts", nlohmann::json(nullptr)},
+                            {"lanes", nlohmann::json(3)},
+                            {"lanes", nlohmann::json(1024)}}) {
+    SCOPED_TRACE(std::string(field) + " " + bad.dump());
+    doc["plans"][shape_class]["plan"]["parts"] = 3;
+    doc["plans"][shape_class]["plan"]["lanes"] = 0;
+    doc["plans"][shape_class]["plan"][field] = bad;
     write(doc.dump());
     auto gpu = backend();
     EXPECT_GT(decode_step(*gpu, 8, 1000), 0);
@@ -602,7 +635,7 @@ TEST_F(Tuning, TheDecodingSplitIsTimedOnNoMoreThanThePassHolds) {
 TEST_F(Tuning, APromptsDecodeIsTimedOnPartOfItsQueries) {
   const auto& device = testing::shared_context()->device_report();
   const tuning::DecodingProblem problem{.rows = 4 * 1024, .keys = 512, .d = 64, .queries = 1024};
-  const auto candidates = tuning::decoding_candidates(1, problem);
+  const auto candidates = tuning::decoding_candidates({1, 0}, problem);
   const tuning::Outcome outcome = tuning::tune_decoding(testing::shared_context(), options(), problem, candidates, nullptr);
   EXPECT_TRUE(outcome.none_ran.empty()) << outcome.none_ran;
   const bool cpu_device = device.type == vk::PhysicalDeviceType::eCpu;

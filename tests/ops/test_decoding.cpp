@@ -15,6 +15,7 @@
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/faults.h"
 #include "engine/vulkan/gemm_plan.h"
+#include "engine/vulkan/step_plans.h"
 #include "reference/reference.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/gpu.h"
@@ -162,11 +163,27 @@ struct Decode {
 void PrintTo(const Decode& a, std::ostream* os) {
   *os << "B=" << a.B << " H=" << a.H << " L=" << a.L << " S=" << a.S << " C=" << a.C << " d=" << a.d;
 }
-// parts: 1, 2, or every key its own part (0 = S)
-class FlashDecoding : public Decoding, public ::testing::WithParamInterface<std::tuple<Decode, int64_t, bool, bool>> {};
+// A device backend whose flash_decoding walks each part with a group of a subgroup's lanes
+// (`lanes`: its _subgroup build), or an invocation a part; none, once the refusal is checked, where
+// lanes are asked of a device that guarantees none.
+std::unique_ptr<VulkanBackend> decoding_backend(bool lanes, VulkanBackendOptions options = {}) {
+  options.flash_decoding_subgroups = lanes;
+  if (lanes && !vulkan::decoding_part_lanes(testing::shared_context()->device_report(), 4)) {
+    testing::expect_error<DeviceError>([&] { VulkanBackend(testing::shared_context(), options); },
+                                       {"flash_decoding_subgroups: ", "guarantees no lanes"});
+    return nullptr;
+  }
+  return std::make_unique<VulkanBackend>(testing::shared_context(), options);
+}
+
+// parts: 1, 2, or every key its own part (0 = S); each part walked by one invocation, or by lanes
+class FlashDecoding : public Decoding,
+                      public ::testing::WithParamInterface<std::tuple<Decode, int64_t, bool, bool, bool>> {};
 TEST_P(FlashDecoding, MatchesReferenceAndFlashAttention) {
-  auto [shape, parts_wanted, causal, padding] = GetParam();
+  auto [shape, parts_wanted, causal, padding, lanes] = GetParam();
   auto [B, H, L, S, C, d] = shape;
+  const auto device = decoding_backend(lanes);
+  if (!device) return;  // refused, as it should be
   const int64_t parts = parts_wanted == 0 ? S : std::min(parts_wanted, S);
   Tensor q = random_tensor({B, H, L, d}, 1), k = random_tensor({B, H, C, d}, 2), v = random_tensor({B, H, C, d}, 3);
   // padding: the last sequence's first keys blocked, the rest open; with B > 1, its first row
@@ -183,7 +200,7 @@ TEST_P(FlashDecoding, MatchesReferenceAndFlashAttention) {
   };
   Tensor cpu_partials, gpu_partials;
   Tensor expected = run(cpu(), &cpu_partials);
-  Tensor actual = run(gpu(), &gpu_partials);
+  Tensor actual = run(*device, &gpu_partials);
   EXPECT_TRUE(all_close(gpu_partials, cpu_partials, {}, {"b", "h", "i", "part", "c"}));
   EXPECT_TRUE(all_close(actual, expected, {}, {"b", "h", "i", "c"}));
 
@@ -204,9 +221,11 @@ TEST_P(FlashDecoding, MatchesReferenceAndFlashAttention) {
   EXPECT_TRUE(all_close(actual, last, {}, {"b", "h", "i", "c"}));
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecoding,
-                         Combine(Values(Decode{1, 1, 1, 1, 1, 1}, Decode{2, 3, 1, 17, 20, 3}, Decode{1, 8, 1, 113, 113, 64},
-                                        Decode{3, 2, 5, 17, 30, 4}, Decode{2, 2, 17, 17, 17, 5}, Decode{1, 4, 1, 1000, 1024, 16}),
-                                 Values(int64_t{1}, int64_t{2}, int64_t{0}), Bool(), Bool()));
+                         Combine(Values(Decode{1, 1, 1, 1, 1, 1}, Decode{2, 3, 1, 17, 20, 3},
+                                        Decode{1, 8, 1, 113, 113, 64}, Decode{3, 2, 5, 17, 30, 4},
+                                        Decode{2, 2, 17, 17, 17, 5}, Decode{1, 4, 1, 1000, 1024, 16},
+                                        Decode{2, 3, 3, 113, 120, 40}),
+                                 Values(int64_t{1}, int64_t{2}, int64_t{0}), Bool(), Bool(), Bool()));
 
 // flash_decoding_combine: where a split has at most a workgroup's parts (64: VulkanBackendOptions::
 // workgroup_size), flash_decoding's own dispatch merges them (its COMBINE build; a GPU's rule,
@@ -214,13 +233,21 @@ INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecoding,
 // two steps' numbers (fold_into_store off: the same merge, shaders/combine_parts.glsl), bit for
 // bit on lavapipe and SwiftShader, 3e-7 relative allowed for a compiler that contracts the merge's
 // arithmetic differently; the reference's to 1e-5; rows that see no key are zeros. The trace says
-// attention_combine was folded, and ran on no dispatch of its own; past 64 parts, and in a trace
-// with values, the two steps run. Two query heads share a cached head where H is even.
+// attention_combine was folded, and ran on no dispatch of its own; past 64 parts (past 128 / G
+// where lanes walk each part, G of them), and in a trace with values, the two steps run. Two
+// query heads share a cached head where H is even.
 class FlashDecodingCombine : public Decoding,
-                             public ::testing::WithParamInterface<std::tuple<Decode, int64_t, bool, bool>> {};
+                             public ::testing::WithParamInterface<std::tuple<Decode, int64_t, bool, bool, bool>> {};
 TEST_P(FlashDecodingCombine, MergesThePartsInItsOwnDispatchWithTheTwoStepsNumbers) {
-  auto [shape, parts_wanted, causal, padding] = GetParam();
+  auto [shape, parts_wanted, causal, padding, lanes] = GetParam();
   auto [B, H, L, S, C, d] = shape;
+  const auto combined = decoding_backend(lanes, {.combine_in_flash_decoding = true});
+  if (!combined) return;  // refused, as it should be
+  const auto apart = decoding_backend(lanes, {.fold_into_store = false});
+  // a workgroup holds whole rows' parts: 64 invocations, or 128 lanes, G a part (G: 1 to 16 here)
+  const uint32_t group =
+      lanes ? vulkan::decoding_part_lanes(testing::shared_context()->device_report(), uint32_t(d)).count : 0;
+  const int64_t most_parts = group ? vulkan::kDecodingLanesWorkgroup / group : 64;
   const int64_t parts = std::min(parts_wanted, S), H_kv = H % 2 == 0 ? H / 2 : H;
   const Tensor q = random_tensor({B, H, L, d}, 1), k = random_tensor({B, H_kv, C, d}, 2),
                v = random_tensor({B, H_kv, C, d}, 3);
@@ -234,17 +261,15 @@ TEST_P(FlashDecodingCombine, MergesThePartsInItsOwnDispatchWithTheTwoStepsNumber
                                                b.upload("k", k), b.upload("v", v), S, padding ? &m : nullptr, causal, 0,
                                                parts));
   };
-  VulkanBackend combined(testing::shared_context(), {.combine_in_flash_decoding = true});
-  VulkanBackend apart(testing::shared_context(), {.fold_into_store = false});
   StepRecorder recorded(false);
   Tensor folded;
   {
-    AttachedTracer attached(combined, recorded);
-    folded = run(combined);
+    AttachedTracer attached(*combined, recorded);
+    folded = run(*combined);
   }
   EXPECT_EQ(folded.shape, (Shape{B, H, L, d}));
   EXPECT_TRUE(all_close(folded, run(cpu()), {}, {"b", "h", "i", "c"})) << "the reference";
-  EXPECT_TRUE(all_close(folded, run(apart), {.atol = 0.0f, .rtol = 3e-7f}, {"b", "h", "i", "c"}))
+  EXPECT_TRUE(all_close(folded, run(*apart), {.atol = 0.0f, .rtol = 3e-7f}, {"b", "h", "i", "c"}))
       << "the device's two steps";
   if (padding && B > 1 && causal) {  // the last sequence's first row saw no key
     for (int64_t h = 0; h < H; ++h)
@@ -256,16 +281,18 @@ TEST_P(FlashDecodingCombine, MergesThePartsInItsOwnDispatchWithTheTwoStepsNumber
   EXPECT_EQ(rows[0].event.op, "flash_decoding");
   EXPECT_TRUE(rows[0].event.folded.empty());
   EXPECT_EQ(rows[1].event.op, "attention_combine");
-  EXPECT_EQ(
-      rows[1].event.folded,
-      parts <= 64 ? "folded into flash_decoding, whose workgroups merged their rows' parts once all were written" : "")
+  EXPECT_EQ(rows[1].event.folded,
+            parts <= most_parts
+                ? "folded into flash_decoding, whose workgroups merged their rows' parts once all were written"
+                : "")
       << parts << " parts";
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecodingCombine,
                          Combine(Values(Decode{1, 1, 1, 1, 1, 1}, Decode{2, 3, 1, 17, 20, 3},
                                         Decode{1, 8, 1, 113, 113, 64}, Decode{3, 2, 5, 17, 30, 4},
-                                        Decode{1, 4, 1, 1000, 1024, 16}),
-                                 Values(int64_t{1}, int64_t{3}, int64_t{64}, int64_t{65}), Bool(), Bool()));
+                                        Decode{1, 4, 1, 1000, 1024, 16}, Decode{2, 3, 3, 113, 120, 40}),
+                                 Values(int64_t{1}, int64_t{3}, int64_t{8}, int64_t{64}, int64_t{65}), Bool(), Bool(),
+                                 Bool()));
 
 // A trace with values runs the two steps, so that it holds the parts; the merged rows are the
 // same numbers as folded.
@@ -301,14 +328,41 @@ TEST_F(Decoding, FlashDecodingMergesItsPartsByTheDevicesRule) {
   EXPECT_FALSE(VulkanBackend(testing::shared_context(), {.combine_in_flash_decoding = false}).combines_parts(8));
   EXPECT_FALSE(VulkanBackend(testing::shared_context(), {.fold_into_store = false, .combine_in_flash_decoding = true})
                    .combines_parts(8));
+  // parts walked by G lanes: a workgroup of 128 lanes holds 128 / G parts
+  const VulkanBackend asked(testing::shared_context(), {.combine_in_flash_decoding = true});
+  EXPECT_TRUE(asked.combines_parts(8, 16));
+  EXPECT_FALSE(asked.combines_parts(9, 16));
+  EXPECT_TRUE(asked.combines_parts(128, 1));
+  EXPECT_FALSE(asked.combines_parts(129, 1));
+}
+
+// By rule a GPU walks each part with lanes where it guarantees them (a power of two up to d's
+// vec4s), a CPU device with one invocation; asked for, as asked.
+TEST_F(Decoding, FlashDecodingWalksPartsWithLanesByTheDevicesRule) {
+  const auto& device = testing::shared_context()->device_report();
+  const vulkan::Lanes lanes = vulkan::decoding_part_lanes(device, 64);
+  const bool cpu_device = device.type == vk::PhysicalDeviceType::eCpu;
+  EXPECT_EQ(gpu().decoding_part_lanes(8, 4096, 64), cpu_device ? 0u : lanes.count);
+  EXPECT_EQ(
+      VulkanBackend(testing::shared_context(), {.flash_decoding_subgroups = false}).decoding_part_lanes(8, 4096, 64),
+      0u);
+  if (!lanes) return;  // decoding_backend() checks the refusal
+  EXPECT_TRUE(std::has_single_bit(lanes.count));
+  EXPECT_LE(lanes.count, 16u) << "d 64: 16 vec4s";
+  VulkanBackend asked(testing::shared_context(), {.flash_decoding_subgroups = true});
+  EXPECT_EQ(asked.decoding_part_lanes(8, 4096, 64), lanes.count);
+  EXPECT_EQ(asked.decoding_part_lanes(8, 4096, 17), std::min(lanes.count, 4u)) << "d 17: 5 vec4s";
+  EXPECT_EQ(asked.decoding_part_lanes(8, 4096, 3), 1u) << "d 3: 1 vec4";
 }
 
 // flash_decoding over caches kept 16-bit: the device widens what the reference holds as float32.
 // With an even H, two query heads share each cached head (grouped-query attention).
-class FlashDecoding16 : public Decoding, public ::testing::WithParamInterface<std::tuple<Decode, Narrow>> {};
+class FlashDecoding16 : public Decoding, public ::testing::WithParamInterface<std::tuple<Decode, Narrow, bool>> {};
 TEST_P(FlashDecoding16, MatchesTheReferenceOnTheRoundedCache) {
-  auto [shape, format] = GetParam();
+  auto [shape, format, lanes] = GetParam();
   auto [B, H, L, S, C, d] = shape;
+  const auto device = decoding_backend(lanes);
+  if (!device) return;  // refused, as it should be
   const int64_t H_kv = H % 2 == 0 ? H / 2 : H;
   Tensor q = random_tensor({B, H, L, d}, 1), k = random_tensor({B, H_kv, C, d}, 2),
          v = random_tensor({B, H_kv, C, d}, 3);
@@ -323,14 +377,14 @@ TEST_P(FlashDecoding16, MatchesTheReferenceOnTheRoundedCache) {
         "attention_combine", b.flash_decoding("flash_decoding", b.upload("q", q), kc, vc, S, nullptr, true, 0, parts)));
   };
   Tensor expected = run(cpu(), false);
-  EXPECT_TRUE(all_close(run(gpu(), false), expected, {}, {"b", "h", "i", "c"}));
+  EXPECT_TRUE(all_close(run(*device, false), expected, {}, {"b", "h", "i", "c"}));
   EXPECT_TRUE(all_close(run(cpu(), true), expected, {0, 0})) << "the reference reads the rounded numbers as they are";
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, FlashDecoding16,
                          Combine(Values(Decode{1, 1, 1, 1, 1, 1}, Decode{2, 3, 1, 17, 20, 3},
                                         Decode{1, 8, 1, 113, 113, 64}, Decode{2, 2, 17, 17, 17, 5},
-                                        Decode{1, 4, 1, 1000, 1024, 16}),
-                                 Values(Narrow::float16, Narrow::bfloat16)));
+                                        Decode{1, 4, 1, 1000, 1024, 16}, Decode{2, 3, 3, 113, 120, 40}),
+                                 Values(Narrow::float16, Narrow::bfloat16), Bool()));
 
 TEST_F(Decoding, TheBackendSplitsLongCachesForFewRows) {
   // one query row of 8 heads over 4096 keys: many parts; a prompt of 512 rows: as many as fill

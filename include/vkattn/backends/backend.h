@@ -250,14 +250,21 @@ class Backend : protected BackendHooks {
   Value flash_decoding_combine(const std::string& decoding_step, const std::string& combine_step, const Value& q,
                                const Value& k, const Value& v, int64_t length, const Value* key_padding_mask,
                                bool causal, int64_t window, int64_t parts = 0);
-  // Whether flash_decoding's own dispatch can merge a split of `parts` (flash_decoding_combine)
-  virtual bool combines_parts(int64_t /*parts*/) const { return false; }
+  // Whether flash_decoding's own dispatch can merge a split of `parts`, each walked by
+  // `part_lanes` lanes (flash_decoding_combine)
+  virtual bool combines_parts(int64_t /*parts*/, uint32_t /*part_lanes*/ = 0) const { return false; }
   // The parts flash_decoding splits `length` keys into for `rows` (B·H·L) query rows of d: by
   // rule, enough (row, part) pairs to fill decoding_lanes() invocations, each part at least 32
   // keys; a VulkanBackend that tunes measures the counts once per shape class instead, on the
   // step's own problem: `queries` (L) rows a head, over `key_rows` (B·H_kv) heads of cached keys
   // (0: one a query head).
   virtual int64_t decoding_parts(int64_t rows, int64_t length, int64_t d, int64_t queries = 1, int64_t key_rows = 0);
+  // The lanes that walk each of those parts together: 0, an invocation a part, unless the backend
+  // has a build for lanes (VulkanBackend on a GPU)
+  virtual uint32_t decoding_part_lanes(int64_t /*rows*/, int64_t /*length*/, int64_t /*d*/, int64_t /*queries*/ = 1,
+                                       int64_t /*key_rows*/ = 0) {
+    return 0;
+  }
   // The invocations a decode step should offer the device: 256 on a CPU, many more on a GPU.
   virtual int64_t decoding_lanes() const { return 256; }
 
@@ -442,6 +449,7 @@ class Backend : protected BackendHooks {
   // decoding_parts())
   struct DecodingSizes {
     int64_t B, H, L, d, C, S, group, parts;
+    uint32_t part_lanes;  // decoding_part_lanes()
   };
   DecodingSizes check_flash_decoding(const std::string& step, const Value& q, const Value& k, const Value& v,
                                      int64_t length, const Value* key_padding_mask, bool causal, int64_t window,

@@ -98,12 +98,15 @@ class BackendHooks {
   // `format`: the cache's numbers (KVCache's dtype); rows are float32, rounded to it as written
   virtual void run_kv_cache_append(const std::string& step, Storage& cache, const Storage& rows, int64_t N, int64_t C,
                                    int64_t T, int64_t d, int64_t position, Narrow format) = 0;
-  // `kv_format`: the caches k and v's numbers (both the same). `combined`: where not null, the
-  // parts merged into it too (attention_combine's output, Backend::flash_decoding_combine)
+  // `part_lanes`: the lanes that walk each part together (0: an invocation a part;
+  // Backend::decoding_part_lanes). `kv_format`: the caches k and v's numbers (both the same).
+  // `combined`: where not null, the parts merged into it too (attention_combine's output,
+  // Backend::flash_decoding_combine)
   virtual void run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
                                   const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials,
                                   int64_t B, int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts,
-                                  float scale, int64_t group, Narrow kv_format, Storage* combined) = 0;
+                                  uint32_t part_lanes, float scale, int64_t group, Narrow kv_format,
+                                  Storage* combined) = 0;
   virtual void run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R,
                                      int64_t parts, int64_t d) = 0;
   virtual void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias,

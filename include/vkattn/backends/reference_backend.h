@@ -47,7 +47,7 @@ class ReferenceBackend final : public Backend {
   // The caches hold float32 numbers already rounded to their format (kv_cache_append): read as they are
   void run_flash_decoding(const std::string&, const Storage& q, const Storage& k, const Storage& v,
                           const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials, int64_t B,
-                          int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts, float scale,
+                          int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts, uint32_t, float scale,
                           int64_t group, Narrow, Storage* combined) override;
   void run_attention_combine(const std::string&, const Storage& partials, Storage& out, int64_t R, int64_t parts,
                              int64_t d) override;

@@ -25,6 +25,7 @@ class Recorder;
 struct GemmPlan;
 struct RowPlan;
 struct FlashPlan;
+struct DecodingPlan;
 enum class Op : uint8_t;  // engine/vulkan/ops.h
 }  // namespace vulkan
 
@@ -95,6 +96,11 @@ struct VulkanBackendOptions {
   // on a GPU; not on a CPU device, where the barrier it needs made lavapipe's flash_decoding
   // slower than the dispatch it saves (docs/gpu.md).
   std::optional<bool> combine_in_flash_decoding;
+  // flash_decoding's parts each walked by a group of a subgroup's lanes together, a lane a vec4 of
+  // every key's row (its _subgroup build; vulkan::decoding_part_lanes): true where the device
+  // guarantees lanes (DeviceError elsewhere), false an invocation a part. Unset: on a GPU that
+  // guarantees them, where tuning measures both; not on a CPU device, whose lanes are few.
+  std::optional<bool> flash_decoding_subgroups;
   // The GEMMs' products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
   // COOPMAT tiling): linear's x and W, attention_scores' Q and K, attention_values' P and V rounded
   // to float16 as they are read, as torch's float16 matmul has them, so results are float16's, not
@@ -130,7 +136,10 @@ class VulkanBackend final : public Backend {
   // as copies (VulkanBackendOptions::fold_layout_steps): lesson 07 runs both.
   void fold_layout_steps(bool fold) override;
   bool folds_into_store() const override;
-  bool combines_parts(int64_t parts) const override;
+  bool combines_parts(int64_t parts, uint32_t part_lanes = 0) const override;
+  // The lanes of the plan decoding_parts() chose (or, asked for, flash_decoding_subgroups's)
+  uint32_t decoding_part_lanes(int64_t rows, int64_t length, int64_t d, int64_t queries = 1,
+                               int64_t key_rows = 0) override;
   // The internals, for vkattn's own tools and tests (engine/vulkan/*.h define them).
   const vulkan::Context& context() const;
   const vulkan::Recorder& recorder() const;
@@ -204,8 +213,8 @@ class VulkanBackend final : public Backend {
                            int64_t T, int64_t d, int64_t position, Narrow format) override;
   void run_flash_decoding(const std::string& step, const Storage& q, const Storage& k, const Storage& v,
                           const Storage* key_padding_mask, bool causal, int64_t window, Storage& partials, int64_t B,
-                          int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts, float scale,
-                          int64_t group, Narrow kv_format, Storage* combined) override;
+                          int64_t H, int64_t L, int64_t C, int64_t S, int64_t d, int64_t parts, uint32_t part_lanes,
+                          float scale, int64_t group, Narrow kv_format, Storage* combined) override;
   void run_attention_combine(const std::string& step, const Storage& partials, Storage& out, int64_t R, int64_t parts,
                              int64_t d) override;
   void run_layer_norm(const std::string& step, const Storage& x, const Storage& weight, const Storage& bias, Storage& y,
@@ -250,6 +259,10 @@ class VulkanBackend final : public Backend {
   const vulkan::FlashPlan& flash_plan_for(int64_t heads, int64_t L, int64_t S, int64_t d, bool causal);
   // softmax's or layer_norm's plan for `rows` rows of `cols`: as gemm_plan_for.
   const vulkan::RowPlan& row_plan_for(const std::string& step, int64_t rows, int64_t cols);
+  // flash_decoding's split and lanes (decoding_parts' arguments): as gemm_plan_for, from 128 keys
+  vulkan::DecodingPlan decoding_plan(int64_t rows, int64_t length, int64_t d, int64_t queries, int64_t key_rows);
+  // The lanes a part gets at head dim d where they share parts, else 0
+  uint32_t part_lanes_rule(int64_t d) const;
   // How run_gemm runs C (batch, M, N) = A (batch, M, K) · B through `name`'s shader (arguments as
   // its; b_format: B kept 16-bit, read from its storage buffer or as RG32UI texels, never packed,
   // or not): the plan, and whether and how large B packed (in the .cpp).
