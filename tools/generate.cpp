@@ -231,14 +231,15 @@ int run_generate(const GenerateArgs& a) {
   }
   auto backend = make_watched_backend(a.backend, a.device);
   const size_t prompt_tokens = tokens.size();
-  Generation generation(*backend, model, std::move(tokens),
-                        {.max_new_tokens = a.max_new_tokens,
-                         .temperature = a.temperature,
-                         .top_k = a.top_k,
-                         .seed = a.seed,
-                         .use_cache = !a.no_cache,
-                         .cache_dtype = narrow_named(a.cache_dtype),
-                         .eos_token_id = loaded.eos_token_id});
+  const GenerationOptions options{.max_new_tokens = a.max_new_tokens,
+                                  .temperature = a.temperature,
+                                  .top_k = a.top_k,
+                                  .seed = a.seed,
+                                  .use_cache = !a.no_cache,
+                                  .cache_dtype = narrow_named(a.cache_dtype),
+                                  .eos_token_id = loaded.eos_token_id};
+  const std::vector<int64_t> prompt_ids = tokens;  // --json: the prompt's pass timed again, warm
+  Generation generation(*backend, model, std::move(tokens), options);
   const KVCache* cache = generation.cache();
   const bool progress = !a.json && isatty(STDERR_FILENO);
   if (!a.json) std::cout << a.prompt << std::flush;
@@ -280,12 +281,18 @@ int run_generate(const GenerateArgs& a) {
   const std::string mode = std::string(a.temperature == 0.0 ? "greedy" : "sampled") +
                            (a.no_cache ? ", recomputing every position (--no-cache)" : ", with the KV cache");
   if (a.json) {
+    // the prompt's pass again, its pipelines made and the weights on the device: as a warm call
+    Generation again(*backend, model, prompt_ids, options);
+    start = Clock::now();
+    again.prompt_pass();
+    const double warm_prompt_ms = ms_since(start);
     nlohmann::json out = {{"prompt", a.prompt},
                           {"prompt_tokens", prompt_tokens},
                           {"text", text},
                           {"tokens", generated},
                           {"stopped_at_end_of_text", stopped},
                           {"prompt_ms", prompt_ms},
+                          {"warm_prompt_ms", warm_prompt_ms},
                           {"ms_per_token", per_token_ms},
                           {"first_forward_ms", first_forward_ms},
                           {"tokens_per_second", per_token_ms > 0 ? 1000.0 / per_token_ms : 0.0},

@@ -1054,6 +1054,9 @@ TEST_F(CliRun, GenerateFromAHubFolderEqualsTorchTokenForToken) {
       EXPECT_EQ(out["tokens"], expected["tokens"]) << name << " on " << backend;
       EXPECT_EQ(out["text"], expected["text"]);
       EXPECT_EQ(out["stopped_at_end_of_text"], false);
+      // the prompt's pass timed twice: the first makes pipelines, the second is warm
+      EXPECT_GT(out["prompt_ms"].get<double>(), 0.0);
+      EXPECT_GT(out["warm_prompt_ms"].get<double>(), 0.0);
     }
   }
   const std::string model = VKATTN_SOURCE_DIR "/models/tiny_gpt2";
