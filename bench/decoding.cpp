@@ -10,7 +10,7 @@
 //
 //   bench_decoding [--contexts 256,1024,4096] [--tokens 9] [--backend gpu|cpu] [--parts 0,1,8,32]
 //                  [--gemv-rows 0|8] [--early-dispatches N] [--cache-dtype F32|F16|BF16]
-//                  [--unfolded-stores] [--steps]
+//                  [--part-lanes true|false] [--unfolded-stores] [--steps]
 //
 // --parts times each context under each of flash_decoding's key splits (0: the backend's choice).
 // --gemv-rows: linear for at most that many rows as a GEMV (shaders/gemv.glsl; 0: the GEMM's
@@ -20,9 +20,12 @@
 // (VulkanBackendOptions::fold_into_store).
 // --steps: after the table, one more decode step a row, shape-traced, its time by op
 // (timestamps on the GPU) against its wall time: what a token's time is spent on, and how much
-// of it is not the device's steps (the host's checks and recording, submission, the readback).
+// of it is not the device's steps (the host's checks and recording, submission, the readback);
+// and the bytes flash_decoding must read of the caches against its time and the device's measured
+// bandwidth (VulkanBackend::measure_peak, after the timed steps).
+// --part-lanes: flash_decoding's parts walked by lanes of a subgroup together, or by one
+// invocation, instead of the device's rule (VulkanBackendOptions::flash_decoding_subgroups).
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
@@ -35,6 +38,8 @@
 
 #include "bench/median.h"
 #include "vkattn/backends/make_backend.h"
+#include "vkattn/backends/roofline.h"
+#include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/modules/causal_lm.h"
 #include "vkattn/tracing/tracer.h"
@@ -83,6 +88,52 @@ class TimedSteps : public StepRecorder {
 //   the steps' time 1.90 ms, from the first's start to the last's end 2.40 ms; the rest of the
 //   4.31 ms (outside the steps: the host's checks and recording, submission, the readback): 1.91 ms
 //   of which on the host before the readback (checks, preflight sizing, recording): 0.52 ms
+// The device time of the step's `op` dispatches, in µs
+double op_us(const TimedSteps& steps, const std::string& op) {
+  const auto& times = steps.pass_end().step_times;
+  double us = 0;
+  for (size_t i = 0; i < steps.steps().size() && i < times.size(); ++i) {
+    if (steps.steps()[i].event.op == op && steps.steps()[i].event.folded.empty()) us += times[i].duration_us;
+  }
+  return us;
+}
+
+// What flash_decoding must read of the caches: their keys and values at the positions filled
+struct CacheRead {
+  double bytes = 0;
+  std::string what;  // "4105 positions, 64.1 MiB\n  (2 · 4 layers · 8 heads · 64 · 4 bytes a position)"
+};
+CacheRead cache_read(const KVCache& cache) {
+  const int64_t element = cache.dtype() == Narrow::none ? 4 : 2;
+  const double bytes =
+      2.0 * double(cache.layers() * cache.batch() * cache.heads() * cache.length() * cache.head_dim() * element);
+  std::ostringstream what;
+  what << std::fixed << std::setprecision(1) << cache.length() << " positions, " << bytes / (1 << 20) << " MiB\n  (2 · "
+       << cache.layers() << (cache.layers() == 1 ? " layer · " : " layers · ") << cache.heads() << " heads · "
+       << cache.head_dim() << " · " << element << " bytes a position)";
+  return {bytes, what.str()};
+}
+
+// Those bytes against the time flash_decoding's dispatches took, `us`, and the device's measured
+// bandwidth (the "≥ 50 % of HBM bandwidth for the bytes it must read"):
+//   flash_decoding read the caches' 4105 positions, 64.1 MiB
+//     (2 · 4 layers · 8 heads · 64 · 4 bytes a position), in 1.19 ms: 56.5 GB/s,
+//     1.2 % of the device's 4612.0 GB/s
+//     (measured by the device's clock (peak_flops.comp, …; peak_bytes.comp, 64 MiB))
+std::string cache_read_line(const CacheRead& read, double us, const DevicePeak* peak) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(2) << "flash_decoding read the caches' " << read.what << ", in " << us / 1e3
+      << " ms: " << std::setprecision(1) << read.bytes / us / 1e3 << " GB/s";
+  if (peak && peak->bytes > 0) {
+    const double share = read.bytes / us * 1e6 / peak->bytes;
+    out << ",\n  " << 100 * share << " % of the device's " << peak->bytes / 1e9 << " GB/s\n  (measured " << peak->how
+        << ")";
+    if (share > 1) out << "\n  (more than the peak: caches this small may be read from the device's own cache)";
+  }
+  out << "\n";
+  return out.str();
+}
+
 std::string step_breakdown(const TimedSteps& steps, double wall_ms) {
   const auto& times = steps.pass_end().step_times;
   struct Op {
@@ -196,7 +247,12 @@ int main(int argc, char** argv) {
                          : cache_dtype == "BF16" ? Narrow::bfloat16
                                                  : Narrow::none;
     std::mt19937 rng(0);
-    std::vector<std::string> breakdowns;  // --steps
+    struct Breakdown {
+      std::string text;
+      double decoding_us;
+      CacheRead read;
+    };
+    std::vector<Breakdown> breakdowns;  // --steps
     std::cout << "CausalLM: " << layers << " layers, E " << E << ", " << H << " heads, feed-forward " << F << ", vocab "
               << V << ", B = 1, a " << narrow_name(dtype) << " cache,\non " << backend->name() << " ("
               << backend->device_name() << ")\n"
@@ -249,7 +305,8 @@ int main(int argc, char** argv) {
           title << "context " << context << (asked ? ", parts " + std::to_string(asked) : "")
                 << ": one decode step, shape-traced, " << std::fixed << std::setprecision(2) << wall << " ms ("
                 << steps.pass_end().clock << " clock for the steps)\n";
-          breakdowns.push_back(title.str() + step_breakdown(steps, wall));
+          breakdowns.push_back(
+              {title.str() + step_breakdown(steps, wall), op_us(steps, "flash_decoding"), cache_read(cache)});
         }
         // the split the last step ran (its length is context + tokens - 1 positions)
         const int64_t parts =
@@ -267,7 +324,13 @@ int main(int argc, char** argv) {
               << "parts: flash_decoding's key split (*: the backend's choice)\n"
               << "lanes: those of a subgroup that walk each part together (0: one invocation a part)\n"
               << "cache MiB = 2 · layers · B · H · capacity · d · " << (dtype == Narrow::none ? 4 : 2) << " bytes\n";
-    for (const std::string& breakdown : breakdowns) std::cout << "\n" << breakdown;
+    // the bandwidth flash_decoding's reads are held against: measured after the timed steps
+    std::optional<DevicePeak> peak;
+    if (auto* gpu = dynamic_cast<VulkanBackend*>(backend.get()); gpu && !breakdowns.empty()) peak = gpu->measure_peak();
+    for (const Breakdown& b : breakdowns) {
+      std::cout << "\n" << b.text;
+      if (b.decoding_us > 0) std::cout << cache_read_line(b.read, b.decoding_us, peak ? &*peak : nullptr);
+    }
   } catch (const std::exception& e) {
     std::cerr << "bench_decoding: " << e.what() << "\n";
     return 1;
