@@ -340,21 +340,38 @@ const uint A_QUADS = BLOCK_M * DEPTH / 4u, B_QUADS = BLOCK_N * DEPTH / 4u;
 const uint A_LOADS = (A_QUADS + INVOCATIONS - 1u) / INVOCATIONS, B_LOADS = (B_QUADS + INVOCATIONS - 1u) / INVOCATIONS;
 
 #ifdef COOPMAT
-// the two tiles of each input one after the other (the cooperative loads take a plain array)
-shared float16_t tile_a[2u * BLOCK_M * DEPTH];  // [s·BLOCK_M·DEPTH + i·DEPTH + k] = A[n, i0 + i, k0 + k]
-shared float16_t tile_b[2u * BLOCK_N * DEPTH];  // [s·BLOCK_N·DEPTH + j·DEPTH + k] = B(n, k0 + k, j0 + j),
-                                                // or [… + k·BLOCK_N + j] where B is stored (K, N)
+// The two tiles of each input one after the other (the cooperative loads take a plain array), each
+// row PAD float16 longer than its data: at DEPTH 32 a row is 64 bytes, and a cooperative load's
+// rows would fall on the same banks of shared memory every other row; 80 bytes apart, 8
+// successive rows cover 128 bytes, every bank once (and every row starts on 16 bytes, as the
+// loads need). vulkan::MatrixProducts::shared_bytes counts it.
+const uint PAD = 8u;
+const uint A_STRIDE = DEPTH + PAD;  // tile_a[s·A_TILE + i·A_STRIDE + k] = A[n, i0 + i, k0 + k]
+const uint A_TILE = BLOCK_M * A_STRIDE;
+#ifdef B_IS_K_BY_N
+const uint B_STRIDE = BLOCK_N + PAD;  // tile_b[s·B_TILE + k·B_STRIDE + j] = B(n, k0 + k, j0 + j)
+const uint B_TILE = DEPTH * B_STRIDE;
+const uint B_ROW_QUADS = BLOCK_N / 4u;  // quads of a row of the tile
+#else
+const uint B_STRIDE = DEPTH + PAD;  // tile_b[s·B_TILE + j·B_STRIDE + k] = B(n, k0 + k, j0 + j)
+const uint B_TILE = BLOCK_N * B_STRIDE;
+const uint B_ROW_QUADS = DEPTH / 4u;
+#endif
+shared float16_t tile_a[2u * A_TILE];
+shared float16_t tile_b[2u * B_TILE];
 shared float results[4u * MATRIX_M * MATRIX_N];  // a subgroup's accumulator on its way out
 
-// Quad `e` of either tile (fetch_a's, fetch_b's), rounded to float16, at [row · DEPTH + k]: the
-// quad's own place, 4·e
+// Quad `e` of either tile (fetch_a's, fetch_b's), rounded to float16, at its row e / (quads a row)
+// and its place in the row
 void stash_a(uint s, uint e, vec4 v) {
   if (e >= A_QUADS) return;
-  for (uint t = 0u; t < 4u; ++t) tile_a[s * BLOCK_M * DEPTH + 4u * e + t] = float16_t(v[t]);
+  uint at = s * A_TILE + e / (DEPTH / 4u) * A_STRIDE + e % (DEPTH / 4u) * 4u;
+  for (uint t = 0u; t < 4u; ++t) tile_a[at + t] = float16_t(v[t]);
 }
 void stash_b(uint s, uint e, vec4 v) {
   if (e >= B_QUADS) return;
-  for (uint t = 0u; t < 4u; ++t) tile_b[s * BLOCK_N * DEPTH + 4u * e + t] = float16_t(v[t]);
+  uint at = s * B_TILE + e / B_ROW_QUADS * B_STRIDE + e % B_ROW_QUADS * 4u;
+  for (uint t = 0u; t < 4u; ++t) tile_b[at + t] = float16_t(v[t]);
 }
 #else
 shared vec4 tile_a[2][DEPTH][BLOCK_M / 4u];  // tile_a[s][k][i / 4][i % 4] = A[n, i0 + i, k0 + k]
@@ -449,13 +466,13 @@ void gemm_coopmat() {
       MATRIX_A a[TILE_M];
       MATRIX_B b[TILE_N];
       for (uint r = 0u; r < TILE_M; ++r) {
-        LOAD_ROWS(a[r], tile_a, s * BLOCK_M * DEPTH + (sm * TILE_M + r) * MATRIX_M * DEPTH + kk, DEPTH);
+        LOAD_ROWS(a[r], tile_a, s * A_TILE + (sm * TILE_M + r) * MATRIX_M * A_STRIDE + kk, A_STRIDE);
       }
       for (uint q = 0u; q < TILE_N; ++q) {
 #ifdef B_IS_K_BY_N
-        LOAD_ROWS(b[q], tile_b, s * BLOCK_N * DEPTH + kk * BLOCK_N + (sn * TILE_N + q) * MATRIX_N, BLOCK_N);
+        LOAD_ROWS(b[q], tile_b, s * B_TILE + kk * B_STRIDE + (sn * TILE_N + q) * MATRIX_N, B_STRIDE);
 #else
-        LOAD_COLUMNS(b[q], tile_b, s * BLOCK_N * DEPTH + (sn * TILE_N + q) * MATRIX_N * DEPTH + kk, DEPTH);
+        LOAD_COLUMNS(b[q], tile_b, s * B_TILE + (sn * TILE_N + q) * MATRIX_N * B_STRIDE + kk, B_STRIDE);
 #endif
       }
       for (uint r = 0u; r < TILE_M; ++r) {

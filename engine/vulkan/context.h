@@ -6,6 +6,7 @@
 // virtual > CPU (Mesa's lavapipe is a CPU device, and a valid one). VKATTN_DEVICE picks one by
 // index or by a case-insensitive substring of its name. VKATTN_VALIDATION=1 turns on
 // VK_LAYER_KHRONOS_validation with its messages routed through spdlog and counted.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -32,12 +33,16 @@ struct MatrixProducts {
   explicit operator bool() const { return extension != nullptr; }
 
   // gemm.glsl's COOPMAT tiling: four subgroups, each kTiles × kTiles accumulators, K walked kDepth
-  // at a time through two shared tiles of each input in float16, and an m × n float32 tile a
-  // subgroup on the accumulators' way out
-  static constexpr uint32_t kTiles = 4, kDepth = 32;
+  // at a time through two shared tiles of each input in float16, each row kPad longer than its
+  // data (B's rows are block_n() long where it is stored (K, N)), and an m × n float32 tile a
+  // subgroup on the accumulators' way out: 44 KiB at 16 × 16
+  static constexpr uint32_t kTiles = 4, kDepth = 32, kPad = 8;
   uint32_t block_m() const { return 2 * m * kTiles; }
   uint32_t block_n() const { return 2 * n * kTiles; }
-  uint32_t shared_bytes() const { return 2 * (block_m() + block_n()) * kDepth * 2 + 4 * m * n * 4; }
+  uint32_t shared_bytes() const {
+    const uint32_t b_tile = std::max(block_n() * (kDepth + kPad), kDepth * (block_n() + kPad));
+    return 2 * (block_m() * (kDepth + kPad) + b_tile) * 2 + 4 * m * n * 4;
+  }
 };
 
 struct DeviceReport {

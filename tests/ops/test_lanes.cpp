@@ -166,6 +166,39 @@ TEST(Lanes, AGpuRunsAFewRowsLinearAsAGemvAndACpuDeviceNever) {
   EXPECT_NO_THROW(check_gemv_rows(kGemvRows, lavapipe(8)));  // asked for: any device with the workgroup
 }
 
+// flash_decoding's parts get a power of two of lanes, at most d's vec4s and the guaranteed lanes;
+// `vkattn devices` lists them for a GPU, and an invocation a part for a CPU device
+TEST(Lanes, FlashDecodingPartsGetAsManyLanesAsARowHasVec4s) {
+  const DeviceReport nvidia = gpu(32, 32, 32);
+  EXPECT_EQ(decoding_part_lanes(nvidia, 64).count, 16u);
+  EXPECT_EQ(decoding_part_lanes(nvidia, 128).count, 32u);
+  EXPECT_EQ(decoding_part_lanes(nvidia, 256).count, 32u);
+  EXPECT_EQ(decoding_part_lanes(nvidia, 17).count, 4u);  // 5 vec4s
+  EXPECT_EQ(decoding_part_lanes(nvidia, 1).count, 1u);
+  EXPECT_EQ(decoding_part_lanes(lavapipe(8), 64).count, 8u);
+  EXPECT_EQ(decoding_part_lanes(lavapipe(4), 64).count, 4u);
+  EXPECT_FALSE(decoding_part_lanes(gpu(32, 0, 0), 64)) << "no size control: no lanes to count on";
+  const auto listed = [](const DeviceReport& d) {
+    for (const StepPlan& p : step_plans(d)) {
+      if (p.steps == "flash_decoding") return p.variant;
+    }
+    return std::string("none");
+  };
+  EXPECT_EQ(listed(nvidia), "a part of the keys per 16 lanes at d 64");
+  EXPECT_EQ(listed(lavapipe(8)), "a part of the keys per invocation");
+}
+
+// The float16 products' tiles, their rows padded, fit the 48 KiB of shared memory NVIDIA gives a
+// Vulkan workgroup at 16 × 16 × 16
+TEST(Lanes, TheFloat16ProductsTilesFitFortyEightKibibytes) {
+  const MatrixProducts nvidia{"VK_NV_cooperative_matrix", 16, 16, 16, 32};
+  EXPECT_EQ(nvidia.block_m(), 128u);
+  EXPECT_EQ(nvidia.shared_bytes(), 2u * (128 * 40 + 128 * 40) * 2 + 4 * 256 * 4);
+  EXPECT_LE(nvidia.shared_bytes(), 48u << 10);
+  const MatrixProducts lavapipe_khr{"VK_KHR_cooperative_matrix", 8, 8, 8, 8};
+  EXPECT_EQ(lavapipe_khr.shared_bytes(), 2u * (64 * 40 + 64 * 40) * 2 + 4 * 64 * 4);
+}
+
 TEST(Lanes, MissingOperationsAndTheSwitchTurnSubgroupsOff) {
   DeviceReport d = lavapipe(8);
   d.subgroup_shuffle = false;
