@@ -41,7 +41,8 @@ struct VulkanBackendOptions {
   std::optional<uint32_t> gemv_rows;
   // Steps may use subgroups where the device guarantees their lanes (vulkan/lanes.h): the GEMMs'
   // broadcast tiling on CPU devices, softmax and layer_norm a row per subgroup, flash_attention
-  // rows per subgroup. false forces every subgroup-free variant, as VKATTN_SUBGROUPS=off does.
+  // rows per subgroup, flash_decoding's parts walked by lanes on a GPU. false forces every
+  // subgroup-free variant, as VKATTN_SUBGROUPS=off does.
   bool subgroups = true;
   // flash_attention: query rows per subgroup; 0 = the device's choice (two per lane on a CPU
   // device, at most 8 on a GPU). Tests run both on lavapipe.
