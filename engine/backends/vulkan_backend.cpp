@@ -109,6 +109,7 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
   vulkan::check_gemm_plan(s_->gemm, s_->device);
   s_->gemv_rows = options.gemv_rows.value_or(options.gemm ? 0 : vulkan::gemv_rule(s_->device));
   vulkan::check_gemv_rows(s_->gemv_rows, s_->device);
+  // (at any d: whether the device guarantees lanes at all)
   if (const vulkan::Lanes lanes = vulkan::decoding_part_lanes(s_->device, 4);
       options.flash_decoding_subgroups.value_or(false) && !lanes) {
     throw DeviceError("flash_decoding_subgroups: '" + s_->device.name + "' guarantees no lanes: " + lanes.why);
