@@ -26,6 +26,7 @@
 // --part-lanes: flash_decoding's parts walked by lanes of a subgroup together, or by one
 // invocation, instead of the device's rule (VulkanBackendOptions::flash_decoding_subgroups).
 #include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <iomanip>

@@ -109,10 +109,11 @@ VulkanBackend::VulkanBackend(std::shared_ptr<vulkan::Context> context, Options o
   vulkan::check_gemm_plan(s_->gemm, s_->device);
   s_->gemv_rows = options.gemv_rows.value_or(options.gemm ? 0 : vulkan::gemv_rule(s_->device));
   vulkan::check_gemv_rows(s_->gemv_rows, s_->device);
-  // (at any d: whether the device guarantees lanes at all)
-  if (const vulkan::Lanes lanes = vulkan::decoding_part_lanes(s_->device, 4);
-      options.flash_decoding_subgroups.value_or(false) && !lanes) {
-    throw DeviceError("flash_decoding_subgroups: '" + s_->device.name + "' guarantees no lanes: " + lanes.why);
+  s_->decoding_lanes =
+      vulkan::guaranteed_lanes(s_->device, vulkan::SubgroupOps::shuffle, 0, vulkan::kDecodingLanesWorkgroup);
+  if (options.flash_decoding_subgroups.value_or(false) && !s_->decoding_lanes) {
+    throw DeviceError("flash_decoding_subgroups: '" + s_->device.name +
+                      "' guarantees no lanes: " + s_->decoding_lanes.why);
   }
   s_->rows = options.rows ? *options.rows : vulkan::plan_rows(s_->device, s_->options.workgroup_size);
   vulkan::check_row_plan(s_->rows, s_->device, s_->options.workgroup_size);
@@ -604,11 +605,9 @@ void VulkanBackend::run_flash_decoding(const std::string& step, const Storage& q
     // a workgroup of kDecodingLanesWorkgroup lanes, part_lanes a unit; COMBINE: whole rows' units
     const uint32_t slots = vulkan::kDecodingLanesWorkgroup / part_lanes;
     const uint64_t per_group = combined ? slots / u32(parts) * u32(parts) : slots;
-    const uint32_t lanes =
-        vulkan::guaranteed_lanes(s_->device, vulkan::SubgroupOps::shuffle, 0, vulkan::kDecodingLanesWorkgroup).count;
     constants.push_back(part_lanes);
-    const auto& kern = kernel(vulkan::Op::flash_decoding, constants, vulkan::kDecodingLanesWorkgroup, 0, lanes,
-                              "flash_decoding_subgroup");
+    const auto& kern = kernel(vulkan::Op::flash_decoding, constants, vulkan::kDecodingLanesWorkgroup, 0,
+                              s_->decoding_lanes.count, "flash_decoding_subgroup");
     dispatch(step, kern, buffers, params, ceil_div(units, per_group), true, false, /*partials, merged rows*/ 2);
     return;
   }

@@ -39,6 +39,9 @@ struct VulkanBackend::State {
   vulkan::DeviceReport device;  // the context's, with the subgroups switch off when options say so
   vulkan::GemmPlan gemm;
   uint32_t gemv_rows = 0;  // linear for at most this many rows as the GEMV
+  // flash_decoding_subgroup's required lanes (vulkan::kDecodingLanesWorkgroup; count 0: none),
+  // asked of the device once, not on each decode step
+  vulkan::Lanes decoding_lanes;
   vulkan::RowPlan rows;
   vulkan::FlashPlan flash;
   vulkan::FlashPlan fallback_flash;  // the subgroup plan: where a tiled plan's tiles outgrow shared memory

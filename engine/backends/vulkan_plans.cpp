@@ -110,7 +110,7 @@ const vulkan::RowPlan& VulkanBackend::row_plan_for(const std::string& step, int6
 uint32_t VulkanBackend::part_lanes_rule(int64_t d) const {
   const bool gpu = s_->device.type != vk::PhysicalDeviceType::eCpu;
   if (!s_->options.flash_decoding_subgroups.value_or(gpu)) return 0;
-  return vulkan::decoding_part_lanes(s_->device, uint32_t(d)).count;  // 0 where none: the constructor refused an ask
+  return vulkan::decoding_part_lanes(s_->decoding_lanes.count, uint32_t(d));  // 0 where none: an ask was refused
 }
 
 vulkan::DecodingPlan VulkanBackend::decoding_plan(int64_t rows, int64_t length, int64_t d, int64_t queries,
@@ -123,7 +123,7 @@ vulkan::DecodingPlan VulkanBackend::decoding_plan(int64_t rows, int64_t length, 
   auto it = s_->decoding_plans.find(shape_class);
   if (it == s_->decoding_plans.end()) {
     // lanes the device no longer gives at this d (another build, other switches): measured again
-    const uint32_t lanes = vulkan::decoding_part_lanes(s_->device, uint32_t(d)).count;
+    const uint32_t lanes = vulkan::decoding_part_lanes(s_->decoding_lanes.count, uint32_t(d));
     auto plan = remembered<vulkan::DecodingPlan>(
         *s_->cache, shape_class, s_->device, &tuning::decoding_plan_from_json,
         [lanes](const vulkan::DecodingPlan& read, const vulkan::DeviceReport&) {

@@ -182,13 +182,17 @@ std::string DecodingPlan::describe() const {
   return lanes ? split + " of " + std::to_string(lanes) + (lanes == 1 ? " lane" : " lanes") : split;
 }
 
-Lanes decoding_part_lanes(const DeviceReport& device, uint32_t d) {
-  Lanes lanes = guaranteed_lanes(device, SubgroupOps::shuffle, 0, kDecodingLanesWorkgroup);
-  if (!lanes) return lanes;
+uint32_t decoding_part_lanes(uint32_t lanes, uint32_t d) {
+  if (lanes == 0) return 0;
   const auto vec4s = uint32_t(std::max<uint64_t>(ceil_div(d, 4), 1));
   uint32_t part_lanes = 1;
-  while (part_lanes * 2 <= std::min(vec4s, lanes.count)) part_lanes *= 2;
-  return {part_lanes, lanes.why};
+  while (part_lanes * 2 <= std::min(vec4s, lanes)) part_lanes *= 2;
+  return part_lanes;
+}
+
+Lanes decoding_part_lanes(const DeviceReport& device, uint32_t d) {
+  Lanes lanes = guaranteed_lanes(device, SubgroupOps::shuffle, 0, kDecodingLanesWorkgroup);
+  return lanes ? Lanes{decoding_part_lanes(lanes.count, d), lanes.why} : lanes;
 }
 
 std::vector<StepPlan> step_plans(const DeviceReport& device, uint32_t workgroup_size) {

@@ -108,6 +108,9 @@ constexpr uint32_t kDecodingLanesWorkgroup = 128;
 // the lanes the device guarantees its workgroup (a lane a vec4 of a key's row, d 64 on 32 lanes:
 // 16); 0 where it guarantees none (the switches, no shuffles or subgroup size control), with why.
 Lanes decoding_part_lanes(const DeviceReport& device, uint32_t d);
+// The same where `lanes` are guaranteed that workgroup (0: none), with no device to ask: the
+// backend's, on a decode step's path, from the count it keeps
+uint32_t decoding_part_lanes(uint32_t lanes, uint32_t d);
 
 // One line of `vkattn devices`: the steps, the variant that runs them, its lanes and why.
 struct StepPlan {
