@@ -79,6 +79,7 @@
 #endif
 #ifdef COOPMAT
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
 #ifdef COOPMAT_KHR
 #extension GL_KHR_cooperative_matrix : require
 #else
@@ -95,6 +96,9 @@
 #include "common.glsl"
 #include "sixteen_bit.glsl"
 #include "activations.glsl"
+#ifdef COOPMAT
+#include "matrices.glsl"
+#endif
 
 layout(constant_id = 1) const bool VEC4 = false;     // rows of A and B are whole vec4s
 layout(constant_id = 2) const bool HAS_BIAS = false; // add bias[j]
@@ -113,14 +117,6 @@ layout(constant_id = 11) const uint B_FORMAT = 0u;   // B stored float32 (0), fl
                                                      // (2, sixteen_bit.glsl)
 layout(constant_id = 12) const uint ACTIVATION = 0u; // the folded activation's number, or 0
 layout(constant_id = 13) const bool RESIDUAL = false; // add residual[at] (RESIDUAL_BINDING)
-#ifdef COOPMAT_KHR
-// the device's configuration of float16 A (M × K) and B (K × N) into float32 C (M × N)
-layout(constant_id = 14) const uint MATRIX_M = 16u;
-layout(constant_id = 15) const uint MATRIX_N = 16u;
-layout(constant_id = 16) const uint MATRIX_K = 16u;
-#else
-const uint MATRIX_M = 16u, MATRIX_N = 16u, MATRIX_K = 16u;  // NVIDIA's 16 × 16 × 16
-#endif
 const uint ROW_SETS = (TILE_M + LANES - 1u) / LANES;  // broadcast: rows of A each lane loads
 
 #ifdef TEXEL_INPUTS
@@ -297,34 +293,24 @@ void gemm_broadcast() {
 #else
 // ---- a block of C a workgroup: shared-memory tiles, or float16 products on cooperative matrices -
 #ifdef COOPMAT
-// A workgroup of four subgroups of LANES lanes owns a BLOCK_M × BLOCK_N block of C, a subgroup the
-// (MATRIX_M·TILE_M) × (MATRIX_N·TILE_N) quarter at (sm, sn) = (id / 2, id % 2): TILE_M × TILE_N
-// accumulators of MATRIX_M × MATRIX_N float32, each a sum of products of float16 matrices of
-// MATRIX_M × MATRIX_K and MATRIX_K × MATRIX_N (a subgroup's). A and B are rounded to float16 as they
-// are stashed, each quad where fetch_a and fetch_b number it: A's tile row-major (i, k), B's (j, k)
-// where B is stored (N, K), read by the cooperative loads as B column-major, and (k, j) where it is
-// stored (K, N), read row-major. The results go through a shared MATRIX_M × MATRIX_N tile a
-// subgroup to store_c (bias, scale, C_HEADS, edges), one accumulator at a time. DEPTH is a
-// multiple of MATRIX_K.
-const uint SUBGROUPS_M = 2u, SUBGROUPS_N = 2u, INVOCATIONS = SUBGROUPS_M * SUBGROUPS_N * LANES;
+// A workgroup of SUBGROUPS_M × SUBGROUPS_N = 2 × 4 subgroups of LANES lanes owns a BLOCK_M × BLOCK_N
+// block of C, a subgroup the (MATRIX_M·TILE_M) × (MATRIX_N·TILE_N) part at (sm, sn) = (id / 4,
+// id % 4): TILE_M × TILE_N (4 × 2) accumulators of MATRIX_M × MATRIX_N float32, each a sum of
+// products of float16 matrices of MATRIX_M × MATRIX_K and MATRIX_K × MATRIX_N (a subgroup's): a
+// block of 128 × 128 at 16 × 16, as NVIDIA's own cooperative-matrix GEMM shapes it, and 64
+// registers of accumulators a lane (four subgroups of 4 × 4 held 128 and 32 of fragments beside
+// the 64 of float32 loads in flight: by that count near a lane's 255, where a compiler spills).
+// A and B are rounded to float16 as they are
+// stashed, each quad where fetch_a and fetch_b number it, four float16 in one 64-bit store, half of
+// a uvec4: A's tile row-major (i, k), B's (j, k) where B is stored (N, K), read by the cooperative
+// loads as B column-major, and (k, j) where it is stored (K, N), read row-major. The loads take
+// the tiles as uvec4s, eight float16 each (offsets and strides in uvec4s), so that every row
+// starts on 16 bytes. The results go through the A tiles, free once K is walked, a MATRIX_M ×
+// MATRIX_N float32 tile a subgroup, to store_c (bias, scale, C_HEADS, edges), one accumulator at
+// a time. DEPTH is a multiple of MATRIX_K; MATRIX_M, MATRIX_N and MATRIX_K of 8
+// (vulkan::MatrixProducts::shapes_fit).
+const uint SUBGROUPS_M = 2u, SUBGROUPS_N = 4u, INVOCATIONS = SUBGROUPS_M * SUBGROUPS_N * LANES;
 const uint BLOCK_M = SUBGROUPS_M * MATRIX_M * TILE_M, BLOCK_N = SUBGROUPS_N * MATRIX_N * TILE_N;
-#ifdef COOPMAT_KHR
-#define MATRIX_A coopmat<float16_t, gl_ScopeSubgroup, MATRIX_M, MATRIX_K, gl_MatrixUseA>
-#define MATRIX_B coopmat<float16_t, gl_ScopeSubgroup, MATRIX_K, MATRIX_N, gl_MatrixUseB>
-#define MATRIX_C coopmat<float, gl_ScopeSubgroup, MATRIX_M, MATRIX_N, gl_MatrixUseAccumulator>
-#define LOAD_ROWS(m, tile, at, stride) coopMatLoad(m, tile, at, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define LOAD_COLUMNS(m, tile, at, stride) coopMatLoad(m, tile, at, stride, gl_CooperativeMatrixLayoutColumnMajor)
-#define STORE_ROWS(m, tile, at, stride) coopMatStore(m, tile, at, stride, gl_CooperativeMatrixLayoutRowMajor)
-#define MULTIPLY_ADD coopMatMulAdd
-#else
-#define MATRIX_A fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define MATRIX_B fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
-#define MATRIX_C fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
-#define LOAD_ROWS(m, tile, at, stride) coopMatLoadNV(m, tile, at, stride, false)
-#define LOAD_COLUMNS(m, tile, at, stride) coopMatLoadNV(m, tile, at, stride, true)
-#define STORE_ROWS(m, tile, at, stride) coopMatStoreNV(m, tile, at, stride, false)
-#define MULTIPLY_ADD coopMatMulAddNV
-#endif
 #else
 // A workgroup of SIDE² invocations owns a BLOCK_M × BLOCK_N block of C; invocation (ti, tj) the
 // TILE_M × TILE_N outputs at rows 4·ti + 4·SIDE·qa + r, columns 4·tj + 4·SIDE·qb + t (quads SIDE
@@ -341,37 +327,35 @@ const uint A_LOADS = (A_QUADS + INVOCATIONS - 1u) / INVOCATIONS, B_LOADS = (B_QU
 
 #ifdef COOPMAT
 // The two tiles of each input one after the other (the cooperative loads take a plain array), each
-// row PAD float16 longer than its data: at DEPTH 32 a row is 64 bytes, and a cooperative load's
-// rows would fall on the same banks of shared memory every other row; 80 bytes apart, 8
-// successive rows cover 128 bytes, every bank once (and every row starts on 16 bytes, as the
-// loads need). vulkan::MatrixProducts::shared_bytes counts it.
-const uint PAD = 8u;
-const uint A_STRIDE = DEPTH + PAD;  // tile_a[s·A_TILE + i·A_STRIDE + k] = A[n, i0 + i, k0 + k]
+// row PAD float16 longer than its data (matrices.glsl; at DEPTH 32 a row of 64 bytes becomes 80):
+// vulkan::MatrixProducts::shared_bytes counts it.
+const uint A_STRIDE = (DEPTH + PAD) / HALVES;  // tile_a[s·A_TILE + i·A_STRIDE + k / 8] holds A[n, i0 + i, k0 + k]
 const uint A_TILE = BLOCK_M * A_STRIDE;
 #ifdef B_IS_K_BY_N
-const uint B_STRIDE = BLOCK_N + PAD;  // tile_b[s·B_TILE + k·B_STRIDE + j] = B(n, k0 + k, j0 + j)
+const uint B_STRIDE = (BLOCK_N + PAD) / HALVES;  // tile_b[s·B_TILE + k·B_STRIDE + j / 8]: B(n, k0 + k, j0 + j)
 const uint B_TILE = DEPTH * B_STRIDE;
 const uint B_ROW_QUADS = BLOCK_N / 4u;  // quads of a row of the tile
 #else
-const uint B_STRIDE = DEPTH + PAD;  // tile_b[s·B_TILE + j·B_STRIDE + k] = B(n, k0 + k, j0 + j)
+const uint B_STRIDE = (DEPTH + PAD) / HALVES;  // tile_b[s·B_TILE + j·B_STRIDE + k / 8]: B(n, k0 + k, j0 + j)
 const uint B_TILE = BLOCK_N * B_STRIDE;
 const uint B_ROW_QUADS = DEPTH / 4u;
 #endif
-shared float16_t tile_a[2u * A_TILE];
-shared float16_t tile_b[2u * B_TILE];
-shared float results[4u * MATRIX_M * MATRIX_N];  // a subgroup's accumulator on its way out
+shared uvec4 tile_a[2u * A_TILE];
+shared uvec4 tile_b[2u * B_TILE];
 
-// Quad `e` of either tile (fetch_a's, fetch_b's), rounded to float16, at its row e / (quads a row)
-// and its place in the row
+// Quad `e` of either tile (fetch_a's, fetch_b's) at its row e / (quads a row) and its place in
+// the row: half of a uvec4
 void stash_a(uint s, uint e, vec4 v) {
   if (e >= A_QUADS) return;
-  uint at = s * A_TILE + e / (DEPTH / 4u) * A_STRIDE + e % (DEPTH / 4u) * 4u;
-  for (uint t = 0u; t < 4u; ++t) tile_a[at + t] = float16_t(v[t]);
+  uint q = e % (DEPTH / 4u), at = s * A_TILE + e / (DEPTH / 4u) * A_STRIDE + q / 2u;
+  if (q % 2u == 0u) tile_a[at].xy = halves(v);
+  else tile_a[at].zw = halves(v);
 }
 void stash_b(uint s, uint e, vec4 v) {
   if (e >= B_QUADS) return;
-  uint at = s * B_TILE + e / B_ROW_QUADS * B_STRIDE + e % B_ROW_QUADS * 4u;
-  for (uint t = 0u; t < 4u; ++t) tile_b[at + t] = float16_t(v[t]);
+  uint q = e % B_ROW_QUADS, at = s * B_TILE + e / B_ROW_QUADS * B_STRIDE + q / 2u;
+  if (q % 2u == 0u) tile_b[at].xy = halves(v);
+  else tile_b[at].zw = halves(v);
 }
 #else
 shared vec4 tile_a[2][DEPTH][BLOCK_M / 4u];  // tile_a[s][k][i / 4][i % 4] = A[n, i0 + i, k0 + k]
@@ -451,8 +435,8 @@ void gemm_coopmat() {
   uint sm = gl_SubgroupID / SUBGROUPS_N, sn = gl_SubgroupID % SUBGROUPS_N;
 
   MATRIX_C acc[TILE_M][TILE_N];
-  for (uint r = 0u; r < TILE_M; ++r) {
-    for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = MATRIX_C(0.0);
+  [[unroll]] for (uint r = 0u; r < TILE_M; ++r) {
+    [[unroll]] for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = MATRIX_C(0.0);
   }
   vec4 next_a[A_LOADS], next_b[B_LOADS];  // the next tiles' quads, loaded while computing
   fetch_tiles(n, i0, j0, 0u, next_a, next_b);
@@ -462,21 +446,21 @@ void gemm_coopmat() {
   for (uint k0 = 0u; k0 < p.inner; k0 += DEPTH) {
     bool more = k0 + DEPTH < p.inner;  // uniform
     if (more) fetch_tiles(n, i0, j0, k0 + DEPTH, next_a, next_b);
-    for (uint kk = 0u; kk < DEPTH; kk += MATRIX_K) {
+    [[unroll]] for (uint kk = 0u; kk < DEPTH; kk += MATRIX_K) {
       MATRIX_A a[TILE_M];
       MATRIX_B b[TILE_N];
-      for (uint r = 0u; r < TILE_M; ++r) {
-        LOAD_ROWS(a[r], tile_a, s * A_TILE + (sm * TILE_M + r) * MATRIX_M * A_STRIDE + kk, A_STRIDE);
+      [[unroll]] for (uint r = 0u; r < TILE_M; ++r) {
+        LOAD_ROWS(a[r], tile_a, s * A_TILE + (sm * TILE_M + r) * MATRIX_M * A_STRIDE + kk / HALVES, A_STRIDE);
       }
-      for (uint q = 0u; q < TILE_N; ++q) {
+      [[unroll]] for (uint q = 0u; q < TILE_N; ++q) {
 #ifdef B_IS_K_BY_N
-        LOAD_ROWS(b[q], tile_b, s * B_TILE + kk * B_STRIDE + (sn * TILE_N + q) * MATRIX_N, B_STRIDE);
+        LOAD_ROWS(b[q], tile_b, s * B_TILE + kk * B_STRIDE + (sn * TILE_N + q) * MATRIX_N / HALVES, B_STRIDE);
 #else
-        LOAD_COLUMNS(b[q], tile_b, s * B_TILE + (sn * TILE_N + q) * MATRIX_N * B_STRIDE + kk, B_STRIDE);
+        LOAD_COLUMNS(b[q], tile_b, s * B_TILE + (sn * TILE_N + q) * MATRIX_N * B_STRIDE + kk / HALVES, B_STRIDE);
 #endif
       }
-      for (uint r = 0u; r < TILE_M; ++r) {
-        for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = MULTIPLY_ADD(a[r], b[q], acc[r][q]);
+      [[unroll]] for (uint r = 0u; r < TILE_M; ++r) {
+        [[unroll]] for (uint q = 0u; q < TILE_N; ++q) acc[r][q] = MULTIPLY_ADD(a[r], b[q], acc[r][q]);
       }
     }
     // the other tiles were last read before the previous step's barrier: free to overwrite
@@ -484,12 +468,13 @@ void gemm_coopmat() {
     barrier();
     s ^= 1u;
   }
-  // each accumulator through the subgroup's MATRIX_M × MATRIX_N of `results` to store_c
+  // each accumulator through the subgroup's MATRIX_M × MATRIX_N floats of the A tiles (every
+  // subgroup has read them last before the loop's final barrier) to store_c
   const uint area = MATRIX_M * MATRIX_N;
-  uint mine = gl_SubgroupID * area;
-  for (uint r = 0u; r < TILE_M; ++r) {
-    for (uint q = 0u; q < TILE_N; ++q) {
-      STORE_ROWS(acc[r][q], results, mine, MATRIX_N);
+  uint mine = gl_SubgroupID * area / 4u;  // in uvec4s, four floats each
+  [[unroll]] for (uint r = 0u; r < TILE_M; ++r) {
+    [[unroll]] for (uint q = 0u; q < TILE_N; ++q) {
+      STORE_ROWS(acc[r][q], tile_a, mine, MATRIX_N / 4u);
       subgroupMemoryBarrierShared();
       subgroupBarrier();
       for (uint e = gl_SubgroupInvocationID; e < area; e += gl_SubgroupSize) {
@@ -497,7 +482,7 @@ void gemm_coopmat() {
         uint j = j0 + (sn * TILE_N + q) * MATRIX_N + e % MATRIX_N;
         uint at = C_HEADS != 0u ? heads_row(min(i, p.rows - 1u), p.cols) + heads_col(min(j, p.cols - 1u), p.cols)
                                 : (n * p.rows + i) * p.cols + j;
-        store_c(i, j, at, results[mine + e]);
+        store_c(i, j, at, uintBitsToFloat(tile_a[mine + e / 4u][e % 4u]));
       }
       subgroupBarrier();  // read before the next accumulator overwrites it
     }

@@ -425,13 +425,12 @@ void VulkanBackend::run_gemm_float16(const std::string& step, const std::string&
   // matrices); its constants as run_gemm's, SIDE unused
   const vulkan::MatrixProducts& matrices = s_->device.float16_products;
   const bool khr = std::string_view(matrices.extension) != VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
-  constexpr uint32_t kTiles = vulkan::MatrixProducts::kTiles;
   // VEC4, HAS_BIAS, TILE_M, TILE_N, SIDE, LANES, C_HEADS, A_HEADS, PACKED_B, DEPTH, B_FORMAT, ACTIVATION,
   // RESIDUAL, and the _khr builds' MATRIX_M, MATRIX_N, MATRIX_K
   std::vector<uint32_t> specialization{rows_of_quads(K, N, b_k_by_n, a_layout.heads) ? 1u : 0u,
                                        bias ? 1u : 0u,
-                                       kTiles,
-                                       kTiles,
+                                       vulkan::MatrixProducts::kTilesM,
+                                       vulkan::MatrixProducts::kTilesN,
                                        1u,
                                        matrices.lanes,
                                        heads_constant(c_layout.heads, N),
@@ -442,7 +441,7 @@ void VulkanBackend::run_gemm_float16(const std::string& step, const std::string&
                                        static_cast<uint32_t>(fold.activation),
                                        fold.residual ? 1u : 0u};
   if (khr) specialization.insert(specialization.end(), {matrices.m, matrices.n, matrices.k});
-  const auto& k = kernel(vulkan::op_named(name), specialization, 4 * matrices.lanes, 0, matrices.lanes,
+  const auto& k = kernel(vulkan::op_named(name), specialization, matrices.invocations(), 0, matrices.lanes,
                          name + (khr ? "_coopmat_khr" : "_coopmat"));
   const HeadsLayout& heads = a_layout.heads > 0 ? a_layout : c_layout;
   vulkan::GemmParams params{u32(batch), u32(M), u32(N), u32(K), scale, u32(group), u32(heads.heads), u32(heads.tokens)};

@@ -134,6 +134,11 @@ void query_properties(const vk::raii::PhysicalDevice& device, void* first) {
 MatrixProducts float16_matrices(const vk::raii::PhysicalDevice& device,
                                 const std::vector<vk::ExtensionProperties>& extensions, const DeviceReport& r) {
   MatrixProducts chosen;
+  // the tiling takes its sizes, its tiles fit the device's shared memory, its workgroup the device
+  const auto runs = [&r](const MatrixProducts& p) {
+    return p.shapes_fit() && p.shared_bytes() <= r.max_shared_memory_bytes &&
+           p.invocations() <= std::min(r.max_workgroup_size_x, r.max_workgroup_invocations);
+  };
   const auto in_compute = [](vk::ShaderStageFlags stages) { return bool(stages & vk::ShaderStageFlagBits::eCompute); };
 #ifdef VK_KHR_cooperative_matrix
   const auto builds = shader_builds();
@@ -151,15 +156,13 @@ MatrixProducts float16_matrices(const vk::raii::PhysicalDevice& device,
     if (feature.cooperativeMatrix && in_compute(stages.cooperativeMatrixSupportedStages) && !crashes) {
       using vk::ComponentTypeKHR;
       for (const auto& c : device.getCooperativeMatrixPropertiesKHR()) {
-        // K divides the shared tiles' k, the tiles fit the device's shared memory; 16 × 16 × 16
-        // where the device lists it
+        // float16 into float32, sizes the tiling takes (runs); 16 × 16 × 16 where the device lists it
         const bool fits = c.AType == ComponentTypeKHR::eFloat16 && c.BType == ComponentTypeKHR::eFloat16 &&
                           c.CType == ComponentTypeKHR::eFloat32 && c.ResultType == ComponentTypeKHR::eFloat32 &&
-                          !c.saturatingAccumulation && c.scope == vk::ScopeKHR::eSubgroup &&
-                          MatrixProducts::kDepth % c.KSize == 0;
+                          !c.saturatingAccumulation && c.scope == vk::ScopeKHR::eSubgroup;
         const MatrixProducts listed{VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME, c.MSize, c.NSize, c.KSize, lanes};
         const bool better = !chosen || (c.MSize == 16 && c.NSize == 16 && c.KSize == 16);
-        if (fits && listed.shared_bytes() <= r.max_shared_memory_bytes && better) chosen = listed;
+        if (fits && runs(listed) && better) chosen = listed;
       }
     }
     if (chosen) return chosen;
@@ -182,7 +185,7 @@ MatrixProducts float16_matrices(const vk::raii::PhysicalDevice& device,
       chosen = {VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, 16, 16, 16, 32};
     }
   }
-  if (chosen && chosen.shared_bytes() > r.max_shared_memory_bytes) chosen = {};
+  if (chosen && !runs(chosen)) chosen = {};
   return chosen;
 }
 

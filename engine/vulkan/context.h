@@ -32,16 +32,23 @@ struct MatrixProducts {
   uint32_t lanes = 0;  // the subgroup size the pipeline requires
   explicit operator bool() const { return extension != nullptr; }
 
-  // gemm.glsl's COOPMAT tiling: four subgroups, each kTiles × kTiles accumulators, K walked kDepth
-  // at a time through two shared tiles of each input in float16, each row kPad longer than its
-  // data (B's rows are block_n() long where it is stored (K, N)), and an m × n float32 tile a
-  // subgroup on the accumulators' way out: 44 KiB at 16 × 16
-  static constexpr uint32_t kTiles = 4, kDepth = 32, kPad = 8;
-  uint32_t block_m() const { return 2 * m * kTiles; }
-  uint32_t block_n() const { return 2 * n * kTiles; }
+  // gemm.glsl's COOPMAT tiling: kSubgroupsM × kSubgroupsN subgroups, each kTilesM × kTilesN
+  // accumulators, K walked kDepth at a time through two shared tiles of each input in float16, each
+  // row kPad longer than its data (B's rows are block_n() long where it is stored (K, N)); the
+  // accumulators leave through the A tiles: 40 KiB at 16 × 16
+  static constexpr uint32_t kSubgroupsM = 2, kSubgroupsN = 4, kTilesM = 4, kTilesN = 2, kDepth = 32, kPad = 8;
+  uint32_t block_m() const { return kSubgroupsM * m * kTilesM; }
+  uint32_t block_n() const { return kSubgroupsN * n * kTilesN; }
+  uint32_t invocations() const { return kSubgroupsM * kSubgroupsN * lanes; }
   uint32_t shared_bytes() const {
     const uint32_t b_tile = std::max(block_n() * (kDepth + kPad), kDepth * (block_n() + kPad));
-    return 2 * (block_m() * (kDepth + kPad) + b_tile) * 2 + 4 * m * n * 4;
+    return 2 * (block_m() * (kDepth + kPad) + b_tile) * 2;
+  }
+  // The tiling takes these sizes: the tiles are read as uvec4s of eight float16 (m, n and k
+  // multiples of 8), K divides kDepth, and every subgroup's m × n float32 fit the A tiles
+  bool shapes_fit() const {
+    const bool whole = m % 8 == 0 && n % 8 == 0 && k % 8 == 0 && kDepth % k == 0;
+    return whole && kSubgroupsM * kSubgroupsN * m * n * 4 <= 2 * block_m() * (kDepth + kPad) * 2;
   }
 };
 

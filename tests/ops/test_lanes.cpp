@@ -189,14 +189,24 @@ TEST(Lanes, FlashDecodingPartsGetAsManyLanesAsARowHasVec4s) {
 }
 
 // The float16 products' tiles, their rows padded, fit the 48 KiB of shared memory NVIDIA gives a
-// Vulkan workgroup at 16 × 16 × 16
+// Vulkan workgroup at 16 × 16 × 16, in a workgroup of 8 subgroups; the sizes the tiling refuses
 TEST(Lanes, TheFloat16ProductsTilesFitFortyEightKibibytes) {
   const MatrixProducts nvidia{"VK_NV_cooperative_matrix", 16, 16, 16, 32};
   EXPECT_EQ(nvidia.block_m(), 128u);
-  EXPECT_EQ(nvidia.shared_bytes(), 2u * (128 * 40 + 128 * 40) * 2 + 4 * 256 * 4);
+  EXPECT_EQ(nvidia.block_n(), 128u);
+  EXPECT_EQ(nvidia.invocations(), 256u);
+  EXPECT_EQ(nvidia.shared_bytes(), 2u * (128 * 40 + 128 * 40) * 2);
   EXPECT_LE(nvidia.shared_bytes(), 48u << 10);
+  EXPECT_TRUE(nvidia.shapes_fit());
   const MatrixProducts lavapipe_khr{"VK_KHR_cooperative_matrix", 8, 8, 8, 8};
-  EXPECT_EQ(lavapipe_khr.shared_bytes(), 2u * (64 * 40 + 64 * 40) * 2 + 4 * 64 * 4);
+  EXPECT_EQ(lavapipe_khr.block_m(), 64u);
+  EXPECT_EQ(lavapipe_khr.invocations(), 64u);
+  EXPECT_EQ(lavapipe_khr.shared_bytes(), 2u * (64 * 40 + 64 * 40) * 2);
+  EXPECT_TRUE(lavapipe_khr.shapes_fit());
+  EXPECT_TRUE((MatrixProducts{"VK_KHR_cooperative_matrix", 16, 8, 16, 32}.shapes_fit()));
+  // k not a multiple of 8 (a uvec4 of float16); an accumulator larger than the A tiles can pass out
+  EXPECT_FALSE((MatrixProducts{"VK_KHR_cooperative_matrix", 16, 16, 12, 32}.shapes_fit()));
+  EXPECT_FALSE((MatrixProducts{"VK_KHR_cooperative_matrix", 16, 64, 16, 32}.shapes_fit()));
 }
 
 TEST(Lanes, MissingOperationsAndTheSwitchTurnSubgroupsOff) {
