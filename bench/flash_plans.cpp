@@ -6,7 +6,11 @@
 // falls on all alike. Each plan's output is checked against the unfused steps' first (1e-4; the
 // steps are held to the CPU reference by the tests). Inputs stay on the device; each turn is timed
 // to its last step's end. Prints each plan's median time and GFLOP/s (QKᵀ and P·V over the keys
-// each row sees), and the rule's and tuning's plans.
+// each row sees), and the rule's and tuning's plans. Where the device has float16 cooperative
+// matrices (DeviceReport::float16_products), flash_attention on them (VulkanBackendOptions::
+// float16_products) takes its turns too, on q, k and v rounded to float16, checked against the
+// rule's float32 plan on the same rounded inputs within a weight's rounding, 2⁻¹¹ · max |v|
+// (Float16Products.FlashAttention… holds it to the reference so).
 //
 //   bench_flash [--batch 1] [--heads 8] [--seq 4096] [--kv-seq S] [--head-dim 64] [--causal]
 //               [--rounds 5] [--reps 5] [--skip-unfused]
@@ -14,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -24,6 +29,7 @@
 #include "engine/backends/tuner.h"
 #include "engine/vulkan/context.h"
 #include "engine/vulkan/step_plans.h"
+#include "reference/reference.h"
 #include "vkattn/backends/vulkan_backend.h"
 #include "vkattn/errors.h"
 #include "vkattn/tensor.h"
@@ -57,6 +63,7 @@ int main(int argc, char** argv) {
       std::unique_ptr<VulkanBackend> backend;
       bool fused = true;
       std::vector<double> ms;
+      bool rounded = false;  // on q, k, v rounded to float16 (the float16 products)
     };
     const auto attend = [&](Candidate& c, const Value& qv, const Value& kv, const Value& vv) {
       Backend& b = *c.backend;
@@ -76,6 +83,16 @@ int main(int argc, char** argv) {
       candidates.push_back({plan.describe(), std::make_unique<VulkanBackend>(context, options), true, {}});
     };
     for (const auto& plan : tuning::flash_candidates(device, 64, uint32_t(d))) add(plan);
+    const auto float16 = [](Tensor t) {
+      for (float& x : t.data) x = reference::round_to(x, static_cast<int>(Narrow::float16));
+      return t;
+    };
+    const Tensor q16 = float16(q), k16 = float16(k), v16 = float16(v);
+    if (device.float16_products) {
+      candidates.push_back({"float16 products on cooperative matrices",
+                            std::make_unique<VulkanBackend>(context, VulkanBackendOptions{.float16_products = true}),
+                            true, {}, true});
+    }
     // the tiled plans on a CPU device too, where tuning leaves them out
     for (const auto& plan : vulkan::tiled_flash_plans(device, uint32_t(d))) add(plan);
     // what tuning chooses for this problem's class (whatever VKATTN_TUNE says)
@@ -91,6 +108,19 @@ int main(int argc, char** argv) {
     std::optional<Tensor> expected;
     for (auto& c : candidates) {
       VulkanBackend& gpu = *c.backend;
+      if (c.rounded) {  // against the rule's float32 plan on the same rounded inputs
+        Candidate exact{"", std::make_unique<VulkanBackend>(context, VulkanBackendOptions{
+                                                                        .flash = std::make_shared<const vulkan::FlashPlan>(rule)})};
+        const Tensor want = exact.backend->download(
+            attend(exact, exact.backend->upload("q", q16), exact.backend->upload("k", k16), exact.backend->upload("v", v16)));
+        const Tensor got = gpu.download(attend(c, gpu.upload("q", q16), gpu.upload("k", k16), gpu.upload("v", v16)));
+        const ValueDiff diff = compare_values(got, want, std::ldexp(1.0, -11) + 1e-5, 0);
+        if (diff.mismatches > 0) {
+          std::cerr << "bench_flash: " << c.name << " differs from the rule's plan by " << diff.max_abs_error << "\n";
+          return 1;
+        }
+        continue;
+      }
       const Tensor got = gpu.download(attend(c, gpu.upload("q", q), gpu.upload("k", k), gpu.upload("v", v)));
       if (!expected) {
         expected = got;
@@ -106,7 +136,8 @@ int main(int argc, char** argv) {
     for (int round = 0; round < rounds; ++round) {
       for (auto& c : candidates) {
         VulkanBackend& gpu = *c.backend;
-        Value qv = gpu.upload("q", q), kv = gpu.upload("k", k), vv = gpu.upload("v", v);
+        Value qv = gpu.upload("q", c.rounded ? q16 : q), kv = gpu.upload("k", c.rounded ? k16 : k),
+              vv = gpu.upload("v", c.rounded ? v16 : v);
         gpu.download(attend(c, qv, kv, vv));  // uploads done, buffers in the pool
         const auto start = std::chrono::steady_clock::now();
         Value out;

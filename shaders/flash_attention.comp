@@ -4,6 +4,18 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
+#ifdef COOPMAT
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
+#ifdef COOPMAT_KHR
+#extension GL_KHR_cooperative_matrix : require
+#else
+#extension GL_NV_cooperative_matrix : require
+#endif
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#endif
 #ifdef TEXEL_INPUTS
 // texture buffers read without a sampler: current SPIR-V validation refuses a sampled image
 // (samplerBuffer) whose dimension is Buffer
@@ -62,6 +74,17 @@
 //     scores, to P, which only its own subgroup reads back. Two workgroup barriers a tile instead
 //     of four, and no phase in which one invocation a row walks the tile alone.
 //
+//   flash_attention_coopmat (COOPMAT; _coopmat_khr with COOPMAT_KHR, matrices.glsl): the
+//     products in float16 on cooperative matrices, sums float32 (VulkanBackendOptions::
+//     float16_products, as the GEMMs'): a workgroup of ROWS / MATRIX_M subgroups owns ROWS query
+//     rows of one (b, h), a subgroup MATRIX_M of them, and walks the keys in tiles of KEYS, K and V
+//     rounded to float16 in shared memory. A subgroup's scores S = Q·Kᵀ come from its rows of q
+//     (float16 fragments held from the start) and the K tile; LPR neighbouring lanes a row then
+//     take the online softmax over the scores (max and sum across them by xor shuffles) and write
+//     the weights, rounded to float16, and rescale the row's output so far; last the output, kept
+//     in shared memory between tiles, is loaded as accumulators and given P·V. d is padded with
+//     zeros to the matrices' sizes. Causal and windowed blocks walk only the tiles their rows see.
+//
 // MASKED (constant 5) is false where neither attn_mask nor key_padding_mask is given: the
 // pipeline then has no mask read at all (on lavapipe a read under a branch costs a loop over the
 // lanes even when no lane takes it).
@@ -78,10 +101,13 @@
 #endif
 #include "common.glsl"
 #include "mask.glsl"
+#ifdef COOPMAT
+#include "matrices.glsl"
+#endif
 
 layout(constant_id = 1) const uint HEAD_DIM = 64;  // d
 layout(constant_id = 2) const uint LANES = 8;      // subgroup build: the required subgroup size
-#ifdef TILED
+#if defined(TILED) || defined(COOPMAT)
 layout(constant_id = 3) const uint ROWS = 64;  // query rows per workgroup: 16, 32 or 64
 layout(constant_id = 4) const uint KEYS = 32;  // keys a tile: 8, 16, 32 or 64
 #else
@@ -171,7 +197,158 @@ vec4 v_chunk(uint row, uint c) {
   return x;
 }
 
-#if defined(TILED)
+#if defined(COOPMAT)
+// ---- ROWS query rows per workgroup on cooperative matrices -------------------------------------
+const uint MATRIX_SUBGROUPS = ROWS / MATRIX_M, INVOCATIONS = MATRIX_SUBGROUPS * LANES;
+const uint STEP = MATRIX_N > MATRIX_K ? MATRIX_N : MATRIX_K;
+const uint DP = (HEAD_DIM + STEP - 1u) / STEP * STEP;  // d padded with zeros to the matrices
+const uint QUADS = DP / 4u;                            // vec4s of a padded row
+const uint KV_STRIDE = (DP + PAD) / HALVES;            // uvec4s between rows of q, K and V
+const uint P_STRIDE = (KEYS + PAD) / HALVES;           // uvec4s between rows of P
+const uint LPR = LANES > MATRIX_M ? LANES / MATRIX_M : 1u;  // lanes a row (LANES, MATRIX_M powers of 2)
+const uint ROW_STEP = LANES / LPR;                     // rows a subgroup's lanes take at once
+const uint ROWS_EACH = MATRIX_M / ROW_STEP;            // rows a lane takes
+const uint KEYS_EACH = KEYS / LPR;                     // a lane's keys of a row, a multiple of 8
+const uint DIMS_EACH = DP / LPR;                       // a lane's output dims of a row
+const uint V_AT = KEYS * KV_STRIDE;                    // where the V tile starts in kv_tile
+
+shared uvec4 kv_tile[2u * KEYS * KV_STRIDE];  // the K tile's rows then V's, float16; first q's (ROWS ≤ 2·KEYS)
+shared float s_tile[ROWS * KEYS];             // scores, a subgroup's MATRIX_M rows after another's
+shared uvec4 p_tile[ROWS * P_STRIDE];         // their weights, float16
+shared float o_tile[ROWS * DP];               // the rows' outputs, not yet divided by their sums
+
+// max and sum over the LPR lanes of a row (neighbours, LPR a power of 2)
+float row_max_of(float x) {
+  [[unroll]] for (uint o = 1u; o < LPR; o *= 2u) x = max(x, subgroupShuffleXor(x, o));
+  return x;
+}
+float row_sum_of(float x) {
+  [[unroll]] for (uint o = 1u; o < LPR; o *= 2u) x += subgroupShuffleXor(x, o);
+  return x;
+}
+
+void main() {
+  uint row_blocks = (p.rows + ROWS - 1u) / ROWS;
+  uint heads = p.batch * p.heads;
+  uint unit = flat_workgroup_id() + p.first_group;
+  if (unit >= heads * row_blocks) return;  // uniform per workgroup, before any barrier
+  // causal blocks longest first, as the tiled kernel's (FlashPlan::first_row)
+  uint bh = p.causal != 0u ? unit % heads : unit / row_blocks;
+  uint block = p.causal != 0u ? row_blocks - 1u - unit / heads : unit % row_blocks;
+  uint b = bh / p.heads;
+  uint kv = bh / p.group;  // the key/value head, (B·H_kv) flat
+  uint i0 = block * ROWS;
+  uint i_last = min(i0 + ROWS, p.rows) - 1u;
+  uint t = gl_SubgroupID * LANES + gl_SubgroupInvocationID;
+  uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID, part = lane % LPR;
+  uint my_rows = sg * MATRIX_M;  // the subgroup's first row of the block
+
+  // the block's q rows, float16, zeros past L and d; each subgroup's as A fragments
+  for (uint e = t; e < ROWS * QUADS; e += INVOCATIONS) {
+    uint row = e / QUADS, quad = e % QUADS, at = row * KV_STRIDE + quad / 2u;
+    uvec2 h = halves(i0 + row < p.rows && quad < CHUNKS ? q_chunk(bh * p.rows + i0 + row, quad) : vec4(0.0));
+    if (quad % 2u == 0u) kv_tile[at].xy = h;
+    else kv_tile[at].zw = h;
+  }
+  barrier();
+  MATRIX_A q_frag[DP / MATRIX_K];
+  [[unroll]] for (uint c = 0u; c < DP / MATRIX_K; ++c) {
+    LOAD_ROWS(q_frag[c], kv_tile, my_rows * KV_STRIDE + c * MATRIX_K / HALVES, KV_STRIDE);
+  }
+  float m[ROWS_EACH], l[ROWS_EACH];  // lane's rows' running max and sum, alike in the row's lanes
+  [[unroll]] for (uint x = 0u; x < ROWS_EACH; ++x) {
+    m[x] = -1e30;
+    l[x] = 0.0;
+    uint row = my_rows + lane / LPR + ROW_STEP * x;
+    for (uint u = 0u; u < DIMS_EACH; ++u) o_tile[row * DP + part * DIMS_EACH + u] = 0.0;
+  }
+
+  uint key_end = p.causal != 0u ? min(p.cols, i_last + 1u) : p.cols;  // causal: no row sees past i_last
+  for (uint j0 = first_key(i0); j0 < key_end; j0 += KEYS) {
+    barrier();  // q's fragments (first) or the last tile are read
+    for (uint e = t; e < KEYS * QUADS; e += INVOCATIONS) {
+      uint key = e / QUADS, quad = e % QUADS, at = key * KV_STRIDE + quad / 2u;
+      bool real = j0 + key < key_end && quad < CHUNKS;
+      uvec2 hk = halves(real ? k_chunk(kv * p.cols + j0 + key, quad) : vec4(0.0));
+      uvec2 hv = halves(real ? v_chunk(kv * p.cols + j0 + key, quad) : vec4(0.0));
+      if (quad % 2u == 0u) {
+        kv_tile[at].xy = hk;
+        kv_tile[V_AT + at].xy = hv;
+      } else {
+        kv_tile[at].zw = hk;
+        kv_tile[V_AT + at].zw = hv;
+      }
+    }
+    barrier();
+    // S (MATRIX_M × KEYS) = the subgroup's q · Kᵀ, K's tile read as B column-major
+    [[unroll]] for (uint n = 0u; n < KEYS / MATRIX_N; ++n) {
+      MATRIX_C s_acc = MATRIX_C(0.0);
+      [[unroll]] for (uint c = 0u; c < DP / MATRIX_K; ++c) {
+        MATRIX_B k_frag;
+        LOAD_COLUMNS(k_frag, kv_tile, n * MATRIX_N * KV_STRIDE + c * MATRIX_K / HALVES, KV_STRIDE);
+        s_acc = MULTIPLY_ADD(q_frag[c], k_frag, s_acc);
+      }
+      STORE_ROWS(s_acc, s_tile, my_rows * KEYS + n * MATRIX_N, KEYS);
+    }
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    // the online softmax: a row's LPR lanes, KEYS_EACH keys each; weights exp(s - m_new) to P
+    [[unroll]] for (uint x = 0u; x < ROWS_EACH; ++x) {
+      uint row = my_rows + lane / LPR + ROW_STEP * x, i = i0 + row;
+      float s[KEYS_EACH];
+      float tile_max = NEG_INF;
+      [[unroll]] for (uint y = 0u; y < KEYS_EACH; ++y) {
+        uint key = part * KEYS_EACH + y, j = j0 + key;
+        s[y] = i < p.rows && j < key_end ? scaled_masked_score(s_tile[row * KEYS + key], bh, b, i, j) : NEG_INF;
+        tile_max = max(tile_max, s[y]);
+      }
+      float m_new = max(m[x], row_max_of(tile_max));  // unchanged when every key of the tile is blocked
+      float sum = 0.0;
+      [[unroll]] for (uint y = 0u; y < KEYS_EACH; y += 8u) {
+        float w[8];
+        [[unroll]] for (uint u = 0u; u < 8u; ++u) {
+          w[u] = s[y + u] == NEG_INF ? 0.0 : exp(s[y + u] - m_new);
+          sum += w[u];
+        }
+        p_tile[row * P_STRIDE + (part * KEYS_EACH + y) / HALVES] =
+            uvec4(halves(vec4(w[0], w[1], w[2], w[3])), halves(vec4(w[4], w[5], w[6], w[7])));
+      }
+      float rescale = exp(m[x] - m_new);
+      l[x] = l[x] * rescale + row_sum_of(sum);
+      m[x] = m_new;
+      for (uint u = 0u; u < DIMS_EACH; ++u) o_tile[row * DP + part * DIMS_EACH + u] *= rescale;
+    }
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    // the output += P · V, each MATRIX_M × MATRIX_N of it as an accumulator; V's tile as B rows
+    MATRIX_A p_frag[KEYS / MATRIX_K];
+    [[unroll]] for (uint c = 0u; c < KEYS / MATRIX_K; ++c) {
+      LOAD_ROWS(p_frag[c], p_tile, my_rows * P_STRIDE + c * MATRIX_K / HALVES, P_STRIDE);
+    }
+    [[unroll]] for (uint n = 0u; n < DP / MATRIX_N; ++n) {
+      MATRIX_C o_acc;
+      LOAD_ROWS(o_acc, o_tile, my_rows * DP + n * MATRIX_N, DP);
+      [[unroll]] for (uint c = 0u; c < KEYS / MATRIX_K; ++c) {
+        MATRIX_B v_frag;
+        LOAD_ROWS(v_frag, kv_tile, V_AT + c * MATRIX_K * KV_STRIDE + n * MATRIX_N / HALVES, KV_STRIDE);
+        o_acc = MULTIPLY_ADD(p_frag[c], v_frag, o_acc);
+      }
+      STORE_ROWS(o_acc, o_tile, my_rows * DP + n * MATRIX_N, DP);
+    }
+    subgroupMemoryBarrierShared();  // the output, for its rows' lanes
+    subgroupBarrier();
+  }
+  [[unroll]] for (uint x = 0u; x < ROWS_EACH; ++x) {
+    uint row = my_rows + lane / LPR + ROW_STEP * x, i = i0 + row;
+    if (i >= p.rows) continue;
+    for (uint u = 0u; u < DIMS_EACH; ++u) {
+      uint dim = part * DIMS_EACH + u;
+      if (dim < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + dim] = l[x] > 0.0 ? o_tile[row * DP + dim] / l[x] : 0.0;
+    }
+  }
+}
+
+#elif defined(TILED)
 // ---- ROWS query rows per workgroup, K and V in shared tiles of KEYS keys ------------------------
 const uint GRID_ROWS = 16u, GRID_COLS = 8u;  // the workgroup's 128 invocations, (r, c)
 const uint INVOCATIONS = GRID_ROWS * GRID_COLS;

@@ -513,15 +513,31 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   // row per invocation (flash_attention.comp). The head dim shapes each lane's share of the
   // output and the tiles: a pipeline per d.
   // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
-  const vulkan::FlashPlan* chosen = &flash_plan_for(B * H, L, S, d, causal);
+  // With float16 products, their kernel where its block fits shared memory at this d (else the
+  // float32 kernels): a tiled plan of its rows and keys, a subgroup of m rows (MatrixProducts)
+  const vulkan::MatrixProducts& matrices = s_->device.float16_products;
+  const uint32_t matrix_rows = s_->options.float16_products && s_->device.subgroup_shuffle
+                                   ? matrices.flash_rows(u32(d), s_->device.max_shared_memory_bytes)
+                                   : 0;
+  vulkan::FlashPlan on_matrices = vulkan::tiled_flash(matrix_rows, matrices.flash_keys(), matrices.lanes);
+  on_matrices.workgroup_size = matrix_rows / std::max(matrices.m, 1u) * matrices.lanes;
+  const vulkan::FlashPlan* chosen = matrix_rows ? &on_matrices : &flash_plan_for(B * H, L, S, d, causal);
   // a tiled plan whose tiles of this d outgrow shared memory (a forced one): the subgroup plan
-  if (chosen->shared_bytes(u32(d)) > s_->device.max_shared_memory_bytes) chosen = &s_->fallback_flash;
+  if (!matrix_rows && chosen->shared_bytes(u32(d)) > s_->device.max_shared_memory_bytes) chosen = &s_->fallback_flash;
   const vulkan::FlashPlan& plan = *chosen;
-  const bool texels = plan.texel_inputs && d % 4 == 0 &&
+  const bool texels = !matrix_rows && plan.texel_inputs && d % 4 == 0 &&
                       uint64_t(B) * (H / group) * S * d / 4 <= s_->device.max_texel_buffer_elements;
   const bool masked = attn_mask || key_padding_mask;  // else a pipeline that reads no mask
-  const auto& kern = kernel(vulkan::Op::flash_attention, plan.specialization(u32(d), masked), plan.workgroup_size,
-                            texels ? 0b11000u : 0u, plan.lanes, plan.shader(texels));
+  std::vector<uint32_t> specialization = plan.specialization(u32(d), masked);
+  const bool khr = matrix_rows && std::string_view(matrices.extension) != VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+  if (khr) {  // MATRIX_M, MATRIX_N, MATRIX_K are constants 14–16
+    specialization.resize(13, 0u);
+    specialization.insert(specialization.end(), {matrices.m, matrices.n, matrices.k});
+  }
+  const std::string shader =
+      matrix_rows ? std::string("flash_attention") + (khr ? "_coopmat_khr" : "_coopmat") : plan.shader(texels);
+  const auto& kern = kernel(vulkan::Op::flash_attention, specialization, plan.workgroup_size, texels ? 0b11000u : 0u,
+                            plan.lanes, shader);
   vulkan::FlashAttentionParams params{u32(B), u32(H), u32(L), u32(S), scale, u32(attn_mask_rank),
                                       key_padding_mask ? 1u : 0u, causal ? 1u : 0u, u32(window), u32(group)};
   const std::vector<std::shared_ptr<Buffer>> buffers{

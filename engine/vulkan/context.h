@@ -50,6 +50,28 @@ struct MatrixProducts {
     const bool whole = m % 8 == 0 && n % 8 == 0 && k % 8 == 0 && kDepth % k == 0;
     return whole && kSubgroupsM * kSubgroupsN * m * n * 4 <= 2 * block_m() * (kDepth + kPad) * 2;
   }
+
+  // flash_attention_coopmat (flash_attention.comp): a workgroup of rows / m subgroups, m query rows
+  // each, over tiles of flash_keys() keys; d padded to the matrices' n and k.
+  uint32_t flash_keys() const { return 2 * std::max(n, k); }
+  uint32_t flash_padded(uint32_t d) const { return (d + std::max(n, k) - 1) / std::max(n, k) * std::max(n, k); }
+  // Its shared memory for `rows` query rows at head dim d: the K and V tiles (q's rows first, at
+  // most twice the keys), the scores, their float16 weights and the rows' outputs
+  uint64_t flash_shared_bytes(uint32_t rows, uint32_t d) const {
+    const uint64_t dp = flash_padded(d), keys = flash_keys();
+    return 2 * keys * (dp + kPad) * 2 + rows * keys * 4 + rows * (keys + kPad) * 2 + rows * dp * 4;
+  }
+  // The most rows (4, 2 or 1 subgroups') whose block fits `shared_memory` bytes at head dim d;
+  // 0 where none does, or a row's lanes would not split its keys in eights (lanes a row: lanes /
+  // m where there are more lanes than rows)
+  uint32_t flash_rows(uint32_t d, uint32_t shared_memory) const {
+    const uint32_t lanes_a_row = lanes > m ? lanes / m : 1;
+    if (!*this || (lanes % m != 0 && m % lanes != 0) || flash_keys() % (8 * lanes_a_row) != 0) return 0;
+    for (uint32_t subgroups : {4u, 2u, 1u}) {
+      if (flash_shared_bytes(subgroups * m, d) <= shared_memory) return subgroups * m;
+    }
+    return 0;
+  }
 };
 
 struct DeviceReport {

@@ -483,6 +483,56 @@ Step unfused_step(int attn_rank, bool padding, bool causal) {
   };
 }
 
+// flash_attention on the float16 products (flash_attention_coopmat, where the device has them):
+// q, K and V rounded to float16 and so are the weights exp(s - m), the sums float32. Against the
+// reference on the rounded inputs, an output of weights summing to 1 is off by at most a weight's
+// rounding (2⁻¹¹) times the largest |v| (1 here): 4.9e-4. Over L ≠ S, one row and one key, d off
+// the matrices' sizes (1, 17) and wide (128: fewer subgroups a block on NVIDIA), two query heads
+// a key/value head, causal rows with and without a window, and attn_mask and key_padding_mask
+// with a fully masked batch item (flash_inputs). Elsewhere the option is refused (the test above).
+TEST(Float16Products, FlashAttentionMatchesTheReferenceOnRoundedInputs) {
+  const auto& device = testing::shared_context()->device_report();
+  if (!device.float16_products) {
+    testing::expect_error<DeviceError>([] { VulkanBackend(testing::shared_context(), {.float16_products = true}); },
+                                       {"float16_products: '" + device.name + "' has no float16 cooperative matrices"});
+    return;
+  }
+  const uint64_t before = testing::shared_context()->validation_message_count();
+  VulkanBackend gpu(testing::shared_context(), {.float16_products = true});
+  ReferenceBackend cpu;
+  struct Case {
+    Attn shape;
+    int64_t group;  // query heads a key/value head
+    bool causal;
+    int64_t window;
+    bool masks;  // attn_mask (L, S) and key_padding_mask
+  };
+  for (const Case& c : {Case{{1, 1, 1, 1, 1}, 1, false, 0, false}, Case{{2, 4, 17, 113, 17}, 2, false, 0, false},
+                        Case{{1, 2, 113, 40, 64}, 2, false, 0, false}, Case{{1, 2, 70, 70, 64}, 1, true, 0, false},
+                        Case{{1, 2, 100, 100, 32}, 1, true, 7, false}, Case{{2, 2, 33, 20, 16}, 1, false, 0, true},
+                        Case{{1, 2, 19, 50, 128}, 1, false, 0, false}}) {
+    auto [B, H, L, S, d] = c.shape;
+    std::vector<Tensor> in = flash_inputs(c.shape, 2);
+    for (Tensor* t : {&in[0], &in[1], &in[2]}) t->data = testing::rounded_to(*t, Narrow::float16).data;
+    for (int i : {1, 2}) {  // H / group key/value heads
+      Tensor kv({B, H / c.group, S, d});
+      std::copy_n(in[i].data.begin(), kv.data.size(), kv.data.begin());
+      in[i] = kv;
+    }
+    auto run = [&](Backend& be) {
+      std::vector<Value> v;
+      for (const Tensor& t : in) v.push_back(be.upload("in", t));
+      return be.download(be.flash_attention("flash_attention", v[0], v[1], v[2], c.masks ? &v[3] : nullptr,
+                                            c.masks ? &v[4] : nullptr, c.causal, c.window));
+    };
+    EXPECT_TRUE(all_close(run(gpu), run(cpu), {std::ldexp(1.0f, -11) + 1e-5f, 0}, {"b", "h", "i", "c"}))
+        << "B " << B << ", H " << H << " on " << H / c.group << ", L " << L << ", S " << S << ", d " << d
+        << (c.causal ? ", causal" : "") << (c.window ? ", window " + std::to_string(c.window) : "")
+        << (c.masks ? ", masks" : "");
+  }
+  EXPECT_EQ(testing::shared_context()->validation_message_count(), before);
+}
+
 class FlashAttention : public Ops, public ::testing::WithParamInterface<std::tuple<Attn, Masks>> {};
 TEST_P(FlashAttention, MatchesReferenceAndTheUnfusedSteps) {
   auto [shape, masks] = GetParam();
