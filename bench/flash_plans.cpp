@@ -109,10 +109,10 @@ int main(int argc, char** argv) {
     for (auto& c : candidates) {
       VulkanBackend& gpu = *c.backend;
       if (c.rounded) {  // against the rule's float32 plan on the same rounded inputs
-        Candidate exact{"", std::make_unique<VulkanBackend>(context, VulkanBackendOptions{
-                                                                        .flash = std::make_shared<const vulkan::FlashPlan>(rule)})};
-        const Tensor want = exact.backend->download(
-            attend(exact, exact.backend->upload("q", q16), exact.backend->upload("k", k16), exact.backend->upload("v", v16)));
+        VulkanBackendOptions rule_only{.flash = std::make_shared<const vulkan::FlashPlan>(rule)};
+        Candidate exact{"", std::make_unique<VulkanBackend>(context, rule_only)};
+        VulkanBackend& e = *exact.backend;
+        const Tensor want = e.download(attend(exact, e.upload("q", q16), e.upload("k", k16), e.upload("v", v16)));
         const Tensor got = gpu.download(attend(c, gpu.upload("q", q16), gpu.upload("k", k16), gpu.upload("v", v16)));
         const ValueDiff diff = compare_values(got, want, std::ldexp(1.0, -11) + 1e-5, 0);
         if (diff.mismatches > 0) {

@@ -204,18 +204,22 @@ const uint STEP = MATRIX_N > MATRIX_K ? MATRIX_N : MATRIX_K;
 const uint DP = (HEAD_DIM + STEP - 1u) / STEP * STEP;  // d padded with zeros to the matrices
 const uint QUADS = DP / 4u;                            // vec4s of a padded row
 const uint KV_STRIDE = (DP + PAD) / HALVES;            // uvec4s between rows of q, K and V
-const uint P_STRIDE = (KEYS + PAD) / HALVES;           // uvec4s between rows of P
 const uint LPR = LANES > MATRIX_M ? LANES / MATRIX_M : 1u;  // lanes a row (LANES, MATRIX_M powers of 2)
 const uint ROW_STEP = LANES / LPR;                     // rows a subgroup's lanes take at once
 const uint ROWS_EACH = MATRIX_M / ROW_STEP;            // rows a lane takes
-const uint KEYS_EACH = KEYS / LPR;                     // a lane's keys of a row, a multiple of 8
-const uint DIMS_EACH = DP / LPR;                       // a lane's output dims of a row
+const uint KEY_QUADS = KEYS / 4u / LPR;                // a lane's quads of a row's keys: part + LPR·y
+const uint DIM_QUADS = DP / 4u / LPR;                  // and of its output dims
 const uint V_AT = KEYS * KV_STRIDE;                    // where the V tile starts in kv_tile
+// The scores and the outputs as float32 quads (uvec4s of their bits; the loads take no vec4 array
+// on NVIDIA's extension), each row two quads longer than its data: a lane reads quads LPR apart,
+// and the 8 lanes a 16-byte read serves at once then fall on 8 different quads of the banks. P
+// as quads of float16 (uvec2s), rows PAD longer.
+const uint S_STRIDE = KEYS / 4u + 2u, O_STRIDE = DP / 4u + 2u, P_STRIDE = (KEYS + PAD) / 4u;
 
 shared uvec4 kv_tile[2u * KEYS * KV_STRIDE];  // the K tile's rows then V's, float16; first q's (ROWS ≤ 2·KEYS)
-shared float s_tile[ROWS * KEYS];             // scores, a subgroup's MATRIX_M rows after another's
-shared uvec4 p_tile[ROWS * P_STRIDE];         // their weights, float16
-shared float o_tile[ROWS * DP];               // the rows' outputs, not yet divided by their sums
+shared uvec4 s_tile[ROWS * S_STRIDE];         // scores, a subgroup's MATRIX_M rows after another's
+shared uvec2 p_tile[ROWS * P_STRIDE];         // their weights, float16
+shared uvec4 o_tile[ROWS * O_STRIDE];         // the rows' outputs, not yet divided by their sums
 
 // max and sum over the LPR lanes of a row (neighbours, LPR a power of 2)
 float row_max_of(float x) {
@@ -260,7 +264,7 @@ void main() {
     m[x] = -1e30;
     l[x] = 0.0;
     uint row = my_rows + lane / LPR + ROW_STEP * x;
-    for (uint u = 0u; u < DIMS_EACH; ++u) o_tile[row * DP + part * DIMS_EACH + u] = 0.0;
+    for (uint u = 0u; u < DIM_QUADS; ++u) o_tile[row * O_STRIDE + part + LPR * u] = uvec4(0u);
   }
 
   uint key_end = p.causal != 0u ? min(p.cols, i_last + 1u) : p.cols;  // causal: no row sees past i_last
@@ -288,52 +292,59 @@ void main() {
         LOAD_COLUMNS(k_frag, kv_tile, n * MATRIX_N * KV_STRIDE + c * MATRIX_K / HALVES, KV_STRIDE);
         s_acc = MULTIPLY_ADD(q_frag[c], k_frag, s_acc);
       }
-      STORE_ROWS(s_acc, s_tile, my_rows * KEYS + n * MATRIX_N, KEYS);
+      STORE_ROWS(s_acc, s_tile, my_rows * S_STRIDE + n * MATRIX_N / 4u, S_STRIDE);
     }
     subgroupMemoryBarrierShared();
     subgroupBarrier();
-    // the online softmax: a row's LPR lanes, KEYS_EACH keys each; weights exp(s - m_new) to P
+    // the online softmax: a row's LPR lanes, KEY_QUADS quads of keys each; weights exp(s - m_new)
+    // to P
     [[unroll]] for (uint x = 0u; x < ROWS_EACH; ++x) {
       uint row = my_rows + lane / LPR + ROW_STEP * x, i = i0 + row;
-      float s[KEYS_EACH];
+      vec4 s[KEY_QUADS];
       float tile_max = NEG_INF;
-      [[unroll]] for (uint y = 0u; y < KEYS_EACH; ++y) {
-        uint key = part * KEYS_EACH + y, j = j0 + key;
-        s[y] = i < p.rows && j < key_end ? scaled_masked_score(s_tile[row * KEYS + key], bh, b, i, j) : NEG_INF;
-        tile_max = max(tile_max, s[y]);
+      [[unroll]] for (uint y = 0u; y < KEY_QUADS; ++y) {
+        uint quad = part + LPR * y;
+        vec4 raw = uintBitsToFloat(s_tile[row * S_STRIDE + quad]);
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+          uint j = j0 + 4u * quad + c;
+          s[y][c] = i < p.rows && j < key_end ? scaled_masked_score(raw[c], bh, b, i, j) : NEG_INF;
+          tile_max = max(tile_max, s[y][c]);
+        }
       }
       float m_new = max(m[x], row_max_of(tile_max));  // unchanged when every key of the tile is blocked
       float sum = 0.0;
-      [[unroll]] for (uint y = 0u; y < KEYS_EACH; y += 8u) {
-        float w[8];
-        [[unroll]] for (uint u = 0u; u < 8u; ++u) {
-          w[u] = s[y + u] == NEG_INF ? 0.0 : exp(s[y + u] - m_new);
-          sum += w[u];
+      [[unroll]] for (uint y = 0u; y < KEY_QUADS; ++y) {
+        vec4 w;
+        [[unroll]] for (uint c = 0u; c < 4u; ++c) {
+          w[c] = s[y][c] == NEG_INF ? 0.0 : exp(s[y][c] - m_new);
+          sum += w[c];
         }
-        p_tile[row * P_STRIDE + (part * KEYS_EACH + y) / HALVES] =
-            uvec4(halves(vec4(w[0], w[1], w[2], w[3])), halves(vec4(w[4], w[5], w[6], w[7])));
+        p_tile[row * P_STRIDE + part + LPR * y] = halves(w);
       }
       float rescale = exp(m[x] - m_new);
       l[x] = l[x] * rescale + row_sum_of(sum);
       m[x] = m_new;
-      for (uint u = 0u; u < DIMS_EACH; ++u) o_tile[row * DP + part * DIMS_EACH + u] *= rescale;
+      for (uint u = 0u; u < DIM_QUADS; ++u) {
+        uint at = row * O_STRIDE + part + LPR * u;
+        o_tile[at] = floatBitsToUint(uintBitsToFloat(o_tile[at]) * rescale);
+      }
     }
     subgroupMemoryBarrierShared();
     subgroupBarrier();
     // the output += P · V, each MATRIX_M × MATRIX_N of it as an accumulator; V's tile as B rows
     MATRIX_A p_frag[KEYS / MATRIX_K];
     [[unroll]] for (uint c = 0u; c < KEYS / MATRIX_K; ++c) {
-      LOAD_ROWS(p_frag[c], p_tile, my_rows * P_STRIDE + c * MATRIX_K / HALVES, P_STRIDE);
+      LOAD_ROWS(p_frag[c], p_tile, my_rows * P_STRIDE + c * MATRIX_K / 4u, P_STRIDE);
     }
     [[unroll]] for (uint n = 0u; n < DP / MATRIX_N; ++n) {
       MATRIX_C o_acc;
-      LOAD_ROWS(o_acc, o_tile, my_rows * DP + n * MATRIX_N, DP);
+      LOAD_ROWS(o_acc, o_tile, my_rows * O_STRIDE + n * MATRIX_N / 4u, O_STRIDE);
       [[unroll]] for (uint c = 0u; c < KEYS / MATRIX_K; ++c) {
         MATRIX_B v_frag;
         LOAD_ROWS(v_frag, kv_tile, V_AT + c * MATRIX_K * KV_STRIDE + n * MATRIX_N / HALVES, KV_STRIDE);
         o_acc = MULTIPLY_ADD(p_frag[c], v_frag, o_acc);
       }
-      STORE_ROWS(o_acc, o_tile, my_rows * DP + n * MATRIX_N, DP);
+      STORE_ROWS(o_acc, o_tile, my_rows * O_STRIDE + n * MATRIX_N / 4u, O_STRIDE);
     }
     subgroupMemoryBarrierShared();  // the output, for its rows' lanes
     subgroupBarrier();
@@ -341,9 +352,13 @@ void main() {
   [[unroll]] for (uint x = 0u; x < ROWS_EACH; ++x) {
     uint row = my_rows + lane / LPR + ROW_STEP * x, i = i0 + row;
     if (i >= p.rows) continue;
-    for (uint u = 0u; u < DIMS_EACH; ++u) {
-      uint dim = part * DIMS_EACH + u;
-      if (dim < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + dim] = l[x] > 0.0 ? o_tile[row * DP + dim] / l[x] : 0.0;
+    for (uint u = 0u; u < DIM_QUADS; ++u) {
+      uint quad = part + LPR * u;
+      vec4 o = uintBitsToFloat(o_tile[row * O_STRIDE + quad]);
+      for (uint c = 0u; c < 4u; ++c) {
+        uint dim = 4u * quad + c;
+        if (dim < HEAD_DIM) out_rows[(bh * p.rows + i) * HEAD_DIM + dim] = l[x] > 0.0 ? o[c] / l[x] : 0.0;
+      }
     }
   }
 }

@@ -512,7 +512,6 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   // flash_plan_for(): ROWS query rows per subgroup of guaranteed lanes, per tiled workgroup, or a
   // row per invocation (flash_attention.comp). The head dim shapes each lane's share of the
   // output and the tiles: a pipeline per d.
-  // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
   // With float16 products, their kernel where its block fits shared memory at this d (else the
   // float32 kernels): a tiled plan of its rows and keys, a subgroup of m rows (MatrixProducts)
   const vulkan::MatrixProducts& matrices = s_->device.float16_products;
@@ -525,6 +524,7 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   // a tiled plan whose tiles of this d outgrow shared memory (a forced one): the subgroup plan
   if (!matrix_rows && chosen->shared_bytes(u32(d)) > s_->device.max_shared_memory_bytes) chosen = &s_->fallback_flash;
   const vulkan::FlashPlan& plan = *chosen;
+  // K and V as texels where the GEMMs read theirs so (whole vec4 rows, within the texel count)
   const bool texels = !matrix_rows && plan.texel_inputs && d % 4 == 0 &&
                       uint64_t(B) * (H / group) * S * d / 4 <= s_->device.max_texel_buffer_elements;
   const bool masked = attn_mask || key_padding_mask;  // else a pipeline that reads no mask

@@ -209,6 +209,25 @@ TEST(Lanes, TheFloat16ProductsTilesFitFortyEightKibibytes) {
   EXPECT_FALSE((MatrixProducts{"VK_KHR_cooperative_matrix", 16, 64, 16, 32}.shapes_fit()));
 }
 
+// flash_attention on the float16 products: four subgroups of 16 rows where d's tiles fit NVIDIA's
+// 48 KiB, two at d 128, none past that (the float32 kernels run); lavapipe's 8 × 8 on 8 lanes
+TEST(Lanes, TheFloat16FlashBlockTakesTheRowsItsTilesFit) {
+  const MatrixProducts nvidia{"VK_NV_cooperative_matrix", 16, 16, 16, 32};
+  EXPECT_EQ(nvidia.flash_keys(), 32u);
+  EXPECT_EQ(nvidia.flash_padded(17), 32u);
+  EXPECT_EQ(nvidia.flash_rows(64, 48 << 10), 64u);
+  EXPECT_EQ(nvidia.flash_rows(17, 48 << 10), 64u);
+  EXPECT_EQ(nvidia.flash_rows(128, 48 << 10), 32u);
+  EXPECT_EQ(nvidia.flash_rows(256, 48 << 10), 0u);
+  EXPECT_EQ(nvidia.flash_shared_bytes(64, 64), 2u * 32 * 72 * 2 + 64 * 40 * 4 + 64 * 40 * 2 + 64 * 72 * 4);
+  const MatrixProducts lavapipe_khr{"VK_KHR_cooperative_matrix", 8, 8, 8, 8};
+  EXPECT_EQ(lavapipe_khr.flash_keys(), 16u);
+  EXPECT_EQ(lavapipe_khr.flash_rows(128, 32 << 10), 32u);
+  // 64 lanes to rows of 16: four lanes a row, a quad of the 16 padded dims each
+  EXPECT_EQ((MatrixProducts{"VK_KHR_cooperative_matrix", 16, 16, 16, 64}.flash_rows(64, 64 << 10)), 64u);
+  EXPECT_EQ(MatrixProducts{}.flash_rows(64, 64 << 10), 0u);  // no matrices
+}
+
 TEST(Lanes, MissingOperationsAndTheSwitchTurnSubgroupsOff) {
   DeviceReport d = lavapipe(8);
   d.subgroup_shuffle = false;

@@ -105,9 +105,11 @@ struct VulkanBackendOptions {
   // The GEMMs' products in float16 on cooperative matrices, accumulated in float32 (gemm.glsl's
   // COOPMAT tiling): linear's x and W, attention_scores' Q and K, attention_values' P and V rounded
   // to float16 as they are read, as torch's float16 matmul has them, so results are float16's, not
-  // float32's 1e-4. Products of at most gemv_rows rows keep the float32 GEMV, and flash_attention
-  // its float32 kernels. Only on a device with DeviceReport::float16_products (Khronos's
-  // cooperative matrices, or NVIDIA's); the backend refuses it elsewhere.
+  // float32's 1e-4. Products of at most gemv_rows rows keep the float32 GEMV. flash_attention
+  // rounds q, K, V and its weights so too (flash_attention.comp's _coopmat builds) where its block
+  // fits shared memory at the head dim (MatrixProducts::flash_rows), else keeps its float32
+  // kernels. Only on a device with DeviceReport::float16_products (Khronos's cooperative matrices,
+  // or NVIDIA's); the backend refuses it elsewhere.
   bool float16_products = false;
 };
 
