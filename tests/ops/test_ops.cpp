@@ -261,13 +261,18 @@ TEST(GemvRows, MoreRowsThanTheGemvHoldsAreRefused) {
 // Elsewhere (lavapipe of Debian 12's and 13's Mesa, SwiftShader) the backend refuses the option
 // and says what the device lacks. CI runs it on lavapipe of trixie-backports' Mesa
 // (scripts/cooperative-matrices), which has them.
-TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
+// Where the device has no float16 cooperative matrices, the backend refuses float16_products and
+// says what the device lacks: true there, where a test of the products has nothing else to check.
+bool float16_products_refused() {
   const auto& device = testing::shared_context()->device_report();
-  if (!device.float16_products) {
-    testing::expect_error<DeviceError>([] { VulkanBackend(testing::shared_context(), {.float16_products = true}); },
-                                       {"float16_products: '" + device.name + "' has no float16 cooperative matrices"});
-    return;
-  }
+  if (device.float16_products) return false;
+  testing::expect_error<DeviceError>([] { VulkanBackend(testing::shared_context(), {.float16_products = true}); },
+                                     {"float16_products: '" + device.name + "' has no float16 cooperative matrices"});
+  return true;
+}
+
+TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
+  if (float16_products_refused()) return;
   const uint64_t before = testing::shared_context()->validation_message_count();
   VulkanBackend gpu(testing::shared_context(), {.float16_products = true});
   ReferenceBackend cpu;
@@ -491,12 +496,7 @@ Step unfused_step(int attn_rank, bool padding, bool causal) {
 // a key/value head, causal rows with and without a window, and attn_mask and key_padding_mask
 // with a fully masked batch item (flash_inputs). Elsewhere the option is refused (the test above).
 TEST(Float16Products, FlashAttentionMatchesTheReferenceOnRoundedInputs) {
-  const auto& device = testing::shared_context()->device_report();
-  if (!device.float16_products) {
-    testing::expect_error<DeviceError>([] { VulkanBackend(testing::shared_context(), {.float16_products = true}); },
-                                       {"float16_products: '" + device.name + "' has no float16 cooperative matrices"});
-    return;
-  }
+  if (float16_products_refused()) return;
   const uint64_t before = testing::shared_context()->validation_message_count();
   VulkanBackend gpu(testing::shared_context(), {.float16_products = true});
   ReferenceBackend cpu;
