@@ -61,17 +61,18 @@ struct MatrixProducts {
     const uint64_t dp = flash_padded(d), keys = flash_keys();
     return 2 * keys * (dp + kPad) * 2 + rows * (keys + 8) * 4 + rows * (keys + kPad) * 2 + rows * (dp + 8) * 4;
   }
-  // The most rows (4, 2 or 1 subgroups') whose block fits `shared_memory` bytes at head dim d;
-  // 0 where none does, or a row's lanes would not split its keys and d's padding in quads (lanes a
-  // row: lanes / m where there are more lanes than rows)
+  // The most rows (4, 2 or 1 subgroups', at most twice the keys) whose block fits `shared_memory`
+  // bytes at head dim d; 0 where none does, or a row's lanes would not split its keys and d's
+  // padding in quads (lanes a row: lanes / m where there are more lanes than rows)
   uint32_t flash_rows(uint32_t d, uint32_t shared_memory) const {
     const uint32_t lanes_a_row = lanes > m ? lanes / m : 1;
     if (!*this || (lanes % m != 0 && m % lanes != 0) || flash_keys() % (4 * lanes_a_row) != 0 ||
         std::max(n, k) % (4 * lanes_a_row) != 0) {
       return 0;
     }
-    for (uint32_t subgroups : {4u, 2u, 1u}) {
-      if (flash_shared_bytes(subgroups * m, d) <= shared_memory) return subgroups * m;
+    for (uint32_t subgroups : {4u, 2u, 1u}) {  // q's rows are staged in the K and V tiles
+      const uint32_t rows = subgroups * m;
+      if (rows <= 2 * flash_keys() && flash_shared_bytes(rows, d) <= shared_memory) return rows;
     }
     return 0;
   }

@@ -226,6 +226,8 @@ TEST(Lanes, TheFloat16FlashBlockTakesTheRowsItsTilesFit) {
   // 64 lanes to rows of 16: four lanes a row, a quad of the 16 padded dims each
   EXPECT_EQ((MatrixProducts{"VK_KHR_cooperative_matrix", 16, 16, 16, 64}.flash_rows(64, 64 << 10)), 64u);
   EXPECT_EQ(MatrixProducts{}.flash_rows(64, 64 << 10), 0u);  // no matrices
+  // 16 × 8 × 8: tiles of 16 keys, whose rows hold q's 32 rows at most (two subgroups)
+  EXPECT_EQ((MatrixProducts{"VK_KHR_cooperative_matrix", 16, 8, 8, 32}.flash_rows(64, 64 << 10)), 32u);
 }
 
 TEST(Lanes, MissingOperationsAndTheSwitchTurnSubgroupsOff) {
