@@ -66,8 +66,9 @@ def main():
     keys_seen = L * (L + 1) / 2 if args.causal else L * L
     gflop = 4 * B * H * keys_seen * d / 1e9
     where = torch.cuda.get_device_name() if device == "cuda" else f"the CPU ({torch.get_num_threads()} threads)"
+    kind = "fp32" if dtype == torch.float32 else "fp16"
     print(f"torch {torch.__version__} attention B {B}, H {H}, L {L}, d {d}{', causal' if args.causal else ''} "
-          f"{'fp32' if dtype == torch.float32 else 'fp16'} on {where}: {median * 1e3:.3f} ms, {gflop / median:.0f} GFLOP/s (median of 10)")
+          f"{kind} on {where}: {median * 1e3:.3f} ms, {gflop / median:.0f} GFLOP/s (median of 10)")
 
 
 if __name__ == "__main__":

@@ -250,9 +250,8 @@ void main() {
   // the block's q rows, float16, zeros past L and d; each subgroup's as A fragments
   for (uint e = t; e < ROWS * QUADS; e += INVOCATIONS) {
     uint row = e / QUADS, quad = e % QUADS, at = row * KV_STRIDE + quad / 2u;
-    uvec2 h = halves(i0 + row < p.rows && quad < CHUNKS ? q_chunk(bh * p.rows + i0 + row, quad) : vec4(0.0));
-    if (quad % 2u == 0u) kv_tile[at].xy = h;
-    else kv_tile[at].zw = h;
+    vec4 q_quad = i0 + row < p.rows && quad < CHUNKS ? q_chunk(bh * p.rows + i0 + row, quad) : vec4(0.0);
+    STASH(kv_tile, at, quad, q_quad);
   }
   barrier();
   MATRIX_A q_frag[DP / MATRIX_K];
@@ -273,15 +272,10 @@ void main() {
     for (uint e = t; e < KEYS * QUADS; e += INVOCATIONS) {
       uint key = e / QUADS, quad = e % QUADS, at = key * KV_STRIDE + quad / 2u;
       bool real = j0 + key < key_end && quad < CHUNKS;
-      uvec2 hk = halves(real ? k_chunk(kv * p.cols + j0 + key, quad) : vec4(0.0));
-      uvec2 hv = halves(real ? v_chunk(kv * p.cols + j0 + key, quad) : vec4(0.0));
-      if (quad % 2u == 0u) {
-        kv_tile[at].xy = hk;
-        kv_tile[V_AT + at].xy = hv;
-      } else {
-        kv_tile[at].zw = hk;
-        kv_tile[V_AT + at].zw = hv;
-      }
+      vec4 k_quad = real ? k_chunk(kv * p.cols + j0 + key, quad) : vec4(0.0);
+      vec4 v_quad = real ? v_chunk(kv * p.cols + j0 + key, quad) : vec4(0.0);
+      STASH(kv_tile, at, quad, k_quad);
+      STASH(kv_tile, V_AT + at, quad, v_quad);
     }
     barrier();
     // S (MATRIX_M × KEYS) = the subgroup's q · Kᵀ, K's tile read as B column-major

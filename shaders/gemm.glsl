@@ -300,12 +300,12 @@ void gemm_broadcast() {
 // block of 128 × 128 at 16 × 16, as NVIDIA's own cooperative-matrix GEMM shapes it, and 64
 // registers of accumulators a lane (four subgroups of 4 × 4 held 128 and 32 of fragments beside
 // the 64 of float32 loads in flight: by that count near a lane's 255, where a compiler spills).
-// A and B are rounded to float16 as they are
-// stashed, each quad where fetch_a and fetch_b number it, four float16 in one 64-bit store, half of
-// a uvec4: A's tile row-major (i, k), B's (j, k) where B is stored (N, K), read by the cooperative
-// loads as B column-major, and (k, j) where it is stored (K, N), read row-major. The loads take
-// the tiles as uvec4s, eight float16 each (offsets and strides in uvec4s), so that every row
-// starts on 16 bytes. The results go through the A tiles, free once K is walked, a MATRIX_M ×
+// A and B are rounded to float16 as they are stashed, each quad where fetch_a and fetch_b number
+// it, four float16 in one 64-bit store, half of a uvec4 (matrices.glsl's STASH): A's tile
+// row-major (i, k), B's (j, k) where B is stored (N, K), read by the cooperative loads as B
+// column-major, and (k, j) where it is stored (K, N), read row-major. The loads take the tiles as
+// uvec4s, eight float16 each (offsets and strides in uvec4s), so that every row starts on 16
+// bytes. The results go through the A tiles, free once K is walked, a MATRIX_M ×
 // MATRIX_N float32 tile a subgroup, to store_c (bias, scale, C_HEADS, edges), one accumulator at
 // a time. DEPTH is a multiple of MATRIX_K; MATRIX_M, MATRIX_N and MATRIX_K of 8
 // (vulkan::MatrixProducts::shapes_fit).
@@ -348,14 +348,12 @@ shared uvec4 tile_b[2u * B_TILE];
 void stash_a(uint s, uint e, vec4 v) {
   if (e >= A_QUADS) return;
   uint q = e % (DEPTH / 4u), at = s * A_TILE + e / (DEPTH / 4u) * A_STRIDE + q / 2u;
-  if (q % 2u == 0u) tile_a[at].xy = halves(v);
-  else tile_a[at].zw = halves(v);
+  STASH(tile_a, at, q, v);
 }
 void stash_b(uint s, uint e, vec4 v) {
   if (e >= B_QUADS) return;
   uint q = e % B_ROW_QUADS, at = s * B_TILE + e / B_ROW_QUADS * B_STRIDE + q / 2u;
-  if (q % 2u == 0u) tile_b[at].xy = halves(v);
-  else tile_b[at].zw = halves(v);
+  STASH(tile_b, at, q, v);
 }
 #else
 shared vec4 tile_a[2][DEPTH][BLOCK_M / 4u];  // tile_a[s][k][i / 4][i % 4] = A[n, i0 + i, k0 + k]

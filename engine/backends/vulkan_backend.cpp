@@ -518,8 +518,11 @@ void VulkanBackend::run_flash_attention(const std::string& step, const Storage& 
   const uint32_t matrix_rows = s_->options.float16_products && s_->device.subgroup_shuffle
                                    ? matrices.flash_rows(u32(d), s_->device.max_shared_memory_bytes)
                                    : 0;
-  vulkan::FlashPlan on_matrices = vulkan::tiled_flash(matrix_rows, matrices.flash_keys(), matrices.lanes);
-  on_matrices.workgroup_size = matrix_rows / std::max(matrices.m, 1u) * matrices.lanes;
+  vulkan::FlashPlan on_matrices;
+  if (matrix_rows) {
+    on_matrices = vulkan::tiled_flash(matrix_rows, matrices.flash_keys(), matrices.lanes);
+    on_matrices.workgroup_size = matrix_rows / matrices.m * matrices.lanes;
+  }
   const vulkan::FlashPlan* chosen = matrix_rows ? &on_matrices : &flash_plan_for(B * H, L, S, d, causal);
   // a tiled plan whose tiles of this d outgrow shared memory (a forced one): the subgroup plan
   if (!matrix_rows && chosen->shared_bytes(u32(d)) > s_->device.max_shared_memory_bytes) chosen = &s_->fallback_flash;
