@@ -83,9 +83,9 @@ TEST(OpsTable, EveryRowHasItsShaderWithItsBindingsAndEveryShaderARow) {
     EXPECT_EQ(vulkan::op_named(op.name), static_cast<vulkan::Op>(&op - vulkan::kOps));
   }
   for (std::string_view build : vulkan::shader_builds()) {
-    std::string base(build);
-    for (const char* suffix : {"_gemv", "_khr", "_coopmat", "_tiled", "_unrolled", "_texel", "_texel16", "_subgroup"}) {
-      if (base.ends_with(suffix)) base.resize(base.size() - std::string_view(suffix).size());
+    std::string_view base = build;
+    for (std::string_view suffix : {"_gemv", "_khr", "_coopmat", "_tiled", "_unrolled", "_texel", "_texel16", "_subgroup"}) {
+      if (base.ends_with(suffix)) base.remove_suffix(suffix.size());
     }
     EXPECT_NO_THROW((void)vulkan::op_named(base)) << build << " is built but no row of ops.def names " << base;
     // every build binds its row's buffers
