@@ -146,6 +146,7 @@ struct BenchArgs {
   bool copy_layout_steps = false;  // split_heads and merge_heads as copies, not folded (GPU)
   std::optional<uint32_t> early_dispatches;  // sent before the readback (GPU; unset: the device's rule)
   bool resident = false;           // input and weights kept on the backend, output left there
+  bool float16_products = false;   // the products in float16 on cooperative matrices (GPU)
   int iters = 10, warmup = 2;
   std::string tracing = "none";   // the tracer on each timed forward: none, shapes, values
   bool tracing_overhead = false;  // time all three, alternating
