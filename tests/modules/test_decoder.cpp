@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "tests/support/expect_error.h"
+#include "tests/support/golden.h"
 #include "tests/support/gpu.h"
 #include "tests/support/tolerance.h"
 #include "vkattn/io/npy.h"
@@ -47,14 +48,7 @@ void apply_config(const nlohmann::json& config, TransformerEncoderLayerConfig& l
   layer.layer_norm_eps = config.at("layer_norm_eps").get<float>();
 }
 
-std::vector<std::string> fixtures() {
-  std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(kGolden)) {
-    if (entry.is_directory()) names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> fixtures() { return testing::fixture_folders(kGolden); }
 
 TEST(DecoderFixtures, CoverWhatTheDecoderIssueAsksFor) {
   int layer = 0, decoder = 0, transformer = 0, post = 0, pre = 0, gelu = 0, relu = 0, unbatched = 0;

@@ -11,6 +11,7 @@
 
 #include "examples/simple_transformer.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/golden.h"
 #include "tests/support/gpu.h"
 #include "tests/support/printers.h"
 #include "tests/support/tolerance.h"
@@ -53,12 +54,9 @@ EncoderOptions fixture_options(const fs::path& dir, AttentionPath path) {
 
 std::vector<std::string> encoder_fixtures() {
   std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(kGolden)) {
-    if (entry.is_directory() && read_config(entry.path()).at("module") != "SimpleTransformer") {
-      names.push_back(entry.path().filename().string());
-    }
+  for (const auto& name : testing::fixture_folders(kGolden)) {
+    if (read_config(kGolden / name).at("module") != "SimpleTransformer") names.push_back(name);
   }
-  std::sort(names.begin(), names.end());
   return names;
 }
 

@@ -3,6 +3,10 @@
 // mapping as a user's file would be. Output within 1e-4 and weights within 1e-5 of PyTorch.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -16,6 +20,7 @@
 namespace vkattn {
 namespace {
 
+namespace fs = std::filesystem;
 using testing::golden_fixture;
 using testing::golden_fixture_names;
 
@@ -32,6 +37,21 @@ TEST(GoldenFixtures, CoverWhatTheInteropIssueAsksFor) {
         "awkward_sizes", "float16_weights", "bfloat16_weights"}) {
     EXPECT_TRUE(have.count(wanted)) << "missing fixture " << wanted << "; run tests/golden/generate.py";
   }
+}
+
+// A fixture is a folder holding a config.json: the __pycache__ Python writes beside generate.py
+// when models/*/train.py import it (as the suite's Python tests do, where PYTHONDONTWRITEBYTECODE
+// is unset) is none, nor is a folder without one; each once crashed every test program that lists
+// the fixtures (a parse error at start).
+TEST(GoldenFixtures, AreTheFoldersThatHoldAConfig) {
+  const fs::path root = fs::temp_directory_path() / ("vkattn_fixtures_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  for (const char* folder : {"b_fixture", "a_fixture", "__pycache__", "no_config"}) fs::create_directories(root / folder);
+  for (const char* fixture : {"a_fixture", "b_fixture"}) std::ofstream(root / fixture / "config.json") << "{}";
+  std::ofstream(root / "__pycache__" / "generate.cpython-313.pyc") << "bytecode";
+  const auto names = testing::fixture_folders(root);
+  fs::remove_all(root);
+  EXPECT_EQ(names, (std::vector<std::string>{"a_fixture", "b_fixture"}));
 }
 
 class Golden : public testing::GpuTest, public ::testing::WithParamInterface<std::tuple<std::string, std::string>> {};

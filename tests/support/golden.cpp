@@ -23,14 +23,16 @@ ForwardOptions GoldenFixture::forward_options() const {
   return o;
 }
 
-std::vector<std::string> golden_fixture_names() {
+std::vector<std::string> fixture_folders(const fs::path& root) {
   std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(VKATTN_GOLDEN_DIR)) {
-    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+  for (const auto& entry : fs::directory_iterator(root)) {
+    if (fs::is_regular_file(entry.path() / "config.json")) names.push_back(entry.path().filename().string());
   }
   std::sort(names.begin(), names.end());
   return names;
 }
+
+std::vector<std::string> golden_fixture_names() { return fixture_folders(VKATTN_GOLDEN_DIR); }
 
 GoldenFixture golden_fixture(const std::string& name) {
   GoldenFixture f{name, fs::path(VKATTN_GOLDEN_DIR) / name, {}};

@@ -26,7 +26,10 @@ struct GoldenFixture {
   ForwardOptions forward_options() const;
 };
 
-// Every fixture folder, sorted.
+// The fixture folders under `root`, those holding a config.json, sorted: not the __pycache__
+// Python leaves beside tests/golden/generate.py, which models/*/train.py import.
+std::vector<std::string> fixture_folders(const std::filesystem::path& root);
+// Every fixture folder of tests/golden, sorted.
 std::vector<std::string> golden_fixture_names();
 GoldenFixture golden_fixture(const std::string& name);
 
