@@ -34,7 +34,10 @@ const uint PAD = 8u;
 // A quad rounded to float16, the first in the low bits (a uvec4's halves in order)
 uvec2 halves(vec4 v) { return uvec2(packFloat2x16(f16vec2(v.xy)), packFloat2x16(f16vec2(v.zw))); }
 // Quad `quad` of a row, rounded to float16, into the uvec4 tile[at] that holds it and its
-// neighbour: the low half for an even quad, the high for an odd one (a statement)
+// neighbour: the low half for an even quad, the high for an odd one (one statement, safe after
+// an unbraced if)
 #define STASH(tile, at, quad, v) \
-  if ((quad) % 2u == 0u) tile[at].xy = halves(v); \
-  else tile[at].zw = halves(v)
+  do { \
+    if ((quad) % 2u == 0u) tile[at].xy = halves(v); \
+    else tile[at].zw = halves(v); \
+  } while (false)

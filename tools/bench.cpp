@@ -112,9 +112,8 @@ class Bench {
     return ms;
   }
 
-  // The largest |backend - reference| of the output, or throws when they disagree.
-  // The output's largest difference from the reference; `first_ms` gets the forward's time (the
-  // process's first: it makes the pipelines).
+  // The output's largest |backend - reference|, or throws when they disagree beyond the run's
+  // tolerance; `first_ms` gets the forward's time (the process's first: it makes the pipelines).
   double validate(double& first_ms) {
     first_ms = time_forward("none");
     if (a_.resident) last_.output = backend_->download(last_values_);
