@@ -41,12 +41,14 @@ TEST(GoldenFixtures, CoverWhatTheInteropIssueAsksFor) {
 
 // A fixture is a folder holding a config.json: the __pycache__ Python writes beside generate.py
 // when models/*/train.py import it (as the suite's Python tests do, where PYTHONDONTWRITEBYTECODE
-// is unset) is none, nor is a folder without one; each once crashed every test program that lists
-// the fixtures (a parse error at start).
+// is unset) is none, nor is a folder without one. Listed as fixtures, they made test_cli_run
+// throw a parse error at start, when it registers its fixture tests.
 TEST(GoldenFixtures, AreTheFoldersThatHoldAConfig) {
   const fs::path root = fs::temp_directory_path() / ("vkattn_fixtures_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  for (const char* folder : {"b_fixture", "a_fixture", "__pycache__", "no_config"}) fs::create_directories(root / folder);
+  for (const char* folder : {"b_fixture", "a_fixture", "__pycache__", "no_config"}) {
+    fs::create_directories(root / folder);
+  }
   for (const char* fixture : {"a_fixture", "b_fixture"}) std::ofstream(root / fixture / "config.json") << "{}";
   std::ofstream(root / "__pycache__" / "generate.cpython-313.pyc") << "bytecode";
   const auto names = testing::fixture_folders(root);

@@ -978,7 +978,7 @@ TEST_F(CliRun, BenchFloat16ProductsRunWhereTheDeviceHasThemAndAreRefusedElsewher
                    "--float16-products"});
   if (device.float16_products) {
     ASSERT_EQ(e.code, 0) << e.err;
-    const auto j = nlohmann::json::parse(e.out, nullptr, /*allow_exceptions=*/false);
+    auto j = nlohmann::json::parse(e.out, nullptr, /*allow_exceptions=*/false);  // [] below: not const
     ASSERT_TRUE(j.is_object()) << "stdout is not one JSON object: '" << e.out << "'; stderr: " << e.err;
     EXPECT_EQ(j["config"]["float16_products"], true);
     EXPECT_GT(j["validation_max_abs_error"].get<double>(), 1e-5) << "float32's products: the option not taken";
