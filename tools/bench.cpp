@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 
+#include "engine/vulkan/context.h"
 #include "tools/commands.h"
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/backends/roofline.h"
@@ -55,6 +56,23 @@ double paired_overhead(const std::vector<double>& traced, const std::vector<doub
 // --float16-products 1e-2, where every product's inputs are rounded to float16 (11 bits)
 double validation_tolerance(const BenchArgs& a) { return a.float16_products ? 1e-2 : 1e-4; }
 
+// The backend bench times. --float16-products on a device without float16 cooperative matrices
+// is the user's request the device cannot meet, named by its flag (exit 2), where the backend's
+// own refusal is a DeviceError (exit 1, a device that failed).
+std::unique_ptr<Backend> bench_backend(const BenchArgs& a) {
+  const VulkanBackendOptions options{.early_dispatches = a.early_dispatches, .float16_products = a.float16_products};
+  try {
+    return make_watched_backend(a.backend, a.device, options);
+  } catch (const DeviceError&) {
+    if (!a.float16_products) throw;
+    const auto plain = make_watched_backend(a.backend, a.device, {.early_dispatches = a.early_dispatches});
+    const vulkan::DeviceReport& device = static_cast<const VulkanBackend&>(*plain).context().device_report();
+    if (device.float16_products) throw;
+    throw UsageError("--float16-products: '" + device.name +
+                     "' has no float16 cooperative matrices; leave it off (vkattn devices says which have them)");
+  }
+}
+
 // The tracers a timed forward can carry: none, shapes only (no readback), or every value.
 const std::vector<std::string> kTracing = {"none", "shapes", "values"};
 
@@ -66,8 +84,7 @@ class Bench {
         mha_(config_, MultiHeadAttentionWeights::random(config_, a.seed)),
         query_(random_tensor({a.batch, a.seq, a.embed}, a.seed + 1)),
         memory_(a.kv_seq ? random_tensor({a.batch, a.kv_seq, a.embed}, a.seed + 2) : Tensor()),
-        backend_(make_watched_backend(a.backend, a.device,
-                                      {.early_dispatches = a.early_dispatches, .float16_products = a.float16_products})) {
+        backend_(bench_backend(a)) {
     options_.need_weights = false;
     options_.is_causal = a.causal;
     options_.attention = parse_attention_path(a.attention);
