@@ -191,11 +191,11 @@ int main(int argc, char** argv) {
     // Mesa 22, a 2-core EPYC, Mesa's shader cache empty) and made the table no faster.
     // (said before the wait: from an empty shader cache the table took 66 of the lesson's 90 s on
     // lavapipe, Mesa 22, a 2-core EPYC, nearly all of it compiling; the whole lesson 14 s once
-    // Mesa's cache held them)
+    // Mesa's cache held them; 100 of 125 s on a 2-core Xeon, Mesa 22, 24 s warm)
     lesson.say(
         "Next, the time of one token against the context length, on a model of a more usual width. "
         "The first time, this takes a while: most of it is the device compiling the wider model's "
-        "kernels as they are first dispatched (about a minute on lavapipe; Mesa keeps them in its disk "
+        "kernels as they are first dispatched (a minute or two on lavapipe; Mesa keeps them in its disk "
         "cache for later runs).");
     const std::unique_ptr<Backend> gpu = lesson.gpu_with({.tune = false});
     CausalLMConfig wide_config{.vocab_size = 54, .max_positions = 1024,
