@@ -40,9 +40,10 @@ TEST(GoldenFixtures, CoverWhatTheInteropIssueAsksFor) {
 }
 
 // A fixture is a folder holding a config.json: the __pycache__ Python writes beside generate.py
-// when models/*/train.py import it (as the suite's Python tests do, where PYTHONDONTWRITEBYTECODE
-// is unset) is none, nor is a folder without one. Listed as fixtures, they made test_cli_run
-// throw a parse error at start, when it registers its fixture tests.
+// when models/*/train.py import it (bench/decoding_torch.py run by hand; the suite's run of it
+// did, before every test had PYTHONDONTWRITEBYTECODE) is none, nor is a folder without one.
+// Listed as fixtures, they made test_cli_run throw a parse error at start, when it registers its
+// fixture tests.
 TEST(GoldenFixtures, AreTheFoldersThatHoldAConfig) {
   const fs::path root = fs::temp_directory_path() / ("vkattn_fixtures_" + std::to_string(::getpid()));
   fs::remove_all(root);
