@@ -40,6 +40,7 @@ CLI::App* add_check(CLI::App& app, CheckArgs& a) {
   auto* text = cmd->add_option("--text", a.text, "with --model: the text the model reads (its tokenizer's ids)");
   model->needs(text);
   text->needs(model);
+  add_weights_dtype(*cmd, a.weights_dtype)->needs(model);
   cmd->add_option("--backend", a.backend, "where vkattn's recipe runs: gpu (a Vulkan device) or cpu (the reference)")
       ->check(CLI::IsMember({"gpu", "cpu"}))
       ->capture_default_str();
@@ -63,7 +64,7 @@ CheckReport check_model(const CheckArgs& a, const std::vector<std::pair<std::str
     if (given) throw UsageError(std::string(flag) + " is for a module's state_dict; --model " + a.model +
                                 " is checked on --text (its config.json says the rest)");
   }
-  const io::Pretrained p = io::load_pretrained(a.model);
+  const io::Pretrained p = load_model(a.model, a.weights_dtype);
   return check_pretrained(recorded, p, backend, text_tokens(p, a.text), {a.atol, a.rtol});
 }
 

@@ -42,6 +42,7 @@ int run_demo(const DemoArgs& args);
 struct RunArgs {
   AttentionArgs inputs;
   std::string model, text;   // instead of the inputs: a hub checkpoint folder on a text
+  std::string weights_dtype = "stored";  // or BF16, F16: --model's weights rounded as they are read
   GroupedQueryArgs grouped;  // a grouped-query attention's RoPE, key/value heads and window
   std::string backend = "gpu";
   std::string device;
@@ -131,6 +132,7 @@ struct CheckArgs {
   LayerArgs layer;           // an encoder's or decoder's
   std::string memory, memory_mask, memory_key_padding_mask;  // a decoder's
   std::string model, text;   // instead of --weights and --query: a hub checkpoint folder on a text
+  std::string weights_dtype = "stored";  // or BF16, F16: --model's weights rounded as they are read
   std::string backend = "gpu", device;
   double atol = 1e-4, rtol = 1e-4;
 };

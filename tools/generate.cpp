@@ -132,14 +132,9 @@ std::string device_weights_line(const KeptWeights& kept, uint64_t parameters) {
                  : " (float32)");
 }
 
-// --weights-dtype's and --cache-dtype's BF16 and F16 (safetensors' names); float32 otherwise
-Narrow narrow_named(const std::string& dtype) {
-  return dtype == "BF16" ? Narrow::bfloat16 : dtype == "F16" ? Narrow::float16 : Narrow::none;
-}
-
 Loaded load(const GenerateArgs& a) {
   if (!a.model.empty()) {
-    io::Pretrained p = io::load_pretrained(a.model, {.weights_dtype = narrow_named(a.weights_dtype)});
+    io::Pretrained p = load_model(a.model, a.weights_dtype);
     if (!p.model) {
       throw UsageError("--model " + a.model + ": a " + p.architecture + " encodes text but does not generate it " +
                        "(try vkattn run --model " + a.model + " --text …)");
@@ -175,11 +170,7 @@ CLI::App* add_generate(CLI::App& app, GenerateArgs& a) {
                                   "layers.N, norm, lm_head) with num_heads and its vocabulary in __metadata__, as "
                                   "models/tiny_char/train.py writes");
   model->excludes(weights);
-  cmd->add_option("--weights-dtype", a.weights_dtype,
-                  "BF16 or F16: --model's weights rounded to bfloat16 or float16 as they are read, kept so on the "
-                  "GPU (an F32 checkpoint in half the memory, its numbers rounded); stored: as the files hold them")
-      ->check(CLI::IsMember({"stored", "BF16", "F16"}))
-      ->capture_default_str();
+  add_weights_dtype(*cmd, a.weights_dtype);
   cmd->add_option("--prompt", a.prompt, "the text to continue")->required();
   cmd->add_option("--max-new-tokens", a.max_new_tokens, "tokens to generate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
@@ -309,7 +300,7 @@ int run_generate(const GenerateArgs& a) {
             << loaded.name << ": " << loaded.weights << "\n"
             << (cache ? device_weights_line(*cache->kept_weights(*backend), model.parameter_count()) + "\n" : "")
             << "  " << model.describe() << "\n"
-            << std::fixed << std::setprecision(1) << "prompt: " << prompt_tokens << " tokens in " << prompt_ms
+            << std::fixed << std::setprecision(1) << "prompt: " << prompt_tokens << (prompt_tokens == 1 ? " token in " : " tokens in ") << prompt_ms
             << " ms (the first pass also makes the pipelines)\n"
             << "generated: " << generated.size() << " tokens, " << mode
             << (stopped ? " (stopped at the end-of-text token)" : "") << "\n"

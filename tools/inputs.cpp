@@ -117,6 +117,30 @@ std::string module_kind(const std::string& weights) {
   return encoder ? "encoder" : "attention";
 }
 
+CLI::Option* add_weights_dtype(CLI::App& cmd, std::string& dtype) {
+  return cmd
+      .add_option("--weights-dtype", dtype,
+                  "BF16 or F16: --model's weights rounded to bfloat16 or float16 as they are read, kept so on the "
+                  "GPU (an F32 checkpoint in half the memory, its numbers rounded); stored: as the files hold them")
+      ->check(CLI::IsMember({"stored", "BF16", "F16"}))
+      ->capture_default_str();
+}
+
+Narrow narrow_named(const std::string& dtype) {
+  return dtype == "BF16" ? Narrow::bfloat16 : dtype == "F16" ? Narrow::float16 : Narrow::none;
+}
+
+io::Pretrained load_model(const std::string& dir, const std::string& weights_dtype) {
+  return io::load_pretrained(dir, {.weights_dtype = narrow_named(weights_dtype)});
+}
+
+std::string rounded_words(const std::string& weights_dtype) {
+  const Narrow narrow = narrow_named(weights_dtype);
+  if (narrow == Narrow::none) return "";
+  return std::string("\n  its weights rounded to ") + narrow_name(narrow) + " as they were read (--weights-dtype " +
+         weights_dtype + ")";
+}
+
 Tensor text_tokens(const io::Pretrained& model, const std::string& text) {
   std::vector<int64_t> ids;
   try {

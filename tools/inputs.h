@@ -13,6 +13,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace vkattn::cli {
@@ -39,6 +40,17 @@ struct AttentionInputs {
   const Tensor& value_or_query() const { return value ? *value : query; }
 };
 AttentionInputs read_attention_inputs(const AttentionArgs& args);
+
+// --weights-dtype stored|BF16|F16 (run, check, generate): a --model folder's weights rounded to
+// bfloat16 or float16 as they are read and kept so on the GPU (io::LoadOptions::weights_dtype).
+CLI::Option* add_weights_dtype(CLI::App& cmd, std::string& dtype);
+// --weights-dtype's and --cache-dtype's BF16 and F16 (safetensors' names); float32 otherwise
+Narrow narrow_named(const std::string& dtype);
+// The --model folder, its weights as --weights-dtype rounds them
+io::Pretrained load_model(const std::string& dir, const std::string& weights_dtype);
+// "", or where --weights-dtype rounded the weights: "\n  its weights rounded to bfloat16 as they were
+// read (--weights-dtype BF16)", a line to follow the module's description
+std::string rounded_words(const std::string& weights_dtype);
 
 // A checkpoint's text as its tokenizer reads it: int64 ids (1, T). UsageError "--text: …" for
 // text that is not UTF-8 or gives no token.

@@ -133,13 +133,14 @@ Runnable model_run(const RunArgs& a) {
                        " runs the checkpoint on --text (its config.json says the rest)");
     }
   }
-  auto p = std::make_shared<io::Pretrained>(io::load_pretrained(a.model));
+  auto p = std::make_shared<io::Pretrained>(load_model(a.model, a.weights_dtype));
   auto tokens = std::make_shared<Tensor>(text_tokens(*p, a.text));
   const std::vector<int64_t> ids(tokens->data.begin(), tokens->data.end());
   const std::string repr = p->architecture + ": the text's " + std::to_string(ids.size()) + " tokens through\n  " +
-                           (p->model ? p->model->describe() : p->encoder->describe());
+                           (p->model ? p->model->describe() : p->encoder->describe()) + rounded_words(a.weights_dtype);
   nlohmann::json trace = {{"module", p->architecture}, {"model", a.model}, {"text", a.text}, {"ids", ids},
-                          {"config", p->config}, {"stored_dtype", p->stored_dtype}};
+                          {"config", p->config}, {"stored_dtype", p->stored_dtype},
+                          {"weights_dtype", a.weights_dtype}};
   const AttentionPath path = parse_attention_path(a.attention);
   if (p->encoder && p->encoder->config().num_labels > 0) {
     const bool every_token = p->encoder->config().classifier == BertClassifier::tokens;
@@ -176,6 +177,7 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   auto* text = cmd->add_option("--text", a.text, "with --model: the text the model reads (its tokenizer's ids)");
   model->needs(text);
   text->needs(model);
+  add_weights_dtype(*cmd, a.weights_dtype)->needs(model);
   cmd->add_option("--attention", a.attention,
                   "auto (fused when no weights are written, else unfused), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")
       ->check(CLI::IsMember({"auto", "unfused", "fused"}))

@@ -3,6 +3,7 @@ named at the step where it happens, on both backends, with the PyTorch line to c
 model gets none; where the numbers fit several mistakes alike, all are named."""
 import os
 import pathlib
+import re
 import subprocess
 
 import numpy as np
@@ -268,17 +269,24 @@ def test_vkattn_check_dir_checks_an_encoder_and_a_decoder(tmp_path):
     assert done.returncode == 2 and "an encoder's state_dict, which does not take --memory" in done.stderr
 
 
-@pytest.mark.parametrize("model, step", [("tiny_llama", "layers.0.self_attn.o_proj"), ("tiny_bert", "layers.1.linear2")])
-def test_vkattn_check_dir_checks_a_hub_checkpoint_on_a_text(tmp_path, model, step):
+def recorded_run(tmp_path, model, *flags):
+    """models/`model` run by `vkattn run --model` on the reference, every step's value recorded as
+    check reads them (DIR/<step>.npy): (the folder, DIR, the run's stdout)"""
     folder = pathlib.Path(__file__).resolve().parents[2] / "models" / model
-    cli = os.environ["VKATTN_CLI"]
-    done = subprocess.run([cli, "run", "--model", str(folder), "--text", "Alice was tired.", "--trace", str(tmp_path / "trace"),
-                           "--trace-values", "--backend", "cpu"], capture_output=True, text=True)
+    done = subprocess.run([os.environ["VKATTN_CLI"], "run", "--model", str(folder), "--text", "Alice was tired.",
+                           "--trace", str(tmp_path / "trace"), "--trace-values", "--backend", "cpu", *flags],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     mine = tmp_path / "mine"
     mine.mkdir()
     for f in (tmp_path / "trace").glob("[0-9][0-9][0-9]_*.npy"):   # NNN_<step>.npy -> <step>.npy
         (mine / f.name[4:]).write_bytes(f.read_bytes())
+    return folder, mine, done.stdout
+
+
+@pytest.mark.parametrize("model, step", [("tiny_llama", "layers.0.self_attn.o_proj"), ("tiny_bert", "layers.1.linear2")])
+def test_vkattn_check_dir_checks_a_hub_checkpoint_on_a_text(tmp_path, model, step):
+    folder, mine, _ = recorded_run(tmp_path, model)
     args = [mine, "--model", folder, "--text", "Alice was tired."]
     done = run_cli(*args)
     assert done.returncode == 0 and "recorded steps agree" in done.stdout, done.stdout + done.stderr
@@ -289,6 +297,19 @@ def test_vkattn_check_dir_checks_a_hub_checkpoint_on_a_text(tmp_path, model, ste
     assert f" {step} (linear)\n" in done.stdout and "[bias_" in done.stdout, done.stdout
     done = run_cli(*args, "--query", tmp_path / "x.npy")
     assert done.returncode == 2 and "--query is for a module's state_dict" in done.stderr, done.stderr
+
+
+def test_vkattn_check_rounds_the_checkpoint_as_the_run_it_checks_did(tmp_path):
+    """A trace of tiny_gpt2 run with its weights rounded to bfloat16 (vkattn run --weights-dtype BF16)
+    diverges from the checkpoint as stored, and agrees with it rounded the same way."""
+    folder, mine, said = recorded_run(tmp_path, "tiny_gpt2", "--weights-dtype", "BF16")
+    assert "its weights rounded to bfloat16 as they were read (--weights-dtype BF16)" in said, said
+    args = [mine, "--model", folder, "--text", "Alice was tired."]
+    done = run_cli(*args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert re.search(r"\n0 +token_embedding .* DIFFERS\n", done.stdout), done.stdout  # the table, rounded
+    done = run_cli(*args, "--weights-dtype", "BF16")
+    assert done.returncode == 0 and "recorded steps agree" in done.stdout, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("model, step, ids", [("tiny_llama", "layers.0.self_attn.o_proj", ["bias_extra"]),

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "engine/vulkan/context.h"
 #include "tests/support/checkpoint_folder.h"
@@ -444,6 +445,7 @@ const std::vector<BadRun> kRunModelBadInputs = {
            "--query configures an attention module's run; --model"},
     BadRun{"model_text_empty", {"run", "--model", "{models}/tiny_gpt2", "--text", ""},
            "--text is empty: give the model at least one token"},
+    BadRun{"weights_dtype_without_model", good({"--weights-dtype", "BF16"}), "--weights-dtype requires --model"},
     BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/t5", "--text", "Alice"},
            "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, "
@@ -502,7 +504,10 @@ const std::vector<BadRun> kCheckBadInputs = {
     BadRun{"decoder_without_memory", {"check", "{g}", "--weights", "{d}/weights.safetensors", "--query", "{d}/tgt.npy"},
            "weights.safetensors is a decoder's state_dict: give its memory with --memory"},
     BadRun{"model_with_query", {"check", "{g}", "--model", "{models}/tiny_gpt2", "--text", "Alice", "--query", "{g}/query.npy"},
-           "--query is for a module's state_dict; --model"}};
+           "--query is for a module's state_dict; --model"},
+    BadRun{"weights_dtype_without_model",
+           {"check", "{g}", "--weights", "{g}/weights.safetensors", "--query", "{g}/query.npy", "--weights-dtype", "F16"},
+           "--weights-dtype requires --model"}};
 INSTANTIATE_TEST_SUITE_P(CliCheck, CliBadInput, ::testing::ValuesIn(kCheckBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -1143,6 +1148,36 @@ TEST_F(CliRun, RunAHubFolderOnATextTracesEveryStepOfTheModel) {
   const auto torch_last = expected["last_logits"].get<std::vector<float>>();
   const std::vector<float> last(logits.data.end() - 513, logits.data.end());
   EXPECT_TRUE(testing::all_close(Tensor({513}, last), Tensor({513}, torch_last), {.atol = 1e-4f, .rtol = 0.0f}));
+}
+
+// `vkattn run --model … --weights-dtype BF16|F16`: the checkpoint's weights rounded as they are
+// read, said so, in the trace, and the logits load_pretrained gives with them rounded alike
+TEST_F(CliRun, RunAHubFolderWithItsWeightsRounded) {
+  const std::string model = VKATTN_SOURCE_DIR "/models/tiny_gpt2";
+  const std::string text = "Alice was beginning";
+  auto logits_of = [&](Narrow narrow) {
+    const io::Pretrained p = io::load_pretrained(model, {.weights_dtype = narrow});
+    const std::vector<int64_t> ids = p.tokenizer->encode(text);
+    ReferenceBackend cpu;
+    return p.model->forward(cpu, Tensor({1, int64_t(ids.size())}, std::vector<float>(ids.begin(), ids.end()),
+                                        DType::int64));
+  };
+  const Tensor stored = logits_of(Narrow::none);
+  for (auto [dtype, narrow, name] : {std::tuple{"BF16", Narrow::bfloat16, "bfloat16"},
+                                     std::tuple{"F16", Narrow::float16, "float16"}}) {
+    const std::string out = path(std::string("logits_") + dtype + ".npy"), dump = path(std::string("dump_") + dtype);
+    const Exit e = vkattn({"run", "--model", model, "--text", text, "--weights-dtype", dtype, "--backend", "cpu",
+                           "--out", out, "--trace", dump});
+    ASSERT_EQ(e.code, 0) << e.out << e.err;
+    EXPECT_NE(e.out.find("pre-norm), lm_head tied to token_embedding\n  its weights rounded to " + std::string(name) +
+                         " as they were read (--weights-dtype " + dtype + ")\n  from " + model + "\n"),
+              std::string::npos)
+        << e.out;
+    EXPECT_EQ(nlohmann::json::parse(slurp(dump + "/trace.json")).at("config").at("weights_dtype"), dtype);
+    const Tensor logits = io::read_npy(out), expected = logits_of(narrow);
+    EXPECT_TRUE(testing::all_close(logits, expected, {.atol = 1e-5f, .rtol = 0.0f})) << dtype;
+    EXPECT_FALSE(testing::all_close(logits, stored, {.atol = 1e-4f, .rtol = 0.0f})) << dtype << ": not rounded";
+  }
 }
 
 // `vkattn run --model` on an encoder: BERT's hidden states out, its pooler in the trace
