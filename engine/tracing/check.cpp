@@ -258,15 +258,16 @@ Finding since_2017_diagnosis(const diagnosis::Around& at, const Tensor& yours) {
   return {};
 }
 
-// The first diagnosis that fits yours (in the step's shape), most specific first: those that
-// recompute the step as one mistake would have it, then the axes' order, the mask, the softmax's
+// The first diagnosis that fits yours (in the step's shape), most specific first: numbers of 16
+// bits, those that recompute the step as one mistake would have it, then the axes' order, the mask, the softmax's
 // axis, a constant factor and what is left of a softmax.
 Finding diagnose(const diagnosis::Around& at, const Tensor& yours, const Tensor& recorded, const StepCheck& step,
                  bool alike) {
   using namespace diagnosis;
   const CheckOptions& o = at.options;
   const std::string& op = at.event.op;
-  for (auto* detect : {since_2017_diagnosis, projection, bias, heads, scale, mask_place, mask_shifted, dropout}) {
+  for (auto* detect :
+       {sixteen_bit, since_2017_diagnosis, projection, bias, heads, scale, mask_place, mask_shifted, dropout}) {
     if (Finding f = detect(at, yours)) return f;
   }
   const FineAxes fine = fine_axes(step.shape, step.dims, o.heads);

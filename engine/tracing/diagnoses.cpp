@@ -105,6 +105,12 @@ constexpr std::array kDiagnoses = {
               "nothing wrong: key/value heads recorded after their copy for each query head",
               "repeat_kv(k, group) before rec(…)", "record the tensor before the copy to compare it"},
     // ---- any step -----------------------------------------------------------------------------------
+    Diagnosis{"sixteen_bit", "any step",
+              "numbers of 16 bits: the step (or the model) run in bfloat16 or float16, where vkattn's is float32",
+              "model.half(), model.to(torch.bfloat16), torch.autocast, or a checkpoint loaded with "
+              "torch_dtype=torch.bfloat16",
+              "check a float32 run (model.float()); or allow 16 bits' rounding (atol, rtol 1e-2), with a "
+              "checkpoint's weights rounded alike (vkattn check --weights-dtype BF16)"},
     Diagnosis{"constant_factor", "any step", "every value multiplied by one constant",
               "a scale or a normalisation applied twice, or not at all", "the step's line, factor by factor"},
 };

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "engine/tracing/numbers.h"
 #include "reference/reference.h"
@@ -407,6 +408,27 @@ Finding dropout(const Around& at, const Tensor& yours) {
                   " elements where vkattn's is not (" + number_text(100 * seen, 2) + " %), and " + number_text(c) +
                   " × vkattn's at the rest: p = " + number_text(p, 2) + " gives 1/(1 - p) = " + number_text(c),
               {"dropout"});
+}
+
+Finding sixteen_bit(const Around& at, const Tensor& yours) {
+  // bfloat16 first: its numbers within float16's range are float16 numbers too
+  for (const auto& [format, name, bits] : {std::tuple{2, "bfloat16", "its low 16 bits zero"},
+                                           std::tuple{1, "float16", "11 significant bits at most"}}) {
+    size_t nonzero = 0, theirs_too = 0;
+    bool all = true;
+    for (size_t k = 0; k < yours.data.size() && all; ++k) {
+      const float u = yours.data[k], v = at.theirs.data[k];
+      if (!std::isfinite(u) || u == 0) continue;
+      ++nonzero;
+      all = reference::round_to(u, format) == u;
+      theirs_too += std::isfinite(v) && reference::round_to(v, format) == v;
+    }
+    if (!all || nonzero < 16 || 2 * theirs_too >= nonzero) continue;
+    return said("every one of your " + std::to_string(nonzero) + " nonzero values is a " + name + " (a float32 with " +
+                    bits + "), where " + std::to_string(theirs_too) + " of vkattn's are",
+                {"sixteen_bit"});
+  }
+  return {};
 }
 
 }  // namespace vkattn::diagnosis

@@ -19,6 +19,7 @@ DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "check.md"
 
 # mistake -> (the first divergent step, the diagnoses named there)
 EXPECTED = {
+    "sixteen_bit": ("q_proj", ["sixteen_bit"]),
     "weight_transposed": ("q_proj", ["weight_transposed"]),
     "weight_swapped": ("k_proj", ["weight_swapped"]),
     "input_swapped": ("q_proj", ["input_swapped"]),
@@ -299,16 +300,21 @@ def test_vkattn_check_dir_checks_a_hub_checkpoint_on_a_text(tmp_path, model, ste
     assert done.returncode == 2 and "--query is for a module's state_dict" in done.stderr, done.stderr
 
 
-def test_vkattn_check_rounds_the_checkpoint_as_the_run_it_checks_did(tmp_path):
-    """A trace of tiny_gpt2 run with its weights rounded to bfloat16 (vkattn run --weights-dtype BF16)
-    diverges from the checkpoint as stored, and agrees with it rounded the same way."""
-    folder, mine, said = recorded_run(tmp_path, "tiny_gpt2", "--weights-dtype", "BF16")
-    assert "its weights rounded to bfloat16 as they were read (--weights-dtype BF16)" in said, said
+@pytest.mark.parametrize("dtype, name", [("BF16", "bfloat16"), ("F16", "float16")])
+def test_vkattn_check_rounds_the_checkpoint_as_the_run_it_checks_did(tmp_path, dtype, name):
+    """A trace of tiny_gpt2 run with its weights rounded to 16 bits (vkattn run --weights-dtype)
+    diverges from the checkpoint as stored, and agrees with it rounded the same way. bfloat16's
+    rounding shows at the first step, the embedding's rows, whose numbers check sees are 16-bit;
+    float16's is within the tolerance there and shows first where float32 sums meet it."""
+    folder, mine, said = recorded_run(tmp_path, "tiny_gpt2", "--weights-dtype", dtype)
+    assert f"its weights rounded to {name} as they were read (--weights-dtype {dtype})" in said, said
     args = [mine, "--model", folder, "--text", "Alice was tired."]
     done = run_cli(*args)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert re.search(r"\n0 +token_embedding .* DIFFERS\n", done.stdout), done.stdout  # the table, rounded
-    done = run_cli(*args, "--weights-dtype", "BF16")
+    assert done.returncode == 1 and "DIFFERS" in done.stdout, done.stdout + done.stderr
+    if dtype == "BF16":
+        assert re.search(r"first divergent step: 0 token_embedding .*\n.*\n  every one of your 384 nonzero values "
+                         r"is a bfloat16 .*\[sixteen_bit\]", done.stdout, re.S), done.stdout
+    done = run_cli(*args, "--weights-dtype", dtype)
     assert done.returncode == 0 and "recorded steps agree" in done.stdout, done.stdout + done.stderr
 
 

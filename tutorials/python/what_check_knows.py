@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 # The mistakes, as `mistake=` switches them on, in the order a forward meets them.
-MISTAKES = ("weight_transposed", "weight_swapped", "input_swapped", "bias_missing", "bias_extra", "heads_view",
-            "heads_order", "scale_width", "scale_twice", "scale_none", "mask_skipped", "mask_after_softmax",
-            "mask_shifted", "rows_not_normalised", "dropout")
+MISTAKES = ("sixteen_bit", "weight_transposed", "weight_swapped", "input_swapped", "bias_missing", "bias_extra",
+            "heads_view", "heads_order", "scale_width", "scale_twice", "scale_none", "mask_skipped",
+            "mask_after_softmax", "mask_shifted", "rows_not_normalised", "dropout")
 
 
 class ScratchAttention(nn.Module):
@@ -59,6 +59,8 @@ class ScratchAttention(nn.Module):
             q = F.linear(query, self.q.weight)
         elif mistake == "bias_extra":
             q = self.q(query) + self.q.bias
+        elif mistake == "sixteen_bit":                        # as torch.autocast(bfloat16) computes it
+            q = F.linear(query.bfloat16(), self.q.weight.bfloat16(), self.q.bias.bfloat16()).float()
         else:
             q = self.q(query)
         q, k, v = rec("q_proj", q), rec("k_proj", self.k(key)), rec("v_proj", self.v(value))
