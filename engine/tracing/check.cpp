@@ -325,6 +325,10 @@ void check_one(StepCheck& step, const diagnosis::Around& at, const Tensor& recor
     }
     if (filled) step.diagnosis = "yours fills blocked scores with a large negative number, vkattn's with -inf: "
                                  "the same weights after softmax";
+    // 16-bit numbers within the tolerances here may be what a later step's difference comes from
+    if (diagnosis::Finding f = diagnosis::sixteen_bit(at, yours)) {
+      step.diagnosis = "yours agrees within the tolerances, but " + f.text;
+    }
     return;
   }
   step.verdict = StepVerdict::differs;
@@ -381,7 +385,7 @@ std::string wrap(const std::string& text, size_t width, const std::string& inden
       out += line + "\n";
       line = indent + "  ";
     }
-    line += (line.back() == ' ' ? "" : " ") + word;
+    line += (line.empty() || line.back() == ' ' ? "" : " ") + word;  // empty: a note's first word
   }
   return out + line;
 }
