@@ -300,7 +300,8 @@ int run_generate(const GenerateArgs& a) {
             << loaded.name << ": " << loaded.weights << "\n"
             << (cache ? device_weights_line(*cache->kept_weights(*backend), model.parameter_count()) + "\n" : "")
             << "  " << model.describe() << "\n"
-            << std::fixed << std::setprecision(1) << "prompt: " << prompt_tokens << (prompt_tokens == 1 ? " token in " : " tokens in ") << prompt_ms
+            << std::fixed << std::setprecision(1) << "prompt: " << prompt_tokens
+            << (prompt_tokens == 1 ? " token in " : " tokens in ") << prompt_ms
             << " ms (the first pass also makes the pipelines)\n"
             << "generated: " << generated.size() << " tokens, " << mode
             << (stopped ? " (stopped at the end-of-text token)" : "") << "\n"

@@ -259,8 +259,8 @@ Finding since_2017_diagnosis(const diagnosis::Around& at, const Tensor& yours) {
 }
 
 // The first diagnosis that fits yours (in the step's shape), most specific first: numbers of 16
-// bits, those that recompute the step as one mistake would have it, then the axes' order, the mask, the softmax's
-// axis, a constant factor and what is left of a softmax.
+// bits, those that recompute the step as one mistake would have it, then the axes' order, the
+// mask, the softmax's axis, a constant factor and what is left of a softmax.
 Finding diagnose(const diagnosis::Around& at, const Tensor& yours, const Tensor& recorded, const StepCheck& step,
                  bool alike) {
   using namespace diagnosis;

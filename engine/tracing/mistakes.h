@@ -72,7 +72,7 @@ Finding mask_shifted(const Around& at, const Tensor& yours);
 Finding rows_not_normalised(const Around& at, const Tensor& yours);
 // Any step: zeros at random, the rest vkattn's × 1/(1 − p).
 Finding dropout(const Around& at, const Tensor& yours);
-// any step: every value of yours a bfloat16 (or a float16) where vkattn's are not.
+// Any step: every value of yours a bfloat16 (or a float16) where vkattn's are not.
 Finding sixteen_bit(const Around& at, const Tensor& yours);
 
 }  // namespace vkattn::diagnosis
