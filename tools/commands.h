@@ -43,6 +43,7 @@ struct RunArgs {
   AttentionArgs inputs;
   std::string model, text;   // instead of the inputs: a hub checkpoint folder on a text
   std::string weights_dtype = "stored";  // or BF16, F16: --model's weights rounded as they are read
+  int64_t top_k = 0;  // a masked LM's tokens shown at each [MASK] of the text (0: not given, 5 shown)
   GroupedQueryArgs grouped;  // a grouped-query attention's RoPE, key/value heads and window
   std::string backend = "gpu";
   std::string device;

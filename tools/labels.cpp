@@ -39,6 +39,11 @@ std::vector<double> softmax(const Tensor& logits, size_t row, size_t n) {
   return p;
 }
 
+// A token's text quoted, control characters escaped, a part of a character's bytes as U+FFFD
+std::string quoted(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace
 
 void print_labels(std::ostream& out, const io::Pretrained& model, std::span<const int64_t> ids, const Tensor& logits) {
@@ -54,9 +59,7 @@ void print_labels(std::ostream& out, const io::Pretrained& model, std::span<cons
     std::vector<std::string> tokens;
     size_t token_width = 0;
     for (int64_t id : ids) {
-      // quoted, control characters escaped, a part of a character's bytes as U+FFFD
-      tokens.push_back(nlohmann::json(model.tokenizer->decode(std::span(&id, 1)))
-                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      tokens.push_back(quoted(model.tokenizer->decode(std::span(&id, 1))));
       token_width = std::max(token_width, tokens.back().size());
     }
     out << "each token's likeliest label (softmax of its " << n << " logits):\n";
@@ -91,6 +94,27 @@ void print_labels(std::ostream& out, const io::Pretrained& model, std::span<cons
     const size_t i = order[k];
     out << "  " << std::left << std::setw(static_cast<int>(width)) << names[i] << std::right << "  " << fixed(p[i], 3)
         << "   (logit " << fixed(logits.data[i], 4) << ")\n";
+  }
+}
+
+void print_fills(std::ostream& out, const io::Pretrained& model, std::span<const int64_t> positions,
+                 const Tensor& logits, int64_t top_k) {
+  const std::vector<std::vector<io::Fill>> fills = io::mask_fills(model, positions, logits, top_k);
+  const std::string mask = io::mask_token(model);
+  for (size_t m = 0; m < fills.size(); ++m) {
+    out << "the " << fills[m].size() << " likeliest tokens at " << mask
+        << (fills.size() > 1 ? " " + std::to_string(m + 1) + " of " + std::to_string(fills.size()) : "") << ", token "
+        << positions[m] + 1 << " of " << logits.shape[1] << " (softmax of its " << logits.shape.back() << " logits):\n";
+    std::vector<std::string> tokens;
+    size_t width = 0;
+    for (const io::Fill& fill : fills[m]) {
+      tokens.push_back(quoted(fill.token));
+      width = std::max(width, tokens.back().size());
+    }
+    for (size_t k = 0; k < tokens.size(); ++k) {
+      out << "  " << std::left << std::setw(static_cast<int>(width)) << tokens[k] << std::right << "  "
+          << fixed(fills[m][k].probability, 3) << "\n";
+    }
   }
 }
 

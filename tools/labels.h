@@ -1,10 +1,12 @@
 #pragma once
-// What a classifier's logits say, by label, for `vkattn run --model` on a …ForSequenceClassification
-// or …ForTokenClassification folder: config.json's id2label names the labels (LABEL_i where it
-// names none, as Hugging Face's default config does).
+// What a head's logits say, for `vkattn run --model`: a …ForSequenceClassification or
+// …ForTokenClassification folder's by label — config.json's id2label names the labels (LABEL_i
+// where it names none, as Hugging Face's default config does) — and a masked LM's by the tokens
+// likeliest at each [MASK].
 #include <ostream>
 #include <span>
 
+#include "vkattn/io/fill_mask.h"
 #include "vkattn/io/pretrained.h"
 #include "vkattn/tensor.h"
 
@@ -14,5 +16,10 @@ namespace vkattn::cli {
 // sigmoid each for problem_type multi_label_classification; one label is a regression's value).
 // A token classifier's (1, T, num_labels): each token of `ids` and its likeliest label.
 void print_labels(std::ostream& out, const io::Pretrained& model, std::span<const int64_t> ids, const Tensor& logits);
+
+// A masked LM's logits (1, T, V) at each of `positions` (io::mask_positions' of ids): its top_k
+// likeliest tokens and their probabilities (io::mask_fills).
+void print_fills(std::ostream& out, const io::Pretrained& model, std::span<const int64_t> positions,
+                 const Tensor& logits, int64_t top_k);
 
 }  // namespace vkattn::cli

@@ -120,7 +120,8 @@ Runnable grouped_query_run(const RunArgs& a) {
 
 // A hub checkpoint folder on a text, every step traced: a language model's (GPT-2, Llama) logits
 // (1, T, V), an encoder's (BERT, RoBERTa) last hidden state (1, T, E), its pooled output in the
-// trace, or a classifier's logits (1, num_labels) or (1, T, num_labels), said by label.
+// trace, a classifier's logits (1, num_labels) or (1, T, num_labels), said by label, or a masked
+// LM's (1, T, V) on a text with [MASK]s (RoBERTa's <mask>), said by the tokens likeliest there.
 Runnable model_run(const RunArgs& a) {
   const auto& in = a.inputs;
   for (auto [given, flag] : {std::pair{!in.weights.empty(), "--weights"}, {!in.query.empty(), "--query"},
@@ -142,7 +143,15 @@ Runnable model_run(const RunArgs& a) {
                           {"config", p->config}, {"stored_dtype", p->stored_dtype},
                           {"weights_dtype", a.weights_dtype}};
   const AttentionPath path = parse_attention_path(a.attention);
-  if (p->encoder && p->encoder->config().num_labels > 0) {
+  const bool classifies = p->encoder && p->encoder->config().num_labels > 0;
+  const bool masked_lm = p->encoder && p->encoder->config().masked_lm && !classifies;
+  const std::vector<int64_t> masked = masked_lm ? io::mask_positions(*p, ids) : std::vector<int64_t>();
+  if (a.top_k > 0 && masked.empty()) {
+    const std::string mask = io::mask_token(*p);
+    throw UsageError("--top-k shows a masked LM's likeliest tokens at each " + (mask.empty() ? "[MASK]" : mask) +
+                     " of --text: " + (masked_lm ? "the text has none" : a.model + " has no masked-LM head"));
+  }
+  if (classifies) {
     const bool every_token = p->encoder->config().classifier == BertClassifier::tokens;
     Runnable run{.repr = repr, .trace = trace, .source = a.model};
     run.forward = [p, tokens, path](Backend& b) {
@@ -150,6 +159,17 @@ Runnable model_run(const RunArgs& a) {
     };
     run.output = every_token ? "logits (B, T, num_labels)" : "logits (B, num_labels)";
     run.explain = [p, ids](const Tensor& logits) { print_labels(std::cout, *p, ids, logits); };
+    return run;
+  }
+  if (!masked.empty()) {
+    Runnable run{.repr = repr, .trace = trace, .source = a.model};
+    run.forward = [p, tokens, path](Backend& b) {
+      return AttentionResult{p->encoder->masked_lm(b, *tokens, {}, {}, path), std::nullopt};
+    };
+    run.output = "logits (B, T, vocab)";
+    run.explain = [p, masked, top_k = a.top_k > 0 ? a.top_k : 5](const Tensor& logits) {
+      print_fills(std::cout, *p, masked, logits, top_k);
+    };
     return run;
   }
   if (p->encoder) {
@@ -178,6 +198,11 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   model->needs(text);
   text->needs(model);
   add_weights_dtype(*cmd, a.weights_dtype)->needs(model);
+  cmd->add_option("--top-k", a.top_k,
+                  "with --model on a masked LM (BertForMaskedLM …) and a text with [MASK]s: the tokens shown at each "
+                  "(default 5)")
+      ->check(kPositiveNumber)
+      ->needs(model);
   cmd->add_option("--attention", a.attention,
                   "auto (fused when no weights are written, else unfused), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")
       ->check(CLI::IsMember({"auto", "unfused", "fused"}))

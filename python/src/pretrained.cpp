@@ -1,6 +1,7 @@
 // vkattn._Pretrained: a checkpoint folder as the hub lays it out (io::load_pretrained) — a
 // language model (GPT-2, Llama) or an encoder (BERT) — kept on its device, with its tokenizer.
 #include "binding.h"
+#include "vkattn/io/fill_mask.h"
 
 namespace vkattn::python {
 namespace {
@@ -128,6 +129,26 @@ class Pretrained {
     return run(pass, trace, fold_layout_steps);
   }
 
+  // The top_k likeliest tokens at each mask token of `text` (io::mask_fills): [[(token's bytes,
+  // probability), …] per mask, in order]. ShapeError where the text has none.
+  std::vector<std::vector<std::pair<py::bytes, double>>> fill_mask(const std::string& text, int64_t top_k) {
+    const std::vector<int64_t> ids = loaded_.tokenizer->encode(text);
+    const std::vector<int64_t> where = io::mask_positions(loaded_, ids);
+    if (where.empty()) {
+      const std::string mask = io::mask_token(loaded_);
+      throw ShapeError("fill_mask: \"" + text + "\" has no " + (mask.empty() ? "[MASK]" : mask) + " token to fill");
+    }
+    if (!loaded_.encoder) throw ConfigError(loaded_.architecture + " is a language model: it has no masked-LM head");
+    const Tensor t({1, int64_t(ids.size())}, std::vector<float>(ids.begin(), ids.end()), DType::int64);
+    const Tensor logits = on_device(*device_, [&](Backend& backend) { return loaded_.encoder->masked_lm(backend, t); });
+    std::vector<std::vector<std::pair<py::bytes, double>>> out;
+    for (const auto& fills : io::mask_fills(loaded_, where, logits, top_k)) {
+      auto& here = out.emplace_back();
+      for (const io::Fill& fill : fills) here.emplace_back(py::bytes(fill.token), fill.probability);
+    }
+    return out;
+  }
+
   // `max_new_tokens` ids after `prompt` through the KV cache (Generation): greedy at temperature
   // 0, else sampled from `seed`; fewer where the model gives its end-of-text token (not returned).
   // cache_dtype: "" or "float32", "float16", "bfloat16" (KVCache's dtype).
@@ -207,6 +228,7 @@ void bind_pretrained(py::module_& m) {
            py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("classify", &Pretrained::encoder_head<&Bert::classify>, py::arg("ids"), py::arg("token_type_ids"),
            py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
+      .def("fill_mask", &Pretrained::fill_mask, py::arg("text"), py::arg("top_k"))
       .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
            py::arg("top_k"), py::arg("seed"), py::arg("cache_dtype") = "");
 }

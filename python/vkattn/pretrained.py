@@ -217,19 +217,8 @@ class PretrainedEncoder(_Checkpoint):
         """The likeliest tokens at each [MASK] (RoBERTa's <mask>) of `text`, as Hugging Face's
         fill-mask pipeline gives them: a list (one per mask, in order) of `top_k` (token,
         probability) pairs."""
-        ids = self.encode(text)
-        mask_id = self.config["mask_token_id"]
-        where = [i for i, t in enumerate(ids) if t == mask_id]
-        if mask_id < 0 or not where:
-            raise _vkattn.ShapeError(f"fill_mask: {text!r} has no [MASK] token to fill")
-        logits = self.masked_lm(np.asarray([ids], dtype=np.int64))[0]
-        out = []
-        for i in where:
-            p = np.exp(logits[i] - logits[i].max())
-            p /= p.sum()
-            best = np.argsort(-p, kind="stable")[:top_k]
-            out.append([(self.decode([int(t)]), float(p[t])) for t in best])
-        return out
+        return [[(token.decode("utf-8", errors="replace"), p) for token, p in fills]
+                for fills in self._impl.fill_mask(text, top_k)]
 
     def trace(self, tokens, token_type_ids=None, attention_mask=None, values=True, fold_layout_steps=None):
         """(EncoderOutput, Trace): the forward with every step of every layer recorded."""

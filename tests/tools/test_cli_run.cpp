@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iterator>
 #include <map>
+#include <numeric>
 #include <regex>
 #include <set>
 #include <filesystem>
@@ -446,6 +447,12 @@ const std::vector<BadRun> kRunModelBadInputs = {
     BadRun{"model_text_empty", {"run", "--model", "{models}/tiny_gpt2", "--text", ""},
            "--text is empty: give the model at least one token"},
     BadRun{"weights_dtype_without_model", good({"--weights-dtype", "BF16"}), "--weights-dtype requires --model"},
+    BadRun{"top_k_without_a_mask", {"run", "--model", "{models}/tiny_bert", "--text", "Alice was tired.", "--top-k", "3"},
+           "--top-k shows a masked LM's likeliest tokens at each [MASK] of --text: the text has none"},
+    BadRun{"top_k_without_a_masked_lm", {"run", "--model", "{models}/tiny_gpt2", "--text", "Alice", "--top-k", "3"},
+           "has no masked-LM head"},
+    BadRun{"top_k_zero", {"run", "--model", "{models}/tiny_bert", "--text", "Alice was [MASK].", "--top-k", "0"},
+           "--top-k: 0 is not a number > 0"},
     BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/t5", "--text", "Alice"},
            "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, "
@@ -1204,6 +1211,59 @@ TEST_F(CliRun, RunABertFolderGivesItsLastHiddenState) {
   const auto rows = expected["batch"]["last_hidden_state"].get<std::vector<float>>();
   const std::vector<float> torch_rows(rows.begin() + 15 * 64, rows.begin() + 15 * 64 + 10 * 64);
   EXPECT_TRUE(testing::all_close(hidden, Tensor({1, 10, 64}, torch_rows), {.atol = 1e-4f, .rtol = 0.0f}));
+}
+
+// A masked LM's folder on a text with [MASK]s: `vkattn run --model` writes the logits (1, T, V)
+// and says, at each mask, the likeliest tokens by the softmax of its row, as fill-mask's pipeline.
+TEST_F(CliRun, RunAMaskedLMOnAMaskedTextSaysTheLikeliestTokensAtEachMask) {
+  const std::string model = VKATTN_SOURCE_DIR "/models/tiny_bert";
+  const std::string text = "Alice was [MASK] of sitting by her [MASK].";
+  Exit e = vkattn({"run", "--model", model, "--text", text, "--top-k", "3", "--out", path("logits.npy")});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  const io::Pretrained p = io::load_pretrained(model);
+  const std::vector<int64_t> ids = p.tokenizer->encode(text);
+  const int64_t T = int64_t(ids.size()), V = p.encoder->vocab_size();
+  ReferenceBackend cpu;
+  const Tensor logits = p.encoder->masked_lm(cpu, Tensor({1, T}, std::vector<float>(ids.begin(), ids.end()), DType::int64));
+  EXPECT_TRUE(testing::all_close(io::read_npy(path("logits.npy")), logits, {.atol = 1e-4f, .rtol = 0.0f}));
+  const int64_t mask = p.tokenizer->token_id("[MASK]");
+  std::vector<int64_t> masked;
+  for (int64_t t = 0; t < T; ++t) {
+    if (ids[size_t(t)] == mask) masked.push_back(t);
+  }
+  ASSERT_EQ(masked.size(), 2u);
+  size_t at = 0;
+  for (size_t m = 0; m < masked.size(); ++m) {  // each mask's header, then its 3 likeliest, in order
+    const std::string header = "the 3 likeliest tokens at [MASK] " + std::to_string(m + 1) + " of 2, token " +
+                               std::to_string(masked[m] + 1) + " of " + std::to_string(T) + " (softmax of its " +
+                               std::to_string(V) + " logits):\n";
+    at = e.out.find(header, at);
+    ASSERT_NE(at, std::string::npos) << header << e.out;
+    std::vector<double> q(static_cast<size_t>(V));
+    const float* row = logits.data.data() + masked[m] * V;
+    const double top = *std::max_element(row, row + V);
+    for (int64_t v = 0; v < V; ++v) q[size_t(v)] = std::exp(double(row[v]) - top);
+    const double sum = std::accumulate(q.begin(), q.end(), 0.0);
+    std::vector<int64_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return q[size_t(a)] > q[size_t(b)]; });
+    std::istringstream lines(e.out.substr(at + header.size()));
+    for (size_t k = 0; k < 3; ++k) {
+      std::string line;
+      ASSERT_TRUE(std::getline(lines, line)) << e.out;
+      const int64_t id = order[k];
+      char probability[32];
+      std::snprintf(probability, sizeof probability, "%.3f", q[size_t(id)] / sum);
+      const std::string token = nlohmann::json(p.tokenizer->decode(std::span(&id, 1))).dump();
+      EXPECT_EQ(line.rfind("  " + token + " ", 0), 0u) << "fill " << k << " of mask " << m << ": " << line;
+      EXPECT_EQ(line.substr(line.size() - 5), probability) << line;
+    }
+  }
+  // a text without a mask still gives the last hidden state
+  e = vkattn({"run", "--model", model, "--text", "Alice was tired."});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("last hidden state (B, T, E)"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("likeliest tokens"), std::string::npos) << e.out;
 }
 
 // A classifier's folder (tiny_bert's encoder with a classifier of its architecture's kind):
