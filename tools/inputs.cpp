@@ -152,6 +152,25 @@ Tensor text_tokens(const io::Pretrained& model, const std::string& text) {
   return Tensor(Shape{1, static_cast<int64_t>(ids.size())}, std::vector<float>(ids.begin(), ids.end()), DType::int64);
 }
 
+TextPair text_pair_tokens(const io::Pretrained& model, const std::string& text, const std::string& pair) {
+  text_tokens(model, text);  // its own checks
+  text::EncodedPair joined;
+  try {
+    if (model.tokenizer->encode(pair).size() == model.tokenizer->encode("").size()) {  // the template's tokens alone
+      throw UsageError("--text-pair is empty: give it at least one token");
+    }
+    joined = model.tokenizer->encode_pair(text, pair);
+  } catch (const ShapeError& e) {  // not UTF-8
+    throw UsageError("--text-pair: " + std::string(e.what()));
+  } catch (const ConfigError& e) {  // no template for pairs
+    throw UsageError("--text-pair: " + std::string(e.what()));
+  }
+  auto row = [](const std::vector<int64_t>& v) {
+    return Tensor(Shape{1, static_cast<int64_t>(v.size())}, std::vector<float>(v.begin(), v.end()), DType::int64);
+  };
+  return {row(joined.ids), row(joined.type_ids)};
+}
+
 void add_layer_args(CLI::App& cmd, LayerArgs& a, const std::string& only) {
   cmd.add_option("--activation", a.activation, "the feed-forward activation: relu (torch's default) or gelu" + only)
       ->check(CLI::IsMember({"relu", "gelu"}))

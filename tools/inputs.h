@@ -55,6 +55,13 @@ std::string rounded_words(const std::string& weights_dtype);
 // A checkpoint's text as its tokenizer reads it: int64 ids (1, T). UsageError "--text: …" for
 // text that is not UTF-8 or gives no token.
 Tensor text_tokens(const io::Pretrained& model, const std::string& text);
+// --text and --text-pair joined by the tokenizer's template for pairs (Tokenizer::encode_pair):
+// the ids (1, T) and their token types (1, T), int64. UsageError "--text-pair: …" where a text is
+// empty or not UTF-8, or the tokenizer has no template for pairs.
+struct TextPair {
+  Tensor ids, type_ids;
+};
+TextPair text_pair_tokens(const io::Pretrained& model, const std::string& text, const std::string& pair);
 
 // An encoder's or decoder's layers: what their state_dict cannot say.
 struct LayerArgs {

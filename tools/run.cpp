@@ -136,12 +136,21 @@ Runnable model_run(const RunArgs& a) {
   }
   auto p = std::make_shared<io::Pretrained>(load_model(a.model, a.weights_dtype));
   auto tokens = std::make_shared<Tensor>(text_tokens(*p, a.text));
+  std::optional<Tensor> types;  // a pair's token types, where the encoder has them
+  if (a.text_pair) {
+    if (!p->encoder) throw UsageError("--text-pair: " + a.model + " is a language model, which reads one text");
+    const TextPair pair = text_pair_tokens(*p, a.text, *a.text_pair);
+    *tokens = pair.ids;
+    if (p->encoder->config().type_vocab_size > 0) types = pair.type_ids;
+  }
   const std::vector<int64_t> ids(tokens->data.begin(), tokens->data.end());
-  const std::string repr = p->architecture + ": the text's " + std::to_string(ids.size()) + " tokens through\n  " +
+  const std::string repr = p->architecture + ": the " + (a.text_pair ? "pair" : "text") + "'s " +
+                           std::to_string(ids.size()) + " tokens through\n  " +
                            (p->model ? p->model->describe() : p->encoder->describe()) + rounded_words(a.weights_dtype);
   nlohmann::json trace = {{"module", p->architecture}, {"model", a.model}, {"text", a.text}, {"ids", ids},
                           {"config", p->config}, {"stored_dtype", p->stored_dtype},
                           {"weights_dtype", a.weights_dtype}};
+  if (a.text_pair) trace["text_pair"] = *a.text_pair;
   const AttentionPath path = parse_attention_path(a.attention);
   const bool classifies = p->encoder && p->encoder->config().num_labels > 0;
   const bool masked_lm = p->encoder && p->encoder->config().masked_lm && !classifies;
@@ -154,8 +163,8 @@ Runnable model_run(const RunArgs& a) {
   if (classifies) {
     const bool every_token = p->encoder->config().classifier == BertClassifier::tokens;
     Runnable run{.repr = repr, .trace = trace, .source = a.model};
-    run.forward = [p, tokens, path](Backend& b) {
-      return AttentionResult{p->encoder->classify(b, *tokens, {}, {}, path), std::nullopt};
+    run.forward = [p, tokens, types, path](Backend& b) {
+      return AttentionResult{p->encoder->classify(b, *tokens, types, {}, path), std::nullopt};
     };
     run.output = every_token ? "logits (B, T, num_labels)" : "logits (B, num_labels)";
     run.explain = [p, ids](const Tensor& logits) { print_labels(std::cout, *p, ids, logits); };
@@ -163,8 +172,8 @@ Runnable model_run(const RunArgs& a) {
   }
   if (!masked.empty()) {
     Runnable run{.repr = repr, .trace = trace, .source = a.model};
-    run.forward = [p, tokens, path](Backend& b) {
-      return AttentionResult{p->encoder->masked_lm(b, *tokens, {}, {}, path), std::nullopt};
+    run.forward = [p, tokens, types, path](Backend& b) {
+      return AttentionResult{p->encoder->masked_lm(b, *tokens, types, {}, path), std::nullopt};
     };
     run.output = "logits (B, T, vocab)";
     run.explain = [p, masked, top_k = a.top_k > 0 ? a.top_k : 5](const Tensor& logits) {
@@ -173,8 +182,8 @@ Runnable model_run(const RunArgs& a) {
     return run;
   }
   if (p->encoder) {
-    return {[p, tokens, path](Backend& b) {
-              return AttentionResult{p->encoder->forward(b, *tokens, {}, {}, path).last_hidden_state, std::nullopt};
+    return {[p, tokens, types, path](Backend& b) {
+              return AttentionResult{p->encoder->forward(b, *tokens, types, {}, path).last_hidden_state, std::nullopt};
             },
             repr, trace, nullptr, "last hidden state (B, T, E)", a.model};
   }
@@ -195,6 +204,10 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
                                 "lays it out (GPT-2, Llama, BERT, RoBERTa: config.json, model.safetensors, its "
                                 "tokenizer) on --text");
   auto* text = cmd->add_option("--text", a.text, "with --model: the text the model reads (its tokenizer's ids)");
+  cmd->add_option("--text-pair", a.text_pair,
+                  "with --model on an encoder: a second text (a question's context, a sentence to compare), joined "
+                  "to --text as its tokenizer joins a pair: [CLS] text [SEP] pair [SEP], token types 0 then 1")
+      ->needs(text);
   model->needs(text);
   text->needs(model);
   add_weights_dtype(*cmd, a.weights_dtype)->needs(model);

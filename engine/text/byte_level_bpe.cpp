@@ -52,7 +52,8 @@ const std::unordered_map<std::string, unsigned char>& stand_in_bytes() {
 ByteLevelBPE::ByteLevelBPE(Vocab vocab, std::vector<std::pair<std::string, std::string>> merges,
                            std::vector<std::string> special, const std::string& source, std::string merges_source,
                            ByteLevelOptions options)
-    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source, options.strips),
+    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source, options.strips,
+                          options.pair),
       options_(std::move(options)) {
   pre_tokenizer_ = options_.pattern.empty()
                        ? std::shared_ptr<const PreTokenizer>(&PreTokenizer::gpt2(), [](const PreTokenizer*) {})

@@ -59,17 +59,20 @@ std::string pre_tokenizer_pattern(const json& pre, const std::string& source) {
   return split["pattern"]["Regex"].get<std::string>();
 }
 
-// The special tokens a post-processor puts around a single text ("$A"): a TemplateProcessing's,
-// or a BertProcessing's [CLS] and [SEP] (a RobertaProcessing's <s> and </s>).
+// The special tokens a post-processor puts around a single text ("$A") and its template for
+// pairs: a TemplateProcessing's "single" and "pair", or a BertProcessing's [CLS] and [SEP] (a
+// RobertaProcessing's <s> and </s>, two between the texts, every token type 0).
 void template_tokens(const json& processor, std::vector<std::string>& prefix, std::vector<std::string>& suffix,
-                     const std::string& source) {
+                     PairTemplate& pair, const std::string& source) {
   for (const json& part : members(processor, "processors")) {
     if (part.is_null()) continue;
     const std::string type = part.value("type", "?");
     if (type == "ByteLevel") continue;  // offsets only
     if (type == "BertProcessing" || type == "RobertaProcessing") {
-      prefix.push_back(part.at("cls").at(0).get<std::string>());
-      suffix.push_back(part.at("sep").at(0).get<std::string>());
+      const std::string cls = part.at("cls").at(0).get<std::string>(), sep = part.at("sep").at(0).get<std::string>();
+      prefix.push_back(cls);
+      suffix.push_back(sep);
+      pair = type == "BertProcessing" ? bert_pair(cls, sep) : PairTemplate{{cls}, {"$A"}, {sep}, {sep}, {"$B"}, {sep}};
       continue;
     }
     if (type != "TemplateProcessing") {
@@ -83,6 +86,13 @@ void template_tokens(const json& processor, std::vector<std::string>& prefix, st
       } else {
         (after ? suffix : prefix).push_back(piece.at("SpecialToken").at("id").get<std::string>());
       }
+    }
+    pair.clear();
+    for (const json& piece : part.value("pair", json::array())) {
+      const bool text = piece.contains("Sequence");
+      const json& what = text ? piece.at("Sequence") : piece.at("SpecialToken");
+      pair.push_back({text ? "$" + what.at("id").get<std::string>() : what.at("id").get<std::string>(),
+                      what.value("type_id", int64_t{0})});
     }
   }
 }
@@ -131,7 +141,7 @@ std::unique_ptr<Tokenizer> byte_level_bpe(const json& file, const std::string& s
     if (kind != "NFC") throw FileError(source + ": the normalizer " + kind + " is not one vkattn reads with BPE (NFC)");
     options.nfc = true;
   }
-  template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, source);
+  template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, options.pair, source);
   std::vector<std::string> special;
   Vocab vocab = vocab_of(file, special, options.strips, source);
   return std::make_unique<ByteLevelBPE>(std::move(vocab), merges_of(model, source), std::move(special), source, "",
@@ -194,7 +204,7 @@ std::unique_ptr<Tokenizer> sentencepiece_bpe(const json& file, const json& confi
     options.prepend_to_space = false;
     options.split = pre.value("split", true);
   }
-  template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, source);
+  template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, options.pair, source);
   if (config.is_object() && config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
     options.prefix.clear();
     if (config["add_bos_token"].get<bool>()) options.prefix.push_back(config_token(config, "bos_token", source));
@@ -237,7 +247,8 @@ std::unique_ptr<Tokenizer> word_piece(const json& file, const std::string& sourc
   }
   options.prefix.clear();
   options.suffix.clear();
-  template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, source);
+  options.pair.clear();
+  template_tokens(file.value("post_processor", json()), options.prefix, options.suffix, options.pair, source);
   std::vector<std::string> special;
   Vocab vocab = vocab_of(file, special, options.strips, source);
   return std::make_unique<WordPiece>(std::move(vocab), std::move(special), source, std::move(options));
@@ -290,6 +301,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir) {
     return std::make_unique<WordPiece>(WordPiece::from_files(dir / "vocab.txt", dir / "tokenizer_config.json"));
   }
   throw FileError(dir.string() + ": no tokenizer: none of tokenizer.json, vocab.json with merges.txt, vocab.txt");
+}
+
+EncodedPair Tokenizer::encode_pair(std::string_view, std::string_view) const {
+  throw ConfigError("this tokenizer has no template for a pair of texts (its post-processor's \"pair\"): "
+                    "give the pair's ids and token types");
 }
 
 }  // namespace vkattn::text

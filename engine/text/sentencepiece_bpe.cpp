@@ -33,7 +33,8 @@ int byte_of(const std::string& token) {
 SentencePieceBPE::SentencePieceBPE(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                                    std::vector<std::string> special, const std::string& source,
                                    SentencePieceOptions options)
-    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source, options.strips),
+    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source, options.strips,
+                          options.pair),
       ranks_(merge_ranks(merges, vocab_, source)),
       options_(std::move(options)) {
   if (auto unk = vocab_.find(options_.unk_token); unk != vocab_.end()) unk_id_ = unk->second;

@@ -136,12 +136,41 @@ std::vector<std::string> merge_symbols(std::vector<std::string> symbols, const M
 
 VocabularyTokenizer::VocabularyTokenizer(Vocab vocab, std::vector<std::string> special,
                                          const std::vector<std::string>& prefix, const std::vector<std::string>& suffix,
-                                         const std::string& source, const Strips& strips)
+                                         const std::string& source, const Strips& strips, const PairTemplate& pair)
     : vocab_(std::move(vocab)),
       tokens_(tokens_by_id(vocab_, source)),
       special_(std::move(special), vocab_, source, strips),
       prefix_ids_(template_ids(prefix, vocab_, source)),
-      suffix_ids_(template_ids(suffix, vocab_, source)) {}
+      suffix_ids_(template_ids(suffix, vocab_, source)) {
+  for (const TemplatePiece& piece : pair) {
+    const int64_t id = piece.token == "$A"   ? kTextA
+                       : piece.token == "$B" ? kTextB
+                                             : template_ids({piece.token}, vocab_, source).front();
+    pair_.emplace_back(id, piece.type_id);
+  }
+}
+
+EncodedPair VocabularyTokenizer::encode_pair(std::string_view a, std::string_view b) const {
+  if (pair_.empty()) return Tokenizer::encode_pair(a, b);
+  EncodedPair out;
+  for (const auto& [id, type] : pair_) {
+    if (id >= 0) {
+      out.ids.push_back(id);
+      out.type_ids.push_back(type);
+      continue;
+    }
+    const std::vector<int64_t> text = encode(id == kTextA ? a : b);  // the prefix and suffix dropped
+    const auto first = text.begin() + static_cast<std::ptrdiff_t>(prefix_ids_.size());
+    const auto last = text.end() - static_cast<std::ptrdiff_t>(suffix_ids_.size());
+    out.ids.insert(out.ids.end(), first, last);
+    out.type_ids.insert(out.type_ids.end(), static_cast<size_t>(last - first), type);
+  }
+  return out;
+}
+
+PairTemplate bert_pair(const std::string& cls, const std::string& sep) {
+  return {{cls, 0}, {"$A", 0}, {sep, 0}, {"$B", 1}, {sep, 1}};
+}
 
 std::vector<int64_t> VocabularyTokenizer::encode_parts(
     std::string_view text, const std::function<void(std::string_view part, std::vector<int64_t>& ids)>& plain) const {

@@ -70,17 +70,31 @@ MergeRanks merge_ranks(const std::vector<std::pair<std::string, std::string>>& m
 // those of the merges that made its two halves, as BPE training ranks them).
 std::vector<std::string> merge_symbols(std::vector<std::string> symbols, const MergeRanks& ranks);
 
+// One piece of a template for pairs: "$A" or "$B" (that text's ids) or a special token, and the
+// token type its ids take.
+struct TemplatePiece {
+  std::string token;
+  int64_t type_id = 0;
+};
+using PairTemplate = std::vector<TemplatePiece>;
+// BERT's: [CLS] $A [SEP] $B [SEP], types 0 0 0 1 1, under the tokenizer's names for [CLS], [SEP]
+PairTemplate bert_pair(const std::string& cls, const std::string& sep);
+
 // What every tokenizer of a vocabulary file holds: its tokens by name and by id, the special
 // tokens matched first, the template's ids around each text; vocab_size() and token_id() from them.
 class VocabularyTokenizer : public Tokenizer {
  public:
   int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
   int64_t token_id(const std::string& token) const override;
+  // By `pair`, each text's ids those of encode() without the single text's prefix and suffix;
+  // Tokenizer's ConfigError where `pair` is empty.
+  EncodedPair encode_pair(std::string_view a, std::string_view b) const override;
 
  protected:
   // FileError "<source>: …" for bad ids, special or template tokens (as the functions below).
   VocabularyTokenizer(Vocab vocab, std::vector<std::string> special, const std::vector<std::string>& prefix,
-                      const std::vector<std::string>& suffix, const std::string& source, const Strips& strips = {});
+                      const std::vector<std::string>& suffix, const std::string& source, const Strips& strips = {},
+                      const PairTemplate& pair = {});
 
   // The ids of `text` (valid UTF-8): the template's prefix, then for the text between special
   // tokens what `plain(part, ids)` appends, each special token's id, then the template's suffix.
@@ -91,6 +105,9 @@ class VocabularyTokenizer : public Tokenizer {
   std::vector<std::string> tokens_;  // id -> token
   SpecialTokens special_;
   std::vector<int64_t> prefix_ids_, suffix_ids_;  // the template's before and after every text
+  // the template for pairs: a special token's id, or kTextA / kTextB, with its token type
+  static constexpr int64_t kTextA = -1, kTextB = -2;
+  std::vector<std::pair<int64_t, int64_t>> pair_;
 };
 
 // The ids of `tokens` (a template's [CLS] and [SEP], a BOS): FileError "<source>: the template's

@@ -30,7 +30,8 @@ std::string clean_up(std::string token) {
 }  // namespace
 
 WordPiece::WordPiece(Vocab vocab, std::vector<std::string> special, const std::string& source, WordPieceOptions options)
-    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source, options.strips),
+    : VocabularyTokenizer(std::move(vocab), std::move(special), options.prefix, options.suffix, source, options.strips,
+                          options.pair),
       options_(std::move(options)) {
   auto unk = vocab_.find(options_.unk_token);
   if (unk == vocab_.end()) {
@@ -76,6 +77,7 @@ WordPiece WordPiece::from_files(const std::filesystem::path& vocab_txt, const st
       options.unk_token = name("unk_token", "[UNK]");
       options.prefix = {name("cls_token", "[CLS]")};
       options.suffix = {name("sep_token", "[SEP]")};
+      options.pair = bert_pair(options.prefix[0], options.suffix[0]);
     } catch (const nlohmann::json::exception& e) {
       throw FileError(config_source + ": " + e.what());
     }

@@ -20,6 +20,7 @@ struct WordPieceOptions {
   std::string continuing_subword_prefix = "##";
   int64_t max_input_chars_per_word = 100;
   std::vector<std::string> prefix{"[CLS]"}, suffix{"[SEP]"};  // special tokens around every text
+  PairTemplate pair = bert_pair("[CLS]", "[SEP]");              // two texts as one
   // special tokens that take the whitespace around them
   Strips strips;
 };

@@ -49,6 +49,7 @@ class Pretrained {
                     {"pad_token_id", special_id({"[PAD]", "<pad>"})},
                     {"mask_token_id", special_id({"[MASK]", "<mask>"})},
                     {"num_labels", loaded_.encoder ? loaded_.encoder->config().num_labels : 0},
+                    {"type_vocab_size", loaded_.encoder ? loaded_.encoder->config().type_vocab_size : 0},
                     {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}});
   }
 
@@ -66,6 +67,11 @@ class Pretrained {
   }
   const nlohmann::json& config() const { return config_; }
   std::vector<int64_t> encode(const std::string& text) const { return loaded_.tokenizer->encode(text); }
+  // Two texts joined by the tokenizer's template for pairs: (ids, token types)
+  std::pair<std::vector<int64_t>, std::vector<int64_t>> encode_pair(const std::string& a, const std::string& b) const {
+    text::EncodedPair pair = loaded_.tokenizer->encode_pair(a, b);
+    return {std::move(pair.ids), std::move(pair.type_ids)};
+  }
   py::bytes decode(const std::vector<int64_t>& ids, bool continuation) const {
     return continuation ? loaded_.tokenizer->decode_continuation(ids) : loaded_.tokenizer->decode(ids);
   }
@@ -218,6 +224,7 @@ void bind_pretrained(py::module_& m) {
       .def_property_readonly(
           "config", [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
       .def("encode", &Pretrained::encode, py::arg("text"))
+      .def("encode_pair", &Pretrained::encode_pair, py::arg("text"), py::arg("text_pair"))
       .def("check", &Pretrained::check, py::arg("recorded"), py::arg("ids"), py::arg("atol"), py::arg("rtol"))
       .def("decode", &Pretrained::decode, py::arg("ids"), py::arg("continuation") = false)
       .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none(),

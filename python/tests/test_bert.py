@@ -62,6 +62,34 @@ def test_texts_padded_to_one_length_match_torch(device, torch_bert):
     np.testing.assert_array_equal(again.last_hidden_state, out.last_hidden_state)
 
 
+def test_pairs_of_texts_are_joined_as_berts_tokenizer_joins_them(device, torch_bert):
+    bert = vkattn.from_pretrained(FOLDER, device=device)
+    with open(os.path.join(FOLDER, "expected.json")) as f:
+        expected = json.load(f)
+    first, second = expected["pair"]
+    case = expected["pair_case"]
+    out = bert(first, text_pair=second)  # torch's hidden states for train.py's pair
+    assert_close(out.last_hidden_state, torch.tensor(case["last_hidden_state"]).reshape(1, -1, 64), atol=1e-4, rtol=0)
+    # a batch of pairs, padded: [CLS] a [SEP] b [SEP], token types 0 then 1, then [PAD]s
+    firsts, seconds = ["Where is Alice?", first], ["Down the rabbit-hole, tired.", "Alice!"]
+    rows = [(bert.encode(a), bert.encode(b)[1:]) for a, b in zip(firsts, seconds)]
+    T = max(len(a) + len(b) for a, b in rows)
+    ids = torch.tensor([a + b + [0] * (T - len(a) - len(b)) for a, b in rows])
+    types = torch.tensor([[0] * len(a) + [1] * len(b) + [0] * (T - len(a) - len(b)) for a, b in rows])
+    mask = torch.tensor([[1] * (len(a) + len(b)) + [0] * (T - len(a) - len(b)) for a, b in rows])
+    with torch.no_grad():
+        hidden, pooled = torch_bert(ids, types, mask)
+    out = bert(firsts, text_pair=seconds)
+    assert_close(out.last_hidden_state, hidden, atol=1e-4, rtol=1e-4)
+    assert_close(out.pooler_output, pooled, atol=1e-4, rtol=1e-4)
+    with pytest.raises(vkattn.ShapeError, match="1 second texts for 2 first ones"):
+        bert(firsts, text_pair="Alice!")
+    with pytest.raises(vkattn.ShapeError, match="a pair of texts gives its own"):
+        bert(first, token_type_ids=[0], text_pair=second)
+    with pytest.raises(vkattn.ShapeError, match="not token ids"):
+        bert(ids.numpy(), text_pair=second)
+
+
 @pytest.fixture(scope="module")
 def torch_masked_lm():
     """torch's BertForMaskedLM of the whole file: the encoder and its cls.predictions head."""

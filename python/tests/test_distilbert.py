@@ -124,6 +124,14 @@ def test_texts_padded_to_one_length_match_torch(device, distilbert):
     assert "token type" not in model.config["model"]
 
 
+def test_a_pair_of_texts_has_no_token_types(device, distilbert):
+    model = vkattn.from_pretrained(distilbert.folders["masked_lm"], device=device)
+    a, b = model.encode(TEXTS[0]), model.encode(TEXTS[1])
+    ids = torch.tensor([a + b[1:]])  # [CLS] a [SEP] b [SEP], its types dropped
+    out = model(TEXTS[0], text_pair=TEXTS[1])
+    assert_close(out.last_hidden_state, distilbert.hidden(ids, torch.ones_like(ids)), atol=1e-4, rtol=1e-4)
+
+
 def test_the_masked_lm_gives_torchs_logits(device, distilbert):
     model = vkattn.from_pretrained(distilbert.folders["masked_lm"], device=device)
     text = "Alice was beginning to get very [MASK] of sitting by her sister."

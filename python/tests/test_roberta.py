@@ -139,6 +139,14 @@ def test_texts_padded_to_one_length_match_torch_at_every_position(device, robert
     assert out.pooler_output is None  # RobertaForMaskedLM has no pooler
 
 
+def test_a_pair_of_texts_is_joined_as_robertas_tokenizer_joins_it(device, roberta):
+    model = vkattn.from_pretrained(roberta.folders["masked_lm"], device=device)
+    a, b = model.encode(TEXTS[0]), model.encode(TEXTS[1])
+    ids = torch.tensor([a + [2] + b[1:]])  # <s> a </s></s> b </s>, one token type
+    out = model(TEXTS[0], text_pair=TEXTS[1])
+    assert_close(out.last_hidden_state, roberta.hidden(ids, torch.ones_like(ids)), atol=1e-4, rtol=1e-4)
+
+
 def test_left_padding_takes_huggingfaces_positions(device, roberta):
     model = vkattn.from_pretrained(roberta.folders["masked_lm"], device=device)
     ids, mask = padded(model, TEXTS, left=True)

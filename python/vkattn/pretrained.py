@@ -156,18 +156,37 @@ class PretrainedEncoder(_Checkpoint):
 
     _kind = "encoder"
 
-    def _inputs(self, tokens, token_type_ids, attention_mask):
+    def _inputs(self, tokens, token_type_ids, attention_mask, text_pair=None):
         """(ids, token types, key padding mask: True = padding) for the engine."""
-        if isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens):
+        texts = isinstance(tokens, str) or (
+            isinstance(tokens, (list, tuple)) and tokens and all(isinstance(t, str) for t in tokens))
+        if text_pair is not None:
+            if not texts:
+                raise _vkattn.ShapeError("text_pair: give it with a text (or a list of texts), not token ids")
+            if token_type_ids is not None:
+                raise _vkattn.ShapeError("token_type_ids: a pair of texts gives its own; leave them out")
+            firsts = [tokens] if isinstance(tokens, str) else list(tokens)
+            seconds = [text_pair] if isinstance(text_pair, str) else list(text_pair)
+            if len(firsts) != len(seconds) or not all(isinstance(t, str) for t in seconds):
+                raise _vkattn.ShapeError(f"text_pair: {len(seconds)} second texts for {len(firsts)} first ones; "
+                                         "give one text each")
+            pairs = [self._impl.encode_pair(a, b) for a, b in zip(firsts, seconds)]
+            rows, type_rows = [ids for ids, _ in pairs], [types for _, types in pairs]
+        elif isinstance(tokens, (list, tuple)) and texts:
+            rows, type_rows = [self.encode(t) for t in tokens], None
+        else:
+            rows = None
+        if rows is not None:
             if attention_mask is not None:
                 raise _vkattn.ShapeError("attention_mask: texts are padded here; give it with token ids only")
-            rows = [self.encode(t) for t in tokens]
             T = max(len(r) for r in rows)
             pad = self.config["pad_token_id"]
             if pad < 0 and any(len(r) < T for r in rows):
                 raise _vkattn.ConfigError("the tokenizer has no [PAD] token to pad the texts to one length")
             ids = np.asarray([r + [max(pad, 0)] * (T - len(r)) for r in rows], dtype=np.int64)
             attention_mask = np.asarray([[1] * len(r) + [0] * (T - len(r)) for r in rows])
+            if type_rows is not None and self.config["type_vocab_size"] > 0:
+                token_type_ids = np.asarray([t + [0] * (T - len(t)) for t in type_rows], dtype=np.int64)
         else:
             ids = _ids(self, tokens)
         types = None if token_type_ids is None else np.ascontiguousarray(
@@ -180,11 +199,15 @@ class PretrainedEncoder(_Checkpoint):
             padding = np.ascontiguousarray(mask.reshape(ids.shape) == 0)  # Hugging Face's 1 = a token
         return ids, types, padding
 
-    def __call__(self, tokens, token_type_ids=None, attention_mask=None):
+    def __call__(self, tokens, token_type_ids=None, attention_mask=None, text_pair=None):
         """EncoderOutput(last_hidden_state (B, T, E), pooler_output (B, E)) of a text, texts or ids.
         token_type_ids (B, T): 0 for sentence A, 1 for B (zeros when absent); attention_mask
-        (B, T): 1 for a token, 0 for padding, as Hugging Face's tokenizers give it."""
-        hidden, pooled = self._impl.encoder_forward(*self._inputs(tokens, token_type_ids, attention_mask), False)
+        (B, T): 1 for a token, 0 for padding, as Hugging Face's tokenizers give it. text_pair:
+        a second text for each (a question's context, a sentence to compare), joined to it as the
+        tokenizer joins a pair — BERT's [CLS] a [SEP] b [SEP], token types 0 then 1 — as a
+        Hugging Face tokenizer's text_pair= does."""
+        hidden, pooled = self._impl.encoder_forward(
+            *self._inputs(tokens, token_type_ids, attention_mask, text_pair), False)
         return EncoderOutput(hidden, pooled)
 
     forward = __call__
@@ -196,14 +219,15 @@ class PretrainedEncoder(_Checkpoint):
         recorded = dict(getattr(recorded, "tensors", recorded))
         return self._check_steps(recorded, tokens, atol, rtol)
 
-    def masked_lm(self, tokens, token_type_ids=None, attention_mask=None):
+    def masked_lm(self, tokens, token_type_ids=None, attention_mask=None, text_pair=None):
         """BertForMaskedLM's logits (B, T, vocab_size) of a text, texts or ids (inputs as a
-        call's): the vocabulary's scores at each position. ConfigError where the checkpoint has
-        no masked-LM head (its cls.predictions)."""
-        return self._impl.masked_lm(*self._inputs(tokens, token_type_ids, attention_mask), False)
+        call's, text_pair too): the vocabulary's scores at each position. ConfigError where the
+        checkpoint has no masked-LM head (its cls.predictions)."""
+        return self._impl.masked_lm(*self._inputs(tokens, token_type_ids, attention_mask, text_pair), False)
 
-    def classify(self, tokens, token_type_ids=None, attention_mask=None):
-        """A classifier's logits of a text, texts or ids (inputs as a call's).
+    def classify(self, tokens, token_type_ids=None, attention_mask=None, text_pair=None):
+        """A classifier's logits of a text, texts or ids (inputs as a call's, text_pair too: a
+        cross-encoder's or an NLI model's pair).
 
         A sequence classifier's are (B, num_labels): BertForSequenceClassification's classifier
         on the pooler's output; RobertaForSequenceClassification's dense and tanh on the first
@@ -211,7 +235,7 @@ class PretrainedEncoder(_Checkpoint):
         classifier's (…ForTokenClassification) are (B, T, num_labels), a label for every token.
         config["id2label"] names the labels (softmax the logits for their probabilities).
         ConfigError where the checkpoint has no classifier."""
-        return self._impl.classify(*self._inputs(tokens, token_type_ids, attention_mask), False)
+        return self._impl.classify(*self._inputs(tokens, token_type_ids, attention_mask, text_pair), False)
 
     def fill_mask(self, text, top_k=5):
         """The likeliest tokens at each [MASK] (RoBERTa's <mask>) of `text`, as Hugging Face's
@@ -220,10 +244,11 @@ class PretrainedEncoder(_Checkpoint):
         return [[(token.decode("utf-8", errors="replace"), p) for token, p in fills]
                 for fills in self._impl.fill_mask(text, top_k)]
 
-    def trace(self, tokens, token_type_ids=None, attention_mask=None, values=True, fold_layout_steps=None):
+    def trace(self, tokens, token_type_ids=None, attention_mask=None, values=True, fold_layout_steps=None,
+              text_pair=None):
         """(EncoderOutput, Trace): the forward with every step of every layer recorded."""
         (hidden, pooled), recorded = self._impl.encoder_forward(
-            *self._inputs(tokens, token_type_ids, attention_mask), True, _fold(fold_layout_steps))
+            *self._inputs(tokens, token_type_ids, attention_mask, text_pair), True, _fold(fold_layout_steps))
         return EncoderOutput(hidden, pooled), Trace(recorded, values=values)
 
 

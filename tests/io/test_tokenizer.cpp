@@ -234,6 +234,15 @@ TEST(TokenizerJson, ARobertaTemplateAndTokensThatTakeTheSpaceBesideThem) {
   EXPECT_EQ(roberta(true, true)->encode(text), ids({gpt2().encode("Hello"), mask, gpt2().encode("world")}));
   EXPECT_EQ(roberta(true, false)->encode("<mask> <mask>"), ids({mask, mask}));
   EXPECT_EQ(roberta(true, false)->encode(" "), ids({gpt2().encode(" ")}));  // no token: nothing stripped
+  // a pair: <s> a </s></s> b </s>, every token type 0
+  const text::EncodedPair pair = roberta(true, false)->encode_pair("Hello", " world <mask>");
+  std::vector<int64_t> joined = ids({gpt2().encode("Hello")});  // <s> a </s>, then </s> b </s>
+  const std::vector<int64_t> second = ids({gpt2().encode(" world"), mask});
+  joined.insert(joined.end(), second.begin(), second.end());
+  EXPECT_EQ(pair.ids, joined);
+  EXPECT_EQ(pair.type_ids, std::vector<int64_t>(joined.size(), 0));
+  // GPT-2's files have no template for pairs
+  expect_error<ConfigError>([] { gpt2().encode_pair("a", "b"); }, {"no template for a pair of texts"});
 }
 
 TEST(TokenizerFiles, WhatIsWrongIsNamed) {

@@ -98,6 +98,48 @@ TEST(BertTokenizer, MatchesEveryIdOfTokenizersFromTokenizerJson) {
   EXPECT_EQ(processing->encode("hello"), (std::vector<int64_t>{101, 7592, 102}));
 }
 
+// A pair of texts (a question and its context) as BERT's template joins them: [CLS] a [SEP] b
+// [SEP], token types 0 through the first [SEP] and 1 after — from vocab.txt, a TemplateProcessing's
+// "pair" (bert-base-uncased's tokenizer.json) and a BertProcessing alike; each text's ids its own.
+TEST(BertTokenizer, APairIsJoinedByItsTemplateWithItsTokenTypes) {
+  const auto from_vocab = text::load_tokenizer(kBert);
+  auto body = [&](const char* text) {  // a text's ids without [CLS] and [SEP]
+    std::vector<int64_t> ids = from_vocab->encode(text);
+    return std::vector<int64_t>(ids.begin() + 1, ids.end() - 1);
+  };
+  const std::vector<int64_t> a = body("Where is Alice?"), b = body("Alice is down the rabbit-hole.");
+  std::vector<int64_t> ids{101}, types{0};
+  ids.insert(ids.end(), a.begin(), a.end());
+  ids.push_back(102);
+  types.resize(ids.size(), 0);
+  ids.insert(ids.end(), b.begin(), b.end());
+  ids.push_back(102);
+  types.resize(ids.size(), 1);
+  auto pieces = [](std::initializer_list<std::pair<const char*, int>> parts) {
+    json out = json::array();
+    for (auto [id, type] : parts) {
+      const std::string s = id;
+      out.push_back(s.starts_with("$") ? json{{"Sequence", {{"id", s.substr(1)}, {"type_id", type}}}}
+                                       : json{{"SpecialToken", {{"id", s}, {"type_id", type}}}});
+    }
+    return out;
+  };
+  const auto templated = text::parse_tokenizer_json(bert_tokenizer_json([&](json& f) {
+    f["post_processor"]["pair"] = pieces({{"[CLS]", 0}, {"$A", 0}, {"[SEP]", 0}, {"$B", 1}, {"[SEP]", 1}});
+  }).dump(), "tokenizer.json");
+  const auto processing = text::parse_tokenizer_json(bert_tokenizer_json([](json& f) {
+    f["post_processor"] = {{"type", "BertProcessing"}, {"sep", {"[SEP]", 102}}, {"cls", {"[CLS]", 101}}};
+  }).dump(), "tokenizer.json");
+  for (const text::Tokenizer* t : {from_vocab.get(), templated.get(), processing.get()}) {
+    const text::EncodedPair pair = t->encode_pair("Where is Alice?", "Alice is down the rabbit-hole.");
+    EXPECT_EQ(pair.ids, ids);
+    EXPECT_EQ(pair.type_ids, types);
+  }
+  // a template with no "pair" has none
+  expect_error<ConfigError>([&] { text::parse_tokenizer_json(bert_tokenizer_json().dump(), "t.json")->encode_pair("a", "b"); },
+                            {"no template for a pair of texts"});
+}
+
 // BertNormalizer: control characters out, whitespace to spaces, spaces around CJK ideographs,
 // accents stripped (by default where it lowercases), lowercase; each option on its own.
 TEST(BertTokenizer, EachNormalizerOptionDoesWhatItSays) {

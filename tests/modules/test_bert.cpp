@@ -88,6 +88,10 @@ TEST_F(BertCheckpoint, TinyBertMatchesTorchsHiddenStatesAndPooledOutputOnBothBac
   }
   const Tensor ids = int64_tensor(batch["ids"]), padding = padding_of(batch["attention_mask"]);
   const auto& pair = e["pair_case"];
+  // and its pair of sentences: [CLS] A [SEP] B [SEP] with token types 0 … 0 1 … 1
+  const text::EncodedPair joined = p.tokenizer->encode_pair(e["pair"][0].get<std::string>(), e["pair"][1].get<std::string>());
+  EXPECT_EQ(joined.ids, pair["ids"][0].get<std::vector<int64_t>>());
+  EXPECT_EQ(joined.type_ids, pair["token_type_ids"][0].get<std::vector<int64_t>>());
   for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
     const BertOutput out = p.encoder->forward(*backend, ids, std::nullopt, padding);
     EXPECT_EQ(out.last_hidden_state.shape, (Shape{2, ids.dim(1), 64}));

@@ -447,6 +447,12 @@ const std::vector<BadRun> kRunModelBadInputs = {
     BadRun{"model_text_empty", {"run", "--model", "{models}/tiny_gpt2", "--text", ""},
            "--text is empty: give the model at least one token"},
     BadRun{"weights_dtype_without_model", good({"--weights-dtype", "BF16"}), "--weights-dtype requires --model"},
+    BadRun{"text_pair_empty", {"run", "--model", "{models}/tiny_bert", "--text", "Alice", "--text-pair", " "},
+           "--text-pair is empty: give it at least one token"},
+    BadRun{"text_pair_of_a_language_model", {"run", "--model", "{models}/tiny_gpt2", "--text", "Alice", "--text-pair", "b"},
+           "is a language model, which reads one text"},
+    BadRun{"text_pair_not_utf8", {"run", "--model", "{models}/tiny_bert", "--text", "Alice", "--text-pair", "b\xff"},
+           "--text-pair: the text is not UTF-8 at byte 1"},
     BadRun{"top_k_without_a_mask", {"run", "--model", "{models}/tiny_bert", "--text", "Alice was tired.", "--top-k", "3"},
            "--top-k shows a masked LM's likeliest tokens at each [MASK] of --text: the text has none"},
     BadRun{"top_k_without_a_masked_lm", {"run", "--model", "{models}/tiny_gpt2", "--text", "Alice", "--top-k", "3"},
@@ -1211,6 +1217,25 @@ TEST_F(CliRun, RunABertFolderGivesItsLastHiddenState) {
   const auto rows = expected["batch"]["last_hidden_state"].get<std::vector<float>>();
   const std::vector<float> torch_rows(rows.begin() + 15 * 64, rows.begin() + 15 * 64 + 10 * 64);
   EXPECT_TRUE(testing::all_close(hidden, Tensor({1, 10, 64}, torch_rows), {.atol = 1e-4f, .rtol = 0.0f}));
+}
+
+// A pair of sentences (--text-pair): joined as BERT's tokenizer joins them, token types and all,
+// they give torch's hidden states for the same pair (tiny_bert's expected.json).
+TEST_F(CliRun, RunABertFolderOnAPairOfTextsGivesTorchsHiddenStates) {
+  const std::string model = VKATTN_SOURCE_DIR "/models/tiny_bert";
+  const auto expected = nlohmann::json::parse(slurp(model + "/expected.json"));
+  Exit e = vkattn({"run", "--model", model, "--text", expected["pair"][0], "--text-pair", expected["pair"][1], "--out",
+                   path("hidden.npy"), "--trace", path("dump")});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("BertForMaskedLM: the pair's 23 tokens through"), std::string::npos) << e.out;
+  const auto& pair = expected["pair_case"];
+  const Tensor hidden = io::read_npy(path("hidden.npy"));
+  ASSERT_EQ(hidden.shape, (Shape{1, 23, 64}));
+  EXPECT_TRUE(testing::all_close(hidden, Tensor({1, 23, 64}, pair["last_hidden_state"].get<std::vector<float>>()),
+                                 {.atol = 1e-4f, .rtol = 0.0f}));
+  const auto trace = nlohmann::json::parse(slurp((dir_ / "dump" / "trace.json").string()));
+  EXPECT_EQ(trace.at("config").at("text_pair"), expected["pair"][1]);
+  EXPECT_EQ(trace.at("config").at("ids"), pair["ids"][0]);
 }
 
 // A masked LM's folder on a text with [MASK]s: `vkattn run --model` writes the logits (1, T, V)

@@ -26,10 +26,21 @@
 
 namespace vkattn::text {
 
+// Two texts as one sequence (encode_pair): the ids, and each id's token type (segment).
+struct EncodedPair {
+  std::vector<int64_t> ids, type_ids;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   virtual std::vector<int64_t> encode(std::string_view text) const = 0;
+  // A pair of texts — a question and its context, two sentences — joined as the tokenizer's
+  // template for pairs joins them (a post-processor's "pair"): BERT's [CLS] a [SEP] b [SEP],
+  // token types 0 up to the first [SEP], 1 after; RoBERTa's <s> a </s></s> b </s>, all 0. Each
+  // text is encoded alone, as encode() encodes it. ConfigError where the tokenizer has no
+  // template for pairs (GPT-2's, Llama's).
+  virtual EncodedPair encode_pair(std::string_view a, std::string_view b) const;
   // The ids' text; a ShapeError names an id outside [0, vocab_size()).
   virtual std::string decode(std::span<const int64_t> ids) const = 0;
   // The text of ids that continue others (a stream's next piece): decode()'s, but where decoding
