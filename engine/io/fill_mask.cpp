@@ -47,8 +47,10 @@ std::vector<std::vector<Fill>> mask_fills(const Pretrained& model, std::span<con
     const double sum = std::accumulate(p.begin(), p.end(), 0.0);
     std::vector<int64_t> order(p.size());
     std::iota(order.begin(), order.end(), int64_t{0});
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept), order.end(),
-                      [&](int64_t a, int64_t b) { return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b); });
+    auto likelier = [&](int64_t a, int64_t b) {
+      return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
+    };
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kept), order.end(), likelier);
     std::vector<Fill>& here = fills.emplace_back();
     for (size_t k = 0; k < kept; ++k) {
       const int64_t id = order[k];

@@ -21,7 +21,7 @@ struct ByteLevelOptions {
   bool nfc = false;            // the text normalised to NFC first (Qwen2)
   bool ignore_merges = false;  // a pre-token in the vocabulary is one token, unmerged (Llama 3)
   std::vector<std::string> prefix, suffix;  // special tokens before and after every text (a BOS)
-  PairTemplate pair;  // two texts as one (RoBERTa's); none: encode_pair refuses
+  PairTemplate pair;                        // two texts as one (RoBERTa's); none: encode_pair refuses
   Strips strips;                            // special tokens that take whitespace around them
 };
 

@@ -26,7 +26,7 @@ struct SentencePieceOptions {
   bool byte_fallback = true;        // a character not in the vocabulary as <0xNN> byte tokens
   std::string unk_token = "<unk>";  // otherwise this (consecutive ones fused into one)
   std::vector<std::string> prefix, suffix;  // special tokens around every text (a BOS)
-  PairTemplate pair;  // two texts as one; none: encode_pair refuses
+  PairTemplate pair;                        // two texts as one; none: encode_pair refuses
   Strips strips;                            // special tokens that take whitespace around them
 };
 

@@ -31,7 +31,7 @@ struct Fill {
 // At each of `positions` (mask_positions'), the top_k likeliest tokens (all V where top_k > V) by
 // the softmax of that position's logits in double, the likeliest first (ties: the lower id).
 // logits (1, T, V): Bert::masked_lm's. ShapeError where logits is not (1, T, V) or a position is
-// not in [0, T); ConfigError for top_k 0.
+// not in [0, T); ConfigError for top_k < 1.
 std::vector<std::vector<Fill>> mask_fills(const Pretrained& model, std::span<const int64_t> positions,
                                           const Tensor& logits, int64_t top_k);
 
