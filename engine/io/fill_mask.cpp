@@ -15,11 +15,15 @@ std::string mask_token(const Pretrained& model) {
   return "";
 }
 
-std::vector<int64_t> mask_positions(const Pretrained& model, std::span<const int64_t> ids) {
+int64_t mask_token_id(const Pretrained& model) {
   const std::string token = mask_token(model);
+  return token.empty() ? -1 : model.tokenizer->token_id(token);
+}
+
+std::vector<int64_t> mask_positions(const Pretrained& model, std::span<const int64_t> ids) {
   std::vector<int64_t> positions;
-  if (token.empty()) return positions;
-  const int64_t id = model.tokenizer->token_id(token);
+  const int64_t id = mask_token_id(model);
+  if (id < 0) return positions;
   for (size_t t = 0; t < ids.size(); ++t) {
     if (ids[t] == id) positions.push_back(static_cast<int64_t>(t));
   }

@@ -47,7 +47,7 @@ class Pretrained {
                     {"parameters", loaded_.model ? loaded_.model->parameter_count()
                                                  : loaded_.encoder->parameter_count()},
                     {"pad_token_id", special_id({"[PAD]", "<pad>"})},
-                    {"mask_token_id", special_id({"[MASK]", "<mask>"})},
+                    {"mask_token_id", io::mask_token_id(loaded_)},
                     {"num_labels", loaded_.encoder ? loaded_.encoder->config().num_labels : 0},
                     {"type_vocab_size", loaded_.encoder ? loaded_.encoder->config().type_vocab_size : 0},
                     {"stored_dtype", loaded_.stored_dtype}, {"stored_bytes", loaded_.stored_bytes}});

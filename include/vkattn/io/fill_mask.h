@@ -17,6 +17,8 @@ namespace vkattn::io {
 // The encoder's mask token as its tokenizer writes it — BERT's "[MASK]", RoBERTa's "<mask>" —
 // or "" where its vocabulary has neither.
 std::string mask_token(const Pretrained& model);
+// Its id, or -1 where there is none.
+int64_t mask_token_id(const Pretrained& model);
 
 // The positions of ids (T) that hold the mask token, in order; none where there is no mask token.
 std::vector<int64_t> mask_positions(const Pretrained& model, std::span<const int64_t> ids);
