@@ -11,15 +11,16 @@
 namespace vkattn::text {
 namespace {
 
-// Each code point of valid UTF-8.
+// Each code point of valid UTF-8: f(c, its first byte, the byte after it).
 template <class F>
 void for_each_code_point(std::string_view text, F&& f) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
   const auto length = static_cast<int32_t>(text.size());
   for (int32_t i = 0; i < length;) {
+    const int32_t begin = i;
     UChar32 c;
     U8_NEXT(s, i, length, c);
-    f(c);
+    f(c, static_cast<size_t>(begin), static_cast<size_t>(i));
   }
 }
 
@@ -61,79 +62,80 @@ bool is_punctuation(UChar32 c) {
          (c >= 0x7B && c <= 0x7E) || u_ispunct(c);
 }
 
-std::string nfd_without_marks(std::string_view text) {
+// One character's NFD with its nonspacing marks dropped ("é" -> "e"), appended to `out`
+void append_without_marks(std::string& out, UChar32 c) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* nfd = icu::Normalizer2::getNFDInstance(status);
   icu::UnicodeString decomposed;
-  if (U_SUCCESS(status)) {
-    decomposed = nfd->normalize(
-        icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size()))), status);
-  }
+  if (U_SUCCESS(status)) decomposed = nfd->normalize(icu::UnicodeString(c), status);
   if (U_FAILURE(status)) throw Error(std::string("normalising a text to NFD: ") + u_errorName(status));
-  std::string out;
   for (int32_t i = 0; i < decomposed.length(); i = decomposed.moveIndex32(i, 1)) {
-    const UChar32 c = decomposed.char32At(i);
-    if (u_charType(c) != U_NON_SPACING_MARK) append(out, c);
+    const UChar32 d = decomposed.char32At(i);
+    if (u_charType(d) != U_NON_SPACING_MARK) append(out, d);
   }
-  return out;
 }
 
-// Each character's own full lowercase mapping ('İ' -> "i̇"), as tokenizers lowercases: no
+// One character's own full lowercase mapping ('İ' -> "i̇"), as tokenizers lowercases: no
 // context, so a final 'Σ' is 'σ'.
-std::string lowercase(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for_each_code_point(text, [&](UChar32 c) {
-    if (c < 0x80) {
-      out += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-      return;
-    }
-    icu::UnicodeString one(c);
-    one.toLower(icu::Locale::getRoot());
-    one.toUTF8String(out);
-  });
-  return out;
+void append_lowercase(std::string& out, UChar32 c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    return;
+  }
+  icu::UnicodeString one(c);
+  one.toLower(icu::Locale::getRoot());
+  one.toUTF8String(out);
 }
 
 }  // namespace
 
-std::string bert_normalize(std::string_view text, const BertNormalizerOptions& options) {
-  std::string out;
+std::string bert_normalize(std::string_view text, const BertNormalizerOptions& options,
+                           std::vector<std::pair<size_t, size_t>>* source) {
+  const bool strip = options.strip_accents.value_or(options.lowercase);
+  std::string out, stripped;
   out.reserve(text.size());
-  for_each_code_point(text, [&](UChar32 c) {
+  for_each_code_point(text, [&](UChar32 c, size_t begin, size_t end) {
+    const size_t before = out.size();
     if (options.clean_text) {
       if (c == 0 || c == 0xFFFD || is_control(c)) return;
       if (is_whitespace(c)) c = ' ';
     }
     const bool spaced = options.handle_chinese_chars && is_chinese(c);
     if (spaced) out += ' ';
-    append(out, c);
+    stripped.clear();
+    if (strip && c >= 0x80) {
+      append_without_marks(stripped, c);
+    } else {
+      append(stripped, c);
+    }
+    if (options.lowercase) {
+      for_each_code_point(stripped, [&](UChar32 d, size_t, size_t) { append_lowercase(out, d); });
+    } else {
+      out += stripped;
+    }
     if (spaced) out += ' ';
+    if (source) source->insert(source->end(), out.size() - before, {begin, end});
   });
-  if (options.strip_accents.value_or(options.lowercase)) out = nfd_without_marks(out);
-  if (options.lowercase) out = lowercase(out);
   return out;
 }
 
-std::vector<std::string> bert_pre_tokenize(std::string_view text) {
-  std::vector<std::string> words;
-  std::string word;
-  auto end_word = [&] {
-    if (!word.empty()) words.push_back(std::move(word));
-    word.clear();
+std::vector<std::string_view> bert_pre_tokenize(std::string_view text) {
+  std::vector<std::string_view> words;
+  size_t word = 0;  // where the word being read began
+  auto end_word = [&](size_t at) {
+    if (at > word) words.push_back(text.substr(word, at - word));
   };
-  for_each_code_point(text, [&](UChar32 c) {
+  for_each_code_point(text, [&](UChar32 c, size_t begin, size_t end) {
     if (is_whitespace(c)) {
-      end_word();
+      end_word(begin);
+      word = end;
     } else if (is_punctuation(c)) {
-      end_word();
-      append(word, c);
-      end_word();
-    } else {
-      append(word, c);
+      end_word(begin);
+      words.push_back(text.substr(begin, end - begin));
+      word = end;
     }
   });
-  end_word();
+  end_word(text.size());
   return words;
 }
 

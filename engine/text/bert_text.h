@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace vkattn::text {
@@ -15,11 +16,15 @@ struct BertNormalizerOptions {
   bool lowercase = true;             // each character's full lowercase mapping
 };
 
-// `text` (valid UTF-8) normalised in that order: "Café\tNAÏVE" -> "cafe naive".
-std::string bert_normalize(std::string_view text, const BertNormalizerOptions& options);
+// `text` (valid UTF-8) normalised in that order: "Café\tNAÏVE" -> "cafe naive". Each character
+// is normalised on its own (as in order over the whole text: every step maps one character to
+// none, one or several); where `source` is not null, it gets each output byte's character's
+// bytes in `text`: "É" -> "e", its one byte from bytes [0, 2).
+std::string bert_normalize(std::string_view text, const BertNormalizerOptions& options,
+                           std::vector<std::pair<size_t, size_t>>* source = nullptr);
 
-// The words of a normalised text: split at whitespace (dropped) and at each punctuation mark (a
-// word of its own; ASCII's symbols count too): "it's 3.5$" -> it ' s 3 . 5 $
-std::vector<std::string> bert_pre_tokenize(std::string_view text);
+// The words of a normalised text, views of it: split at whitespace (dropped) and at each
+// punctuation mark (a word of its own; ASCII's symbols count too): "it's 3.5$" -> it ' s 3 . 5 $
+std::vector<std::string_view> bert_pre_tokenize(std::string_view text);
 
 }  // namespace vkattn::text

@@ -1,6 +1,8 @@
 #include "engine/text/byte_level_bpe.h"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #include "engine/io/file.h"
@@ -102,11 +104,21 @@ ByteLevelBPE ByteLevelBPE::from_files(const std::filesystem::path& vocab_json,
                       merges_txt.string());
 }
 
-std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
+std::vector<int64_t> ByteLevelBPE::encode_text(std::string_view input, std::vector<Offset>* offsets) const {
   check_utf8(input, "the text");
   const std::string normalised = options_.nfc ? nfc(input) : std::string();
   const std::string_view text = options_.nfc ? std::string_view(normalised) : input;
-  return encode_parts(text, [&](std::string_view part, std::vector<int64_t>& ids) {
+  return encode_parts(text, offsets, [&](std::string_view part, std::vector<int64_t>& ids, std::vector<Offset>* at) {
+    size_t piece_at = 0;  // the pieces, one after another, are `part`; each is a word
+    int64_t word = 0;
+    auto token = [&](int64_t id, size_t begin, size_t end) {  // bytes [begin, end) of `part`
+      ids.push_back(id);
+      if (!at) return;
+      auto space = [&](size_t i) { return std::isspace(static_cast<unsigned char>(part[i])) != 0; };
+      while (begin < end && space(begin)) ++begin;
+      while (end > begin && space(end - 1)) --end;
+      at->push_back({begin, end, word});
+    };
     for (const std::string& piece : pre_tokenizer_->split(part)) {
       std::vector<std::string> symbols;
       std::string whole;
@@ -114,13 +126,21 @@ std::vector<int64_t> ByteLevelBPE::encode(std::string_view input) const {
         symbols.push_back(byte_stand_ins()[byte]);
         whole += symbols.back();
       }
-      if (options_.ignore_merges) {
-        if (auto it = vocab_.find(whole); it != vocab_.end()) {
-          ids.push_back(it->second);
-          continue;
+      if (auto it = options_.ignore_merges ? vocab_.find(whole) : vocab_.end(); it != vocab_.end()) {
+        token(it->second, piece_at, piece_at + piece.size());
+      } else {
+        size_t byte = piece_at;
+        for (const std::string& symbol : merge_symbols(std::move(symbols), ranks_)) {
+          // each stand-in one byte: as many bytes as the symbol has characters (1 or 2 bytes each)
+          const auto n = static_cast<size_t>(std::count_if(symbol.begin(), symbol.end(), [](char c) {
+            return (static_cast<unsigned char>(c) & 0xc0) != 0x80;
+          }));
+          token(vocab_.at(symbol), byte, byte + n);
+          byte += n;
         }
       }
-      for (const std::string& symbol : merge_symbols(std::move(symbols), ranks_)) ids.push_back(vocab_.at(symbol));
+      piece_at += piece.size();
+      ++word;
     }
   });
 }

@@ -36,8 +36,12 @@ class ByteLevelBPE : public VocabularyTokenizer {
   // GPT-2's files: vocab.json {"token": id}, merges.txt ("#version" line, then "a b" a line).
   static ByteLevelBPE from_files(const std::filesystem::path& vocab_json, const std::filesystem::path& merges_txt);
 
-  std::vector<int64_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int64_t> ids) const override;
+
+ protected:
+  // Each token's offsets: its bytes, the whitespace at either end left out.
+  std::vector<int64_t> encode_text(std::string_view text, std::vector<Offset>* offsets) const override;
+  bool gives_offsets() const override { return !options_.nfc; }  // NFC's text is not the one given
 
  private:
   MergeRanks ranks_;

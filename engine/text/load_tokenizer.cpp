@@ -303,6 +303,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir) {
   throw FileError(dir.string() + ": no tokenizer: none of tokenizer.json, vocab.json with merges.txt, vocab.txt");
 }
 
+std::vector<Offset> Tokenizer::offsets(std::string_view) const {
+  throw ConfigError("this tokenizer does not say where its tokens came from in the text (offsets: WordPiece's and "
+                    "byte-level BPE's do, SentencePiece's and a text normalised to NFC do not)");
+}
+
 EncodedPair Tokenizer::encode_pair(std::string_view, std::string_view) const {
   throw ConfigError("this tokenizer has no template for a pair of texts (its post-processor's \"pair\"): "
                     "give the pair's ids and token types");

@@ -76,9 +76,9 @@ void SentencePieceBPE::encode_word(const std::string& word, std::vector<int64_t>
   }
 }
 
-std::vector<int64_t> SentencePieceBPE::encode(std::string_view text) const {
+std::vector<int64_t> SentencePieceBPE::encode_text(std::string_view text, std::vector<Offset>* offsets) const {
   check_utf8(text, "the text");
-  return encode_parts(text, [&](std::string_view part, std::vector<int64_t>& ids) {
+  return encode_parts(text, offsets, [&](std::string_view part, std::vector<int64_t>& ids, std::vector<Offset>*) {
     const bool first = part.data() == text.data();
     const bool prepend = options_.prepend && (first || !options_.prepend_first_only) &&
                          (options_.prepend_to_space || !part.starts_with(' '));

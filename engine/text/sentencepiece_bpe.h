@@ -37,9 +37,12 @@ class SentencePieceBPE : public VocabularyTokenizer {
   SentencePieceBPE(Vocab vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                    std::vector<std::string> special, const std::string& source, SentencePieceOptions options);
 
-  std::vector<int64_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int64_t> ids) const override;
   std::string decode_continuation(std::span<const int64_t> ids) const override;
+
+ protected:
+  // No offsets: a piece's "▁" is a space the text may not have.
+  std::vector<int64_t> encode_text(std::string_view text, std::vector<Offset>* offsets) const override;
 
  private:
   // One pre-token's ids, appended to `ids`.

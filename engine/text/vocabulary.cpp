@@ -55,8 +55,8 @@ bool SpecialTokens::contains(std::string_view token) const {
   return std::any_of(tokens_.begin(), tokens_.end(), [&](const auto& t) { return t.text == token; });
 }
 
-void SpecialTokens::split(std::string_view text, const std::function<void(std::string_view)>& plain,
-                          const std::function<void(int64_t)>& special) const {
+void SpecialTokens::split(std::string_view text, const std::function<void(std::string_view part)>& plain,
+                          const std::function<void(int64_t id, std::string_view token)>& special) const {
   auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
   size_t begin = 0;
   while (begin < text.size()) {
@@ -73,7 +73,7 @@ void SpecialTokens::split(std::string_view text, const std::function<void(std::s
     }
     if (!part.empty()) plain(part);
     if (!which) break;
-    special(which->id);
+    special(which->id, text.substr(found, which->text.size()));
     begin = found + which->text.size();
     if (which->strip.right) {
       while (begin < text.size() && space(text[begin])) ++begin;
@@ -157,26 +157,61 @@ EncodedPair VocabularyTokenizer::encode_pair(std::string_view a, std::string_vie
     if (id >= 0) {
       out.ids.push_back(id);
       out.type_ids.push_back(type);
+      out.sequence_ids.push_back(-1);
+      if (gives_offsets()) out.offsets.emplace_back();
       continue;
     }
-    const std::vector<int64_t> text = encode(id == kTextA ? a : b);  // the prefix and suffix dropped
-    const auto first = text.begin() + static_cast<std::ptrdiff_t>(prefix_ids_.size());
-    const auto last = text.end() - static_cast<std::ptrdiff_t>(suffix_ids_.size());
-    out.ids.insert(out.ids.end(), first, last);
+    std::vector<Offset> offsets;
+    const std::vector<int64_t> text = encode_text(id == kTextA ? a : b, gives_offsets() ? &offsets : nullptr);
+    // the single text's prefix and suffix dropped
+    const auto first = static_cast<std::ptrdiff_t>(prefix_ids_.size());
+    const auto last = static_cast<std::ptrdiff_t>(text.size() - suffix_ids_.size());
+    out.ids.insert(out.ids.end(), text.begin() + first, text.begin() + last);
     out.type_ids.insert(out.type_ids.end(), static_cast<size_t>(last - first), type);
+    out.sequence_ids.insert(out.sequence_ids.end(), static_cast<size_t>(last - first), id == kTextA ? 0 : 1);
+    if (gives_offsets()) out.offsets.insert(out.offsets.end(), offsets.begin() + first, offsets.begin() + last);
   }
   return out;
+}
+
+std::vector<Offset> VocabularyTokenizer::offsets(std::string_view text) const {
+  if (!gives_offsets()) return Tokenizer::offsets(text);
+  std::vector<Offset> offsets;
+  encode_text(text, &offsets);
+  return offsets;
 }
 
 PairTemplate bert_pair(const std::string& cls, const std::string& sep) {
   return {{cls, 0}, {"$A", 0}, {sep, 0}, {"$B", 1}, {sep, 1}};
 }
 
-std::vector<int64_t> VocabularyTokenizer::encode_parts(
-    std::string_view text, const std::function<void(std::string_view part, std::vector<int64_t>& ids)>& plain) const {
+std::vector<int64_t> VocabularyTokenizer::encode_parts(std::string_view text, std::vector<Offset>* offsets,
+                                                       const EncodePart& plain) const {
   std::vector<int64_t> ids = prefix_ids_;
-  special_.split(text, [&](std::string_view part) { plain(part, ids); }, [&](int64_t id) { ids.push_back(id); });
+  if (offsets) offsets->assign(ids.size(), Offset{});
+  auto at = [&](std::string_view part) { return static_cast<size_t>(part.data() - text.data()); };
+  int64_t words = 0;  // the words of the parts before: a part's words are counted on from them
+  special_.split(
+      text,
+      [&](std::string_view part) {
+        const size_t from = offsets ? offsets->size() : 0;
+        plain(part, ids, offsets);
+        if (!offsets) return;
+        int64_t last = -1;
+        for (size_t i = from; i < offsets->size(); ++i) {
+          Offset& o = (*offsets)[i];
+          o.begin += at(part), o.end += at(part);
+          last = std::max(last, o.word);
+          o.word += words;
+        }
+        words += last + 1;
+      },
+      [&](int64_t id, std::string_view token) {
+        ids.push_back(id);
+        if (offsets) offsets->push_back({at(token), at(token) + token.size(), words++});
+      });
   ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+  if (offsets) offsets->resize(ids.size());
   return ids;
 }
 

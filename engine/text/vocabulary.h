@@ -45,9 +45,10 @@ class SpecialTokens {
 
   bool contains(std::string_view token) const;
   // `text` in order: plain(part) for the text between special tokens (not called for an empty
-  // part), special(id) for each special token; ASCII whitespace a token strips is in neither.
-  void split(std::string_view text, const std::function<void(std::string_view)>& plain,
-             const std::function<void(int64_t)>& special) const;
+  // part), special(id, token) for each special token; ASCII whitespace a token strips is in
+  // neither. part and token are views of `text`.
+  void split(std::string_view text, const std::function<void(std::string_view part)>& plain,
+             const std::function<void(int64_t id, std::string_view token)>& special) const;
 
  private:
   struct Token {
@@ -84,10 +85,13 @@ PairTemplate bert_pair(const std::string& cls, const std::string& sep);
 // tokens matched first, the template's ids around each text; vocab_size() and token_id() from them.
 class VocabularyTokenizer : public Tokenizer {
  public:
+  std::vector<int64_t> encode(std::string_view text) const final { return encode_text(text, nullptr); }
+  // Tokenizer's ConfigError where the tokenizer does not give offsets (gives_offsets()).
+  std::vector<Offset> offsets(std::string_view text) const final;
   int64_t vocab_size() const override { return static_cast<int64_t>(tokens_.size()); }
   int64_t token_id(const std::string& token) const override;
-  // By `pair`, each text's ids those of encode() without the single text's prefix and suffix;
-  // Tokenizer's ConfigError where `pair` is empty.
+  // By `pair`, each text's ids those of encode() without the single text's prefix and suffix, with
+  // their offsets where the tokenizer gives them; Tokenizer's ConfigError where `pair` is empty.
   EncodedPair encode_pair(std::string_view a, std::string_view b) const override;
 
  protected:
@@ -96,10 +100,19 @@ class VocabularyTokenizer : public Tokenizer {
                       const std::vector<std::string>& suffix, const std::string& source, const Strips& strips = {},
                       const PairTemplate& pair = {});
 
+  // encode()'s ids of `text`; where `offsets` is not null (only where gives_offsets()), each id's
+  // Offset in `text` too, one an id.
+  virtual std::vector<int64_t> encode_text(std::string_view text, std::vector<Offset>* offsets) const = 0;
+  // Whether encode_text gives offsets.
+  virtual bool gives_offsets() const { return false; }
+
+  // What a part of a text between special tokens becomes: its ids appended to `ids` and, where
+  // `offsets` is not null, each one's Offset in `part` (its word counted from 0 in `part`).
+  using EncodePart = std::function<void(std::string_view part, std::vector<int64_t>& ids, std::vector<Offset>* offsets)>;
   // The ids of `text` (valid UTF-8): the template's prefix, then for the text between special
-  // tokens what `plain(part, ids)` appends, each special token's id, then the template's suffix.
-  std::vector<int64_t> encode_parts(
-      std::string_view text, const std::function<void(std::string_view part, std::vector<int64_t>& ids)>& plain) const;
+  // tokens what `plain` appends, each special token's id, then the template's suffix; where
+  // `offsets` is not null, their Offsets in `text` (the template's (0, 0)).
+  std::vector<int64_t> encode_parts(std::string_view text, std::vector<Offset>* offsets, const EncodePart& plain) const;
 
   Vocab vocab_;
   std::vector<std::string> tokens_;  // id -> token

@@ -92,7 +92,7 @@ WordPiece WordPiece::from_files(const std::filesystem::path& vocab_txt, const st
   return WordPiece(std::move(vocab), std::move(special), vocab_txt.string(), std::move(options));
 }
 
-void WordPiece::split_word(const std::string& word, std::vector<int64_t>& ids) const {
+void WordPiece::split_word(std::string_view word, std::vector<int64_t>& ids, std::vector<Offset>* pieces) const {
   std::vector<int32_t> starts;  // each character's first byte, then the word's end
   const auto* s = reinterpret_cast<const uint8_t*>(word.data());
   const auto length = static_cast<int32_t>(word.size());
@@ -100,36 +100,50 @@ void WordPiece::split_word(const std::string& word, std::vector<int64_t>& ids) c
     starts.push_back(i);
     U8_FWD_1(s, i, length);
   }
-  if (static_cast<int64_t>(starts.size()) > options_.max_input_chars_per_word) {
+  auto unknown = [&] {  // the whole word is one [UNK]
     ids.push_back(unk_id_);
-    return;
-  }
+    if (pieces) pieces->push_back({0, word.size()});
+  };
+  if (static_cast<int64_t>(starts.size()) > options_.max_input_chars_per_word) return unknown();
   starts.push_back(length);
-  std::vector<int64_t> pieces;
+  std::vector<int64_t> found;
+  std::vector<Offset> spans;
   for (size_t begin = 0; begin + 1 < starts.size();) {
     // the longest token that starts here: the rest of the word, then one character less, …
     size_t end = starts.size() - 1;
     for (; end > begin; --end) {
-      std::string piece = word.substr(static_cast<size_t>(starts[begin]), static_cast<size_t>(starts[end] - starts[begin]));
+      const auto from = static_cast<size_t>(starts[begin]), to = static_cast<size_t>(starts[end]);
+      std::string piece(word.substr(from, to - from));
       if (begin > 0) piece = options_.continuing_subword_prefix + piece;
       if (auto it = vocab_.find(piece); it != vocab_.end()) {
-        pieces.push_back(it->second);
+        found.push_back(it->second);
+        spans.push_back({from, to});
         break;
       }
     }
-    if (end == begin) {  // no token starts here: the whole word is unknown
-      ids.push_back(unk_id_);
-      return;
-    }
+    if (end == begin) return unknown();  // no token starts here
     begin = end;
   }
-  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  ids.insert(ids.end(), found.begin(), found.end());
+  if (pieces) pieces->insert(pieces->end(), spans.begin(), spans.end());
 }
 
-std::vector<int64_t> WordPiece::encode(std::string_view text) const {
+std::vector<int64_t> WordPiece::encode_text(std::string_view text, std::vector<Offset>* offsets) const {
   check_utf8(text, "the text");
-  return encode_parts(text, [&](std::string_view part, std::vector<int64_t>& ids) {
-    for (const std::string& word : bert_pre_tokenize(bert_normalize(part, options_.normalizer))) split_word(word, ids);
+  return encode_parts(text, offsets, [&](std::string_view part, std::vector<int64_t>& ids, std::vector<Offset>* at) {
+    std::vector<std::pair<size_t, size_t>> source;  // each normalised byte's character in `part`
+    const std::string normalised = bert_normalize(part, options_.normalizer, at ? &source : nullptr);
+    std::vector<Offset> pieces;
+    int64_t w = 0;
+    for (std::string_view word : bert_pre_tokenize(normalised)) {
+      const size_t from = pieces.size(), word_at = static_cast<size_t>(word.data() - normalised.data());
+      split_word(word, ids, at ? &pieces : nullptr);
+      if (!at) continue;
+      for (size_t i = from; i < pieces.size(); ++i) {  // bytes of the word -> the characters of `part`
+        at->push_back({source[word_at + pieces[i].begin].first, source[word_at + pieces[i].end - 1].second, w});
+      }
+      ++w;
+    }
   });
 }
 

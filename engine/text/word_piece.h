@@ -35,13 +35,17 @@ class WordPiece : public VocabularyTokenizer {
   // tokenizer_config.json's do_lower_case, strip_accents, tokenize_chinese_chars and token names.
   static WordPiece from_files(const std::filesystem::path& vocab_txt, const std::filesystem::path& tokenizer_config);
 
-  std::vector<int64_t> encode(std::string_view text) const override;
   // The tokens joined by spaces, a "##" token to the one before it; a space before . , ! ? dropped.
   std::string decode(std::span<const int64_t> ids) const override;
 
+ protected:
+  // Each token's offsets: the characters of the text its normalised characters came from.
+  std::vector<int64_t> encode_text(std::string_view text, std::vector<Offset>* offsets) const override;
+  bool gives_offsets() const override { return true; }
+
  private:
-  // One word's ids, appended to `ids`.
-  void split_word(const std::string& word, std::vector<int64_t>& ids) const;
+  // One word's ids appended to `ids` and, where `pieces` is not null, each one's bytes in `word`.
+  void split_word(std::string_view word, std::vector<int64_t>& ids, std::vector<Offset>* pieces) const;
 
   WordPieceOptions options_;
   int64_t unk_id_ = 0;

@@ -6,6 +6,7 @@
 // are not what they claim are one-line errors naming what is wrong.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -208,6 +209,42 @@ TEST(TokenizerJson, NfcIgnoreMergesAndATemplateDoWhatTokenizersDoes) {
 // RoBERTa's tokenizer.json: RobertaProcessing's <s> … </s> around every text (here GPT-2's one
 // special token for both), and an added token with lstrip (RoBERTa's <mask>) that takes the
 // whitespace before it, as Hugging Face's AddedToken does; rstrip takes the whitespace after it.
+// Each token's offsets: its bytes, the whitespace at its ends left out (RoBERTa's trim_offsets),
+// and its word: the pre-tokenizer's piece (" world"; "  Hi" is " " and " Hi"), a special token
+// one of its own. Over every fixture text, each token's bytes are its decoded text so trimmed, and
+// the words count up from 0 by at most one a token.
+TEST(TokenizerJson, OffsetsAreEachTokensBytesWithoutTheirSpaces) {
+  using text::Offset;
+  EXPECT_EQ(gpt2().offsets("Hello world<|endoftext|>  Hi"),
+            (std::vector<Offset>{{0, 5, 0}, {6, 11, 1}, {11, 24, 2}, {25, 25, 3}, {26, 28, 4}}));
+  const json fixture = read_json(kGpt2 / "fixture.json");
+  auto trimmed = [](std::string s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(0, 1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    return s;
+  };
+  for (const auto& c : fixture["cases"]) {
+    const std::string t = c["text"];
+    const std::vector<int64_t> ids = gpt2().encode(t);
+    const std::vector<Offset> offsets = gpt2().offsets(t);
+    ASSERT_EQ(offsets.size(), ids.size()) << t;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_TRUE(offsets[i].word - (i ? offsets[i - 1].word : -1) <= 1 && offsets[i].word >= (i ? offsets[i - 1].word : 0))
+          << t << ": token " << i << " is in word " << offsets[i].word;
+      ASSERT_LE(offsets[i].begin, offsets[i].end) << t;
+      ASSERT_LE(offsets[i].end, t.size()) << t;
+      EXPECT_EQ(t.substr(offsets[i].begin, offsets[i].end - offsets[i].begin),
+                trimmed(gpt2().decode(std::span(ids).subspan(i, 1))))
+          << t << ": token " << i;
+    }
+  }
+  // a text normalised to NFC is not the text given: no offsets
+  const auto nfc = text::parse_tokenizer_json(gpt2_tokenizer_json([](json& f) {
+    f["normalizer"] = {{"type", "NFC"}};
+  }).dump(), "t.json");
+  expect_error<ConfigError>([&] { nfc->offsets("caf\xc3\xa9"); }, {"does not say where its tokens came from"});
+}
+
 TEST(TokenizerJson, ARobertaTemplateAndTokensThatTakeTheSpaceBesideThem) {
   auto roberta = [](bool lstrip, bool rstrip) {
     return text::parse_tokenizer_json(

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "engine/text/bert_text.h"
@@ -140,6 +141,52 @@ TEST(BertTokenizer, APairIsJoinedByItsTemplateWithItsTokenTypes) {
                             {"no template for a pair of texts"});
 }
 
+// Each token's offsets: the bytes of the text its characters came from, before they were
+// normalised ("CAFÉ" -> "cafe" from 5 bytes), and its word ("déjà" is "dej" and "##a", both of
+// word 4; [MASK] a word of its own); a template's tokens (0, 0) and word -1. Over every fixture
+// text, each token but [UNK] is its bytes normalised; in a pair, the second text's offsets are
+// into the second text, and sequence_ids say which text each token came from.
+TEST(BertTokenizer, OffsetsSayWhichBytesOfTheTextEachTokenCameFrom) {
+  using text::Offset;
+  const auto tokenizer = text::load_tokenizer(kBert);
+  const std::string text = "The CAF\xc3\x89's d\xc3\xa9j\xc3\xa0 vu\t\xe6\x9d\xb1 [MASK]!";  // The CAFÉ's déjà vu<tab>東 [MASK]!
+  const std::vector<int64_t> ids = tokenizer->encode(text);
+  ASSERT_EQ(ids.size(), 12u);
+  EXPECT_EQ(tokenizer->offsets(text),
+            (std::vector<Offset>{{0, 0, -1}, {0, 3, 0}, {4, 9, 1}, {9, 10, 2}, {10, 11, 3}, {12, 15, 4}, {15, 18, 4},
+                                 {19, 21, 5}, {22, 25, 6}, {26, 32, 7}, {32, 33, 8}, {0, 0, -1}}));
+  const text::BertNormalizerOptions uncased;
+  const json fixture = read_json(kBert / "fixture.json");
+  for (const auto& c : fixture["cases"]) {
+    const std::string t = c["text"];
+    const std::vector<int64_t> got = tokenizer->encode(t);
+    const std::vector<Offset> offsets = tokenizer->offsets(t);
+    ASSERT_EQ(offsets.size(), got.size()) << t;
+    EXPECT_EQ(offsets.front(), Offset{}) << t;  // [CLS]
+    EXPECT_EQ(offsets.back(), Offset{}) << t;   // [SEP]
+    for (size_t i = 1; i + 1 < got.size(); ++i) {
+      std::string token = tokenizer->decode(std::span(got).subspan(i, 1));
+      if (token.starts_with("##")) token.erase(0, 2);
+      if (token == "[UNK]") continue;
+      ASSERT_LE(offsets[i].end, t.size()) << t;
+      const std::string bytes = t.substr(offsets[i].begin, offsets[i].end - offsets[i].begin);
+      if (token.starts_with('[')) {  // a special token in the text: as it is written
+        EXPECT_EQ(bytes, token) << t << ": token " << i;
+        continue;
+      }
+      std::string normalised = text::bert_normalize(bytes, uncased);
+      if (normalised.size() > 2 && normalised.front() == ' ' && normalised.back() == ' ') {  // 東's spaces
+        normalised = normalised.substr(1, normalised.size() - 2);
+      }
+      EXPECT_EQ(normalised, token) << t << ": token " << i;
+    }
+  }
+  const text::EncodedPair pair = tokenizer->encode_pair("Who?", "Alice, of course.");
+  EXPECT_EQ(pair.sequence_ids, (std::vector<int64_t>{-1, 0, 0, -1, 1, 1, 1, 1, 1, -1}));
+  EXPECT_EQ(pair.offsets, (std::vector<Offset>{{0, 0, -1}, {0, 3, 0}, {3, 4, 1}, {0, 0, -1}, {0, 5, 0}, {5, 6, 1},
+                                               {7, 9, 2}, {10, 16, 3}, {16, 17, 4}, {0, 0, -1}}));
+}
+
 // BertNormalizer: control characters out, whitespace to spaces, spaces around CJK ideographs,
 // accents stripped (by default where it lowercases), lowercase; each option on its own.
 TEST(BertTokenizer, EachNormalizerOptionDoesWhatItSays) {
@@ -161,7 +208,7 @@ TEST(BertTokenizer, EachNormalizerOptionDoesWhatItSays) {
 
 TEST(BertTokenizer, WordsSplitAtWhitespaceAndEveryPunctuationMark) {
   EXPECT_EQ(text::bert_pre_tokenize(" it's 3.5$  end\xe2\x80\x94" "done "),
-            (std::vector<std::string>{"it", "'", "s", "3", ".", "5", "$", "end", "\xe2\x80\x94", "done"}));
+            (std::vector<std::string_view>{"it", "'", "s", "3", ".", "5", "$", "end", "\xe2\x80\x94", "done"}));
   EXPECT_TRUE(text::bert_pre_tokenize("   ").empty());
 }
 

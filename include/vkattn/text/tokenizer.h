@@ -26,15 +26,35 @@
 
 namespace vkattn::text {
 
-// Two texts as one sequence (encode_pair): the ids, and each id's token type (segment).
+// Where a token came from: bytes [begin, end) of the text it was encoded from (Hugging Face's
+// offset_mapping, in bytes of UTF-8 rather than characters), and the word of that text it is part
+// of, counted from 0 (Hugging Face's word_ids: the pre-tokenizer's words — BERT's split at spaces
+// and punctuation, byte-level BPE's pieces — and each special token written in the text one). A
+// template's token, which is in no text, has (0, 0) and word -1.
+struct Offset {
+  size_t begin = 0, end = 0;
+  int64_t word = -1;
+  bool operator==(const Offset&) const = default;
+};
+
+// Two texts as one sequence (encode_pair): the ids, each id's token type (segment), and which
+// text each came from (Hugging Face's sequence_ids: 0, 1, or -1 for a template's token).
+// offsets: each id's bytes in the text it came from, where the tokenizer gives offsets (else
+// empty).
 struct EncodedPair {
-  std::vector<int64_t> ids, type_ids;
+  std::vector<int64_t> ids, type_ids, sequence_ids;
+  std::vector<Offset> offsets;
 };
 
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   virtual std::vector<int64_t> encode(std::string_view text) const = 0;
+  // Each id of encode(text)'s bytes in `text`: for WordPiece the characters a token's normalised
+  // text came from ("Café" -> "cafe": bytes 0 … 5), for byte-level BPE its bytes without the
+  // whitespace around them (RoBERTa's trim_offsets). ConfigError for a tokenizer that gives none
+  // (SentencePiece's; a byte-level BPE's text changed by NFC).
+  virtual std::vector<Offset> offsets(std::string_view text) const;
   // A pair of texts — a question and its context, two sentences — joined as the tokenizer's
   // template for pairs joins them (a post-processor's "pair"): BERT's [CLS] a [SEP] b [SEP],
   // token types 0 up to the first [SEP], 1 after; RoBERTa's <s> a </s></s> b </s>, all 0. Each
