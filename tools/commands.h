@@ -44,7 +44,9 @@ struct RunArgs {
   std::string model, text;   // instead of the inputs: a hub checkpoint folder on a text
   std::optional<std::string> text_pair;  // an encoder's second text, joined to the first by its tokenizer
   std::string weights_dtype = "stored";  // or BF16, F16: --model's weights rounded as they are read
-  int64_t top_k = 0;  // a masked LM's tokens shown at each [MASK] of the text (0: not given, 5 shown)
+  int64_t top_k = 0;  // a masked LM's tokens shown at each [MASK] of the text (0: not given, 5 shown),
+                      // a question answerer's answers (0: not given, 1 shown)
+  int64_t max_answer_len = 0;  // a question answerer's longest answer in tokens (0: not given, 15)
   GroupedQueryArgs grouped;  // a grouped-query attention's RoPE, key/value heads and window
   std::string backend = "gpu";
   std::string device;

@@ -60,6 +60,7 @@ Tensor text_tokens(const io::Pretrained& model, const std::string& text);
 // empty or not UTF-8, or the tokenizer has no template for pairs.
 struct TextPair {
   Tensor ids, type_ids;
+  text::EncodedPair encoded;  // the tokenizer's: ids, which text each came from, offsets
 };
 TextPair text_pair_tokens(const io::Pretrained& model, const std::string& text, const std::string& pair);
 

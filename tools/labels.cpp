@@ -97,6 +97,25 @@ void print_labels(std::ostream& out, const io::Pretrained& model, std::span<cons
   }
 }
 
+void print_answers(std::ostream& out, const text::EncodedPair& pair, const std::string& context, const Tensor& logits,
+                   const io::AnswerOptions& options) {
+  const std::vector<io::Answer> answers = io::answers(pair, context, logits, options);
+  out << (answers.size() == 1 ? "the likeliest answer" : "the " + std::to_string(answers.size()) + " likeliest answers")
+      << " in --text-pair (score: P(start) · P(end), softmaxes over the context):\n";
+  std::vector<std::string> texts;
+  size_t width = 0;
+  for (const io::Answer& a : answers) {
+    texts.push_back(quoted(a.text));
+    width = std::max(width, texts.back().size());
+  }
+  for (size_t k = 0; k < answers.size(); ++k) {
+    const io::Answer& a = answers[k];
+    out << "  " << std::left << std::setw(static_cast<int>(width)) << texts[k] << std::right << "  "
+        << fixed(a.score, 3) << "   (bytes " << a.begin << "-" << a.end << " of the context, tokens " << a.first_token
+        << "-" << a.last_token << ")\n";
+  }
+}
+
 void print_fills(std::ostream& out, const io::Pretrained& model, std::span<const int64_t> positions,
                  const Tensor& logits, int64_t top_k) {
   const std::vector<std::vector<io::Fill>> fills = io::mask_fills(model, positions, logits, top_k);

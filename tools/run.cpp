@@ -25,6 +25,7 @@
 #include "vkattn/io/heatmap.h"
 #include "vkattn/io/npy.h"
 #include "vkattn/io/pretrained.h"
+#include "vkattn/io/question_answering.h"
 #include "vkattn/io/state_dict.h"
 #include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tracing/report.h"
@@ -120,8 +121,9 @@ Runnable grouped_query_run(const RunArgs& a) {
 
 // A hub checkpoint folder on a text, every step traced: a language model's (GPT-2, Llama) logits
 // (1, T, V), an encoder's (BERT, RoBERTa) last hidden state (1, T, E), its pooled output in the
-// trace, a classifier's logits (1, num_labels) or (1, T, num_labels), said by label, or a masked
-// LM's (1, T, V) on a text with [MASK]s (RoBERTa's <mask>), said by the tokens likeliest there.
+// trace, a classifier's logits (1, num_labels) or (1, T, num_labels), said by label, a masked LM's
+// (1, T, V) on a text with [MASK]s (RoBERTa's <mask>), said by the tokens likeliest there, or a
+// question answerer's (1, T, 2) on a question and its context, said by its answers.
 Runnable model_run(const RunArgs& a) {
   const auto& in = a.inputs;
   for (auto [given, flag] : {std::pair{!in.weights.empty(), "--weights"}, {!in.query.empty(), "--query"},
@@ -135,13 +137,25 @@ Runnable model_run(const RunArgs& a) {
     }
   }
   auto p = std::make_shared<io::Pretrained>(load_model(a.model, a.weights_dtype));
+  const bool answers = p->encoder && p->encoder->config().num_labels > 0 &&
+                       p->encoder->config().classifier == BertClassifier::spans;
+  if (answers && !a.text_pair) {
+    throw UsageError(a.model + " answers a question from a context (" + p->architecture +
+                     "): give the question as --text and the context as --text-pair");
+  }
+  if (!answers && a.max_answer_len > 0) {
+    throw UsageError("--max-answer-len is a question answerer's (…ForQuestionAnswering); " + a.model + " is a " +
+                     p->architecture);
+  }
   auto tokens = std::make_shared<Tensor>(text_tokens(*p, a.text));
   std::optional<Tensor> types;  // a pair's token types, where the encoder has them
+  auto pair = std::make_shared<text::EncodedPair>();
   if (a.text_pair) {
     if (!p->encoder) throw UsageError("--text-pair: " + a.model + " is a language model, which reads one text");
-    const TextPair pair = text_pair_tokens(*p, a.text, *a.text_pair);
-    *tokens = pair.ids;
-    if (p->encoder->config().type_vocab_size > 0) types = pair.type_ids;
+    TextPair joined = text_pair_tokens(*p, a.text, *a.text_pair);
+    *tokens = joined.ids;
+    if (p->encoder->config().type_vocab_size > 0) types = joined.type_ids;
+    *pair = std::move(joined.encoded);
   }
   const std::vector<int64_t> ids(tokens->data.begin(), tokens->data.end());
   const std::string repr = p->architecture + ": the " + (a.text_pair ? "pair" : "text") + "'s " +
@@ -155,19 +169,28 @@ Runnable model_run(const RunArgs& a) {
   const bool classifies = p->encoder && p->encoder->config().num_labels > 0;
   const bool masked_lm = p->encoder && p->encoder->config().masked_lm && !classifies;
   const std::vector<int64_t> masked = masked_lm ? io::mask_positions(*p, ids) : std::vector<int64_t>();
-  if (a.top_k > 0 && masked.empty()) {
+  if (a.top_k > 0 && masked.empty() && !answers) {
     const std::string mask = io::mask_token(*p);
     throw UsageError("--top-k shows a masked LM's likeliest tokens at each " + (mask.empty() ? "[MASK]" : mask) +
                      " of --text: " + (masked_lm ? "the text has none" : a.model + " has no masked-LM head"));
   }
   if (classifies) {
-    const bool every_token = p->encoder->config().classifier == BertClassifier::tokens;
+    const bool every_token = p->encoder->config().classifier == BertClassifier::tokens || answers;
     Runnable run{.repr = repr, .trace = trace, .source = a.model};
     run.forward = [p, tokens, types, path](Backend& b) {
       return AttentionResult{p->encoder->classify(b, *tokens, types, {}, path), std::nullopt};
     };
-    run.output = every_token ? "logits (B, T, num_labels)" : "logits (B, num_labels)";
+    run.output = answers ? "start and end logits (B, T, 2)"
+                 : every_token ? "logits (B, T, num_labels)"
+                               : "logits (B, num_labels)";
     run.explain = [p, ids](const Tensor& logits) { print_labels(std::cout, *p, ids, logits); };
+    if (answers) {
+      const io::AnswerOptions options{.top_k = a.top_k > 0 ? a.top_k : 1,
+                                      .max_answer_len = a.max_answer_len > 0 ? a.max_answer_len : 15};
+      run.explain = [pair, context = *a.text_pair, options](const Tensor& logits) {
+        print_answers(std::cout, *pair, context, logits, options);
+      };
+    }
     return run;
   }
   if (!masked.empty()) {
@@ -213,7 +236,11 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   add_weights_dtype(*cmd, a.weights_dtype)->needs(model);
   cmd->add_option("--top-k", a.top_k,
                   "with --model on a masked LM (BertForMaskedLM …) and a text with [MASK]s: the tokens shown at each "
-                  "(default 5)")
+                  "(default 5); on a question answerer (…ForQuestionAnswering): the answers shown (default 1)")
+      ->check(kPositiveNumber)
+      ->needs(model);
+  cmd->add_option("--max-answer-len", a.max_answer_len,
+                  "with --model on a question answerer: an answer's tokens at most (default 15)")
       ->check(kPositiveNumber)
       ->needs(model);
   cmd->add_option("--attention", a.attention,

@@ -10,6 +10,7 @@
 //   pooler.dense                                        pooler.dense, then tanh
 //   classifier (BertForSequenceClassification's)        classifier, on the pooler's output
 //   classifier (BertForTokenClassification's)           classifier, on every token
+//   qa_outputs (…ForQuestionAnswering's, every family's)  qa_outputs, on every token: 2 logits
 // RoBERTa's files (RobertaModel; RobertaForMaskedLM's and RobertaForSequenceClassification's
 // under "roberta.") name the encoder as BERT's; its positions count from pad_token_id + 1
 // (Bert's padding_idx), and its heads are
@@ -216,6 +217,17 @@ void first_token_head(BertState& state, CheckpointTensors& tensors, const FirstT
   w.classifier_bias = tensors.take(names.out + ".bias", {c.num_labels}, "(num_labels,)");
 }
 
+// …ForQuestionAnswering's head, every family's: qa_outputs (2, E), (2,), each token's logits of
+// starting and of ending the answer
+void question_answering_head(BertState& state, CheckpointTensors& tensors) {
+  auto& c = state.config;
+  c.classifier = BertClassifier::spans;
+  c.num_labels = 2;
+  const int64_t E = c.layer.d_model;
+  state.weights.classifier_weight = tensors.take("qa_outputs.weight", {2, E}, "(2, hidden_size)");
+  state.weights.classifier_bias = tensors.take("qa_outputs.bias", {2}, "(2,)");
+}
+
 std::string described(const char* family, int64_t layers) {
   return std::string("a ") + family + " of " + std::to_string(layers) + " layers (embeddings, encoder.layer.0 … " +
          std::to_string(layers - 1) + ", pooler)";
@@ -230,6 +242,7 @@ BertState bert(const json& config_json, std::map<std::string, Tensor> file, cons
   if (tensors.has(kBertMaskedLM.bias)) masked_lm_head(state, tensors, kBertMaskedLM);
   // BertForSequenceClassification's classifier, or BertForTokenClassification's
   if (tensors.has("classifier.weight")) linear_classifier(state, tensors, config_json, dir);
+  if (tensors.has("qa_outputs.weight")) question_answering_head(state, tensors);  // BertForQuestionAnswering's
   tensors.ignore_prefix("cls.seq_relationship.");
   tensors.check_all_taken(described("BERT", state.config.num_layers));
   return state;
@@ -246,6 +259,7 @@ BertState roberta(const json& config_json, std::map<std::string, Tensor> file, c
   } else if (tensors.has("classifier.weight")) {
     linear_classifier(state, tensors, config_json, dir);
   }
+  if (tensors.has("qa_outputs.weight")) question_answering_head(state, tensors);  // RobertaForQuestionAnswering's
   tensors.check_all_taken(described("RoBERTa", state.config.num_layers));
   return state;
 }
@@ -290,6 +304,7 @@ BertState distilbert(const json& config_json, std::map<std::string, Tensor> file
   } else if (tensors.has("classifier.weight")) {
     linear_classifier(state, tensors, config_json, dir);
   }
+  if (tensors.has("qa_outputs.weight")) question_answering_head(state, tensors);  // …ForQuestionAnswering's
   tensors.check_all_taken("a DistilBERT of " + std::to_string(layers) + " layers (embeddings, transformer.layer.0 … " +
                           std::to_string(layers - 1) + ")");
   return state;

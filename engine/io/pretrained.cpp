@@ -137,21 +137,25 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
                      architecture == "Qwen2ForCausalLM" || architecture == "llama";
   const bool bert = architecture == "BertModel" || architecture == "BertForMaskedLM" ||
                     architecture == "BertForPreTraining" || architecture == "BertForSequenceClassification" ||
-                    architecture == "BertForTokenClassification" || architecture == "bert";
+                    architecture == "BertForTokenClassification" || architecture == "BertForQuestionAnswering" ||
+                    architecture == "bert";
   const bool roberta = architecture == "RobertaModel" || architecture == "RobertaForMaskedLM" ||
                        architecture == "RobertaForSequenceClassification" ||
-                       architecture == "RobertaForTokenClassification" || architecture == "roberta";
+                       architecture == "RobertaForTokenClassification" ||
+                       architecture == "RobertaForQuestionAnswering" || architecture == "roberta";
   const bool distilbert = architecture == "DistilBertModel" || architecture == "DistilBertForMaskedLM" ||
                           architecture == "DistilBertForSequenceClassification" ||
-                          architecture == "DistilBertForTokenClassification" || architecture == "distilbert";
+                          architecture == "DistilBertForTokenClassification" ||
+                          architecture == "DistilBertForQuestionAnswering" || architecture == "distilbert";
   if (!gpt2 && !llama && !bert && !roberta && !distilbert) {
     throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
                       model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
                       "MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, " +
-                      "BertForSequenceClassification, BertForTokenClassification, RobertaModel, " +
-                      "RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification, " +
-                      "DistilBertModel, DistilBertForMaskedLM, DistilBertForSequenceClassification, " +
-                      "DistilBertForTokenClassification)");
+                      "BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering, " +
+                      "RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, " +
+                      "RobertaForTokenClassification, RobertaForQuestionAnswering, DistilBertModel, " +
+                      "DistilBertForMaskedLM, DistilBertForSequenceClassification, " +
+                      "DistilBertForTokenClassification, DistilBertForQuestionAnswering)");
   }
   std::string dtype;
   uint64_t bytes = 0;

@@ -15,6 +15,14 @@ namespace {
 
 const std::string kBert = "Bert";
 
+// The classifier's output layer, by torch's name: a question answerer's qa_outputs, RoBERTa's
+// classifier.out_proj (after its own dense layer), or classifier
+std::string classifier_name(const BertConfig& c) {
+  return c.classifier == BertClassifier::spans ? "qa_outputs"
+         : c.classifier == BertClassifier::first_token ? "classifier.out_proj"
+                                                       : "classifier";
+}
+
 }  // namespace
 
 BertWeights BertWeights::random(const BertConfig& c, uint32_t seed) {
@@ -90,13 +98,17 @@ Bert::Bert(BertConfig config, BertWeights weights) : config_(config), weights_(s
                       " must be >= 0, and a classifier of the pooled output (num_labels > 0) needs the pooler it "
                       "reads");
   }
+  if (c.num_labels > 0 && c.classifier == BertClassifier::spans && c.num_labels != 2) {
+    throw ConfigError("Bert: a question-answering head (qa_outputs) gives each token 2 logits, a start's and an "
+                      "end's; num_labels=" + std::to_string(c.num_labels));
+  }
   if (c.padding_idx &&
       (*c.padding_idx < 0 || *c.padding_idx >= c.vocab_size || *c.padding_idx + 1 >= c.max_positions)) {
     throw ConfigError("Bert: padding_idx=" + std::to_string(*c.padding_idx) +
                       " must be a token id below vocab_size=" + std::to_string(c.vocab_size) +
                       " and leave positions after it below max_positions=" + std::to_string(c.max_positions));
   }
-  const std::string out = first_token ? "classifier.out_proj" : "classifier";
+  const std::string out = classifier_name(c);
   if (c.num_labels > 0) {
     checks::weight(kBert, out + ".weight", w.classifier_weight, {c.num_labels, E}, "(num_labels, E)");
     checks::weight(kBert, out + ".bias", w.classifier_bias, {c.num_labels}, "(num_labels,)");
@@ -197,11 +209,12 @@ Value Bert::classifier(Backend& backend, const Value& x) const {
     Value bias = backend.upload_weight("classifier.out_proj.bias", w.classifier_bias);
     return backend.linear("classifier.out_proj", h, weight, &bias);  // (B, num_labels)
   }
-  Value weight = backend.upload_matrix("classifier.weight", w.classifier_weight);
-  Value bias = backend.upload_weight("classifier.bias", w.classifier_bias);
+  const std::string name = classifier_name(config_);  // classifier, or a question answerer's qa_outputs
+  Value weight = backend.upload_matrix(name + ".weight", w.classifier_weight);
+  Value bias = backend.upload_weight(name + ".bias", w.classifier_bias);
   // on every token (B, T, num_labels), or on the pooler's output (B, num_labels)
-  return backend.linear("classifier", config_.classifier == BertClassifier::tokens ? x : pool(backend, x), weight,
-                        &bias);
+  const bool every_token = config_.classifier == BertClassifier::tokens || config_.classifier == BertClassifier::spans;
+  return backend.linear(name, every_token ? x : pool(backend, x), weight, &bias);
 }
 
 Value Bert::predict_tokens(Backend& backend, const Value& x) const {
@@ -336,7 +349,9 @@ std::string Bert::describe() const {
   out << ", " << c.num_layers << " × TransformerEncoderLayer(d_model=" << l.d_model << ", nhead=" << l.nhead
       << ",\n  dim_feedforward=" << l.dim_feedforward << ", " << activation_name(l.activation) << ", post-norm)"
       << (c.pooler ? ", pooler" : "") << (c.masked_lm ? ", masked-LM head" : "");
-  if (c.num_labels > 0) {
+  if (c.num_labels > 0 && c.classifier == BertClassifier::spans) {
+    out << ", question-answering head (qa_outputs)";
+  } else if (c.num_labels > 0) {
     out << (c.classifier == BertClassifier::tokens ? ", token classifier of " : ", classifier of ") << c.num_labels
         << (c.num_labels == 1 ? " label" : " labels");
   }

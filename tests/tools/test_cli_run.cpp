@@ -27,6 +27,7 @@
 #include "vkattn/backends/reference_backend.h"
 #include "vkattn/io/npy.h"
 #include "vkattn/io/pretrained.h"
+#include "vkattn/io/question_answering.h"
 #include "vkattn/io/safetensors.h"
 
 namespace vkattn {
@@ -45,6 +46,24 @@ std::string slurp(const fs::path& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// models/tiny_bert's encoder as BertForQuestionAnswering saves it, in the new folder `dir`: no
+// pooler, no masked-LM head, and qa_outputs (2, 64), (2,) of fixed values.
+void write_question_answerer(const fs::path& dir) {
+  const fs::path tiny = VKATTN_SOURCE_DIR "/models/tiny_bert";
+  fs::create_directories(dir);
+  for (const char* name : {"config.json", "vocab.txt", "tokenizer_config.json"}) fs::copy_file(tiny / name, dir / name);
+  std::map<std::string, Tensor> tensors;
+  for (auto& [name, t] : io::read_safetensors(tiny / "model.safetensors").tensors) {
+    if (!name.starts_with("cls.") && !name.starts_with("bert.pooler.")) tensors.emplace(name, t);
+  }
+  Tensor weight({2, 64});
+  for (size_t i = 0; i < weight.data.size(); ++i) weight.data[i] = 0.3f * std::sin(0.37f * float(i));
+  tensors["qa_outputs.weight"] = weight;
+  tensors["qa_outputs.bias"] = Tensor({2}, std::vector<float>{0.1f, -0.1f});
+  testing::write_safetensors(dir / "model.safetensors", tensors);
+  testing::rewrite_config(dir, [](nlohmann::json& c) { c["architectures"] = {"BertForQuestionAnswering"}; });
 }
 
 // A scratch folder per test, and vkattn run in it.
@@ -170,6 +189,7 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     write("fortran.npy", fortran);
     write("empty.npy", "");
     write("text.npy", "query,values\n1,2\n");
+    write_question_answerer(dir_ / "qa");
     fs::create_directories(dir_ / "t5");  // a checkpoint folder of an architecture vkattn does not run
     write("t5/config.json", R"({"architectures": ["T5Model"], "model_type": "t5"})");
     auto with_descr = [&](const std::string& descr) {
@@ -230,7 +250,7 @@ class CliBadInput : public CliRun, public ::testing::WithParamInterface<BadRun> 
     dump("not_a_dump", R"({"format": "something else"})");
   }
   std::set<std::string> inputs_ = {"bool.npy", "rank4.npy", "e7.npy", "nan.npy", "mask_wrong.npy", "mask_nan.npy",
-                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "t5", "big_endian.npy",
+                                   "truncated.npy", "fortran.npy", "empty.npy", "text.npy", "t5", "qa", "big_endian.npy",
                                    "int16.npy", "header_past_end.npy", "malformed.npy",
                                    "offsets_past_end.safetensors", "overlap.safetensors", "dtype.safetensors",
                                    "size_mismatch.safetensors", "missing_tensor.safetensors", "misshaped.safetensors",
@@ -457,14 +477,24 @@ const std::vector<BadRun> kRunModelBadInputs = {
            "--top-k shows a masked LM's likeliest tokens at each [MASK] of --text: the text has none"},
     BadRun{"top_k_without_a_masked_lm", {"run", "--model", "{models}/tiny_gpt2", "--text", "Alice", "--top-k", "3"},
            "has no masked-LM head"},
+    BadRun{"question_without_a_context", {"run", "--model", "{dir}/qa", "--text", "Who was tired?"},
+           "qa answers a question from a context (BertForQuestionAnswering): give the question as --text and the "
+           "context as --text-pair"},
+    BadRun{"max_answer_len_without_an_answerer",
+           {"run", "--model", "{models}/tiny_bert", "--text", "Alice", "--max-answer-len", "3"},
+           "--max-answer-len is a question answerer's (…ForQuestionAnswering); "},
+    BadRun{"max_answer_len_zero",
+           {"run", "--model", "{dir}/qa", "--text", "Who?", "--text-pair", "Alice.", "--max-answer-len", "0"},
+           "--max-answer-len: 0 is not a number > 0"},
     BadRun{"top_k_zero", {"run", "--model", "{models}/tiny_bert", "--text", "Alice was [MASK].", "--top-k", "0"},
            "--top-k: 0 is not a number > 0"},
     BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/t5", "--text", "Alice"},
            "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, "
-           "BertForSequenceClassification, BertForTokenClassification, RobertaModel, RobertaForMaskedLM, "
-           "RobertaForSequenceClassification, RobertaForTokenClassification, DistilBertModel, "
-           "DistilBertForMaskedLM, DistilBertForSequenceClassification, DistilBertForTokenClassification)"}};
+           "BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering, RobertaModel, "
+           "RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification, "
+           "RobertaForQuestionAnswering, DistilBertModel, DistilBertForMaskedLM, "
+           "DistilBertForSequenceClassification, DistilBertForTokenClassification, DistilBertForQuestionAnswering)"}};
 INSTANTIATE_TEST_SUITE_P(CliRunModel, CliBadInput, ::testing::ValuesIn(kRunModelBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
 
@@ -1393,6 +1423,64 @@ TEST_F(CliRun, RunAClassifierFolderSaysItsLabels) {
     EXPECT_NE(line.find("  " + tags[best] + " "), std::string::npos) << "token " << t << ": " << line;
     EXPECT_EQ(line.substr(line.size() - 5), printed(q[best])) << line;
   }
+}
+
+// A question answerer's folder (tiny_bert's encoder with a qa_outputs): `vkattn run --model` on a
+// question (--text) and its context (--text-pair) says its answers, each the bytes of the context
+// and the tokens io::answers gives them on the reference, with their scores.
+TEST_F(CliRun, RunAQuestionAnswererSaysItsAnswers) {
+  const fs::path qa = dir_ / "qa";
+  write_question_answerer(qa);
+  const std::string question = "Who was tired?", context = "Alice was tired of sitting by her sister, and of reading.";
+  const io::Pretrained p = io::load_pretrained(qa);
+  const text::EncodedPair pair = p.tokenizer->encode_pair(question, context);
+  const auto T = int64_t(pair.ids.size());
+  ReferenceBackend cpu;
+  const Tensor logits = p.encoder->classify(
+      cpu, Tensor({1, T}, std::vector<float>(pair.ids.begin(), pair.ids.end()), DType::int64),
+      Tensor({1, T}, std::vector<float>(pair.type_ids.begin(), pair.type_ids.end()), DType::int64));
+  // each answer's line: its text quoted, its score, its bytes and tokens
+  auto line = [](const io::Answer& a) {
+    char score[32];
+    std::snprintf(score, sizeof score, "%.3f", a.score);
+    return nlohmann::json(a.text).dump() + "  " + score + "   (bytes " + std::to_string(a.begin) + "-" +
+           std::to_string(a.end) + " of the context, tokens " + std::to_string(a.first_token) + "-" +
+           std::to_string(a.last_token) + ")";
+  };
+  auto lines_after = [](const std::string& out, const std::string& header) {
+    std::vector<std::string> lines;
+    const size_t at = out.find(header);
+    if (at == std::string::npos) return lines;
+    std::istringstream rest(out.substr(at + header.size()));
+    for (std::string l; std::getline(rest, l) && l.starts_with("  ");) lines.push_back(l.substr(2));
+    return lines;
+  };
+  Exit e = vkattn({"run", "--model", qa.string(), "--text", question, "--text-pair", context, "--top-k", "4"});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  EXPECT_NE(e.out.find("start and end logits (B, T, 2) (1, " + std::to_string(T) + ", 2)"), std::string::npos) << e.out;
+  const std::vector<io::Answer> four = io::answers(pair, context, logits, {.top_k = 4});
+  ASSERT_GE(four.size(), 2u);
+  const std::string header = "the " + std::to_string(four.size()) +
+                             " likeliest answers in --text-pair (score: P(start) · P(end), softmaxes over the context):\n";
+  std::vector<std::string> expected;
+  size_t width = 0;
+  for (const auto& a : four) width = std::max(width, nlohmann::json(a.text).dump().size());
+  for (const auto& a : four) {  // the texts padded to the longest
+    const std::string text = nlohmann::json(a.text).dump();
+    expected.push_back(text + std::string(width - text.size(), ' ') + line(a).substr(text.size()));
+  }
+  EXPECT_EQ(lines_after(e.out, header), expected) << e.out;
+
+  // by default the likeliest alone; --max-answer-len 1: an answer of one token
+  e = vkattn({"run", "--model", qa.string(), "--text", question, "--text-pair", context});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  const std::string one = "the likeliest answer in --text-pair (score: P(start) · P(end), softmaxes over the context):\n";
+  EXPECT_EQ(lines_after(e.out, one), std::vector<std::string>{line(four[0])}) << e.out;
+  e = vkattn({"run", "--model", qa.string(), "--text", question, "--text-pair", context, "--max-answer-len", "1"});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  const io::Answer short_one = io::answers(pair, context, logits, {.max_answer_len = 1})[0];
+  EXPECT_EQ(short_one.first_token, short_one.last_token);
+  EXPECT_EQ(lines_after(e.out, one), std::vector<std::string>{line(short_one)}) << e.out;
 }
 
 TEST_F(CliRun, GenerateSamplesTheSameTextFromTheSameSeed) {

@@ -28,6 +28,9 @@
 //   classifier.out_proj (linear)                        (B, E) -> (B, num_labels): the logits
 // or a …ForTokenClassification's, on every token,
 //   classifier (linear)                                 (B, T, E) -> (B, T, num_labels)
+// or a …ForQuestionAnswering's, on every token,
+//   qa_outputs (linear)                                 (B, T, E) -> (B, T, 2): each token's logits
+//                                                       of starting and of ending the answer
 // Padding is a key_padding_mask (True = padding), as torch's: Hugging Face's attention_mask is its
 // opposite (1 = a token to attend to). Padded positions are computed like any other; no query
 // attends to them. Dropout is the identity (eval mode).
@@ -50,6 +53,8 @@ enum class BertClassifier {
                 // (DistilBertForSequenceClassification's: relu)
   tokens,       // BertForTokenClassification's, RobertaForTokenClassification's: a linear layer on
                 // every token's hidden state
+  spans,        // …ForQuestionAnswering's qa_outputs: a linear layer on every token's hidden state to
+                // its two logits, of starting and of ending the answer (num_labels 2; io::answers)
 };
 
 // Hugging Face's config.json names in the comments.
@@ -127,8 +132,9 @@ class Bert : public KeepsWeights {
   // The classifier's logits of the same inputs (config.classifier): a sequence classifier's
   // (B, num_labels) (softmax them for single-label classification, sigmoid for multi-label; one
   // label is a regression's value), a token classifier's (B, T, num_labels) (a label for each
-  // token: a named entity's part, say). ConfigError when the checkpoint has no classifier. One
-  // traced pass "bert_classify".
+  // token: a named entity's part, say), a question-answering head's (B, T, 2) (each token's
+  // logits of starting and of ending the answer: io::answers reads them). ConfigError when the
+  // checkpoint has no classifier. One traced pass "bert_classify".
   Tensor classify(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
                   const std::optional<Tensor>& key_padding_mask = {},
                   AttentionPath attention = AttentionPath::automatic) const;

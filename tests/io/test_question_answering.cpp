@@ -1,0 +1,142 @@
+// io::answers: a question answerer's start and end logits read as Hugging Face's
+// question-answering pipeline reads them — a softmax each over the context's tokens and [CLS],
+// the question's tokens left out; spans that end before they start or run past max_answer_len
+// left out; the answer's text widened to whole words; spans of one text merged; the impossible
+// answer where asked — on a pair written out by hand: "Who?" and "Alice sat, reading."
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/support/expect_error.h"
+#include "vkattn/errors.h"
+#include "vkattn/io/question_answering.h"
+
+namespace vkattn {
+namespace {
+
+using testing::expect_error;
+
+const std::string kContext = "Alice sat, reading.";
+
+// [CLS] who ? [SEP] alice sat , read ##ing . [SEP]: positions 0 … 10, the context 4 … 9
+text::EncodedPair pair() {
+  text::EncodedPair p;
+  p.ids = {2, 10, 11, 3, 20, 21, 22, 23, 24, 25, 3};
+  p.type_ids = {0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+  p.sequence_ids = {-1, 0, 0, -1, 1, 1, 1, 1, 1, 1, -1};
+  p.offsets = {{},          {0, 3, 0},   {3, 4, 1},   {},           {0, 5, 0}, {6, 9, 1},
+               {9, 10, 2},  {11, 15, 3}, {15, 18, 3}, {18, 19, 4},  {}};
+  return p;
+}
+
+// (1, 11, 2): start[t] and end[t] interleaved
+Tensor logits(const std::vector<float>& start, const std::vector<float>& end) {
+  Tensor t({1, 11, 2});
+  for (size_t i = 0; i < 11; ++i) t.data[2 * i] = start[i], t.data[2 * i + 1] = end[i];
+  return t;
+}
+
+// softmax of v at i over [CLS] (0) and the context (4 … 9): the question's tokens and the [SEP]s
+// take no part
+double p(const std::vector<float>& v, size_t i) {
+  double sum = 0.0;
+  for (size_t t : {0, 4, 5, 6, 7, 8, 9}) sum += std::exp(double(v[t]));
+  return std::exp(double(v[i])) / sum;
+}
+
+//                                  [CLS] who  ?  [SEP] alice sat  ,  read ##ing  .  [SEP]
+const std::vector<float> kStart = {0.0f, 50, 50, 50, 0.0f, 5.0f, 0, 0.0f, 0.0f, 0.0f, 50};
+const std::vector<float> kEnd = {0.0f, 50, 50, 50, 5.5f, 0.0f, 0, 1.0f, 0.0f, 4.0f, 50};
+
+TEST(Answers, ASpanScoresItsStartsAndEndsProbabilitiesOverTheContext) {
+  // the question's and [SEP]'s logits of 50 count for nothing: the likeliest span starts at "sat"
+  // (5) and ends at "." (9): e^5 · e^4 against "Alice" alone (4, 4), e^0 · e^5.5
+  const std::vector<io::Answer> a = io::answers(pair(), kContext, logits(kStart, kEnd));
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].text, "sat, reading.");
+  EXPECT_EQ(a[0].first_token, 5);
+  EXPECT_EQ(a[0].last_token, 9);
+  EXPECT_EQ(a[0].begin, 6u);
+  EXPECT_EQ(a[0].end, 19u);
+  EXPECT_NEAR(a[0].score, p(kStart, 5) * p(kEnd, 9), 1e-12);
+
+  // the three likeliest, in order: then (5, 7), e^5 · e^1, widened to "reading"'s end; then
+  // "Alice" (4, 4), e^5.5, before the spans of e^5 from "sat" (5, 5), (5, 6), (5, 8)
+  const std::vector<io::Answer> three = io::answers(pair(), kContext, logits(kStart, kEnd), {.top_k = 3});
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_EQ(three[1].text, "sat, reading");
+  EXPECT_NEAR(three[1].score, p(kStart, 5) * p(kEnd, 7), 1e-12);
+  EXPECT_EQ(three[2].text, "Alice");
+  EXPECT_NEAR(three[2].score, p(kStart, 4) * p(kEnd, 4), 1e-12);
+}
+
+TEST(Answers, MaxAnswerLenLeavesOutLongerSpans) {
+  // (5, 9) is 5 tokens: at 3 at most, (5, 7) is the likeliest
+  const std::vector<io::Answer> a = io::answers(pair(), kContext, logits(kStart, kEnd), {.max_answer_len = 3});
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].first_token, 5);
+  EXPECT_EQ(a[0].last_token, 7);
+  EXPECT_EQ(a[0].text, "sat, reading");  // "read" widened to its word
+  const auto apart = io::answers(pair(), kContext, logits(kStart, kEnd), {.max_answer_len = 3, .align_to_words = false});
+  EXPECT_EQ(apart[0].text, "sat, read");
+  // one token: "Alice" (4, 4) at e^0 · e^5.5 against "sat" (5, 5) at e^5 · e^0
+  EXPECT_EQ(io::answers(pair(), kContext, logits(kStart, kEnd), {.max_answer_len = 1})[0].text, "Alice");
+}
+
+TEST(Answers, AnAnswerIsWidenedToWholeWordsAndSpansOfOneTextAreOne) {
+  //                          [CLS] who  ?  [SEP] alice sat  ,  read ##ing  .  [SEP]
+  const std::vector<float> start = {0.0f, 0, 0, 0, 0.0f, 0.0f, 0, 3.0f, 3.5f, 0.0f, 0};
+  const std::vector<float> end = {0.0f, 0, 0, 0, 0.0f, 0.0f, 0, 0.0f, 4.0f, 0.0f, 0};
+  // (8, 8), "##ing" alone, is "reading" whole; "ing" without align_to_words
+  const auto apart = io::answers(pair(), kContext, logits(start, end), {.align_to_words = false});
+  EXPECT_EQ(apart[0].text, "ing");
+  EXPECT_EQ(apart[0].begin, 15u);
+  // (8, 8) and (7, 8) are both "reading": one answer, the likelier span's, the two scores summed
+  const auto merged = io::answers(pair(), kContext, logits(start, end), {.top_k = 2});
+  ASSERT_EQ(merged.size(), 1u);
+  EXPECT_EQ(merged[0].text, "reading");
+  EXPECT_EQ(merged[0].first_token, 8);
+  EXPECT_NEAR(merged[0].score, (p(start, 8) + p(start, 7)) * p(end, 8), 1e-12);
+  // without widening they are "ing" and "reading"
+  const auto two = io::answers(pair(), kContext, logits(start, end), {.top_k = 2, .align_to_words = false});
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[1].text, "reading");
+}
+
+TEST(Answers, TheImpossibleAnswerIsScoredByCls) {
+  //                          [CLS] who  ?  [SEP] alice sat  ,  read ##ing  .  [SEP]
+  const std::vector<float> start = {6.0f, 0, 0, 0, 2.0f, 0.0f, 0, 0.0f, 0.0f, 0.0f, 0};
+  const std::vector<float> end = {6.0f, 0, 0, 0, 2.0f, 0.0f, 0, 0.0f, 0.0f, 0.0f, 0};
+  // [CLS] takes its share of the softmax, but no span starts there
+  const auto answer = io::answers(pair(), kContext, logits(start, end));
+  EXPECT_EQ(answer[0].text, "Alice");
+  EXPECT_NEAR(answer[0].score, p(start, 4) * p(end, 4), 1e-12);
+  const auto with_none = io::answers(pair(), kContext, logits(start, end), {.top_k = 2, .handle_impossible_answer = true});
+  ASSERT_EQ(with_none.size(), 2u);
+  EXPECT_EQ(with_none[0].text, "");
+  EXPECT_EQ(with_none[0].end, 0u);
+  EXPECT_NEAR(with_none[0].score, p(start, 0) * p(end, 0), 1e-12);
+  EXPECT_EQ(with_none[1].text, "Alice");
+  // one answer: the impossible one, the likelier
+  EXPECT_EQ(io::answers(pair(), kContext, logits(start, end), {.handle_impossible_answer = true})[0].text, "");
+}
+
+TEST(Answers, BadInputsAreOneLineErrors) {
+  expect_error<ShapeError>([] { io::answers(pair(), kContext, Tensor({1, 11, 3})); },
+                           {"logits must be (1, T, 2) for the pair's T=11", "(1, 11, 3)"});
+  expect_error<ShapeError>([] { io::answers(pair(), kContext, Tensor({1, 10, 2})); }, {"(1, 10, 2)"});
+  expect_error<ConfigError>([] { io::answers(pair(), kContext, logits(kStart, kEnd), {.top_k = 0}); },
+                            {"top_k=0", "must be at least 1"});
+  expect_error<ConfigError>([] { io::answers(pair(), kContext, logits(kStart, kEnd), {.max_answer_len = 0}); },
+                            {"max_answer_len=0"});
+  text::EncodedPair bare = pair();
+  bare.offsets.clear();  // a tokenizer that gives none (SentencePiece's)
+  expect_error<ConfigError>([&] { io::answers(bare, kContext, logits(kStart, kEnd)); }, {"the pair has no offsets"});
+  expect_error<ShapeError>([] { io::answers(pair(), "Alice", logits(kStart, kEnd)); },
+                           {"not within the context's 5 bytes"});
+}
+
+}  // namespace
+}  // namespace vkattn
