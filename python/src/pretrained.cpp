@@ -1,7 +1,11 @@
 // vkattn._Pretrained: a checkpoint folder as the hub lays it out (io::load_pretrained) — a
 // language model (GPT-2, Llama) or an encoder (BERT) — kept on its device, with its tokenizer.
 #include "binding.h"
+
+#include <algorithm>
+
 #include "vkattn/io/fill_mask.h"
+#include "vkattn/io/question_answering.h"
 
 namespace vkattn::python {
 namespace {
@@ -155,6 +159,35 @@ class Pretrained {
     return out;
   }
 
+  // The answers to `question` in `context` (io::answers) of a question answerer
+  // (…ForQuestionAnswering): [(score, start, end, answer)], start and end the answer's characters
+  // [start, end) of the context (Python's str indices), as the pipeline gives them.
+  std::vector<py::tuple> answer(const std::string& question, const std::string& context,
+                                const io::AnswerOptions& options) {
+    const Bert* bert = loaded_.encoder.get();
+    if (!bert || bert->config().num_labels == 0 || bert->config().classifier != BertClassifier::spans) {
+      throw ConfigError("answer: " + loaded_.architecture +
+                        " has no question-answering head (qa_outputs: …ForQuestionAnswering's)");
+    }
+    const text::EncodedPair pair = loaded_.tokenizer->encode_pair(question, context);
+    const auto T = static_cast<int64_t>(pair.ids.size());
+    const Tensor ids({1, T}, std::vector<float>(pair.ids.begin(), pair.ids.end()), DType::int64);
+    std::optional<Tensor> types;
+    if (bert->config().type_vocab_size > 0) {
+      types = Tensor({1, T}, std::vector<float>(pair.type_ids.begin(), pair.type_ids.end()), DType::int64);
+    }
+    const Tensor logits = on_device(*device_, [&](Backend& backend) { return bert->classify(backend, ids, types); });
+    auto characters = [&](size_t bytes) {  // the characters of context's first `bytes` (UTF-8's lead bytes)
+      return std::count_if(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(bytes),
+                           [](char c) { return (static_cast<unsigned char>(c) & 0xc0) != 0x80; });
+    };
+    std::vector<py::tuple> out;
+    for (const io::Answer& a : io::answers(pair, context, logits, options)) {
+      out.push_back(py::make_tuple(a.score, characters(a.begin), characters(a.end), py::str(a.text)));
+    }
+    return out;
+  }
+
   // `max_new_tokens` ids after `prompt` through the KV cache (Generation): greedy at temperature
   // 0, else sampled from `seed`; fewer where the model gives its end-of-text token (not returned).
   // cache_dtype: "" or "float32", "float16", "bfloat16" (KVCache's dtype).
@@ -236,6 +269,15 @@ void bind_pretrained(py::module_& m) {
       .def("classify", &Pretrained::encoder_head<&Bert::classify>, py::arg("ids"), py::arg("token_type_ids"),
            py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("fill_mask", &Pretrained::fill_mask, py::arg("text"), py::arg("top_k"))
+      .def(
+          "answer",
+          [](Pretrained& p, const std::string& question, const std::string& context, int64_t top_k,
+             int64_t max_answer_len, bool align_to_words, bool handle_impossible_answer) {
+            return p.answer(question, context,
+                            {top_k, max_answer_len, align_to_words, handle_impossible_answer});
+          },
+          py::arg("question"), py::arg("context"), py::arg("top_k"), py::arg("max_answer_len"),
+          py::arg("align_to_words"), py::arg("handle_impossible_answer"))
       .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
            py::arg("top_k"), py::arg("seed"), py::arg("cache_dtype") = "");
 }

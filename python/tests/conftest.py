@@ -69,3 +69,43 @@ def padded(model, texts, left=False):
     ids = [f + r if left else r + f for r, f in zip(rows, fill)]
     mask = [[0] * len(f) + [1] * len(r) if left else [1] * len(r) + [0] * len(f) for r, f in zip(rows, fill)]
     return torch.tensor(ids), torch.tensor(mask)
+
+
+def qa_pipeline(logits, sequence, offsets, words, context, top_k=1, max_answer_len=15, align_to_words=True,
+             handle_impossible_answer=False):
+    """Hugging Face's QuestionAnsweringPipeline on one feature (question first), from its
+    definition (select_starts_ends, decode_spans, get_indices, get_answer and the postprocess):
+    logits (1, T, 2) torch's; sequence, offsets (characters) and words each token's, None where
+    a template's token has none."""
+    start, end = logits[0, :, 0].numpy(), logits[0, :, 1].numpy()
+    p_mask = np.array([s != 1 for s in sequence])
+    p_mask[0] = False  # the cls_token stays unmasked
+    wanted = ~p_mask
+    start, end = np.where(p_mask, -10000.0, start), np.where(p_mask, -10000.0, end)
+    start = np.exp(start - start.max()) / np.exp(start - start.max()).sum()
+    end = np.exp(end - end.max()) / np.exp(end - end.max()).sum()
+    null = start[0] * end[0]
+    start[0] = end[0] = 0.0
+    candidates = np.tril(np.triu(np.outer(start, end)), max_answer_len - 1)
+    flat = candidates.flatten()
+    best = np.argsort(-flat, kind="stable")[:top_k]
+    starts, ends = np.unravel_index(best, candidates.shape)
+    answers = []
+    for s, e in zip(starts, ends):
+        if not (wanted[s] and wanted[e]):
+            continue
+        if align_to_words:  # word_to_chars of the words of s and e
+            first = min(t for t in range(len(words)) if sequence[t] == 1 and words[t] == words[s])
+            last = max(t for t in range(len(words)) if sequence[t] == 1 and words[t] == words[e])
+            a, b = offsets[first][0], offsets[last][1]
+        else:
+            a, b = offsets[s][0], offsets[e][1]
+        same = [x for x in answers if x["answer"].lower() == context[a:b].lower()]
+        if same:
+            same[0]["score"] += float(candidates[s, e])
+        else:
+            answers.append({"score": float(candidates[s, e]), "start": a, "end": b, "answer": context[a:b]})
+    if handle_impossible_answer:
+        answers.append({"score": float(null), "start": 0, "end": 0, "answer": ""})
+    answers = sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k]
+    return answers[0] if len(answers) == 1 else answers

@@ -10,13 +10,14 @@ tiny_bert's definition (models/tiny_bert/train.py) with RoBERTa's position ids, 
 Hugging Face's create_position_ids_from_input_ids."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 import torch
 
 import vkattn
-from conftest import MODELS, assert_close, definition, padded, read_safetensors
+from conftest import MODELS, assert_close, definition, padded, qa_pipeline, read_safetensors
 
 PAD, LABELS = 1, {"0": "negative", "1": "neutral", "2": "positive"}
 TEXTS = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
@@ -73,7 +74,10 @@ class Roberta:
         self.lm_head.bias = torch.nn.Parameter(torch.randn(V) * 0.1)
         self.classifier = train.Module(dense=torch.nn.Linear(E, E), out_proj=torch.nn.Linear(E, 3))
         self.token_classifier = torch.nn.Linear(E, 2)
-        for m in (self.encoder, self.lm_head, self.classifier, self.token_classifier):
+        self.qa_outputs = torch.nn.Linear(E, 2)
+        with torch.no_grad():
+            self.qa_outputs.weight.mul_(4.0)  # logits of some spread, so that one span stands out
+        for m in (self.encoder, self.lm_head, self.classifier, self.token_classifier, self.qa_outputs):
             m.eval()
         encoder = {"roberta." + n: t for n, t in self.encoder.state_dict().items() if not n.startswith("pooler.")}
         config = {"model_type": "roberta", "hidden_act": "gelu", "hidden_size": E, "intermediate_size": train.FF,
@@ -91,6 +95,8 @@ class Roberta:
             "token_classifier": ("RobertaForTokenClassification",
                                  {"classifier." + n: t for n, t in self.token_classifier.state_dict().items()},
                                  {"num_labels": 2}),
+            "question_answering": ("RobertaForQuestionAnswering",
+                                   {"qa_outputs." + n: t for n, t in self.qa_outputs.state_dict().items()}, {}),
         }
         self.folders = {}
         for kind, (architecture, weights, extra) in heads.items():
@@ -115,6 +121,10 @@ class Roberta:
     def classify_tokens(self, ids, mask):  # RobertaForTokenClassification: a linear layer on every token
         with torch.no_grad():
             return self.token_classifier(self.hidden(ids, mask))
+
+    def answer_logits(self, ids):  # RobertaForQuestionAnswering: qa_outputs on every token, (B, T, 2)
+        with torch.no_grad():
+            return self.qa_outputs(self.hidden(ids))
 
     def classify(self, ids, mask):  # RobertaClassificationHead: out_proj(tanh(dense(x[:, 0])))
         with torch.no_grad():
@@ -194,6 +204,40 @@ def test_a_token_classifier_labels_every_token_as_torch(device, roberta):
     logits = model.classify(TEXTS)
     assert logits.shape == (2, ids.shape[1], 2)
     assert_close(logits, roberta.classify_tokens(ids, mask), atol=1e-4, rtol=1e-4)
+
+
+# GPT-2's pre-tokenizer on ASCII text: each piece is a word (Hugging Face's word_ids)
+GPT2_PIECES = r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+"
+
+
+def test_a_question_answerer_answers_from_whole_words_of_the_context(device, roberta):
+    model = vkattn.from_pretrained(roberta.folders["question_answering"], device=device)
+    # words of several tokens each, so that spans start and end inside words
+    question, context = "Who was tired?", "Alice Liddell dozed beside Lorina, her sister, daydreaming of marmalade."
+    q, c = model.encode(question), model.encode(context)
+    ids = [0] + q[1:-1] + [2, 2] + c[1:-1] + [2]  # <s> q </s></s> c </s>
+    logits = roberta.answer_logits(torch.tensor([ids]))
+    assert_close(model.classify(question, text_pair=context), logits, atol=1e-4, rtol=1e-4)
+    # each token of the context where its text lies, the whitespace before it left out
+    # (trim_offsets); its word the GPT-2 piece it is part of
+    pieces = [m.span() for m in re.finditer(GPT2_PIECES, context)]
+    offsets, words, at = [], [], 0
+    for i in c[1:-1]:
+        text = model.decode([i]) if at else model.decode([i]).lstrip()
+        start = at + len(text) - len(text.lstrip())
+        at += len(text)
+        offsets.append((start, at))
+        words.append(next(w for w, (a, b) in enumerate(pieces) if a <= start < b))
+    assert at == len(context)
+    n = len(q) - 2
+    sequence = [None] + [0] * n + [None, None] + [1] * len(offsets) + [None]
+    offsets = [(0, 0)] * (n + 3) + offsets + [(0, 0)]
+    words = [None] + list(range(n)) + [None, None] + words + [None]
+    for options in ({}, {"top_k": 5}, {"top_k": 3, "align_to_words": False}):
+        expected = qa_pipeline(logits, sequence, offsets, words, context, **options)
+        found = model.answer(question, context, **options)
+        pick = (lambda a: [(x["answer"], x["start"], x["end"]) for x in (a if isinstance(a, list) else [a])])
+        assert pick(found) == pick(expected), options
 
 
 def test_the_trace_adds_the_positions_looked_up_by_id(roberta):

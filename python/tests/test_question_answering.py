@@ -1,0 +1,142 @@
+"""vkattn's extractive question answering — a …ForQuestionAnswering checkpoint's qa_outputs on
+every token, and PretrainedEncoder.answer reading its logits as Hugging Face's question-answering
+pipeline does — against torch and against that pipeline, written here from its definition
+(transformers is not a Debian package), on both backends.
+
+The folder is made here: models/tiny_bert's encoder (no pooler, no masked-LM head) under "bert.",
+as BertForQuestionAnswering saves it, with a random qa_outputs. The pair's tokens, their
+characters and their words come from train.py's own WordPiece for ASCII text, not vkattn's."""
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import vkattn
+from conftest import MODELS, assert_close, definition, qa_pipeline, read_safetensors
+
+FOLDER = os.path.join(MODELS, "tiny_bert")
+QUESTION = "Who was tired of sitting by her sister?"
+# words of several tokens each ("liddell" is l ##i ##d ##d ##e ##l ##l), so that spans start and end
+# inside words
+CONTEXT = "Alice Liddell dozed beside Lorina, her sister, daydreaming of marmalade jars and pockets."
+
+
+class Answerer:
+    """The torch side: tiny_bert's encoder, a qa_outputs, the folder, train.py's tokenizer."""
+
+    def __init__(self, folder):
+        from article_safetensors import save_safetensors
+        self.train = definition("tiny_bert")
+        weights = read_safetensors(os.path.join(FOLDER, "model.safetensors"))
+        model = self.train.BertForMaskedLM(weights["bert.embeddings.word_embeddings.weight"].shape[0])
+        model.load_state_dict(weights)
+        self.bert = model.bert.eval()
+        torch.manual_seed(11)
+        self.qa_outputs = torch.nn.Linear(self.train.E, 2).eval()
+        with torch.no_grad():
+            self.qa_outputs.weight.mul_(4.0)  # logits of some spread, so that one span stands out
+        for name in ("vocab.txt", "tokenizer_config.json"):
+            shutil.copy(os.path.join(FOLDER, name), folder / name)
+        with open(os.path.join(FOLDER, "config.json")) as f:
+            config = json.load(f)
+        config.update(architectures=["BertForQuestionAnswering"], torch_dtype="float32")
+        (folder / "config.json").write_text(json.dumps(config))
+        state = {"bert." + n: t for n, t in self.bert.state_dict().items() if not n.startswith("pooler.")}
+        state.update({"qa_outputs." + n: t.detach() for n, t in self.qa_outputs.state_dict().items()})
+        save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
+        self.folder = folder
+        with open(os.path.join(FOLDER, "vocab.txt")) as f:
+            self.vocab = {line.rstrip("\n"): i for i, line in enumerate(f)}
+        self.tokens = {i: t for t, i in self.vocab.items()}
+
+    def pieces(self, text):
+        """train.py's WordPiece of an ASCII text: (id, (first character, past the last), word) each."""
+        out = []
+        for word, m in enumerate(re.finditer(r"[a-z0-9]+|[^a-z0-9\s]", text.lower())):
+            at = m.start()
+            for i in self.train.word_pieces(m.group(), self.vocab):
+                n = len(self.tokens[i]) - (2 if self.tokens[i].startswith("##") else 0)
+                out.append((i, (at, at + n), word))
+                at += n
+        return out
+
+    def pair(self, question, context):
+        """BERT's [CLS] q [SEP] c [SEP]: ids, token types, sequence ids, offsets and words."""
+        q, c = self.pieces(question), self.pieces(context)
+        cls, sep = self.vocab["[CLS]"], self.vocab["[SEP]"]
+        ids = [cls] + [i for i, _, _ in q] + [sep] + [i for i, _, _ in c] + [sep]
+        types = [0] * (len(q) + 2) + [1] * (len(c) + 1)
+        sequence = [None] + [0] * len(q) + [None] + [1] * len(c) + [None]
+        offsets = [(0, 0)] + [o for _, o, _ in q] + [(0, 0)] + [o for _, o, _ in c] + [(0, 0)]
+        words = [None] + [w for _, _, w in q] + [None] + [w for _, _, w in c] + [None]
+        return ids, types, sequence, offsets, words
+
+    def logits(self, question, context):
+        """torch's (1, T, 2): qa_outputs on the last hidden state"""
+        ids, types, _, _, _ = self.pair(question, context)
+        ids, types = torch.tensor([ids]), torch.tensor([types])
+        with torch.no_grad():
+            return self.qa_outputs(self.bert(ids, types, torch.ones_like(ids))[0])
+
+
+@pytest.fixture(scope="module")
+def answerer(tmp_path_factory):
+    return Answerer(tmp_path_factory.mktemp("question_answering"))
+
+
+def as_list(found):
+    return found if isinstance(found, list) else [found]
+
+
+def test_qa_outputs_gives_torchs_start_and_end_logits(device, answerer):
+    model = vkattn.from_pretrained(answerer.folder, device=device)
+    assert "question-answering head" in model.config["model"]
+    ids, types, _, _, _ = answerer.pair(QUESTION, CONTEXT)
+    expected = answerer.logits(QUESTION, CONTEXT)  # (1, T, 2)
+    assert_close(model.classify(QUESTION, text_pair=CONTEXT), expected, atol=1e-4, rtol=1e-4)
+    assert_close(model.classify(np.array([ids]), token_type_ids=np.array([types])), expected, atol=1e-4, rtol=1e-4)
+    assert model(QUESTION, text_pair=CONTEXT).pooler_output is None  # BertForQuestionAnswering's has none
+
+
+@pytest.mark.parametrize("options", [{}, {"top_k": 5}, {"top_k": 8, "max_answer_len": 2},
+                                     {"top_k": 3, "align_to_words": False}, {"handle_impossible_answer": True},
+                                     {"top_k": 4, "handle_impossible_answer": True}],
+                         ids=["default", "top_5", "two_tokens_at_most", "not_aligned", "impossible", "impossible_top_4"])
+def test_answers_are_the_pipelines(device, answerer, options):
+    model = vkattn.from_pretrained(answerer.folder, device=device)
+    _, _, sequence, offsets, words = answerer.pair(QUESTION, CONTEXT)
+    expected = as_list(qa_pipeline(answerer.logits(QUESTION, CONTEXT), sequence, offsets, words, CONTEXT, **options))
+    found = model.answer(QUESTION, CONTEXT, **options)
+    assert isinstance(found, dict) == (len(expected) == 1)
+    found = as_list(found)
+    assert [(a["answer"], a["start"], a["end"]) for a in found] == \
+           [(a["answer"], a["start"], a["end"]) for a in expected]
+    np.testing.assert_allclose([a["score"] for a in found], [a["score"] for a in expected], rtol=1e-4, atol=1e-6)
+    for a in found:
+        assert CONTEXT[a["start"]:a["end"]] == a["answer"]
+    if options.get("top_k", 1) > 1 and not options.get("handle_impossible_answer"):
+        assert len(found) > 1
+
+
+def test_start_and_end_count_characters_not_bytes(answerer):
+    model = vkattn.from_pretrained(answerer.folder)
+    context = "Déjà vu: Alice — née Liddell — was tired of sitting by her sister."
+    for a in as_list(model.answer(QUESTION, context, top_k=10)):
+        assert context[a["start"]:a["end"]] == a["answer"], a
+
+
+def test_bad_inputs_are_one_line_errors(answerer):
+    model = vkattn.from_pretrained(answerer.folder, device="cpu")
+    with pytest.raises(vkattn.ConfigError, match=r"answer: top_k=0 must be an int of at least 1"):
+        model.answer(QUESTION, CONTEXT, top_k=0)
+    with pytest.raises(vkattn.ConfigError, match=r"answer: max_answer_len=1.5 must be an int"):
+        model.answer(QUESTION, CONTEXT, max_answer_len=1.5)
+    with pytest.raises(vkattn.ShapeError, match=r"the question and the context are texts"):
+        model.answer(QUESTION, [CONTEXT])
+    masked_lm = vkattn.from_pretrained(FOLDER, device="cpu")
+    with pytest.raises(vkattn.ConfigError, match=r"BertForMaskedLM has no question-answering head \(qa_outputs"):
+        masked_lm.answer(QUESTION, CONTEXT)
