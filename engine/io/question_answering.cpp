@@ -54,6 +54,9 @@ std::vector<Answer> answers(const text::EncodedPair& pair, std::string_view cont
   // template's first token ([CLS], <s>), as the pipeline keeps its cls_token unmasked
   std::vector<bool> in_context(static_cast<size_t>(T)), allowed(static_cast<size_t>(T));
   for (size_t t = 0; t < size_t(T); ++t) allowed[t] = in_context[t] = pair.sequence_ids[t] == 1;
+  if (std::find(in_context.begin(), in_context.end(), true) == in_context.end()) {
+    throw ShapeError("answers: the context has no tokens, so no answer: give it at least one");
+  }
   const bool cls = T > 0 && pair.sequence_ids[0] == -1;
   if (cls) allowed[0] = true;
   const std::vector<double> start = probabilities(logits, 0, allowed), end = probabilities(logits, 1, allowed);
@@ -85,10 +88,11 @@ std::vector<Answer> answers(const text::EncodedPair& pair, std::string_view cont
     int64_t first = span.s, last = span.e;
     if (options.align_to_words) {
       const int64_t first_word = pair.offsets[size_t(first)].word, last_word = pair.offsets[size_t(last)].word;
-      while (first > 0 && pair.sequence_ids[size_t(first - 1)] == 1 && pair.offsets[size_t(first - 1)].word == first_word)
-        --first;
-      while (last + 1 < T && pair.sequence_ids[size_t(last + 1)] == 1 && pair.offsets[size_t(last + 1)].word == last_word)
-        ++last;
+      auto in_word = [&](int64_t t, int64_t word) {  // token t is of the context's word `word`
+        return pair.sequence_ids[size_t(t)] == 1 && pair.offsets[size_t(t)].word == word;
+      };
+      while (first > 0 && in_word(first - 1, first_word)) --first;
+      while (last + 1 < T && in_word(last + 1, last_word)) ++last;
     }
     const size_t begin = pair.offsets[size_t(first)].begin, finish = pair.offsets[size_t(last)].end;
     if (finish > context.size() || begin > finish) {

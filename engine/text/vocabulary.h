@@ -108,7 +108,8 @@ class VocabularyTokenizer : public Tokenizer {
 
   // What a part of a text between special tokens becomes: its ids appended to `ids` and, where
   // `offsets` is not null, each one's Offset in `part` (its word counted from 0 in `part`).
-  using EncodePart = std::function<void(std::string_view part, std::vector<int64_t>& ids, std::vector<Offset>* offsets)>;
+  using EncodePart =
+      std::function<void(std::string_view part, std::vector<int64_t>& ids, std::vector<Offset>* offsets)>;
   // The ids of `text` (valid UTF-8): the template's prefix, then for the text between special
   // tokens what `plain` appends, each special token's id, then the template's suffix; where
   // `offsets` is not null, their Offsets in `text` (the template's (0, 0)).

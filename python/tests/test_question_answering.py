@@ -105,7 +105,8 @@ def test_qa_outputs_gives_torchs_start_and_end_logits(device, answerer):
 @pytest.mark.parametrize("options", [{}, {"top_k": 5}, {"top_k": 8, "max_answer_len": 2},
                                      {"top_k": 3, "align_to_words": False}, {"handle_impossible_answer": True},
                                      {"top_k": 4, "handle_impossible_answer": True}],
-                         ids=["default", "top_5", "two_tokens_at_most", "not_aligned", "impossible", "impossible_top_4"])
+                         ids=["default", "top_5", "two_tokens_at_most", "not_aligned", "impossible",
+                              "impossible_top_4"])
 def test_answers_are_the_pipelines(device, answerer, options):
     model = vkattn.from_pretrained(answerer.folder, device=device)
     _, _, sequence, offsets, words = answerer.pair(QUESTION, CONTEXT)
@@ -137,6 +138,10 @@ def test_bad_inputs_are_one_line_errors(answerer):
         model.answer(QUESTION, CONTEXT, max_answer_len=1.5)
     with pytest.raises(vkattn.ShapeError, match=r"the question and the context are texts"):
         model.answer(QUESTION, [CONTEXT])
+    with pytest.raises(vkattn.ShapeError, match=r"the context has no tokens, so no answer"):
+        model.answer(QUESTION, "  ")
+    with pytest.raises(vkattn.ShapeError, match=r"positions 0 … [0-9]+ go past the 64 rows of position_embeddings"):
+        model.answer(QUESTION, "Alice was tired. " * 30)
     masked_lm = vkattn.from_pretrained(FOLDER, device="cpu")
     with pytest.raises(vkattn.ConfigError, match=r"BertForMaskedLM has no question-answering head \(qa_outputs"):
         masked_lm.answer(QUESTION, CONTEXT)

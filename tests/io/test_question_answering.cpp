@@ -136,6 +136,10 @@ TEST(Answers, BadInputsAreOneLineErrors) {
   expect_error<ConfigError>([&] { io::answers(bare, kContext, logits(kStart, kEnd)); }, {"the pair has no offsets"});
   expect_error<ShapeError>([] { io::answers(pair(), "Alice", logits(kStart, kEnd)); },
                            {"not within the context's 5 bytes"});
+  text::EncodedPair empty = pair();  // "Who?" and "": [CLS] who ? [SEP] [SEP]
+  for (int64_t id : {3, 4, 5, 6, 7, 8, 9}) empty.sequence_ids[size_t(id)] = -1;
+  expect_error<ShapeError>([&] { io::answers(empty, "", logits(kStart, kEnd)); },
+                           {"the context has no tokens, so no answer"});
 }
 
 }  // namespace

@@ -35,10 +35,11 @@ struct Answer {
 // The answers of `context` (encoded as the pair's second text, after the question) among its
 // top_k likeliest spans (ties: the earlier start, then the earlier end), the likeliest first:
 // spans whose texts are the same but for the case of ASCII letters are one answer, the first's
-// span with their scores summed, as the pipeline merges them (so there may be fewer than top_k). pair: Tokenizer::encode_pair(question, context), with its offsets. logits (1, T, 2):
-// Bert::classify's on the pair's ids. ShapeError where logits is not (1, T, 2) for the pair's T;
-// ConfigError where top_k or max_answer_len is below 1 or the pair has no offsets (a tokenizer that
-// does not say where its tokens came from).
+// span with their scores summed, as the pipeline merges them (so there may be fewer than top_k);
+// the impossible answer, where asked, ranked among them. pair: Tokenizer::encode_pair(question,
+// context), with its offsets. logits (1, T, 2): Bert::classify's on the pair's ids. ShapeError
+// where logits is not (1, T, 2) for the pair's T; ConfigError where top_k or max_answer_len is
+// below 1 or the pair has no offsets (a tokenizer that does not say where its tokens came from).
 std::vector<Answer> answers(const text::EncodedPair& pair, std::string_view context, const Tensor& logits,
                             const AnswerOptions& options = {});
 
