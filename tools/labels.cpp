@@ -100,7 +100,8 @@ void print_labels(std::ostream& out, const io::Pretrained& model, std::span<cons
 void print_answers(std::ostream& out, const text::EncodedPair& pair, const std::string& context, const Tensor& logits,
                    const io::AnswerOptions& options) {
   const std::vector<io::Answer> answers = io::answers(pair, context, logits, options);
-  out << (answers.size() == 1 ? "the likeliest answer" : "the " + std::to_string(answers.size()) + " likeliest answers")
+  const size_t n = answers.size();
+  out << (n == 1 ? "the likeliest answer" : "the " + std::to_string(n) + " likeliest answers")
       << " in --text-pair (score: P(start) · P(end), softmaxes over the context):\n";
   std::vector<std::string> texts;
   size_t width = 0;

@@ -4,8 +4,8 @@
 // where it names none, as Hugging Face's default config does) — and a masked LM's by the tokens
 // likeliest at each [MASK], and a question answerer's by its answers.
 #include <ostream>
-#include <string>
 #include <span>
+#include <string>
 
 #include "vkattn/io/fill_mask.h"
 #include "vkattn/io/pretrained.h"

@@ -183,13 +183,15 @@ Runnable model_run(const RunArgs& a) {
     run.output = answers ? "start and end logits (B, T, 2)"
                  : every_token ? "logits (B, T, num_labels)"
                                : "logits (B, num_labels)";
-    run.explain = [p, ids](const Tensor& logits) { print_labels(std::cout, *p, ids, logits); };
     if (answers) {
-      const io::AnswerOptions options{.top_k = a.top_k > 0 ? a.top_k : 1,
-                                      .max_answer_len = a.max_answer_len > 0 ? a.max_answer_len : 15};
+      io::AnswerOptions options;  // the pipeline's defaults, where not given
+      if (a.top_k > 0) options.top_k = a.top_k;
+      if (a.max_answer_len > 0) options.max_answer_len = a.max_answer_len;
       run.explain = [pair, context = *a.text_pair, options](const Tensor& logits) {
         print_answers(std::cout, *pair, context, logits, options);
       };
+    } else {
+      run.explain = [p, ids](const Tensor& logits) { print_labels(std::cout, *p, ids, logits); };
     }
     return run;
   }
