@@ -62,6 +62,7 @@ class DistilBert:
         self.vocab_projector_bias = torch.randn(V) * 0.1
         self.pre_classifier, self.classifier = torch.nn.Linear(E, E), torch.nn.Linear(E, 2)
         self.token_classifier = torch.nn.Linear(E, 3)
+        self.qa_outputs = torch.nn.Linear(E, 2)
         config = {"model_type": "distilbert", "activation": "gelu", "dim": E, "hidden_dim": train.FF,
                   "n_heads": train.HEADS, "n_layers": train.LAYERS, "max_position_embeddings": train.POSITIONS,
                   "vocab_size": V, "pad_token_id": 0, "sinusoidal_pos_embds": False, "torch_dtype": "float32"}
@@ -78,6 +79,7 @@ class DistilBert:
                           {"id2label": {"0": "NEGATIVE", "1": "POSITIVE"}}),
             "tagger": ("DistilBertForTokenClassification", state("classifier.", self.token_classifier),
                        {"id2label": {"0": "O", "1": "B-PER", "2": "I-PER"}}),
+            "answerer": ("DistilBertForQuestionAnswering", state("qa_outputs.", self.qa_outputs), {}),
         }
         self.folders = {}
         for kind, (architecture, weights, extra) in heads.items():
@@ -107,6 +109,10 @@ class DistilBert:
     def tag(self, ids, mask):
         with torch.no_grad():
             return self.token_classifier(self.hidden(ids, mask))
+
+    def answer_logits(self, ids):  # qa_outputs on every token: (B, T, 2)
+        with torch.no_grad():
+            return self.qa_outputs(self.hidden(ids, torch.ones_like(ids)))
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +168,22 @@ def test_the_trace_has_no_token_types(distilbert):
     np.testing.assert_array_equal(trace["layers.1.norm2"], out.last_hidden_state)
     with pytest.raises(vkattn.ShapeError, match="token_type_ids are given but DistilBertForMaskedLM has no token types"):
         model([2, 7, 3], token_type_ids=[0, 0, 0])
+
+
+def test_a_question_answerer_reads_a_pair_without_token_types(device, distilbert):
+    model = vkattn.from_pretrained(distilbert.folders["answerer"], device=device)
+    question, context = "Who was tired?", "Alice was beginning to get very tired of sitting by her sister."
+    ids = torch.tensor([model.encode(question) + model.encode(context)[1:]])  # [CLS] q [SEP] c [SEP]
+    expected = distilbert.answer_logits(ids)
+    assert_close(model.classify(question, text_pair=context), expected, atol=1e-4, rtol=1e-4)
+    # the likeliest answer: from the start and end probabilities of torch's logits over the context
+    # and [CLS], the likeliest span of at most 15 tokens (each token of this context a whole word)
+    T, first = ids.shape[1], len(model.encode(question))
+    start, end = (torch.softmax(torch.cat([expected[0, :1, k], expected[0, first:T - 1, k]]), 0)[1:] for k in (0, 1))
+    spans = [(float(start[s] * end[e]), s, e) for s in range(len(start)) for e in range(s, min(len(end), s + 15))]
+    _, s, e = max(spans)
+    found = model.answer(question, context)
+    pieces = [model.decode([i]) for i in ids[0, first:T - 1].tolist()]
+    assert found["answer"].lower() == " ".join(pieces[s:e + 1]).replace(" .", ".")
+    assert found["score"] == pytest.approx(max(spans)[0], rel=1e-4)
+    assert context[found["start"]:found["end"]] == found["answer"]
