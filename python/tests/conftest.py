@@ -3,6 +3,7 @@ shipped models' torch definitions and weights."""
 import importlib.util
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -69,6 +70,35 @@ def padded(model, texts, left=False):
     ids = [f + r if left else r + f for r, f in zip(rows, fill)]
     mask = [[0] * len(f) + [1] * len(r) if left else [1] * len(r) + [0] * len(f) for r, f in zip(rows, fill)]
     return torch.tensor(ids), torch.tensor(mask)
+
+
+def wordpiece_pair(question, context):
+    """[CLS] question [SEP] context [SEP] by models/tiny_bert's vocabulary and train.py's own
+    WordPiece for ASCII text (not vkattn's): (ids, token types, sequence ids, offsets in
+    characters, words), the last three None or (0, 0) for a template's token, as Hugging Face's
+    tokenizers give them."""
+    train = definition("tiny_bert")
+    with open(os.path.join(MODELS, "tiny_bert", "vocab.txt")) as f:
+        vocab = {line.rstrip("\n"): i for i, line in enumerate(f)}
+    tokens = {i: t for t, i in vocab.items()}
+
+    def pieces(text):  # (id, (first character, past the last), word) for each token
+        out = []
+        for word, m in enumerate(re.finditer(r"[a-z0-9]+|[^a-z0-9\s]", text.lower())):
+            at = m.start()
+            for i in train.word_pieces(m.group(), vocab):
+                n = len(tokens[i]) - (2 if tokens[i].startswith("##") else 0)
+                out.append((i, (at, at + n), word))
+                at += n
+        return out
+
+    q, c = pieces(question), pieces(context)
+    ids = [vocab["[CLS]"]] + [i for i, _, _ in q] + [vocab["[SEP]"]] + [i for i, _, _ in c] + [vocab["[SEP]"]]
+    types = [0] * (len(q) + 2) + [1] * (len(c) + 1)
+    sequence = [None] + [0] * len(q) + [None] + [1] * len(c) + [None]
+    offsets = [(0, 0)] + [o for _, o, _ in q] + [(0, 0)] + [o for _, o, _ in c] + [(0, 0)]
+    words = [None] + [w for _, _, w in q] + [None] + [w for _, _, w in c] + [None]
+    return ids, types, sequence, offsets, words
 
 
 def qa_pipeline(logits, sequence, offsets, words, context, top_k=1, max_answer_len=15, align_to_words=True,

@@ -1,14 +1,14 @@
 """vkattn's extractive question answering — a …ForQuestionAnswering checkpoint's qa_outputs on
 every token, and PretrainedEncoder.answer reading its logits as Hugging Face's question-answering
-pipeline does — against torch and against that pipeline, written here from its definition
-(transformers is not a Debian package), on both backends.
+pipeline does — against torch and against that pipeline, written in conftest.py from its
+definition (transformers is not a Debian package), on both backends.
 
 The folder is made here: models/tiny_bert's encoder (no pooler, no masked-LM head) under "bert.",
 as BertForQuestionAnswering saves it, with a random qa_outputs. The pair's tokens, their
-characters and their words come from train.py's own WordPiece for ASCII text, not vkattn's."""
+characters and their words come from train.py's own WordPiece for ASCII text, not vkattn's
+(conftest.wordpiece_pair)."""
 import json
 import os
-import re
 import shutil
 
 import numpy as np
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import vkattn
-from conftest import MODELS, assert_close, definition, qa_pipeline, read_safetensors
+from conftest import MODELS, assert_close, definition, qa_pipeline, read_safetensors, wordpiece_pair
 
 FOLDER = os.path.join(MODELS, "tiny_bert")
 QUESTION = "Who was tired of sitting by her sister?"
@@ -26,17 +26,17 @@ CONTEXT = "Alice Liddell dozed beside Lorina, her sister, daydreaming of marmala
 
 
 class Answerer:
-    """The torch side: tiny_bert's encoder, a qa_outputs, the folder, train.py's tokenizer."""
+    """The torch side: tiny_bert's encoder, a qa_outputs and the folder."""
 
     def __init__(self, folder):
         from article_safetensors import save_safetensors
-        self.train = definition("tiny_bert")
+        train = definition("tiny_bert")
         weights = read_safetensors(os.path.join(FOLDER, "model.safetensors"))
-        model = self.train.BertForMaskedLM(weights["bert.embeddings.word_embeddings.weight"].shape[0])
+        model = train.BertForMaskedLM(weights["bert.embeddings.word_embeddings.weight"].shape[0])
         model.load_state_dict(weights)
         self.bert = model.bert.eval()
         torch.manual_seed(11)
-        self.qa_outputs = torch.nn.Linear(self.train.E, 2).eval()
+        self.qa_outputs = torch.nn.Linear(train.E, 2).eval()
         with torch.no_grad():
             self.qa_outputs.weight.mul_(4.0)  # logits of some spread, so that one span stands out
         for name in ("vocab.txt", "tokenizer_config.json"):
@@ -49,35 +49,10 @@ class Answerer:
         state.update({"qa_outputs." + n: t.detach() for n, t in self.qa_outputs.state_dict().items()})
         save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
         self.folder = folder
-        with open(os.path.join(FOLDER, "vocab.txt")) as f:
-            self.vocab = {line.rstrip("\n"): i for i, line in enumerate(f)}
-        self.tokens = {i: t for t, i in self.vocab.items()}
-
-    def pieces(self, text):
-        """train.py's WordPiece of an ASCII text: (id, (first character, past the last), word) each."""
-        out = []
-        for word, m in enumerate(re.finditer(r"[a-z0-9]+|[^a-z0-9\s]", text.lower())):
-            at = m.start()
-            for i in self.train.word_pieces(m.group(), self.vocab):
-                n = len(self.tokens[i]) - (2 if self.tokens[i].startswith("##") else 0)
-                out.append((i, (at, at + n), word))
-                at += n
-        return out
-
-    def pair(self, question, context):
-        """BERT's [CLS] q [SEP] c [SEP]: ids, token types, sequence ids, offsets and words."""
-        q, c = self.pieces(question), self.pieces(context)
-        cls, sep = self.vocab["[CLS]"], self.vocab["[SEP]"]
-        ids = [cls] + [i for i, _, _ in q] + [sep] + [i for i, _, _ in c] + [sep]
-        types = [0] * (len(q) + 2) + [1] * (len(c) + 1)
-        sequence = [None] + [0] * len(q) + [None] + [1] * len(c) + [None]
-        offsets = [(0, 0)] + [o for _, o, _ in q] + [(0, 0)] + [o for _, o, _ in c] + [(0, 0)]
-        words = [None] + [w for _, _, w in q] + [None] + [w for _, _, w in c] + [None]
-        return ids, types, sequence, offsets, words
 
     def logits(self, question, context):
         """torch's (1, T, 2): qa_outputs on the last hidden state"""
-        ids, types, _, _, _ = self.pair(question, context)
+        ids, types, _, _, _ = wordpiece_pair(question, context)
         ids, types = torch.tensor([ids]), torch.tensor([types])
         with torch.no_grad():
             return self.qa_outputs(self.bert(ids, types, torch.ones_like(ids))[0])
@@ -95,7 +70,7 @@ def as_list(found):
 def test_qa_outputs_gives_torchs_start_and_end_logits(device, answerer):
     model = vkattn.from_pretrained(answerer.folder, device=device)
     assert "question-answering head" in model.config["model"]
-    ids, types, _, _, _ = answerer.pair(QUESTION, CONTEXT)
+    ids, types, _, _, _ = wordpiece_pair(QUESTION, CONTEXT)
     expected = answerer.logits(QUESTION, CONTEXT)  # (1, T, 2)
     assert_close(model.classify(QUESTION, text_pair=CONTEXT), expected, atol=1e-4, rtol=1e-4)
     assert_close(model.classify(np.array([ids]), token_type_ids=np.array([types])), expected, atol=1e-4, rtol=1e-4)
@@ -109,7 +84,7 @@ def test_qa_outputs_gives_torchs_start_and_end_logits(device, answerer):
                               "impossible_top_4"])
 def test_answers_are_the_pipelines(device, answerer, options):
     model = vkattn.from_pretrained(answerer.folder, device=device)
-    _, _, sequence, offsets, words = answerer.pair(QUESTION, CONTEXT)
+    _, _, sequence, offsets, words = wordpiece_pair(QUESTION, CONTEXT)
     expected = as_list(qa_pipeline(answerer.logits(QUESTION, CONTEXT), sequence, offsets, words, CONTEXT, **options))
     found = model.answer(QUESTION, CONTEXT, **options)
     assert isinstance(found, dict) == (len(expected) == 1)
