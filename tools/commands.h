@@ -47,6 +47,7 @@ struct RunArgs {
   int64_t top_k = 0;  // a masked LM's tokens shown at each [MASK] of the text (0: not given, 5 shown),
                       // a question answerer's answers (0: not given, 1 shown)
   int64_t max_answer_len = 0;  // a question answerer's longest answer in tokens (0: not given, 15)
+  std::optional<int64_t> max_seq_len, doc_stride;  // a question answerer's windows (io::AnswerOptions')
   GroupedQueryArgs grouped;  // a grouped-query attention's RoPE, key/value heads and window
   std::string backend = "gpu";
   std::string device;

@@ -97,12 +97,16 @@ void print_labels(std::ostream& out, const io::Pretrained& model, std::span<cons
   }
 }
 
-void print_answers(std::ostream& out, const text::EncodedPair& pair, const std::string& context, const Tensor& logits,
-                   const io::AnswerOptions& options) {
-  const std::vector<io::Answer> answers = io::answers(pair, context, logits, options);
+void print_answers(std::ostream& out, const std::vector<text::EncodedPair>& windows, const std::string& context,
+                   const Tensor& logits, const io::AnswerOptions& options) {
+  const std::vector<io::Answer> answers = io::answers(windows, context, logits, options);
   const size_t n = answers.size();
   out << (n == 1 ? "the likeliest answer" : "the " + std::to_string(n) + " likeliest answers")
       << " in --text-pair (score: P(start) · P(end), softmaxes over the context):\n";
+  if (windows.size() > 1) {
+    out << "  (the context read in " << windows.size() << " windows that overlap, --max-seq-len and --doc-stride;\n"
+        << "   a text found in two is one answer, its scores summed)\n";
+  }
   std::vector<std::string> texts;
   size_t width = 0;
   for (const io::Answer& a : answers) {
@@ -113,7 +117,9 @@ void print_answers(std::ostream& out, const text::EncodedPair& pair, const std::
     const io::Answer& a = answers[k];
     out << "  " << std::left << std::setw(static_cast<int>(width)) << texts[k] << std::right << "  "
         << fixed(a.score, 3) << "   (bytes " << a.begin << "-" << a.end << " of the context, tokens " << a.first_token
-        << "-" << a.last_token << ")\n";
+        << "-" << a.last_token;
+    if (windows.size() > 1) out << " of window " << a.window + 1 << " of " << windows.size();
+    out << ")\n";
   }
 }
 

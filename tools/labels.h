@@ -6,6 +6,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "vkattn/io/fill_mask.h"
 #include "vkattn/io/pretrained.h"
@@ -19,10 +20,11 @@ namespace vkattn::cli {
 // A token classifier's (1, T, num_labels): each token of `ids` and its likeliest label.
 void print_labels(std::ostream& out, const io::Pretrained& model, std::span<const int64_t> ids, const Tensor& logits);
 
-// A question answerer's logits (1, T, 2) of `pair` (--text, the question, and --text-pair, the
-// context): its answers (io::answers) with their scores and where each lies in the context.
-void print_answers(std::ostream& out, const text::EncodedPair& pair, const std::string& context, const Tensor& logits,
-                   const io::AnswerOptions& options);
+// A question answerer's logits (W, T, 2) of the windows of a pair (--text, the question, and
+// --text-pair, the context; io::question_inputs): its answers (io::answers) with their scores and
+// where each lies in the context (and in which window, where there are more than one).
+void print_answers(std::ostream& out, const std::vector<text::EncodedPair>& windows, const std::string& context,
+                   const Tensor& logits, const io::AnswerOptions& options);
 
 // A masked LM's logits (1, T, V) at each of `positions` (io::mask_positions' of ids): its top_k
 // likeliest tokens and their probabilities (io::mask_fills).

@@ -143,21 +143,41 @@ Runnable model_run(const RunArgs& a) {
     throw UsageError(a.model + " answers a question from a context (" + p->architecture +
                      "): give the question as --text and the context as --text-pair");
   }
-  if (!answers && a.max_answer_len > 0) {
-    throw UsageError("--max-answer-len is a question answerer's (…ForQuestionAnswering); " + a.model + " is a " +
-                     p->architecture);
+  for (auto [given, flag] : {std::pair{a.max_answer_len > 0, "--max-answer-len"},
+                             {a.max_seq_len.has_value(), "--max-seq-len"}, {a.doc_stride.has_value(), "--doc-stride"}}) {
+    if (given && !answers) {
+      throw UsageError(std::string(flag) + " is a question answerer's (…ForQuestionAnswering); " + a.model + " is a " +
+                       p->architecture);
+    }
   }
+  io::AnswerOptions options;  // the pipeline's defaults, where not given
+  if (a.top_k > 0) options.top_k = a.top_k;
+  if (a.max_answer_len > 0) options.max_answer_len = a.max_answer_len;
+  options.max_seq_len = a.max_seq_len;
+  options.doc_stride = a.doc_stride;
   auto tokens = std::make_shared<Tensor>(text_tokens(*p, a.text));
   std::optional<Tensor> types;  // a pair's token types, where the encoder has them
-  auto pair = std::make_shared<text::EncodedPair>();
+  std::optional<Tensor> padding;  // a question answerer's windows past their ends
+  auto windows = std::make_shared<std::vector<text::EncodedPair>>();
   if (a.text_pair) {
     if (!p->encoder) throw UsageError("--text-pair: " + a.model + " is a language model, which reads one text");
     TextPair joined = text_pair_tokens(*p, a.text, *a.text_pair);
     *tokens = joined.ids;
     if (p->encoder->config().type_vocab_size > 0) types = joined.type_ids;
-    *pair = std::move(joined.encoded);
   }
   const std::vector<int64_t> ids(tokens->data.begin(), tokens->data.end());
+  if (answers) {  // the context in windows of --max-seq-len tokens, one batch
+    io::QuestionInputs windowed;
+    try {
+      windowed = io::question_inputs(*p->tokenizer, a.text, *a.text_pair, options, p->encoder->max_tokens());
+    } catch (const ConfigError& e) {  // --max-seq-len or --doc-stride out of range
+      throw UsageError(std::string("the context's windows: ") + e.what());
+    }
+    *tokens = windowed.ids;
+    if (types) types = windowed.type_ids;
+    if (windowed.windows.size() > 1) padding = windowed.key_padding_mask;
+    *windows = std::move(windowed.windows);
+  }
   const std::string repr = p->architecture + ": the " + (a.text_pair ? "pair" : "text") + "'s " +
                            std::to_string(ids.size()) + " tokens through\n  " +
                            (p->model ? p->model->describe() : p->encoder->describe()) + rounded_words(a.weights_dtype);
@@ -165,6 +185,10 @@ Runnable model_run(const RunArgs& a) {
                           {"config", p->config}, {"stored_dtype", p->stored_dtype},
                           {"weights_dtype", a.weights_dtype}};
   if (a.text_pair) trace["text_pair"] = *a.text_pair;
+  if (windows->size() > 1) {
+    trace["windows"] = nlohmann::json::array();
+    for (const text::EncodedPair& w : *windows) trace["windows"].push_back(w.ids);
+  }
   const AttentionPath path = parse_attention_path(a.attention);
   const bool classifies = p->encoder && p->encoder->config().num_labels > 0;
   const bool masked_lm = p->encoder && p->encoder->config().masked_lm && !classifies;
@@ -177,18 +201,15 @@ Runnable model_run(const RunArgs& a) {
   if (classifies) {
     const bool every_token = p->encoder->config().classifier == BertClassifier::tokens || answers;
     Runnable run{.repr = repr, .trace = trace, .source = a.model};
-    run.forward = [p, tokens, types, path](Backend& b) {
-      return AttentionResult{p->encoder->classify(b, *tokens, types, {}, path), std::nullopt};
+    run.forward = [p, tokens, types, padding, path](Backend& b) {
+      return AttentionResult{p->encoder->classify(b, *tokens, types, padding, path), std::nullopt};
     };
     run.output = answers ? "start and end logits (B, T, 2)"
                  : every_token ? "logits (B, T, num_labels)"
                                : "logits (B, num_labels)";
     if (answers) {
-      io::AnswerOptions options;  // the pipeline's defaults, where not given
-      if (a.top_k > 0) options.top_k = a.top_k;
-      if (a.max_answer_len > 0) options.max_answer_len = a.max_answer_len;
-      run.explain = [pair, context = *a.text_pair, options](const Tensor& logits) {
-        print_answers(std::cout, *pair, context, logits, options);
+      run.explain = [windows, context = *a.text_pair, options](const Tensor& logits) {
+        print_answers(std::cout, *windows, context, logits, options);
       };
     } else {
       run.explain = [p, ids](const Tensor& logits) { print_labels(std::cout, *p, ids, logits); };
@@ -244,6 +265,14 @@ CLI::App* add_run(CLI::App& app, RunArgs& a) {
   cmd->add_option("--max-answer-len", a.max_answer_len,
                   "with --model on a question answerer: an answer's tokens at most (default 15)")
       ->check(kPositiveNumber)
+      ->needs(model);
+  cmd->add_option("--max-seq-len", a.max_seq_len,
+                  "with --model on a question answerer: a context too long is read in windows of this many tokens, "
+                  "question and template included (default: 384 or the model's most, the fewer)")
+      ->needs(model);
+  cmd->add_option("--doc-stride", a.doc_stride,
+                  "with --model on a question answerer: the context's tokens two neighbouring windows share "
+                  "(default: half --max-seq-len, at most 128)")
       ->needs(model);
   cmd->add_option("--attention", a.attention,
                   "auto (fused when no weights are written, else unfused), unfused (scores, mask, softmax, values: four steps) or fused (one flash_attention step, no weights)")

@@ -169,20 +169,18 @@ class Pretrained {
       throw ConfigError("answer: " + loaded_.architecture +
                         " has no question-answering head (qa_outputs: …ForQuestionAnswering's)");
     }
-    const text::EncodedPair pair = loaded_.tokenizer->encode_pair(question, context);
-    const auto T = static_cast<int64_t>(pair.ids.size());
-    const Tensor ids({1, T}, std::vector<float>(pair.ids.begin(), pair.ids.end()), DType::int64);
+    const io::QuestionInputs in = io::question_inputs(*loaded_.tokenizer, question, context, options, bert->max_tokens());
     std::optional<Tensor> types;
-    if (bert->config().type_vocab_size > 0) {
-      types = Tensor({1, T}, std::vector<float>(pair.type_ids.begin(), pair.type_ids.end()), DType::int64);
-    }
-    const Tensor logits = on_device(*device_, [&](Backend& backend) { return bert->classify(backend, ids, types); });
+    if (bert->config().type_vocab_size > 0) types = in.type_ids;
+    const Tensor logits = on_device(*device_, [&](Backend& backend) {
+      return bert->classify(backend, in.ids, types, in.key_padding_mask);
+    });
     auto characters = [&](size_t bytes) {  // the characters of context's first `bytes` (UTF-8's lead bytes)
       return std::count_if(context.begin(), context.begin() + static_cast<std::ptrdiff_t>(bytes),
                            [](char c) { return (static_cast<unsigned char>(c) & 0xc0) != 0x80; });
     };
     std::vector<py::tuple> out;
-    for (const io::Answer& a : io::answers(pair, context, logits, options)) {
+    for (const io::Answer& a : io::answers(in.windows, context, logits, options)) {
       out.push_back(py::make_tuple(a.score, characters(a.begin), characters(a.end), py::str(a.text)));
     }
     return out;
@@ -272,12 +270,14 @@ void bind_pretrained(py::module_& m) {
       .def(
           "answer",
           [](Pretrained& p, const std::string& question, const std::string& context, int64_t top_k,
-             int64_t max_answer_len, bool align_to_words, bool handle_impossible_answer) {
+             int64_t max_answer_len, bool align_to_words, bool handle_impossible_answer,
+             std::optional<int64_t> max_seq_len, std::optional<int64_t> doc_stride) {
             return p.answer(question, context,
-                            {top_k, max_answer_len, align_to_words, handle_impossible_answer});
+                            {top_k, max_answer_len, align_to_words, handle_impossible_answer, max_seq_len, doc_stride});
           },
           py::arg("question"), py::arg("context"), py::arg("top_k"), py::arg("max_answer_len"),
-          py::arg("align_to_words"), py::arg("handle_impossible_answer"))
+          py::arg("align_to_words"), py::arg("handle_impossible_answer"), py::arg("max_seq_len"),
+          py::arg("doc_stride"))
       .def("generate", &Pretrained::generate, py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"),
            py::arg("top_k"), py::arg("seed"), py::arg("cache_dtype") = "");
 }

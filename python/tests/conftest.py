@@ -101,41 +101,63 @@ def wordpiece_pair(question, context):
     return ids, types, sequence, offsets, words
 
 
-def qa_pipeline(logits, sequence, offsets, words, context, top_k=1, max_answer_len=15, align_to_words=True,
-             handle_impossible_answer=False):
-    """Hugging Face's QuestionAnsweringPipeline on one feature (question first), from its
-    definition (select_starts_ends, decode_spans, get_indices, get_answer and the postprocess):
-    logits (1, T, 2) torch's; sequence, offsets (characters) and words each token's, None where
-    a template's token has none."""
-    start, end = logits[0, :, 0].numpy(), logits[0, :, 1].numpy()
-    p_mask = np.array([s != 1 for s in sequence])
-    p_mask[0] = False  # the cls_token stays unmasked
-    wanted = ~p_mask
-    start, end = np.where(p_mask, -10000.0, start), np.where(p_mask, -10000.0, end)
-    start = np.exp(start - start.max()) / np.exp(start - start.max()).sum()
-    end = np.exp(end - end.max()) / np.exp(end - end.max()).sum()
-    null = start[0] * end[0]
-    start[0] = end[0] = 0.0
-    candidates = np.tril(np.triu(np.outer(start, end)), max_answer_len - 1)
-    flat = candidates.flatten()
-    best = np.argsort(-flat, kind="stable")[:top_k]
-    starts, ends = np.unravel_index(best, candidates.shape)
+def overflow(pair, max_length, stride):
+    """A pair (ids, types, sequence, offsets, words: wordpiece_pair's) cut as a fast tokenizer
+    cuts it with truncation="only_second", max_length, stride and return_overflowing_tokens
+    (tokenizers' Encoding::truncate): the context's tokens in windows of max_length less the
+    others', starting every (that - stride) tokens, the last at the context's end; every window
+    keeps the template's tokens and the question. A list of such pairs."""
+    context = [t for t, s in enumerate(pair[2]) if s == 1]
+    if len(pair[0]) <= max_length:
+        return [pair]
+    room = max_length - (len(pair[0]) - len(context))
+    assert 0 <= stride < room
+    windows = []
+    for start in range(0, len(context), room - stride):
+        kept = set(context[start:start + room])
+        windows.append(tuple([x for t, x in enumerate(field) if pair[2][t] != 1 or t in kept] for field in pair))
+        if start + room >= len(context):
+            break
+    return windows
+
+
+def qa_pipeline(features, context, top_k=1, max_answer_len=15, align_to_words=True, handle_impossible_answer=False):
+    """Hugging Face's QuestionAnsweringPipeline (question first), from its definition
+    (select_starts_ends, decode_spans, get_indices, get_answer and the postprocess), over the
+    features of a context (one, or its windows: overflow()): each (logits, sequence, offsets,
+    words), logits (1, T, 2) torch's on that feature alone; sequence, offsets (characters) and
+    words each token's, None where a template's token has none."""
     answers = []
-    for s, e in zip(starts, ends):
-        if not (wanted[s] and wanted[e]):
-            continue
-        if align_to_words:  # word_to_chars of the words of s and e
-            first = min(t for t in range(len(words)) if sequence[t] == 1 and words[t] == words[s])
-            last = max(t for t in range(len(words)) if sequence[t] == 1 and words[t] == words[e])
-            a, b = offsets[first][0], offsets[last][1]
-        else:
-            a, b = offsets[s][0], offsets[e][1]
-        same = [x for x in answers if x["answer"].lower() == context[a:b].lower()]
-        if same:
-            same[0]["score"] += float(candidates[s, e])
-        else:
-            answers.append({"score": float(candidates[s, e]), "start": a, "end": b, "answer": context[a:b]})
+    min_null_score = 1000000
+    for logits, sequence, offsets, words in features:
+        start, end = logits[0, :, 0].numpy(), logits[0, :, 1].numpy()
+        p_mask = np.array([s != 1 for s in sequence])
+        p_mask[0] = False  # the cls_token stays unmasked
+        wanted = ~p_mask
+        start, end = np.where(p_mask, -10000.0, start), np.where(p_mask, -10000.0, end)
+        start = np.exp(start - start.max()) / np.exp(start - start.max()).sum()
+        end = np.exp(end - end.max()) / np.exp(end - end.max()).sum()
+        min_null_score = min(min_null_score, start[0] * end[0])
+        start[0] = end[0] = 0.0
+        candidates = np.tril(np.triu(np.outer(start, end)), max_answer_len - 1)
+        flat = candidates.flatten()
+        best = np.argsort(-flat, kind="stable")[:top_k]
+        starts, ends = np.unravel_index(best, candidates.shape)
+        for s, e in zip(starts, ends):
+            if not (wanted[s] and wanted[e]):
+                continue
+            if align_to_words:  # word_to_chars of the words of s and e, in this feature
+                first = min(t for t in range(len(words)) if sequence[t] == 1 and words[t] == words[s])
+                last = max(t for t in range(len(words)) if sequence[t] == 1 and words[t] == words[e])
+                a, b = offsets[first][0], offsets[last][1]
+            else:
+                a, b = offsets[s][0], offsets[e][1]
+            same = [x for x in answers if x["answer"].lower() == context[a:b].lower()]
+            if same:
+                same[0]["score"] += float(candidates[s, e])
+            else:
+                answers.append({"score": float(candidates[s, e]), "start": a, "end": b, "answer": context[a:b]})
     if handle_impossible_answer:
-        answers.append({"score": float(null), "start": 0, "end": 0, "answer": ""})
+        answers.append({"score": float(min_null_score), "start": 0, "end": 0, "answer": ""})
     answers = sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k]
     return answers[0] if len(answers) == 1 else answers

@@ -177,7 +177,7 @@ def test_a_question_answerer_reads_a_pair_without_token_types(device, distilbert
     expected = distilbert.answer_logits(torch.tensor([ids]))
     assert_close(model.classify(question, text_pair=context), expected, atol=1e-4, rtol=1e-4)
     for options in ({}, {"top_k": 4}):
-        want = qa_pipeline(expected, sequence, offsets, words, context, **options)
+        want = qa_pipeline([(expected, sequence, offsets, words)], context, **options)
         found = model.answer(question, context, **options)
         pick = (lambda a: [(x["answer"], x["start"], x["end"]) for x in (a if isinstance(a, list) else [a])])
         assert pick(found) == pick(want), options

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import vkattn
-from conftest import MODELS, assert_close, definition, qa_pipeline, read_safetensors, wordpiece_pair
+from conftest import MODELS, assert_close, definition, overflow, qa_pipeline, read_safetensors, wordpiece_pair
 
 FOLDER = os.path.join(MODELS, "tiny_bert")
 QUESTION = "Who was tired of sitting by her sister?"
@@ -53,6 +53,10 @@ class Answerer:
     def logits(self, question, context):
         """torch's (1, T, 2): qa_outputs on the last hidden state"""
         ids, types, _, _, _ = wordpiece_pair(question, context)
+        return self.feature_logits(ids, types)
+
+    def feature_logits(self, ids, types):
+        """torch's (1, T, 2) of one feature's ids and token types, alone, as the pipeline runs it"""
         ids, types = torch.tensor([ids]), torch.tensor([types])
         with torch.no_grad():
             return self.qa_outputs(self.bert(ids, types, torch.ones_like(ids))[0])
@@ -85,7 +89,8 @@ def test_qa_outputs_gives_torchs_start_and_end_logits(device, answerer):
 def test_answers_are_the_pipelines(device, answerer, options):
     model = vkattn.from_pretrained(answerer.folder, device=device)
     _, _, sequence, offsets, words = wordpiece_pair(QUESTION, CONTEXT)
-    expected = as_list(qa_pipeline(answerer.logits(QUESTION, CONTEXT), sequence, offsets, words, CONTEXT, **options))
+    expected = as_list(qa_pipeline([(answerer.logits(QUESTION, CONTEXT), sequence, offsets, words)], CONTEXT,
+                                   **options))
     found = model.answer(QUESTION, CONTEXT, **options)
     assert isinstance(found, dict) == (len(expected) == 1)
     found = as_list(found)
@@ -96,6 +101,34 @@ def test_answers_are_the_pipelines(device, answerer, options):
         assert CONTEXT[a["start"]:a["end"]] == a["answer"]
     if options.get("top_k", 1) > 1 and not options.get("handle_impossible_answer"):
         assert len(found) > 1
+
+
+# about 140 tokens: past tiny_bert's 64 positions, so read in windows
+LONG_CONTEXT = (CONTEXT + " The rabbit hurried past, checking a watch and muttering about being late. "
+                "Alice followed it across the field and down a large hole under the hedge. The tunnel went "
+                "straight on like a corridor and then dipped suddenly down, so suddenly that Alice had not a "
+                "moment to think about stopping herself before she found herself falling down a deep well.")
+
+
+@pytest.mark.parametrize("options", [{}, {"top_k": 6}, {"max_seq_len": 40, "doc_stride": 8, "top_k": 3},
+                                     {"doc_stride": 0, "top_k": 2, "handle_impossible_answer": True}],
+                         ids=["default", "top_6", "windows_of_40", "no_stride_impossible"])
+def test_a_long_context_is_read_in_windows_as_the_pipeline_reads_it(device, answerer, options):
+    model = vkattn.from_pretrained(answerer.folder, device=device)
+    max_seq_len = options.get("max_seq_len", 64)  # min(384, the model's 64)
+    windows = overflow(wordpiece_pair(QUESTION, LONG_CONTEXT), max_seq_len,
+                       options.get("doc_stride", min(max_seq_len // 2, 128)))
+    assert len(windows) >= 3
+    features = [(answerer.feature_logits(ids, types), sequence, offsets, words)
+                for ids, types, sequence, offsets, words in windows]
+    asked = {k: v for k, v in options.items() if k not in ("max_seq_len", "doc_stride")}
+    expected = as_list(qa_pipeline(features, LONG_CONTEXT, **asked))
+    found = as_list(model.answer(QUESTION, LONG_CONTEXT, **options))
+    assert [(a["answer"], a["start"], a["end"]) for a in found] == \
+           [(a["answer"], a["start"], a["end"]) for a in expected]
+    np.testing.assert_allclose([a["score"] for a in found], [a["score"] for a in expected], rtol=1e-4, atol=1e-6)
+    if options.get("top_k", 1) >= 3:  # answers from past the first window: the windows are all read
+        assert any(a["end"] > windows[0][3][-2][1] for a in found)
 
 
 def test_start_and_end_count_characters_not_bytes(answerer):
@@ -115,8 +148,16 @@ def test_bad_inputs_are_one_line_errors(answerer):
         model.answer(QUESTION, [CONTEXT])
     with pytest.raises(vkattn.ShapeError, match=r"the context has no tokens, so no answer"):
         model.answer(QUESTION, "  ")
-    with pytest.raises(vkattn.ShapeError, match=r"positions 0 … [0-9]+ go past the 64 rows of position_embeddings"):
-        model.answer(QUESTION, "Alice was tired. " * 30)
+    with pytest.raises(vkattn.ConfigError, match=r"max_seq_len=65 must be from 1 to the 64 tokens the model takes"):
+        model.answer(QUESTION, LONG_CONTEXT, max_seq_len=65)
+    with pytest.raises(vkattn.ConfigError, match=r"doc_stride=41 must be from 0 to max_seq_len=40"):
+        model.answer(QUESTION, LONG_CONTEXT, max_seq_len=40, doc_stride=41)
+    with pytest.raises(vkattn.ConfigError, match=r"stride=26 \(doc_stride\) must be at least 0 and below the 26 tokens"):
+        model.answer(QUESTION, LONG_CONTEXT, max_seq_len=40, doc_stride=26)
+    with pytest.raises(vkattn.ConfigError, match=r"take 14 tokens, which leaves no room for the second text"):
+        model.answer(QUESTION, LONG_CONTEXT, max_seq_len=14)
+    with pytest.raises(vkattn.ConfigError, match=r"answer: doc_stride='8' must be an int or None"):
+        model.answer(QUESTION, LONG_CONTEXT, doc_stride="8")
     masked_lm = vkattn.from_pretrained(FOLDER, device="cpu")
     with pytest.raises(vkattn.ConfigError, match=r"BertForMaskedLM has no question-answering head \(qa_outputs"):
         masked_lm.answer(QUESTION, CONTEXT)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import vkattn
-from conftest import MODELS, assert_close, definition, padded, qa_pipeline, read_safetensors
+from conftest import MODELS, assert_close, definition, overflow, padded, qa_pipeline, read_safetensors
 
 PAD, LABELS = 1, {"0": "negative", "1": "neutral", "2": "positive"}
 TEXTS = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
@@ -234,10 +234,18 @@ def test_a_question_answerer_answers_from_whole_words_of_the_context(device, rob
     offsets = [(0, 0)] * (n + 3) + offsets + [(0, 0)]
     words = [None] + list(range(n)) + [None, None] + words + [None]
     for options in ({}, {"top_k": 5}, {"top_k": 3, "align_to_words": False}):
-        expected = qa_pipeline(logits, sequence, offsets, words, context, **options)
+        expected = qa_pipeline([(logits, sequence, offsets, words)], context, **options)
         found = model.answer(question, context, **options)
         pick = (lambda a: [(x["answer"], x["start"], x["end"]) for x in (a if isinstance(a, list) else [a])])
         assert pick(found) == pick(expected), options
+    # in windows of 20 tokens (the question and the template take 12), each run alone by torch
+    windows = overflow((ids, [0] * len(ids), sequence, offsets, words), 20, 3)
+    assert len(windows) >= 3
+    features = [(roberta.answer_logits(torch.tensor([w[0]])), w[2], w[3], w[4]) for w in windows]
+    expected = qa_pipeline(features, context, top_k=3)
+    found = model.answer(question, context, top_k=3, max_seq_len=20, doc_stride=3)
+    assert pick(found) == pick(expected)
+    np.testing.assert_allclose([a["score"] for a in found], [a["score"] for a in expected], rtol=1e-4, atol=1e-6)
 
 
 def test_the_trace_adds_the_positions_looked_up_by_id(roberta):

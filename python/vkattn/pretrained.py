@@ -245,7 +245,7 @@ class PretrainedEncoder(_Checkpoint):
                 for fills in self._impl.fill_mask(text, top_k)]
 
     def answer(self, question, context, top_k=1, max_answer_len=15, align_to_words=True,
-               handle_impossible_answer=False):
+               handle_impossible_answer=False, doc_stride=None, max_seq_len=None):
         """The answer to `question` in `context` of a question answerer (…ForQuestionAnswering),
         as Hugging Face's question-answering pipeline gives it: {"score", "start", "end",
         "answer"}, the answer context[start:end]; a list of such, the likeliest first, where more
@@ -253,15 +253,22 @@ class PretrainedEncoder(_Checkpoint):
         summed). A span's score is P(start) · P(end), each a softmax of qa_outputs' logits over
         the context's tokens; an answer has at most max_answer_len tokens and, with
         align_to_words, whole words; handle_impossible_answer adds the empty answer, scored by
-        [CLS]. ConfigError where the checkpoint has no question-answering head."""
+        [CLS]. A context longer than max_seq_len tokens (question and template included; default
+        min(384, the model's)) is read in windows that share doc_stride of its tokens (default
+        min(max_seq_len // 2, 128)), one batch. ConfigError where the checkpoint has no
+        question-answering head."""
         if not isinstance(question, str) or not isinstance(context, str):
             raise _vkattn.ShapeError("answer: the question and the context are texts (str)")
         for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len)):
             if not isinstance(value, int) or value < 1:
                 raise _vkattn.ConfigError(f"answer: {name}={value!r} must be an int of at least 1")
+        for name, value in (("doc_stride", doc_stride), ("max_seq_len", max_seq_len)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise _vkattn.ConfigError(f"answer: {name}={value!r} must be an int or None")
         found = [{"score": score, "start": start, "end": end, "answer": text}
                  for score, start, end, text in self._impl.answer(
-                     question, context, top_k, max_answer_len, align_to_words, handle_impossible_answer)]
+                     question, context, top_k, max_answer_len, align_to_words, handle_impossible_answer,
+                     max_seq_len, doc_stride)]
         return found[0] if len(found) == 1 else found
 
     def trace(self, tokens, token_type_ids=None, attention_mask=None, values=True, fold_layout_steps=None,

@@ -486,6 +486,16 @@ const std::vector<BadRun> kRunModelBadInputs = {
     BadRun{"max_answer_len_zero",
            {"run", "--model", "{dir}/qa", "--text", "Who?", "--text-pair", "Alice.", "--max-answer-len", "0"},
            "--max-answer-len: 0 is not a number > 0"},
+    BadRun{"doc_stride_without_an_answerer",
+           {"run", "--model", "{models}/tiny_bert", "--text", "Alice", "--doc-stride", "8"},
+           "--doc-stride is a question answerer's (…ForQuestionAnswering); "},
+    BadRun{"max_seq_len_past_the_positions",
+           {"run", "--model", "{dir}/qa", "--text", "Who?", "--text-pair", "Alice.", "--max-seq-len", "999"},
+           "the context's windows: max_seq_len=999 must be from 1 to the 64 tokens the model takes"},
+    BadRun{"doc_stride_of_a_whole_window",
+           {"run", "--model", "{dir}/qa", "--text", "Who?", "--text-pair",
+            "Alice was tired of sitting by her sister, and of reading.", "--max-seq-len", "12", "--doc-stride", "5"},
+           "the context's windows: stride=5 (doc_stride) must be at least 0 and below the 5 tokens"},
     BadRun{"top_k_zero", {"run", "--model", "{models}/tiny_bert", "--text", "Alice was [MASK].", "--top-k", "0"},
            "--top-k: 0 is not a number > 0"},
     BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/t5", "--text", "Alice"},
@@ -1458,7 +1468,7 @@ TEST_F(CliRun, RunAQuestionAnswererSaysItsAnswers) {
   Exit e = vkattn({"run", "--model", qa.string(), "--text", question, "--text-pair", context, "--top-k", "4"});
   ASSERT_EQ(e.code, 0) << e.out << e.err;
   EXPECT_NE(e.out.find("start and end logits (B, T, 2) (1, " + std::to_string(T) + ", 2)"), std::string::npos) << e.out;
-  const std::vector<io::Answer> four = io::answers(pair, context, logits, {.top_k = 4});
+  const std::vector<io::Answer> four = io::answers({pair}, context, logits, {.top_k = 4});
   ASSERT_GE(four.size(), 2u);
   const std::string header = "the " + std::to_string(four.size()) +
                              " likeliest answers in --text-pair (score: P(start) · P(end), softmaxes over the context):\n";
@@ -1478,9 +1488,36 @@ TEST_F(CliRun, RunAQuestionAnswererSaysItsAnswers) {
   EXPECT_EQ(lines_after(e.out, one), std::vector<std::string>{line(four[0])}) << e.out;
   e = vkattn({"run", "--model", qa.string(), "--text", question, "--text-pair", context, "--max-answer-len", "1"});
   ASSERT_EQ(e.code, 0) << e.out << e.err;
-  const io::Answer short_one = io::answers(pair, context, logits, {.max_answer_len = 1})[0];
+  const io::Answer short_one = io::answers({pair}, context, logits, {.max_answer_len = 1})[0];
   EXPECT_EQ(short_one.first_token, short_one.last_token);
   EXPECT_EQ(lines_after(e.out, one), std::vector<std::string>{line(short_one)}) << e.out;
+
+  // a context past --max-seq-len: read in windows, one batch; each answer says its window
+  const io::AnswerOptions windowed{.top_k = 3, .max_seq_len = 16, .doc_stride = 3};
+  const io::QuestionInputs in = io::question_inputs(*p.tokenizer, question, context, windowed, p.encoder->max_tokens());
+  ASSERT_EQ(in.windows.size(), 3u);
+  const std::vector<io::Answer> three =
+      io::answers(in.windows, context, p.encoder->classify(cpu, in.ids, in.type_ids, in.key_padding_mask), windowed);
+  ASSERT_EQ(three.size(), 3u);
+  e = vkattn({"run", "--model", qa.string(), "--text", question, "--text-pair", context, "--top-k", "3",
+              "--max-seq-len", "16", "--doc-stride", "3"});
+  ASSERT_EQ(e.code, 0) << e.out << e.err;
+  const std::string header3 = "the 3 likeliest answers in --text-pair (score: P(start) · P(end), softmaxes over the "
+                              "context):\n  (the context read in 3 windows that overlap, --max-seq-len and --doc-stride;\n"
+                              "   a text found in two is one answer, its scores summed)\n";
+  std::vector<std::string> in_windows;
+  width = 0;
+  for (const auto& a : three) width = std::max(width, nlohmann::json(a.text).dump().size());
+  for (const auto& a : three) {
+    const std::string text = nlohmann::json(a.text).dump(), rest = line(a).substr(text.size());
+    in_windows.push_back(text + std::string(width - text.size(), ' ') + rest.substr(0, rest.size() - 1) +
+                         " of window " + std::to_string(a.window + 1) + " of 3)");
+  }
+  EXPECT_EQ(lines_after(e.out, header3), in_windows) << e.out;
+  e = vkattn({"run", "--model", qa.string(), "--text", question, "--text-pair", context, "--max-seq-len", "6"});
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.err.find("the context's windows: the first text and the template take 9 tokens, which leaves no room"), std::string::npos)
+      << e.err;
 }
 
 TEST_F(CliRun, GenerateSamplesTheSameTextFromTheSameSeed) {

@@ -140,6 +140,8 @@ class Bert : public KeepsWeights {
                   AttentionPath attention = AttentionPath::automatic) const;
 
   int64_t vocab_size() const { return config_.vocab_size; }
+  // The most tokens a sequence may have: max_positions, less RoBERTa's rows up to padding_idx
+  int64_t max_tokens() const { return config_.max_positions - (config_.padding_idx ? *config_.padding_idx + 1 : 0); }
   uint64_t parameter_count() const;
   // Its layers in a line or two: "vocab 30522, 512 positions, 12 × TransformerEncoderLayer(…)"
   std::string describe() const;

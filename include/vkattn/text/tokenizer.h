@@ -46,6 +46,16 @@ struct EncodedPair {
   std::vector<Offset> offsets;
 };
 
+// A pair too long for a model, cut as a fast tokenizer cuts it with truncation="only_second",
+// max_length and stride, return_overflowing_tokens (Hugging Face's question-answering pipeline:
+// max_seq_len, doc_stride): every window holds the template's tokens and all of the first text,
+// and `room` = max_length - their count of the second's; window w holds the second's tokens from
+// w · (room - stride), the last one its end, so that neighbours share `stride` tokens. Each
+// window's ids, types, sequence ids and offsets are the pair's (offsets still into the whole
+// second text). One window, the pair itself, where it fits in max_length. ConfigError where the
+// first text and the template leave no room (room < 1) or stride is negative or not below room.
+std::vector<EncodedPair> windows(const EncodedPair& pair, int64_t max_length, int64_t stride);
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
