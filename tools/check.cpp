@@ -38,6 +38,10 @@ CLI::App* add_check(CLI::App& app, CheckArgs& a) {
                                 "lays it out (GPT-2, Llama, BERT), on --text; steps named as vkattn run --trace "
                                 "names them");
   auto* text = cmd->add_option("--text", a.text, "with --model: the text the model reads (its tokenizer's ids)");
+  cmd->add_option("--text-pair", a.text_pair,
+                  "with --model on an encoder: the second text of the pair its steps were recorded on (as vkattn "
+                  "run --text-pair joins them)")
+      ->needs(text);
   model->needs(text);
   text->needs(model);
   add_weights_dtype(*cmd, a.weights_dtype)->needs(model);
@@ -65,7 +69,12 @@ CheckReport check_model(const CheckArgs& a, const std::vector<std::pair<std::str
                                 " is checked on --text (its config.json says the rest)");
   }
   const io::Pretrained p = load_model(a.model, a.weights_dtype);
-  return check_pretrained(recorded, p, backend, text_tokens(p, a.text), {a.atol, a.rtol});
+  if (!a.text_pair) return check_pretrained(recorded, p, backend, text_tokens(p, a.text), {}, {a.atol, a.rtol});
+  if (!p.encoder) throw UsageError("--text-pair: " + a.model + " is a language model, which reads one text");
+  TextPair joined = text_pair_tokens(p, a.text, *a.text_pair);
+  std::optional<Tensor> types;
+  if (p.encoder->config().type_vocab_size > 0) types = joined.type_ids;
+  return check_pretrained(recorded, p, backend, joined.ids, types, {a.atol, a.rtol});
 }
 
 // The recipe of the module --weights holds (or --model's), checked against `recorded`. UsageError

@@ -137,6 +137,7 @@ struct CheckArgs {
   LayerArgs layer;           // an encoder's or decoder's
   std::string memory, memory_mask, memory_key_padding_mask;  // a decoder's
   std::string model, text;   // instead of --weights and --query: a hub checkpoint folder on a text
+  std::optional<std::string> text_pair;  // an encoder's second text, joined to the first by its tokenizer
   std::string weights_dtype = "stored";  // or BF16, F16: --model's weights rounded as they are read
   std::string backend = "gpu", device;
   double atol = 1e-4, rtol = 1e-4;

@@ -507,7 +507,8 @@ CheckReport check_grouped_query(const std::vector<std::pair<std::string, Tensor>
 }
 
 CheckReport check_pretrained(const std::vector<std::pair<std::string, Tensor>>& recorded, const io::Pretrained& model,
-                             Backend& backend, const Tensor& ids, CheckOptions options) {
+                             Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
+                             CheckOptions options) {
   const AttentionPath path = recorded_path(recorded);
   const nlohmann::json& c = model.config;
   options.heads = c.value("n_head", c.value("num_attention_heads", int64_t{0}));
@@ -517,9 +518,22 @@ CheckReport check_pretrained(const std::vector<std::pair<std::string, Tensor>>& 
   if (model.model && (c.contains("rope_theta") || c.value("model_type", "") == "llama")) {
     options.rotary = RotaryCheck{c.value("rope_theta", 10000.0f), RotaryConvention::half, 0, 0};
   }
+  auto recorded_any = [&](auto&& of_head) {
+    return std::any_of(recorded.begin(), recorded.end(), [&](const auto& r) { return of_head(r.first); });
+  };
+  const bool classifier = model.encoder && model.encoder->config().num_labels > 0 &&
+                          recorded_any([](const std::string& name) {
+                            return name == "qa_outputs" || name == "classifier" || name.starts_with("classifier.");
+                          });
+  const bool masked_lm = model.encoder && model.encoder->config().masked_lm &&
+                         recorded_any([](const std::string& name) { return name.starts_with("cls."); });
   return check_pass(recorded, backend, [&](Backend& b) {
-    if (model.encoder) {
-      model.encoder->forward(b, ids, {}, {}, path);
+    if (classifier) {
+      model.encoder->classify(b, ids, token_type_ids, {}, path);
+    } else if (masked_lm) {
+      model.encoder->masked_lm(b, ids, token_type_ids, {}, path);
+    } else if (model.encoder) {
+      model.encoder->forward(b, ids, token_type_ids, {}, path);
     } else {
       model.model->forward(b, ids, {}, path);
     }

@@ -91,14 +91,18 @@ class Pretrained {
                fold_layout_steps);
   }
 
-  // `recorded` (vkattn's step names) against the model's steps on ids (B, T).
-  CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const IdArray& ids, double atol,
-                    double rtol) {
+  // `recorded` (vkattn's step names) against the model's steps on ids (B, T), with an encoder's
+  // token types (B, T) where given (a pair's).
+  CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const IdArray& ids,
+                    const std::optional<IdArray>& token_type_ids, double atol, double rtol) {
     std::vector<std::pair<std::string, Tensor>> yours;
     for (const auto& [name, array] : recorded) yours.emplace_back(name, to_tensor(array));
     const int64_t vocab = loaded_.model ? loaded_.model->vocab_size() : loaded_.encoder->vocab_size();
     const Tensor t = ids_tensor(ids, vocab, "token id", "the vocabulary");
-    return on_device(*device_, [&](Backend& backend) { return check_pretrained(yours, loaded_, backend, t, {atol, rtol}); });
+    std::optional<Tensor> types;
+    if (token_type_ids) types = encoder_inputs(ids, token_type_ids, std::nullopt).types;
+    return on_device(*device_,
+                     [&](Backend& backend) { return check_pretrained(yours, loaded_, backend, t, types, {atol, rtol}); });
   }
 
   // An encoder's (last_hidden_state (B, T, E), pooler_output (B, E) or None) of ids (B, T), with
@@ -256,7 +260,8 @@ void bind_pretrained(py::module_& m) {
           "config", [](const Pretrained& p) { return py::module_::import("json").attr("loads")(p.config().dump()); })
       .def("encode", &Pretrained::encode, py::arg("text"))
       .def("encode_pair", &Pretrained::encode_pair, py::arg("text"), py::arg("text_pair"))
-      .def("check", &Pretrained::check, py::arg("recorded"), py::arg("ids"), py::arg("atol"), py::arg("rtol"))
+      .def("check", &Pretrained::check, py::arg("recorded"), py::arg("ids"), py::arg("token_type_ids"), py::arg("atol"),
+           py::arg("rtol"))
       .def("decode", &Pretrained::decode, py::arg("ids"), py::arg("continuation") = false)
       .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none(),
            py::arg("attention") = "auto", py::arg("logits_to_keep") = 0)

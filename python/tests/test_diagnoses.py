@@ -300,6 +300,28 @@ def test_vkattn_check_dir_checks_a_hub_checkpoint_on_a_text(tmp_path, model, ste
     assert done.returncode == 2 and "--query is for a module's state_dict" in done.stderr, done.stderr
 
 
+def test_vkattn_check_checks_a_masked_lms_head_where_its_steps_were_recorded(tmp_path):
+    """`vkattn run` on a text with [MASK] runs BertForMaskedLM's head (cls.predictions): check runs
+    the same pass, so the head's steps are checked, not refused as steps of no recipe."""
+    folder = pathlib.Path(__file__).resolve().parents[2] / "models" / "tiny_bert"
+    done = subprocess.run([os.environ["VKATTN_CLI"], "run", "--model", str(folder), "--text", "Alice was [MASK].",
+                           "--trace", str(tmp_path / "trace"), "--trace-values", "--backend", "cpu"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for f in (tmp_path / "trace").glob("[0-9][0-9][0-9]_*.npy"):
+        (mine / f.name[4:]).write_bytes(f.read_bytes())
+    args = [mine, "--model", folder, "--text", "Alice was [MASK]."]
+    done = run_cli(*args)
+    assert done.returncode == 0 and " cls.predictions.decoder " in done.stdout, done.stdout + done.stderr
+    yours = np.load(mine / "cls.predictions.transform.LayerNorm.npy")
+    np.save(mine / "cls.predictions.transform.LayerNorm.npy", yours * np.float32(1.5))
+    done = run_cli(*args)
+    assert done.returncode == 1 and "first divergent step: 39 cls.predictions.transform.LayerNorm" in done.stdout, \
+        done.stdout
+
+
 @pytest.mark.parametrize("dtype, name", [("BF16", "bfloat16"), ("F16", "float16")])
 def test_vkattn_check_rounds_the_checkpoint_as_the_run_it_checks_did(tmp_path, dtype, name):
     """A trace of tiny_gpt2 run with its weights rounded to 16 bits (vkattn run --weights-dtype)

@@ -10,6 +10,7 @@ characters and their words come from train.py's own WordPiece for ASCII text, no
 import json
 import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -136,6 +137,37 @@ def test_start_and_end_count_characters_not_bytes(answerer):
     context = "Déjà vu: Alice — née Liddell — was tired of sitting by her sister."
     for a in as_list(model.answer(QUESTION, context, top_k=10)):
         assert context[a["start"]:a["end"]] == a["answer"], a
+
+
+def test_a_pairs_steps_are_checked_to_its_head(tmp_path, answerer):
+    """`vkattn run` on a question and its context, every step's value saved, is checked on the same
+    pair — token types and qa_outputs included — from Python and by `vkattn check --text-pair`;
+    qa_outputs changed is where they part."""
+    cli = os.environ["VKATTN_CLI"]
+    done = subprocess.run([cli, "run", "--model", answerer.folder, "--text", QUESTION, "--text-pair", CONTEXT,
+                           "--trace", tmp_path / "trace", "--trace-values", "--backend", "cpu"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for f in (tmp_path / "trace").glob("[0-9][0-9][0-9]_*.npy"):  # NNN_<step>.npy -> <step>.npy
+        (mine / f.name[4:]).write_bytes(f.read_bytes())
+    recorded = {f.stem: np.load(f) for f in mine.glob("*.npy")}
+    assert "qa_outputs" in recorded and "embeddings.token_type_embeddings" in recorded
+    model = vkattn.from_pretrained(answerer.folder, device="cpu")
+    report = vkattn.check(recorded, model, QUESTION, text_pair=CONTEXT)
+    assert report.ok, str(report)
+    assert not model.check(recorded, QUESTION).ok  # the question alone is another input
+    check = [cli, "check", mine, "--model", answerer.folder, "--text", QUESTION, "--text-pair", CONTEXT]
+    done = subprocess.run(check, capture_output=True, text=True)
+    assert done.returncode == 0 and f"all {len(recorded)} recorded steps agree" in done.stdout, done.stdout + done.stderr
+    np.save(mine / "qa_outputs.npy", recorded["qa_outputs"] + np.float32(0.5))
+    recorded["qa_outputs"] = recorded["qa_outputs"] + np.float32(0.5)
+    assert model.check(recorded, QUESTION, text_pair=CONTEXT).first_divergent["name"] == "qa_outputs"
+    done = subprocess.run(check, capture_output=True, text=True)
+    assert done.returncode == 1 and "first divergent step: 37 qa_outputs (linear)" in done.stdout, done.stdout
+    with pytest.raises(vkattn.ShapeError, match=r"check: text_pair checks one pair of texts"):
+        model.check(recorded, [QUESTION], text_pair=[CONTEXT])
 
 
 def test_bad_inputs_are_one_line_errors(answerer):

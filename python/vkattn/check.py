@@ -151,7 +151,7 @@ def torch_layers():
 
 def check(recorder, reference, query, key=None, value=None, key_padding_mask=None, attn_mask=None,
           is_causal=False, num_heads=None, batch_first=True, device=None, atol=1e-4, rtol=1e-4, position=0,
-          memory=None, memory_mask=None, memory_key_padding_mask=None):
+          memory=None, memory_mask=None, memory_key_padding_mask=None, text_pair=None):
     """Runs `reference` through vkattn's recipe on query/key/value (key and value default to the
     query) and compares every step in `recorder` (a Recorder or a dict name -> tensor) in the
     recipe's order. reference: a torch.nn.MultiheadAttention, a vkattn.MultiheadAttention, or a
@@ -170,10 +170,16 @@ def check(recorder, reference, query, key=None, value=None, key_padding_mask=Non
 
     A checkpoint's model (vkattn.from_pretrained's) as `reference` checks `recorder` on the tokens
     `query`: your steps under vkattn's names, or for a language model a TransformerLens-style
-    cache ({hook name: tensor}) (PretrainedModel.check, PretrainedEncoder.check)."""
-    if isinstance(reference, (PretrainedModel, PretrainedEncoder)):
-        return reference.check(recorder.tensors if isinstance(recorder, Recorder) else recorder, query, atol, rtol)
+    cache ({hook name: tensor}) (PretrainedModel.check, PretrainedEncoder.check); an encoder's
+    on the pair of texts query and text_pair where given (a question and its context)."""
     tensors = recorder.tensors if isinstance(recorder, Recorder) else recorder
+    if isinstance(reference, PretrainedEncoder):
+        return reference.check(tensors, query, atol, rtol, text_pair=text_pair)
+    if text_pair is not None:
+        raise _vkattn.ConfigError("check: text_pair is a pretrained encoder's second text (vkattn.from_pretrained's "
+                                  "BERT, RoBERTa, DistilBERT); this reference reads one input")
+    if isinstance(reference, PretrainedModel):
+        return reference.check(tensors, query, atol, rtol)
     recorded = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in tensors.items()]
     if isinstance(reference, GroupedQueryAttention):
         if key is not None or value is not None or attn_mask is not None or is_causal:

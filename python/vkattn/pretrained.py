@@ -72,11 +72,11 @@ class _Checkpoint:
         a 16-bit checkpoint's matrices 2 each on a GPU, everything 4 on the CPU reference."""
         return self._impl.device_bytes
 
-    def _check_steps(self, recorded, tokens, atol, rtol):
+    def _check_steps(self, recorded, tokens, atol, rtol, token_type_ids=None):
         """`recorded` ({vkattn step name: tensor}) against this model's steps on `tokens`."""
         from .check import CheckReport
         steps = [(name, np.ascontiguousarray(_numpy(t), dtype=np.float32)) for name, t in recorded.items()]
-        return CheckReport(self._impl.check(steps, _ids(self, tokens), atol, rtol))
+        return CheckReport(self._impl.check(steps, _ids(self, tokens), token_type_ids, atol, rtol))
 
     def __repr__(self):
         c = self.config
@@ -212,12 +212,19 @@ class PretrainedEncoder(_Checkpoint):
 
     forward = __call__
 
-    def check(self, recorded, tokens, atol=1e-4, rtol=1e-4):
+    def check(self, recorded, tokens, atol=1e-4, rtol=1e-4, text_pair=None):
         """Your tensors (a Recorder, or a dict, under vkattn's step names as this model's trace
-        names them) against this model's on one text or unpadded token ids: a CheckReport naming
-        the first that differs, with check's diagnoses. vkattn.check(recorded, model, tokens) too."""
+        names them) against this model's on one text or unpadded token ids (with text_pair: the
+        pair of texts, as a call joins them): a CheckReport naming the first that differs, with
+        check's diagnoses. Where you recorded a head's steps (the classifier's, qa_outputs, cls.…)
+        that head's pass is checked. vkattn.check(recorded, model, tokens) too."""
         recorded = dict(getattr(recorded, "tensors", recorded))
-        return self._check_steps(recorded, tokens, atol, rtol)
+        if text_pair is None:
+            return self._check_steps(recorded, tokens, atol, rtol)
+        if not isinstance(tokens, str) or not isinstance(text_pair, str):
+            raise _vkattn.ShapeError("check: text_pair checks one pair of texts: give tokens and text_pair as str")
+        ids, types, _ = self._inputs(tokens, None, None, text_pair)  # types None: DistilBERT's, which has none
+        return self._check_steps(recorded, ids, atol, rtol, types)
 
     def masked_lm(self, tokens, token_type_ids=None, attention_mask=None, text_pair=None):
         """BertForMaskedLM's logits (B, T, vocab_size) of a text, texts or ids (inputs as a

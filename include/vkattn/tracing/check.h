@@ -117,8 +117,12 @@ CheckReport check_decoder(const std::vector<std::pair<std::string, Tensor>>& rec
                           const Tensor& memory, DecoderOptions forward, CheckOptions options = {});
 // A hub checkpoint (io::load_pretrained: GPT-2, Llama-family, BERT) on token ids (B, T), its
 // steps named as its trace names them; its heads, key/value groups and RoPE from config.json.
+// An encoder takes token_type_ids (B, T) (a pair's; zeros where none), and runs the pass whose
+// steps were recorded: its classifier's (Bert::classify: `classifier…`, `qa_outputs`), its
+// masked-LM head's (`cls.…`), or its forward.
 CheckReport check_pretrained(const std::vector<std::pair<std::string, Tensor>>& recorded, const io::Pretrained& model,
-                             Backend& backend, const Tensor& ids, CheckOptions options = {});
+                             Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
+                             CheckOptions options = {});
 // The same for a grouped-query attention (Llama's) on x: its recipe with weights (unfused) unless
 // flash_attention was recorded, checked with its heads, key/value group and RoPE.
 CheckReport check_grouped_query(const std::vector<std::pair<std::string, Tensor>>& recorded,
