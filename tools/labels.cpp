@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "vkattn/io/probabilities.h"
+
 namespace vkattn::cli {
 namespace {
 
@@ -26,17 +28,6 @@ std::string fixed(double v, int digits) {
   std::ostringstream text;
   text << std::fixed << std::setprecision(digits) << v;
   return text.str();
-}
-
-// softmax over the n logits starting at `row`, in double.
-std::vector<double> softmax(const Tensor& logits, size_t row, size_t n) {
-  const auto first = logits.data.begin() + static_cast<std::ptrdiff_t>(row * n);
-  const double top = *std::max_element(first, first + static_cast<std::ptrdiff_t>(n));
-  std::vector<double> p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = std::exp(double(first[static_cast<std::ptrdiff_t>(i)]) - top);
-  const double sum = std::accumulate(p.begin(), p.end(), 0.0);
-  for (double& v : p) v /= sum;
-  return p;
 }
 
 // A token's text quoted, control characters escaped, a part of a character's bytes as U+FFFD
@@ -64,7 +55,7 @@ void print_labels(std::ostream& out, const io::Pretrained& model, std::span<cons
     }
     out << "each token's likeliest label (softmax of its " << n << " logits):\n";
     for (size_t t = 0; t < ids.size(); ++t) {
-      const std::vector<double> p = softmax(logits, t, n);
+      const std::vector<double> p = io::softmax(std::span(logits.data).subspan(t * n, n));
       const size_t best = static_cast<size_t>(std::max_element(p.begin(), p.end()) - p.begin());
       out << "  " << std::left << std::setw(static_cast<int>(token_width)) << tokens[t] << "  "
           << std::setw(static_cast<int>(width)) << names[best] << std::right << "  " << fixed(p[best], 3) << "\n";
@@ -79,7 +70,7 @@ void print_labels(std::ostream& out, const io::Pretrained& model, std::span<cons
     return;
   }
   const bool multi = problem == "multi_label_classification";
-  std::vector<double> p = multi ? std::vector<double>(n) : softmax(logits, 0, n);
+  std::vector<double> p = multi ? std::vector<double>(n) : io::softmax(std::span(logits.data).first(n));
   if (multi) {
     for (size_t i = 0; i < n; ++i) p[i] = 1.0 / (1.0 + std::exp(-double(logits.data[i])));
   }

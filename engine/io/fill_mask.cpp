@@ -1,10 +1,10 @@
 #include "vkattn/io/fill_mask.h"
 
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 
 #include "vkattn/errors.h"
+#include "vkattn/io/probabilities.h"
 
 namespace vkattn::io {
 
@@ -44,11 +44,7 @@ std::vector<std::vector<Fill>> mask_fills(const Pretrained& model, std::span<con
       throw ShapeError("mask_fills: position " + std::to_string(t) + " is outside the logits' " + std::to_string(T) +
                        " positions");
     }
-    const auto row = logits.data.begin() + static_cast<std::ptrdiff_t>(t * V);
-    const double top = *std::max_element(row, row + static_cast<std::ptrdiff_t>(V));
-    std::vector<double> p(static_cast<size_t>(V));
-    for (size_t v = 0; v < p.size(); ++v) p[v] = std::exp(double(row[static_cast<std::ptrdiff_t>(v)]) - top);
-    const double sum = std::accumulate(p.begin(), p.end(), 0.0);
+    const std::vector<double> p = softmax(std::span(logits.data).subspan(size_t(t * V), size_t(V)));
     std::vector<int64_t> order(p.size());
     std::iota(order.begin(), order.end(), int64_t{0});
     auto likelier = [&](int64_t a, int64_t b) {
@@ -58,7 +54,7 @@ std::vector<std::vector<Fill>> mask_fills(const Pretrained& model, std::span<con
     std::vector<Fill>& here = fills.emplace_back();
     for (size_t k = 0; k < kept; ++k) {
       const int64_t id = order[k];
-      here.push_back({id, model.tokenizer->decode(std::span(&id, 1)), p[size_t(id)] / sum});
+      here.push_back({id, model.tokenizer->decode(std::span(&id, 1)), p[size_t(id)]});
     }
   }
   return fills;

@@ -4,25 +4,36 @@
 #include <cmath>
 
 #include "vkattn/errors.h"
+#include "vkattn/io/probabilities.h"
 
 namespace vkattn::io {
 
 namespace {
 
-// softmax over the allowed positions of logits[row + t · 2 + which], in double; 0 elsewhere
-std::vector<double> probabilities(const Tensor& logits, size_t row, int64_t which, const std::vector<bool>& allowed) {
-  const size_t T = allowed.size();
-  double top = -INFINITY;
-  for (size_t t = 0; t < T; ++t) {
-    if (allowed[t]) top = std::max(top, double(logits.data[row + t * 2 + size_t(which)]));
+struct Span {
+  double score;
+  int64_t s, e;  // its first and last token
+};
+
+// The top_k likeliest spans s … e of a window's context (in_context), s <= e < s + max_answer_len,
+// each scored P(start = s) · P(end = e); ties: the earlier start, then the earlier end
+std::vector<Span> likeliest_spans(const std::vector<double>& start, const std::vector<double>& end,
+                                  const std::vector<bool>& in_context, const AnswerOptions& options) {
+  const auto T = static_cast<int64_t>(in_context.size());
+  std::vector<Span> spans;
+  for (int64_t s = 0; s < T; ++s) {
+    if (!in_context[size_t(s)]) continue;
+    for (int64_t e = s; e < std::min(T, s + options.max_answer_len); ++e) {
+      if (in_context[size_t(e)]) spans.push_back({start[size_t(s)] * end[size_t(e)], s, e});
+    }
   }
-  std::vector<double> p(T, 0.0);
-  double sum = 0.0;
-  for (size_t t = 0; t < T; ++t) {
-    if (allowed[t]) sum += p[t] = std::exp(double(logits.data[row + t * 2 + size_t(which)]) - top);
-  }
-  for (double& v : p) v /= sum;
-  return p;
+  const auto kept = std::min(spans.size(), static_cast<size_t>(options.top_k));
+  std::partial_sort(spans.begin(), spans.begin() + static_cast<std::ptrdiff_t>(kept), spans.end(),
+                    [](const Span& a, const Span& b) {
+                      return a.score > b.score || (a.score == b.score && (a.s < b.s || (a.s == b.s && a.e < b.e)));
+                    });
+  spans.resize(kept);
+  return spans;
 }
 
 // The pipeline's test for one answer: the same text but for the case of its ASCII letters
@@ -100,29 +111,13 @@ std::vector<Answer> answers(const std::vector<text::EncodedPair>& windows, std::
     }
     const bool cls = T > 0 && pair.sequence_ids[0] == -1;
     if (cls) allowed[0] = true;
-    const size_t row = size_t(w) * size_t(logits.shape[1]) * 2;
-    const std::vector<double> start = probabilities(logits, row, 0, allowed),
-                              end = probabilities(logits, row, 1, allowed);
+    // the window's row of logits: start and end interleaved, (T, 2)
+    const std::span<const float> row(logits.data.data() + size_t(w) * size_t(logits.shape[1]) * 2, size_t(T) * 2);
+    const std::vector<double> start = softmax(row, 2, &allowed), end = softmax(row.subspan(1), 2, &allowed);
     if (cls) impossible = std::min(impossible, start[0] * end[0]);
 
-    // pass 2: every span s … e of the context, s <= e < s + max_answer_len, scored P(s) · P(e)
-    struct Span {
-      double score;
-      int64_t s, e;
-    };
-    std::vector<Span> spans;
-    for (int64_t s = 0; s < T; ++s) {
-      if (!in_context[size_t(s)]) continue;
-      for (int64_t e = s; e < std::min(T, s + options.max_answer_len); ++e) {
-        if (in_context[size_t(e)]) spans.push_back({start[size_t(s)] * end[size_t(e)], s, e});
-      }
-    }
-    const auto kept = std::min(spans.size(), static_cast<size_t>(options.top_k));
-    std::partial_sort(spans.begin(), spans.begin() + static_cast<std::ptrdiff_t>(kept), spans.end(),
-                      [](const Span& a, const Span& b) {
-                        return a.score > b.score || (a.score == b.score && (a.s < b.s || (a.s == b.s && a.e < b.e)));
-                      });
-    spans.resize(kept);
+    // pass 2: the window's top_k spans
+    const std::vector<Span> spans = likeliest_spans(start, end, in_context, options);
 
     // pass 3: each span's bytes of the context: from its first token's word's start to its last
     // token's word's end (align_to_words: the words' tokens in this window), or from its first
