@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include <unicode/locid.h>
+#include <unicode/unistr.h>
+
 #include "vkattn/errors.h"
 #include "vkattn/io/probabilities.h"
 
@@ -36,12 +39,17 @@ std::vector<Span> likeliest_spans(const std::vector<double>& start, const std::v
   return spans;
 }
 
-// The pipeline's test for one answer: the same text but for the case of its ASCII letters
+// The pipeline's test for one answer: the same text once lowercased (Python's str.lower(): each
+// character's full lowercase mapping, a final 'Σ' a 'ς')
 bool same_text(std::string_view a, std::string_view b) {
-  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; };
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) {
-           return lower(x) == lower(y);
-         });
+  auto lower = [](std::string_view text) {
+    std::string out;
+    icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())))
+        .toLower(icu::Locale::getRoot())
+        .toUTF8String(out);
+    return out;
+  };
+  return a == b || lower(a) == lower(b);
 }
 
 }  // namespace

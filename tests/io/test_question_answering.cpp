@@ -146,6 +146,25 @@ TEST(Answers, BadInputsAreOneLineErrors) {
                            {"the context has no tokens, so no answer"});
 }
 
+// Two spans whose texts differ in case alone are one answer, as Python's str.lower() finds them
+// the same: "Élan" and "élan", "ΟΔΟΣ" and "οδος" (a final sigma lowercased as 'ς')
+TEST(Answers, SpansOfOneTextButForCaseAreOneAnswer) {
+  for (const auto& [first, second] : {std::pair<std::string, std::string>{"Élan", "élan"}, {"ΟΔΟΣ", "οδος"}}) {
+    const std::string context = first + " and " + second;  // [CLS] q [SEP] first and second [SEP]
+    text::EncodedPair p;
+    p.ids = {2, 10, 3, 20, 21, 22, 3}, p.type_ids = {0, 0, 0, 1, 1, 1, 1}, p.sequence_ids = {-1, 0, -1, 1, 1, 1, -1};
+    const size_t a = first.size(), b = a + 5;
+    p.offsets = {{}, {0, 1, 0}, {}, {0, a, 0}, {a + 1, a + 4, 1}, {b, b + second.size(), 2}, {}};
+    Tensor logits({1, 7, 2});
+    for (size_t t : {3, 5}) logits.data[2 * t] = logits.data[2 * t + 1] = 4.0f;  // the two words, one token each
+    const std::vector<io::Answer> found = io::answers({p}, context, logits, {.top_k = 2, .max_answer_len = 1});
+    ASSERT_EQ(found.size(), 1u) << first;
+    EXPECT_EQ(found[0].text, first);
+    const double each = std::exp(4.0) / (1.0 + 2.0 * std::exp(4.0) + 1.0);  // over [CLS] and the three words
+    EXPECT_NEAR(found[0].score, 2.0 * each * each, 1e-12) << first;
+  }
+}
+
 // A long context cut into windows (text::windows) as a fast tokenizer cuts it with
 // truncation="only_second", return_overflowing_tokens: [CLS] q [SEP] c0 … c9 [SEP], 14 tokens, in
 // windows of 9 leave room for 5 of the context's: windows from c0, c3 (stride 2: c3 and c4

@@ -55,7 +55,7 @@ QuestionInputs question_inputs(const text::Tokenizer& tokenizer, std::string_vie
 
 // The answers of `context` (encoded as each window's second text, after the question) among
 // each window's top_k likeliest spans (ties: the earlier start, then the earlier end), the
-// likeliest first: spans whose texts are the same but for the case of ASCII letters — in one
+// likeliest first: spans whose texts are the same once lowercased (as Python's str.lower()) — in one
 // window, or in two that overlap — are one answer, the first's span with their scores summed, as
 // the pipeline merges them (so there may be fewer than top_k); the impossible answer, where asked,
 // ranked among them with the lowest of the windows' scores for it. windows: question_inputs'
