@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -161,3 +162,18 @@ def qa_pipeline(features, context, top_k=1, max_answer_len=15, align_to_words=Tr
         answers.append({"score": float(min_null_score), "start": 0, "end": 0, "answer": ""})
     answers = sorted(answers, key=lambda x: x["score"], reverse=True)[:top_k]
     return answers[0] if len(answers) == 1 else answers
+
+
+def recorded_steps(tmp_path, folder, *args):
+    """`vkattn run --model folder` with `args` (--text …) on the reference, every step's value
+    saved, then renamed as check reads them (tmp_path/mine/<step>.npy): (that folder, the run's
+    stdout)"""
+    done = subprocess.run([os.environ["VKATTN_CLI"], "run", "--model", str(folder), *map(str, args),
+                           "--trace", str(tmp_path / "trace"), "--trace-values", "--backend", "cpu"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for f in (tmp_path / "trace").glob("[0-9][0-9][0-9]_*.npy"):  # NNN_<step>.npy -> <step>.npy
+        (mine / f.name[4:]).write_bytes(f.read_bytes())
+    return mine, done.stdout

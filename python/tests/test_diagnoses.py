@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import vkattn
+from conftest import recorded_steps
 from what_check_knows import MISTAKES, ScratchAttention, check, trusted
 
 B, L, E, H = 2, 7, 32, 4
@@ -271,18 +272,10 @@ def test_vkattn_check_dir_checks_an_encoder_and_a_decoder(tmp_path):
 
 
 def recorded_run(tmp_path, model, *flags):
-    """models/`model` run by `vkattn run --model` on the reference, every step's value recorded as
-    check reads them (DIR/<step>.npy): (the folder, DIR, the run's stdout)"""
+    """models/`model` run by `vkattn run --model` on "Alice was tired.", every step's value recorded
+    as check reads them (DIR/<step>.npy): (the folder, DIR, the run's stdout)"""
     folder = pathlib.Path(__file__).resolve().parents[2] / "models" / model
-    done = subprocess.run([os.environ["VKATTN_CLI"], "run", "--model", str(folder), "--text", "Alice was tired.",
-                           "--trace", str(tmp_path / "trace"), "--trace-values", "--backend", "cpu", *flags],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    for f in (tmp_path / "trace").glob("[0-9][0-9][0-9]_*.npy"):   # NNN_<step>.npy -> <step>.npy
-        (mine / f.name[4:]).write_bytes(f.read_bytes())
-    return folder, mine, done.stdout
+    return (folder, *recorded_steps(tmp_path, folder, "--text", "Alice was tired.", *flags))
 
 
 @pytest.mark.parametrize("model, step", [("tiny_llama", "layers.0.self_attn.o_proj"), ("tiny_bert", "layers.1.linear2")])
@@ -304,14 +297,7 @@ def test_vkattn_check_checks_a_masked_lms_head_where_its_steps_were_recorded(tmp
     """`vkattn run` on a text with [MASK] runs BertForMaskedLM's head (cls.predictions): check runs
     the same pass, so the head's steps are checked, not refused as steps of no recipe."""
     folder = pathlib.Path(__file__).resolve().parents[2] / "models" / "tiny_bert"
-    done = subprocess.run([os.environ["VKATTN_CLI"], "run", "--model", str(folder), "--text", "Alice was [MASK].",
-                           "--trace", str(tmp_path / "trace"), "--trace-values", "--backend", "cpu"],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    for f in (tmp_path / "trace").glob("[0-9][0-9][0-9]_*.npy"):
-        (mine / f.name[4:]).write_bytes(f.read_bytes())
+    mine, _ = recorded_steps(tmp_path, folder, "--text", "Alice was [MASK].")
     args = [mine, "--model", folder, "--text", "Alice was [MASK]."]
     done = run_cli(*args)
     assert done.returncode == 0 and " cls.predictions.decoder " in done.stdout, done.stdout + done.stderr

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import vkattn
-from conftest import MODELS, assert_close, definition, overflow, qa_pipeline, read_safetensors, wordpiece_pair
+from conftest import (MODELS, assert_close, definition, overflow, qa_pipeline, read_safetensors, recorded_steps,
+                      wordpiece_pair)
 
 FOLDER = os.path.join(MODELS, "tiny_bert")
 QUESTION = "Who was tired of sitting by her sister?"
@@ -144,14 +145,7 @@ def test_a_pairs_steps_are_checked_to_its_head(tmp_path, answerer):
     pair — token types and qa_outputs included — from Python and by `vkattn check --text-pair`;
     qa_outputs changed is where they part."""
     cli = os.environ["VKATTN_CLI"]
-    done = subprocess.run([cli, "run", "--model", answerer.folder, "--text", QUESTION, "--text-pair", CONTEXT,
-                           "--trace", tmp_path / "trace", "--trace-values", "--backend", "cpu"],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    for f in (tmp_path / "trace").glob("[0-9][0-9][0-9]_*.npy"):  # NNN_<step>.npy -> <step>.npy
-        (mine / f.name[4:]).write_bytes(f.read_bytes())
+    mine, _ = recorded_steps(tmp_path, answerer.folder, "--text", QUESTION, "--text-pair", CONTEXT)
     recorded = {f.stem: np.load(f) for f in mine.glob("*.npy")}
     assert "qa_outputs" in recorded and "embeddings.token_type_embeddings" in recorded
     model = vkattn.from_pretrained(answerer.folder, device="cpu")
