@@ -123,7 +123,7 @@ Runnable grouped_query_run(const RunArgs& a) {
 // (1, T, V), an encoder's (BERT, RoBERTa) last hidden state (1, T, E), its pooled output in the
 // trace, a classifier's logits (1, num_labels) or (1, T, num_labels), said by label, a masked LM's
 // (1, T, V) on a text with [MASK]s (RoBERTa's <mask>), said by the tokens likeliest there, or a
-// question answerer's (1, T, 2) on a question and its context, said by its answers.
+// question answerer's (W, T, 2) on a question and its context (in W windows), said by its answers.
 Runnable model_run(const RunArgs& a) {
   const auto& in = a.inputs;
   for (auto [given, flag] : {std::pair{!in.weights.empty(), "--weights"}, {!in.query.empty(), "--query"},

@@ -1,7 +1,8 @@
 #pragma once
-// What an extractive question answerer (…ForQuestionAnswering: Bert::classify's (1, T, 2) logits
-// of a question and its context joined as a pair) answers, as Hugging Face's question-answering
-// pipeline gives it: the spans of the context likeliest to be the answer. Each token's start and
+// What an extractive question answerer (…ForQuestionAnswering: Bert::classify's (W, T, 2) logits
+// of a question and its context joined as a pair, in W windows where the context is long) answers,
+// as Hugging Face's question-answering pipeline gives it: the spans of the context likeliest to be
+// the answer. Each token's start and
 // end logits become probabilities by a softmax over the context's tokens (and the template's first
 // token, [CLS] or <s>, whose probability then counts for no span); a span of tokens s … e, s <= e
 // < s + max_answer_len, scores P(start = s) · P(end = e). C++ (`vkattn run --model DIR --text
