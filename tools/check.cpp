@@ -71,10 +71,8 @@ CheckReport check_model(const CheckArgs& a, const std::vector<std::pair<std::str
   const io::Pretrained p = load_model(a.model, a.weights_dtype);
   if (!a.text_pair) return check_pretrained(recorded, p, backend, text_tokens(p, a.text), {}, {a.atol, a.rtol});
   if (!p.encoder) throw UsageError("--text-pair: " + a.model + " is a language model, which reads one text");
-  TextPair joined = text_pair_tokens(p, a.text, *a.text_pair);
-  std::optional<Tensor> types;
-  if (p.encoder->config().type_vocab_size > 0) types = joined.type_ids;
-  return check_pretrained(recorded, p, backend, joined.ids, types, {a.atol, a.rtol});
+  const TextPair joined = text_pair_tokens(p, a.text, *a.text_pair);
+  return check_pretrained(recorded, p, backend, joined.ids, joined.type_ids, {a.atol, a.rtol});
 }
 
 // The recipe of the module --weights holds (or --model's), checked against `recorded`. UsageError

@@ -168,7 +168,8 @@ TextPair text_pair_tokens(const io::Pretrained& model, const std::string& text, 
   auto row = [](const std::vector<int64_t>& v) {
     return Tensor(Shape{1, static_cast<int64_t>(v.size())}, std::vector<float>(v.begin(), v.end()), DType::int64);
   };
-  return {row(joined.ids), row(joined.type_ids), joined};
+  const bool types = model.encoder && model.encoder->config().type_vocab_size > 0;
+  return {row(joined.ids), types ? std::optional<Tensor>(row(joined.type_ids)) : std::nullopt};
 }
 
 void add_layer_args(CLI::App& cmd, LayerArgs& a, const std::string& only) {

@@ -56,11 +56,12 @@ std::string rounded_words(const std::string& weights_dtype);
 // text that is not UTF-8 or gives no token.
 Tensor text_tokens(const io::Pretrained& model, const std::string& text);
 // --text and --text-pair joined by the tokenizer's template for pairs (Tokenizer::encode_pair):
-// the ids (1, T) and their token types (1, T), int64. UsageError "--text-pair: …" where a text is
-// empty or not UTF-8, or the tokenizer has no template for pairs.
+// the ids (1, T) and their token types (1, T), int64, those where the encoder has token types
+// (not DistilBERT's). UsageError "--text-pair: …" where a text is empty or not UTF-8, or the
+// tokenizer has no template for pairs.
 struct TextPair {
-  Tensor ids, type_ids;
-  text::EncodedPair encoded;  // the tokenizer's: ids, which text each came from, offsets
+  Tensor ids;
+  std::optional<Tensor> type_ids;
 };
 TextPair text_pair_tokens(const io::Pretrained& model, const std::string& text, const std::string& pair);
 

@@ -157,13 +157,13 @@ Runnable model_run(const RunArgs& a) {
   options.doc_stride = a.doc_stride;
   auto tokens = std::make_shared<Tensor>(text_tokens(*p, a.text));
   std::optional<Tensor> types;  // a pair's token types, where the encoder has them
-  std::optional<Tensor> padding;  // a question answerer's windows past their ends
+  std::optional<Tensor> padding;  // a question answerer's windows past their ends (where more than one)
   auto windows = std::make_shared<std::vector<text::EncodedPair>>();
   if (a.text_pair) {
     if (!p->encoder) throw UsageError("--text-pair: " + a.model + " is a language model, which reads one text");
-    TextPair joined = text_pair_tokens(*p, a.text, *a.text_pair);
+    const TextPair joined = text_pair_tokens(*p, a.text, *a.text_pair);
     *tokens = joined.ids;
-    if (p->encoder->config().type_vocab_size > 0) types = joined.type_ids;
+    types = joined.type_ids;
   }
   const std::vector<int64_t> ids(tokens->data.begin(), tokens->data.end());
   if (answers) {  // the context in windows of --max-seq-len tokens, one batch
@@ -175,7 +175,7 @@ Runnable model_run(const RunArgs& a) {
     }
     *tokens = windowed.ids;
     if (types) types = windowed.type_ids;
-    if (windowed.windows.size() > 1) padding = windowed.key_padding_mask;
+    padding = windowed.key_padding_mask;
     *windows = std::move(windowed.windows);
   }
   const std::string repr = p->architecture + ": the " + (a.text_pair ? "pair" : "text") + "'s " +

@@ -73,7 +73,7 @@ QuestionInputs question_inputs(const text::Tokenizer& tokenizer, std::string_vie
   for (const text::EncodedPair& w : in.windows) T = std::max(T, static_cast<int64_t>(w.ids.size()));
   in.ids = Tensor({W, T}, DType::int64);
   in.type_ids = Tensor({W, T}, DType::int64);
-  in.key_padding_mask = Tensor({W, T}, DType::boolean);
+  Tensor padding({W, T}, DType::boolean);
   for (size_t w = 0; w < size_t(W); ++w) {
     const text::EncodedPair& window = in.windows[w];
     for (size_t t = 0; t < size_t(T); ++t) {
@@ -81,9 +81,10 @@ QuestionInputs question_inputs(const text::Tokenizer& tokenizer, std::string_vie
       const bool inside = t < window.ids.size();
       in.ids.data[at] = inside ? float(window.ids[t]) : 0.0f;
       in.type_ids.data[at] = inside && t < window.type_ids.size() ? float(window.type_ids[t]) : 0.0f;
-      in.key_padding_mask.data[at] = inside ? 0.0f : 1.0f;
+      padding.data[at] = inside ? 0.0f : 1.0f;
     }
   }
+  if (W > 1) in.key_padding_mask = std::move(padding);
   return in;
 }
 

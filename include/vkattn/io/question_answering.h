@@ -46,7 +46,7 @@ struct QuestionInputs {
   std::vector<text::EncodedPair> windows;
   Tensor ids;               // (W, T) int64, padding 0
   Tensor type_ids;          // (W, T) int64
-  Tensor key_padding_mask;  // (W, T) bool, true past a window's end
+  std::optional<Tensor> key_padding_mask;  // (W, T) bool, true past a window's end; none for one window
 };
 // ConfigError where max_seq_len is below 1 or over max_tokens (the longest input the model
 // takes), doc_stride is negative or larger than max_seq_len, or the question leaves no room
