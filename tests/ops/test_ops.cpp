@@ -282,9 +282,9 @@ TEST(Float16Products, MatchTheReferenceOnRoundedInputsOrAreRefused) {
     return rounded;
   };
   // Whole vec4 rows or not (K % 4), W float32 or float16, bias or none: each a constant of the
-  // pipeline, which lavapipe compiles for seconds. Every pair of the three is met both ways in
-  // four pipelines rather than eight: whole rows take W float32 without bias and float16 with
-  // it, the others the two other ways.
+  // pipeline, which lavapipe compiles for seconds. Four pipelines rather than eight meet all
+  // four combinations of every two of the three: whole rows take W float32 without bias and
+  // float16 with it, the others float32 with bias and float16 without.
   for (auto [N, K, M] : {std::tuple{9, 64, 17}, {113, 3, 130}, {300, 200, 65}, {17, 65, 256}}) {
     const Tensor x = random_tensor({N, K}, 1), bias = random_tensor({M}, 3);
     for (Narrow narrow : {Narrow::none, Narrow::float16}) {
