@@ -107,12 +107,14 @@ Runnable grouped_query_run(const RunArgs& a) {
        << c.rope_theta << " on " << (c.rotary_dims ? c.rotary_dims : c.dim()) << " dims; "
        << (c.causal ? "causal" : "not causal");
   if (c.sliding_window) repr << ", window " << c.sliding_window;
+  if (c.qk_norm) repr << "; q and k RMS-normalised per head (q_norm, k_norm)";
   nlohmann::json trace = {
       {"module", "grouped-query attention"}, {"hidden_size", c.hidden_size}, {"num_heads", c.num_heads},
       {"num_key_value_heads", c.kv_heads()}, {"head_dim", c.dim()}, {"attention_bias", c.attention_bias},
       {"o_proj_bias", c.o_proj_bias}, {"rope", c.rope == RotaryConvention::half ? "half" : "pairs"},
       {"rope_theta", c.rope_theta}, {"rotary_dims", c.rotary_dims ? c.rotary_dims : c.dim()},
-      {"is_causal", c.causal}, {"sliding_window", c.sliding_window}, {"need_weights", options.need_weights},
+      {"is_causal", c.causal}, {"sliding_window", c.sliding_window}, {"qk_norm", c.qk_norm},
+      {"need_weights", options.need_weights},
       {"average_attn_weights", options.average_attn_weights},
       {"attention", attention_path_name(resolve_attention(options.attention, options.need_weights))},
       {"files", trace_files(a.inputs)}};

@@ -46,7 +46,10 @@ Value Backend::rms_norm(const std::string& step_name, const Value& x, const Valu
           [&] { return "eps " + std::to_string(eps) + " must be a positive finite number"; });
   Value y = make_output(step, x.shape);
   timed(step, [&] { run_rms_norm(step, *x.storage, *weight.storage, *y.storage, N, E, eps); });
-  if (tracing()) report(step, "rms_norm", infos({&x, &weight}), y, {"b", "t", "f"});
+  if (tracing()) {  // a sequence's features, or each head's (Qwen3's q_norm and k_norm)
+    report(step, "rms_norm", infos({&x, &weight}), y,
+           x.rank() == 4 ? std::vector<std::string>{"b", "h", "t", "c"} : std::vector<std::string>{"b", "t", "f"});
+  }
   return y;
 }
 

@@ -454,7 +454,8 @@ GroupedQueryState grouped_query_from_state_dict(const Safetensors& file, Grouped
                                                 const std::string& source, const std::string& prefix) {
   StateDict sd(file, source, prefix);
   constexpr std::array kNames = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
-                                 "q_proj.bias",   "k_proj.bias",   "v_proj.bias",   "o_proj.bias"};
+                                 "q_proj.bias",   "k_proj.bias",   "v_proj.bias",   "o_proj.bias",
+                                 "q_norm.weight", "k_norm.weight"};
   for (const auto& [full_name, tensor] : file.tensors) {
     if (!full_name.starts_with(prefix)) continue;  // another module's, for the caller to judge
     const std::string name = full_name.substr(prefix.size());
@@ -463,7 +464,8 @@ GroupedQueryState grouped_query_from_state_dict(const Safetensors& file, Grouped
                              ? "; that is an nn.MultiheadAttention's: run it without --kv-heads, --rope and --window"
                              : "";
       throw sd.error("unexpected tensor '" + full_name + "' " + shape_string(tensor.shape) +
-                     " in a grouped-query attention state_dict (q_proj, k_proj, v_proj, o_proj)" + hint);
+                     " in a grouped-query attention state_dict (q_proj, k_proj, v_proj, o_proj, q_norm, k_norm)" +
+                     hint);
     }
   }
   const Tensor* o = sd.find("o_proj.weight");
@@ -500,6 +502,11 @@ GroupedQueryState grouped_query_from_state_dict(const Safetensors& file, Grouped
     w.v_proj_bias = sd.take("v_proj.bias", {H_kv * d}, dims({"H_kv·d"}, {H_kv * d}));
   }
   if (sd.has("o_proj.bias")) w.o_proj_bias = sd.take("o_proj.bias", {E}, dims({"E"}, {E}));
+  const bool qk_norm = sd.has("q_norm.weight") || sd.has("k_norm.weight");  // Qwen3's, both or neither
+  if (qk_norm) {
+    w.q_norm_weight = sd.take("q_norm.weight", {d}, dims({"d"}, {d}));
+    w.k_norm_weight = sd.take("k_norm.weight", {d}, dims({"d"}, {d}));
+  }
   auto& c = state.config = config;
   c.hidden_size = E;
   c.num_heads = H;
@@ -507,6 +514,7 @@ GroupedQueryState grouped_query_from_state_dict(const Safetensors& file, Grouped
   c.head_dim = d;
   c.attention_bias = bias;
   c.o_proj_bias = w.o_proj_bias.has_value();
+  c.qk_norm = qk_norm;
   return state;
 }
 

@@ -62,6 +62,9 @@ const GroupedQueryAttentionConfig& checked(const GroupedQueryAttentionConfig& c)
   if (c.sliding_window < 0 || (c.sliding_window > 0 && !c.causal)) {
     fail(number("sliding_window", c.sliding_window) + " must be >= 0 (0: none), and a window needs causal attention");
   }
+  if (c.qk_norm && !(c.qk_norm_eps > 0.0f && std::isfinite(c.qk_norm_eps))) {
+    fail("qk_norm_eps=" + std::to_string(c.qk_norm_eps) + " must be a finite number above 0");
+  }
   return c;
 }
 
@@ -83,6 +86,10 @@ GroupedQueryAttentionWeights GroupedQueryAttentionWeights::random(const GroupedQ
     w.v_proj_bias = linear_parameter({KVd}, E, rng);
   }
   if (c.o_proj_bias) w.o_proj_bias = linear_parameter({E}, Hd, rng);
+  if (c.qk_norm) {
+    w.q_norm_weight = Tensor({c.dim()}, std::vector<float>(static_cast<size_t>(c.dim()), 1.0f));
+    w.k_norm_weight = w.q_norm_weight;
+  }
   return w;
 }
 
@@ -102,6 +109,8 @@ GroupedQueryAttention::GroupedQueryAttention(GroupedQueryAttentionConfig config,
   checks::optional_weight(kGqa, "k_proj.bias", w.k_proj_bias, c.attention_bias, "attention_bias", {KVd}, "(H_kv·d,)");
   checks::optional_weight(kGqa, "v_proj.bias", w.v_proj_bias, c.attention_bias, "attention_bias", {KVd}, "(H_kv·d,)");
   checks::optional_weight(kGqa, "o_proj.bias", w.o_proj_bias, c.o_proj_bias, "o_proj_bias", {E}, "(E,)");
+  checks::optional_weight(kGqa, "q_norm.weight", w.q_norm_weight, c.qk_norm, "qk_norm", {c.dim()}, "(d,)");
+  checks::optional_weight(kGqa, "k_norm.weight", w.k_norm_weight, c.qk_norm, "qk_norm", {c.dim()}, "(d,)");
 }
 
 Tensor GroupedQueryAttention::batch_first(const std::string& who, const Tensor& x, bool& batched) const {
@@ -129,6 +138,10 @@ GroupedQueryAttention::Heads GroupedQueryAttention::project(Backend& b, Value x,
   Value k = b.linear_split_heads("k_proj", "split_heads_k", x, wk, ptr(bk), c.kv_heads());  // (B, H_kv, T, d)
   Value v = b.linear_split_heads("v_proj", "split_heads_v", x, wv, ptr(bv), c.kv_heads());  // (B, H_kv, T, d)
   x = Value();  // let go of: its buffer may take a later step's output
+  if (c.qk_norm) {  // each head's d features, as Qwen3's q_norm(q.view(B, T, H, d)) before the transpose
+    q = b.rms_norm("q_norm", q, b.upload_weight("q_norm.weight", *w.q_norm_weight), c.qk_norm_eps);  // (B, H, T, d)
+    k = b.rms_norm("k_norm", k, b.upload_weight("k_norm.weight", *w.k_norm_weight), c.qk_norm_eps);  // (B, H_kv, T, d)
+  }
   q = b.rotary_embedding("rotary_embedding_q", q, position, c.rope_theta, c.rotary_dims, c.rope, c.rope_scaling);
   k = b.rotary_embedding("rotary_embedding_k", k, position, c.rope_theta, c.rotary_dims, c.rope, c.rope_scaling);
   return {q, k, v};

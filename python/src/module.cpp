@@ -216,7 +216,7 @@ class GroupedQuery {
             {"num_kv_heads", c.kv_heads()}, {"head_dim", c.dim()}, {"attention_bias", c.attention_bias},
             {"o_proj_bias", c.o_proj_bias}, {"rope", c.rope == RotaryConvention::half ? "half" : "pairs"},
             {"rope_theta", c.rope_theta}, {"rotary_dims", c.rotary_dims ? c.rotary_dims : c.dim()},
-            {"causal", c.causal}, {"sliding_window", c.sliding_window}};
+            {"causal", c.causal}, {"sliding_window", c.sliding_window}, {"qk_norm", c.qk_norm}};
   }
 
   py::tuple forward(const FloatArray& x, const std::optional<py::array>& key_padding_mask, bool need_weights,

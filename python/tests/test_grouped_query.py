@@ -30,15 +30,29 @@ def rotate(x, theta, pairs):
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
-class LlamaAttention(torch.nn.Module):
-    """A learner's Llama attention; `bug` is one mistake or None."""
+class HeadNorm(torch.nn.Module):
+    """Qwen3's q_norm / k_norm: RMSNorm over each head's d features (eps 1e-6), its weight drawn
+    about 1 (a trained one's are; all ones would hide a weight left out)."""
 
-    def __init__(self, bug=None):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(1 + 0.5 * torch.rand(D))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class LlamaAttention(torch.nn.Module):
+    """A learner's Llama attention (with qk_norm, Qwen3's); `bug` is one mistake or None."""
+
+    def __init__(self, bug=None, qk_norm=False):
         super().__init__()
         self.q_proj = torch.nn.Linear(E, H * D, bias=False)
         self.k_proj = torch.nn.Linear(E, H_KV * D, bias=False)
         self.v_proj = torch.nn.Linear(E, H_KV * D, bias=False)
         self.o_proj = torch.nn.Linear(H * D, E, bias=False)
+        if qk_norm:
+            self.q_norm, self.k_norm = HeadNorm(), HeadNorm()
         self.bug = bug
 
     def forward(self, x, rec):
@@ -47,6 +61,8 @@ class LlamaAttention(torch.nn.Module):
         q = rec("split_heads_q", rec("q_proj", self.q_proj(x)).view(B, T, H, D).transpose(1, 2))
         k = rec("split_heads_k", rec("k_proj", self.k_proj(x)).view(B, T, H_KV, D).transpose(1, 2))
         v = rec("split_heads_v", rec("v_proj", self.v_proj(x)).view(B, T, H_KV, D).transpose(1, 2))
+        if hasattr(self, "q_norm"):
+            q, k = rec("q_norm", self.q_norm(q)), rec("k_norm", self.k_norm(k))
         q = rec("rotary_embedding_q", rotate(q, theta, pairs))
         k = rec("rotary_embedding_k", rotate(k, theta, pairs))
         if self.bug == "repeat":
@@ -60,9 +76,9 @@ class LlamaAttention(torch.nn.Module):
         return rec("o_proj", self.o_proj(o))
 
 
-def run(bug, device=None):
+def run(bug, device=None, qk_norm=False):
     torch.manual_seed(0)
-    model = LlamaAttention(bug)
+    model = LlamaAttention(bug, qk_norm)
     x = torch.randn(B, T, E)
     rec = vkattn.Recorder()
     with torch.no_grad():
@@ -109,6 +125,16 @@ def test_a_correct_llama_attention_agrees_at_every_step(device):
     *_, report = run(None, device)
     assert report.ok, str(report)
     assert sum(s["verdict"] == "agrees" for s in report.steps) == 14
+
+
+def test_qwen3s_attention_normalises_each_heads_q_and_k_as_torch_does(device):
+    out, x, attention, report = run(None, device, qk_norm=True)
+    assert attention.qk_norm and "qk_norm=True" in repr(attention)
+    for path in ("fused", "unfused"):
+        assert_close(attention(x, attention=path)[0], out, atol=1e-5, rtol=1e-4)
+    assert report.ok, str(report)
+    assert [s["name"] for s in report.steps][6:8] == ["q_norm", "k_norm"]
+    assert sum(s["verdict"] == "agrees" for s in report.steps) == 16
 
 
 MISTAKES = [

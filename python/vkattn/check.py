@@ -44,7 +44,10 @@ STEPS = {
     "out_proj": ("(B, L, E)", "b, t, f", "self.W_o(O)"),
     "average_heads": ("(B, L, S)", "b, i, j", "P.mean(dim=1)"),
     "flash_attention": ("(B, H, L, d)", "b, h, i, c", "F.scaled_dot_product_attention(Q, K, V)"),
-    # a grouped-query attention's (GroupedQueryAttention): H_kv key/value heads, RoPE, o_proj
+    # a grouped-query attention's (GroupedQueryAttention): H_kv key/value heads, Qwen3's q/k norms,
+    # RoPE, o_proj
+    "q_norm": ("(B, H, T, d)", "b, h, t, c", "self.q_norm(q): Qwen3's RMSNorm over each head's d"),
+    "k_norm": ("(B, H_kv, T, d)", "b, h, t, c", "self.k_norm(k): Qwen3's RMSNorm over each head's d"),
     "rotary_embedding_q": ("(B, H, T, d)", "b, h, t, c", "q * cos + rotate_half(q) * sin"),
     "rotary_embedding_k": ("(B, H_kv, T, d)", "b, h, t, c", "k * cos + rotate_half(k) * sin, before repeat_kv"),
     "o_proj": ("(B, T, E)", "b, t, f", "self.o_proj(attn_output)"),

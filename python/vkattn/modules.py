@@ -129,9 +129,11 @@ class GroupedQueryAttention:
     """The self-attention of Llama, Mistral, Qwen and Gemma (Hugging Face's LlamaAttention), in
     eval mode, on a vkattn device: q_proj, k_proj, v_proj, o_proj; H query heads sharing H_kv
     key/value heads (repeat_interleave's order, without the copy); RoPE on q and k; causal,
-    optionally with a sliding window. Made from a state_dict under Hugging Face's names, with what
-    a state_dict cannot say: rope ("half": rotate_half, Hugging Face's; "pairs": GPT-J's and
-    Meta's Llama code's), rope_theta, rotary_dims (None: all of each head), sliding_window."""
+    optionally with a sliding window; with q_norm.weight and k_norm.weight in the state_dict,
+    Qwen3's RMSNorm of each head's q and k before RoPE (eps 1e-6; qk_norm is then True). Made from
+    a state_dict under Hugging Face's names, with what a state_dict cannot say: rope ("half":
+    rotate_half, Hugging Face's; "pairs": GPT-J's and Meta's Llama code's), rope_theta,
+    rotary_dims (None: all of each head), sliding_window."""
 
     def __init__(self, state_dict, num_heads, num_kv_heads=None, rope="half", rope_theta=10000.0, rotary_dims=None,
                  causal=True, sliding_window=None, device=None):
@@ -149,6 +151,7 @@ class GroupedQueryAttention:
 
     def __repr__(self):
         window = f", sliding_window={self.sliding_window}" if self.sliding_window else ""
+        window += ", qk_norm=True" if self.qk_norm else ""
         return (f"vkattn.GroupedQueryAttention(hidden_size={self.hidden_size}, num_heads={self.num_heads}, "
                 f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, rope={self.rope!r}, "
                 f"rope_theta={self.rope_theta:g}{window}) on {self.device}")

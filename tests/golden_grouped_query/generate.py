@@ -7,7 +7,8 @@ Run it from anywhere with Debian's python3-torch (1.13 or 2.x) and python3-numpy
 The fixtures are committed; neither CI nor the tests need PyTorch.
 
 The attention is written out from its definition in torch, a few lines a step, as Hugging Face's
-LlamaAttention computes it: q/k/v projections, heads split, RoPE on q and k (both conventions,
+LlamaAttention computes it: q/k/v projections, heads split, Qwen3's RMSNorm of each head's q and
+k where the fixture has q_norm and k_norm, RoPE on q and k (both conventions,
 from tests/golden_rotary/generate.py), K and V repeated per query head with repeat_interleave,
 scaled scores, the causal mask narrowed to a sliding window, softmax, P·V, heads merged, o_proj.
 Where torch has scaled_dot_product_attention(enable_gqa=True) (2.5 and later: Debian 13's 2.6),
@@ -15,7 +16,8 @@ the core is cross-checked against it; on torch 1.13 that check is skipped and sa
 fixture also checks that `repeat` (the wrong head order) gives another output.
 
 A fixture is tests/golden_grouped_query/<name>/ with
-    weights.safetensors   q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight [and biases],
+    weights.safetensors   q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight [and biases,
+                          q_norm.weight and k_norm.weight],
                           __metadata__ {"num_heads": "H"}
     x.npy                 float32 (B, T, E)
     [key_padding_mask.npy] bool (B, T), True = padding
@@ -60,6 +62,10 @@ def attention(x, w, H, H_kv, cfg, key_padding, share=torch.repeat_interleave):
     q = F.linear(x, w["q_proj.weight"], w.get("q_proj.bias")).view(B, T, H, d).transpose(1, 2)
     k = F.linear(x, w["k_proj.weight"], w.get("k_proj.bias")).view(B, T, H_kv, d).transpose(1, 2)
     v = F.linear(x, w["v_proj.weight"], w.get("v_proj.bias")).view(B, T, H_kv, d).transpose(1, 2)
+    if "q_norm.weight" in w:  # Qwen3RMSNorm over each head's d features (eps 1e-6), before RoPE
+        def rms_norm(t, weight):
+            return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+        q, k = rms_norm(q, w["q_norm.weight"]), rms_norm(k, w["k_norm.weight"])
     rope = rotary.rope_half if cfg["rope"] == "half" else rotary.rope_pairs
     r = cfg["rotary_dims"] or d
     q, k = rope(q, cfg["rope_theta"], cfg["position"], r), rope(k, cfg["rope_theta"], cfg["position"], r)
@@ -88,7 +94,7 @@ attention.cross_checked = 0
 
 
 def fixture(name, *, E, H, H_kv, d=None, B=2, T=17, rope="half", theta=10000.0, rotary_dims=0, window=0,
-            position=0, bias=False, o_bias=False, padding=False, seed=0):
+            position=0, bias=False, o_bias=False, padding=False, qk_norm=False, seed=0):
     d = d or E // H
     gen = torch.Generator().manual_seed(seed)
 
@@ -103,6 +109,9 @@ def fixture(name, *, E, H, H_kv, d=None, B=2, T=17, rope="half", theta=10000.0, 
             w[n + ".bias"] = linear(size, 1)[:, 0] * 0.5
     if o_bias:
         w["o_proj.bias"] = linear(E, 1)[:, 0] * 0.5
+    if qk_norm:  # weights about 1, as trained ones are, but not all 1: a norm without its weight differs
+        w["q_norm.weight"] = 1 + linear(d, 1)[:, 0]
+        w["k_norm.weight"] = 1 + linear(d, 1)[:, 0]
     x = torch.randn(B, T, E, generator=gen)
     key_padding = None
     if padding:  # the last sequence is right-padded by 3: its last keys are never attended to
@@ -134,6 +143,7 @@ def main():
     fixture("window_padding", E=32, H=8, H_kv=2, T=33, window=5, padding=True, seed=4)  # Mistral's
     fixture("qwen_bias_partial", E=24, H=4, H_kv=2, d=8, rotary_dims=4, bias=True, o_bias=True, seed=5)
     fixture("offset_window", E=16, H=4, H_kv=1, B=1, T=7, position=100, window=3, rope="pairs", seed=6)
+    fixture("qwen3_qk_norm", E=32, H=4, H_kv=2, d=16, T=19, qk_norm=True, seed=7)  # d ≠ E / H
     checked = f"{attention.cross_checked} cross-checked against scaled_dot_product_attention(enable_gqa=True)"
     if not attention.cross_checked:
         checked = "this torch has no scaled_dot_product_attention(enable_gqa=True): not cross-checked"

@@ -56,7 +56,7 @@ Fixture read_fixture(const std::string& name) {
 }
 
 const auto kFixtures = ::testing::Values("gqa_half", "gqa_pairs", "mqa_theta500k", "mha_llama", "window_padding",
-                                         "qwen_bias_partial", "offset_window");
+                                         "qwen_bias_partial", "offset_window", "qwen3_qk_norm");
 
 class GroupedQueryGolden : public testing::GpuTest,
                            public ::testing::WithParamInterface<std::tuple<std::string, std::string, AttentionPath>> {};
@@ -83,6 +83,21 @@ TEST(GroupedQueryConventions, TheWrongConventionGivesAnotherOutput) {
   swapped.rope = RotaryConvention::pairs;
   ReferenceBackend cpu;
   Tensor wrong = GroupedQueryAttention(swapped, f.module.weights()).forward(cpu, f.x).output;
+  EXPECT_GT(testing::max_abs_error(wrong, f.expected), 0.05f);
+}
+
+// Qwen3's heads without their q_norm and k_norm: the bug of a Qwen3 checkpoint read as a Qwen2.
+TEST(GroupedQueryNorms, LeavingOutQwen3sQkNormGivesAnotherOutput) {
+  Fixture f = read_fixture("qwen3_qk_norm");
+  ASSERT_TRUE(f.module.config().qk_norm);
+  EXPECT_EQ(f.module.config().dim(), 16);  // d ≠ E / H = 8
+  GroupedQueryAttentionConfig plain = f.module.config();
+  plain.qk_norm = false;
+  GroupedQueryAttentionWeights weights = f.module.weights();
+  weights.q_norm_weight.reset();
+  weights.k_norm_weight.reset();
+  ReferenceBackend cpu;
+  Tensor wrong = GroupedQueryAttention(plain, weights).forward(cpu, f.x, f.options).output;
   EXPECT_GT(testing::max_abs_error(wrong, f.expected), 0.05f);
 }
 
@@ -120,7 +135,7 @@ TEST_P(GroupedQueryDecode, TokenByTokenEqualsTheWholeForward) {
 }
 INSTANTIATE_TEST_SUITE_P(Fixtures, GroupedQueryDecode,
                          ::testing::Combine(::testing::Values("gqa_half", "mqa_theta500k", "window_padding",
-                                                              "qwen_bias_partial"),
+                                                              "qwen_bias_partial", "qwen3_qk_norm"),
                                             ::testing::Values("gpu", "cpu")),
                          [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 
@@ -345,11 +360,23 @@ TEST(GroupedQueryErrors, BadConfigurationsNameWhatIsWrong) {
       {"sliding_window=4", "needs causal attention"});
   expect_error<ConfigError>([] { GroupedQueryAttention({.hidden_size = 32, .num_heads = 4, .rope_theta = 0.5f}); },
                             {"rope_theta=0.5"});
+  expect_error<ConfigError>(
+      [] { GroupedQueryAttention({.hidden_size = 32, .num_heads = 4, .qk_norm = true, .qk_norm_eps = 0.0f}); },
+      {"qk_norm_eps=0.000000 must be a finite number above 0"});
   GroupedQueryAttentionConfig config{.hidden_size = 32, .num_heads = 4, .num_kv_heads = 2};
   GroupedQueryAttentionWeights w = GroupedQueryAttentionWeights::random(config, 1);
   w.k_proj_weight = random_tensor({32, 32}, 2);
   expect_error<ShapeError>([&] { GroupedQueryAttention(config, w); },
                            {"weight k_proj.weight is float32 (32, 32)", "(H_kv·d, E) = (16, 32)"});
+  GroupedQueryAttentionConfig normed = config;
+  normed.qk_norm = true;
+  GroupedQueryAttentionWeights n = GroupedQueryAttentionWeights::random(normed, 1);
+  EXPECT_EQ(n.k_norm_weight->data, std::vector<float>(8, 1.0f));  // Hugging Face's RMSNorm starts at ones
+  n.k_norm_weight.reset();
+  expect_error<ShapeError>([&] { GroupedQueryAttention(normed, n); },
+                           {"k_norm.weight is missing but qk_norm is on"});
+  expect_error<ShapeError>([&] { GroupedQueryAttention(config, GroupedQueryAttentionWeights::random(normed, 1)); },
+                           {"q_norm.weight is given but qk_norm is off"});
   ReferenceBackend cpu;
   GroupedQueryAttention module(config);
   expect_error<ShapeError>([&] { module.forward(cpu, random_tensor({2, 5, 16}, 3)); },
@@ -378,6 +405,14 @@ TEST(GroupedQueryErrors, StateDictsThatDisagreeAreFileErrors) {
   file.metadata.clear();
   expect_error<FileError>([&] { io::grouped_query_from_state_dict(file, {.num_heads = 3}, "w.safetensors"); },
                           {"tensor 'o_proj.weight' (32, 32) has 32 columns, not H·d for H = 3 heads"});
+  io::Safetensors qwen3 = io::read_safetensors(fs::path(VKATTN_GOLDEN_GROUPED_QUERY_DIR) / "qwen3_qk_norm" /
+                                              "weights.safetensors");
+  qwen3.tensors.erase("k_norm.weight");
+  expect_error<FileError>([&] { io::grouped_query_from_state_dict(qwen3, {}, "w.safetensors"); },
+                          {"w.safetensors: missing tensor 'k_norm.weight', expected shape (d,) = (16,)"});
+  qwen3.tensors["k_norm.weight"] = random_tensor({8}, 1);
+  expect_error<FileError>([&] { io::grouped_query_from_state_dict(qwen3, {}, "w.safetensors"); },
+                          {"tensor 'k_norm.weight' has shape (8,), expected (d,) = (16,)"});
   file.tensors["in_proj_weight"] = random_tensor({96, 32}, 1);
   expect_error<FileError>([&] { io::grouped_query_from_state_dict(file, {}, "w.safetensors"); },
                           {"unexpected tensor 'in_proj_weight' (96, 32)", "nn.MultiheadAttention's"});

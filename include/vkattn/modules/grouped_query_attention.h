@@ -3,6 +3,7 @@
 // LlamaAttention — as a recipe of steps written once over any Backend:
 //   q_proj, k_proj, v_proj          x (B, T, E) -> (B, T, H·d), and (B, T, H_kv·d) twice
 //   split_heads_q, _k, _v           -> q (B, H, T, d), k and v (B, H_kv, T, d)
+//   q_norm, k_norm                  with qk_norm: each head's q and k RMS-normalised over d (Qwen3)
 //   rotary_embedding_q, _k          q and k rotated by their positions (RoPE), p … p + T - 1
 //   unfused: attention_scores, attention_mask, softmax, attention_values
 //   fused:   flash_attention        causal, and with a sliding window only the last W keys
@@ -40,6 +41,9 @@ struct GroupedQueryAttentionConfig {
   RopeScaling rope_scaling;     // none, linear or llama3                rope_scaling
   bool causal = true;           // decoders are; false for an encoder's attention
   int64_t sliding_window = 0;   // W: each query sees the last W keys; 0 = all  sliding_window
+  bool qk_norm = false;         // q_norm, k_norm: RMSNorm over each head's d features of q and k,
+                                // before RoPE                            (Qwen3: q_norm, k_norm)
+  float qk_norm_eps = 1e-6f;    // their eps                              rms_norm_eps
 
   int64_t kv_heads() const { return num_kv_heads ? num_kv_heads : num_heads; }
   int64_t dim() const { return head_dim ? head_dim : (num_heads ? hidden_size / num_heads : 0); }
@@ -53,8 +57,10 @@ struct GroupedQueryAttentionWeights {
   Tensor o_proj_weight;  // (E, H·d)
   std::optional<Tensor> q_proj_bias, k_proj_bias, v_proj_bias;  // (H·d,), (H_kv·d,) ×2: attention_bias
   std::optional<Tensor> o_proj_bias;                            // (E,): o_proj_bias
+  std::optional<Tensor> q_norm_weight, k_norm_weight;           // (d,) each: qk_norm
 
-  // nn.Linear's initialisation, U(-1/√in, 1/√in), biases included, reproducibly from `seed`;
+  // nn.Linear's initialisation, U(-1/√in, 1/√in), biases included, reproducibly from `seed` (the
+  // q/k norms' weights ones, as Hugging Face's RMSNorm starts them);
   // ConfigError for a config GroupedQueryAttention would refuse.
   static GroupedQueryAttentionWeights random(const GroupedQueryAttentionConfig& config, uint32_t seed);
 };
