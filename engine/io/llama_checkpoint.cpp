@@ -1,9 +1,11 @@
-// Llama, Mistral and Qwen2 as the hub stores them, read as a Llama (<vkattn/modules/llama.h>):
+// Llama, Mistral, Qwen2 and Qwen3 as the hub stores them, read as a Llama (<vkattn/modules/llama.h>):
 // the names are vkattn's own under "model." (model.layers.N.self_attn.q_proj, …), torch's Linear
 // layout, lm_head absent when tied to embed_tokens.
 //   LlamaForCausalLM    attention_bias on q/k/v/o_proj when set; mlp_bias
 //   MistralForCausalLM  the same, with sliding_window when it is set
 //   Qwen2ForCausalLM    q/k/v_proj always biased, o_proj never; a window only with use_sliding_window
+//   Qwen3ForCausalLM    Llama's biases; q_norm and k_norm (RMSNorm over head_dim, eps rms_norm_eps)
+//                       on each head's q and k before RoPE; a window as Qwen2's
 #include "engine/io/checkpoints.h"
 #include "vkattn/errors.h"
 
@@ -55,7 +57,7 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   const std::string act = config.text("hidden_act", "silu");
   if (act != "silu") throw config.error("hidden_act '" + act + "' is not one vkattn runs (silu)");
   const RopeScaling scaling = rope_scaling(config, config_json);
-  const bool qwen2 = architecture == "Qwen2ForCausalLM";
+  const bool qwen2 = architecture == "Qwen2ForCausalLM", qwen3 = architecture == "Qwen3ForCausalLM";
   const int64_t E = config.size("hidden_size"), H = config.size("num_attention_heads");
   const int64_t H_kv = config.size("num_key_value_heads", H), layers = config.size("num_hidden_layers");
   const int64_t V = config.size("vocab_size"), F = config.size("intermediate_size");
@@ -87,7 +89,9 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   a.rope = RotaryConvention::half;  // the hub's checkpoints: rotate_half's order
   a.rope_scaling = scaling;
   a.causal = true;
-  const bool window = qwen2 ? config.flag("use_sliding_window", false) : config.has("sliding_window");
+  a.qk_norm = qwen3;
+  a.qk_norm_eps = c.rms_norm_eps;
+  const bool window = qwen2 || qwen3 ? config.flag("use_sliding_window", false) : config.has("sliding_window");
   if (window) a.sliding_window = config.size("sliding_window");
 
   CheckpointTensors tensors(std::move(file), dir, "model.");
@@ -107,6 +111,10 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
       s.v_proj_bias = tensors.take(n + "self_attn.v_proj.bias", {H_kv * d}, "(H_kv·d,)");
     }
     if (a.o_proj_bias) s.o_proj_bias = tensors.take(n + "self_attn.o_proj.bias", {E}, "(E,)");
+    if (a.qk_norm) {
+      s.q_norm_weight = tensors.take(n + "self_attn.q_norm.weight", {d}, "(head_dim,)");
+      s.k_norm_weight = tensors.take(n + "self_attn.k_norm.weight", {d}, "(head_dim,)");
+    }
     tensors.ignore(n + "self_attn.rotary_emb.inv_freq");  // a buffer in older files: vkattn computes it
     l.gate_proj = tensors.take(n + "mlp.gate_proj.weight", {F, E}, "(intermediate_size, hidden_size)");
     l.up_proj = tensors.take(n + "mlp.up_proj.weight", {F, E}, "(intermediate_size, hidden_size)");

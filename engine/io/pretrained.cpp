@@ -134,7 +134,8 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   }
   const bool gpt2 = architecture == "GPT2LMHeadModel" || architecture == "GPT2Model" || architecture == "gpt2";
   const bool llama = architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
-                     architecture == "Qwen2ForCausalLM" || architecture == "llama";
+                     architecture == "Qwen2ForCausalLM" || architecture == "Qwen3ForCausalLM" ||
+                     architecture == "llama";
   const bool bert = architecture == "BertModel" || architecture == "BertForMaskedLM" ||
                     architecture == "BertForPreTraining" || architecture == "BertForSequenceClassification" ||
                     architecture == "BertForTokenClassification" || architecture == "BertForQuestionAnswering" ||
@@ -150,7 +151,7 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   if (!gpt2 && !llama && !bert && !roberta && !distilbert) {
     throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
                       model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
-                      "MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, " +
+                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, BertModel, BertForMaskedLM, " +
                       "BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering, " +
                       "RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, " +
                       "RobertaForTokenClassification, RobertaForQuestionAnswering, DistilBertModel, " +

@@ -135,8 +135,8 @@ uint64_t Llama::parameter_count() const {
                             &l.up_proj, &l.down_proj, &l.input_layernorm, &l.post_attention_layernorm}) {
       n += count(*t);
     }
-    for (const auto* t : {&a.q_proj_bias, &a.k_proj_bias, &a.v_proj_bias, &a.o_proj_bias, &l.gate_proj_bias,
-                          &l.up_proj_bias, &l.down_proj_bias}) {
+    for (const auto* t : {&a.q_proj_bias, &a.k_proj_bias, &a.v_proj_bias, &a.o_proj_bias, &a.q_norm_weight,
+                          &a.k_norm_weight, &l.gate_proj_bias, &l.up_proj_bias, &l.down_proj_bias}) {
       if (*t) n += count(**t);
     }
   }
@@ -149,7 +149,7 @@ std::string Llama::describe() const {
   std::ostringstream out;
   out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions, " << c.num_layers << " layers of\n"
       << "  rms_norm, attention: " << a.num_heads << " query heads sharing " << a.kv_heads() << " key/value heads of "
-      << a.dim() << ", RoPE θ=" << a.rope_theta;
+      << a.dim() << (a.qk_norm ? ", q and k RMS-normalised per head" : "") << ", RoPE θ=" << a.rope_theta;
   if (a.rope_scaling.type != RopeScaling::Type::none) {
     out << " (" << (a.rope_scaling.type == RopeScaling::Type::llama3 ? "llama3" : "linear") << " scaling ×"
         << a.rope_scaling.factor << ")";

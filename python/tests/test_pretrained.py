@@ -208,6 +208,57 @@ def test_rope_scaling_matches_hugging_faces_frequencies(tmp_path, device, scalin
     assert np.abs(plain - got).max() > 1e-2  # the scaling changed the numbers
 
 
+def test_qwen3_normalises_each_heads_q_and_k_as_torch_does(tmp_path, device):
+    """Qwen3ForCausalLM: tiny_llama's weights and, in each layer, q_norm and k_norm (RMSNorm over a
+    head's d features, rms_norm_eps, before RoPE), against train.py's Llama with them added."""
+    from article_safetensors import save_safetensors
+    folder = tmp_path / "qwen3"
+    shutil.copytree(os.path.join(MODELS, "tiny_llama"), folder, ignore=shutil.ignore_patterns("*.py"))
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"], config["model_type"] = ["Qwen3ForCausalLM"], "qwen3"
+    (folder / "config.json").write_text(json.dumps(config))
+    train = definition("tiny_llama")
+    state = read_safetensors(folder / "model.safetensors")
+    torch.manual_seed(0)
+    for i in range(train.LAYERS):
+        for which in ("q_norm", "k_norm"):  # about 1, as trained ones are; all ones would hide a swap
+            state[f"model.layers.{i}.self_attn.{which}.weight"] = 1 + 0.5 * torch.rand(train.D)
+    save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
+
+    def head_norm(x, weight):  # Qwen3RMSNorm on (B, heads, T, d)
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + train.EPS))
+
+    def forward(self, x):  # train.py's Attention.forward with Qwen3's two lines
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, train.HEADS, train.D).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
+        q, k = head_norm(q, self.q_norm.weight), head_norm(k, self.k_norm.weight)
+        positions = torch.arange(T)
+        q, k = train.rope(q, positions), train.rope(k, positions)
+        k, v = (t.repeat_interleave(train.HEADS // train.KV_HEADS, dim=1) for t in (k, v))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(train.D)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return self.o_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, train.HEADS * train.D))
+
+    train.Attention.forward = forward
+    model = train.LlamaForCausalLM(config["vocab_size"])
+    for layer in model.model.layers:
+        layer.self_attn.q_norm, layer.self_attn.k_norm = torch.nn.Module(), torch.nn.Module()
+        for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+            norm.weight = torch.nn.Parameter(torch.ones(train.D))
+    model.load_state_dict(state)
+    ids = list(range(3, 40))
+    with torch.no_grad():
+        expected = model.eval()(torch.tensor([ids]))
+    qwen3 = vkattn.from_pretrained(folder, device=device)
+    assert qwen3.config["architectures"] == ["Qwen3ForCausalLM"]
+    got = qwen3(ids)
+    assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    plain = vkattn.from_pretrained(os.path.join(MODELS, "tiny_llama"), device=device)(ids)
+    assert np.abs(plain - got).max() > 1e-2  # the norms changed the numbers
+
+
 @pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
 def test_generate_continues_as_torchs_greedy_choice(device, name):
     with open(os.path.join(MODELS, name, "expected.json")) as f:

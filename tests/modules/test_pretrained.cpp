@@ -296,6 +296,42 @@ TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {
   EXPECT_EQ(t.model->parameter_count() + 513 * 64, llama.model->parameter_count());
 }
 
+// Qwen3: Llama's recipe with each head's q and k RMS-normalised (q_norm, k_norm) before RoPE. Here
+// tiny_llama's weights with the norms of the golden fixture qwen3_qk_norm (d 16, as here; its
+// attention is held to torch there): read into the attention's own, q's and k's apart, with
+// rms_norm_eps, they give the logits of the Llama built with them, not those without them.
+TEST_F(Pretrained, Qwen3ReadsItsQkNorms) {
+  const io::Pretrained llama = io::load_pretrained(kTinyLlama);
+  const auto ids = llama.tokenizer->encode("Alice was beginning to get");
+  auto norms = io::read_safetensors(fs::path(VKATTN_SOURCE_DIR) / "tests/golden_grouped_query/qwen3_qk_norm" /
+                                    "weights.safetensors").tensors;
+  auto qwen3 = copy_of(kTinyLlama, "qwen3");
+  rewrite_config(qwen3, [](json& c) { c["architectures"] = {"Qwen3ForCausalLM"}, c["model_type"] = "qwen3"; });
+  auto tensors = tensors_of(kTinyLlama);
+  LlamaConfig config = dynamic_cast<const Llama&>(*llama.model).config();
+  LlamaWeights weights = dynamic_cast<const Llama&>(*llama.model).weights();
+  config.attention.qk_norm = true;
+  config.attention.qk_norm_eps = config.rms_norm_eps;
+  for (int layer : {0, 1}) {
+    const std::string n = "model.layers." + std::to_string(layer) + ".self_attn.";
+    tensors[n + "q_norm.weight"] = *(weights.layers[layer].self_attn.q_norm_weight = norms.at("q_norm.weight"));
+    tensors[n + "k_norm.weight"] = *(weights.layers[layer].self_attn.k_norm_weight = norms.at("k_norm.weight"));
+  }
+  testing::write_safetensors(qwen3 / "model.safetensors", tensors);
+  const io::Pretrained q = io::load_pretrained(qwen3);
+  const auto& attention = dynamic_cast<const Llama&>(*q.model).config().attention;
+  EXPECT_TRUE(attention.qk_norm);
+  EXPECT_EQ(attention.qk_norm_eps, 1e-5f);  // tiny_llama's rms_norm_eps
+  EXPECT_EQ(q.model->parameter_count(), llama.model->parameter_count() + 2 * 2 * 16);
+  const auto logits = last_logits(gpu(), q, ids);
+  EXPECT_LT(max_difference(logits, last_logits(cpu(), Llama(config, weights), ids)), 1e-4f);
+  EXPECT_GT(max_difference(logits, last_logits(cpu(), llama, ids)), 1e-2f);
+  // Llama's file read as Qwen3's lacks them
+  fs::copy_file(kTinyLlama / "model.safetensors", qwen3 / "model.safetensors", fs::copy_options::overwrite_existing);
+  expect_error<FileError>([&] { io::load_pretrained(qwen3); },
+                          {"missing tensor 'layers.0.self_attn.q_norm.weight'", "(head_dim,)"});
+}
+
 TEST(PretrainedFolders, WhatIsWrongIsNamed) {
   expect_error<FileError>([] { io::load_pretrained("/nonexistent/vkattn"); }, {"/nonexistent/vkattn", "not a folder"});
 

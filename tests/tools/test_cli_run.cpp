@@ -500,7 +500,7 @@ const std::vector<BadRun> kRunModelBadInputs = {
            "--top-k: 0 is not a number > 0"},
     BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/t5", "--text", "Alice"},
            "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
-           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, BertModel, BertForMaskedLM, "
+           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, BertModel, BertForMaskedLM, "
            "BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering, RobertaModel, "
            "RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification, "
            "RobertaForQuestionAnswering, DistilBertModel, DistilBertForMaskedLM, "
@@ -725,7 +725,7 @@ TEST_P(CliGroupedQueryGolden, WritesWhatPyTorchComputes) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CliGroupedQueryGolden,
                          ::testing::Combine(::testing::Values("gqa_half", "gqa_pairs", "mqa_theta500k", "mha_llama",
-                                                              "window_padding", "qwen_bias_partial"),
+                                                              "window_padding", "qwen_bias_partial", "qwen3_qk_norm"),
                                             ::testing::Values("gpu", "cpu")),
                          [](const auto& p) { return std::get<0>(p.param) + "_" + std::get<1>(p.param); });
 

@@ -64,6 +64,7 @@ class Llama : public LanguageModel {
   Llama(LlamaConfig config, LlamaWeights weights);
 
   const LlamaConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
 
   // ids (B, T) int64 -> logits (B, T, V), every position computed, or the last logits_to_keep
   // (LanguageModel's). One traced pass "llama".
