@@ -1,7 +1,7 @@
 """vkattn.from_pretrained on models/tiny_gpt2 and tiny_llama (GPT-2's and Llama's architectures,
 saved as the hub saves them) against torch running the same weights from the models' definitions
 (models/*/train.py), on both backends: text and ids in, every position's logits, greedy
-generation, the trace's steps."""
+generation, the trace's steps; and Qwen3's checkpoint as tiny_llama's weights with q/k norms."""
 import json
 import math
 import os

@@ -150,11 +150,11 @@ class GroupedQueryAttention:
         return self._impl.device
 
     def __repr__(self):
-        window = f", sliding_window={self.sliding_window}" if self.sliding_window else ""
-        window += ", qk_norm=True" if self.qk_norm else ""
+        optional = f", sliding_window={self.sliding_window}" if self.sliding_window else ""
+        optional += ", qk_norm=True" if self.qk_norm else ""
         return (f"vkattn.GroupedQueryAttention(hidden_size={self.hidden_size}, num_heads={self.num_heads}, "
                 f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, rope={self.rope!r}, "
-                f"rope_theta={self.rope_theta:g}{window}) on {self.device}")
+                f"rope_theta={self.rope_theta:g}{optional}) on {self.device}")
 
     def __call__(self, x, key_padding_mask=None, need_weights=False, average_attn_weights=False, attention="auto",
                  position=0):
