@@ -149,13 +149,14 @@ std::string Llama::describe() const {
   std::ostringstream out;
   out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions, " << c.num_layers << " layers of\n"
       << "  rms_norm, attention: " << a.num_heads << " query heads sharing " << a.kv_heads() << " key/value heads of "
-      << a.dim() << (a.qk_norm ? ", q and k RMS-normalised per head" : "") << ", RoPE θ=" << a.rope_theta;
+      << a.dim() << ", RoPE θ=" << a.rope_theta;
   if (a.rope_scaling.type != RopeScaling::Type::none) {
     out << " (" << (a.rope_scaling.type == RopeScaling::Type::llama3 ? "llama3" : "linear") << " scaling ×"
         << a.rope_scaling.factor << ")";
   }
-  out << (a.sliding_window ? ", window " + std::to_string(a.sliding_window) : "") << ",\n  rms_norm, SwiGLU "
-      << a.hidden_size << " -> " << c.intermediate_size << " -> " << a.hidden_size
+  out << (a.sliding_window ? ", window " + std::to_string(a.sliding_window) : "") << ",\n";
+  if (a.qk_norm) out << "    each head's q and k RMS-normalised before RoPE (q_norm, k_norm),\n";
+  out << "  rms_norm, SwiGLU " << a.hidden_size << " -> " << c.intermediate_size << " -> " << a.hidden_size
       << (c.tie_word_embeddings ? "; lm_head tied to embed_tokens" : "");
   return out.str();
 }
