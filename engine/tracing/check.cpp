@@ -250,7 +250,15 @@ Finding since_2017_diagnosis(const diagnosis::Around& at, const Tensor& yours) {
   const CheckOptions& o = at.options;
   const std::string& op = at.event.op;
   if (op == "rotary_embedding" && o.rotary && at.input(0)) {
-    return diagnosis::rotary(yours, *at.input(0), *o.rotary, o.atol, o.rtol);
+    if (Finding f = diagnosis::rotary(yours, *at.input(0), *o.rotary, o.atol, o.rtol)) return f;
+    // after q_norm or k_norm (rms_norm): whether yours skipped it
+    auto norm = at.produced.find(at.event.inputs.empty() ? "" : at.event.inputs[0].name);
+    if (norm == at.produced.end() || norm->second->event.op != "rms_norm" || norm->second->event.inputs.empty()) {
+      return {};
+    }
+    auto split = at.produced.find(norm->second->event.inputs[0].name);
+    if (split == at.produced.end() || !split->second->values) return {};
+    return diagnosis::unnormalised(yours, *split->second->values, *o.rotary, o.atol, o.rtol);
   }
   if ((op == "attention_scores" || op == "attention_values") && at.input(0) && at.input(1)) {
     return diagnosis::repeat_order(op, yours, *at.input(0), *at.input(1), o.kv_group, o.atol, o.rtol);

@@ -91,6 +91,10 @@ constexpr std::array kDiagnoses = {
     // ---- grouped-query attention and RoPE ---------------------------------------------------------
     Diagnosis{"rope_missing", "rotary_embedding_q, rotary_embedding_k", "RoPE not applied",
               "q, k used straight from the projections", "q * cos + rotate_half(q) * sin, and so for k"},
+    Diagnosis{"qk_norm_missing", "rotary_embedding_q, rotary_embedding_k",
+              "Qwen3's q_norm and k_norm left out: heads rotated as they were split",
+              "a Llama attention's forward reused for Qwen3: q, k rotated straight after the view",
+              "q = self.q_norm(q.view(B, T, H, d)), and so for k, before RoPE"},
     Diagnosis{"rope_convention", "rotary_embedding_q, rotary_embedding_k",
               "RoPE's other convention: neighbouring pairs for halves, or the other way round",
               "Meta's complex-number pairs (2i, 2i + 1) with Hugging Face's weights, which rotate halves",

@@ -110,6 +110,14 @@ Finding rotary(const Tensor& yours_in, const Tensor& input, const RotaryCheck& r
                                   ". RoPE's base is the model's rope_theta (config.json)");
 }
 
+Finding unnormalised(const Tensor& yours, const Tensor& unnormalised, const RotaryCheck& rope, double atol,
+                     double rtol) {
+  if (unnormalised.rank() < 2 || yours.data.size() != unnormalised.data.size()) return {};
+  if (!same_values(yours.data, rotated(unnormalised, rope, rope.theta, rope.convention), atol, rtol)) return {};
+  return worded("qk_norm_missing", "yours rotates the heads as they were split, not normalised: the RMSNorm of "
+                                   "each head's q and k before RoPE (Qwen3's q_norm, k_norm) was left out?");
+}
+
 Finding repeated_heads(const Tensor& yours, const Tensor& theirs, int64_t group, double atol, double rtol) {
   if (group < 2 || theirs.rank() != 4 || theirs.dim(1) < 2 ||
       yours.data.size() != theirs.data.size() * static_cast<size_t>(group)) {

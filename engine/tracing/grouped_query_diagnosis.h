@@ -1,8 +1,8 @@
 #pragma once
 // The check's diagnoses for the attention since 2017 (check.h): what a grouped-query attention's
-// step looks like when RoPE pairs other features, turns by another θ, or the key/value heads were
-// copied with .repeat instead of .repeat_interleave. Each returns its Finding, empty when the
-// difference is not that mistake.
+// step looks like when RoPE pairs other features, turns by another θ, rotates heads Qwen3's q/k
+// norms should have normalised first, or the key/value heads were copied with .repeat instead of
+// .repeat_interleave. Each returns its Finding, empty when the difference is not that mistake.
 #include <cstdint>
 #include <string>
 
@@ -14,6 +14,10 @@ namespace vkattn::diagnosis {
 
 // rotary_embedding: yours (N, T, d) against the recipe's rotation of `input` (the step's input).
 Finding rotary(const Tensor& yours, const Tensor& input, const RotaryCheck& rope, double atol, double rtol);
+// rotary_embedding after q_norm or k_norm: yours the recipe's rotation of `unnormalised`, the
+// norm's input (split_heads' output), as when the norm was left out.
+Finding unnormalised(const Tensor& yours, const Tensor& unnormalised, const RotaryCheck& rope, double atol,
+                     double rtol);
 
 // A key/value tensor vkattn holds as (B, H_kv, T, d), yours with H = group · H_kv heads: the
 // copy vkattn skips, in repeat_interleave's order (a note) or in repeat's (the mistake).

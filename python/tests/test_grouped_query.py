@@ -61,7 +61,7 @@ class LlamaAttention(torch.nn.Module):
         q = rec("split_heads_q", rec("q_proj", self.q_proj(x)).view(B, T, H, D).transpose(1, 2))
         k = rec("split_heads_k", rec("k_proj", self.k_proj(x)).view(B, T, H_KV, D).transpose(1, 2))
         v = rec("split_heads_v", rec("v_proj", self.v_proj(x)).view(B, T, H_KV, D).transpose(1, 2))
-        if hasattr(self, "q_norm"):
+        if hasattr(self, "q_norm") and self.bug != "qk_norm_missing":
             q, k = rec("q_norm", self.q_norm(q)), rec("k_norm", self.k_norm(k))
         q = rec("rotary_embedding_q", rotate(q, theta, pairs))
         k = rec("rotary_embedding_k", rotate(k, theta, pairs))
@@ -135,6 +135,10 @@ def test_qwen3s_attention_normalises_each_heads_q_and_k_as_torch_does(device):
     assert report.ok, str(report)
     assert [s["name"] for s in report.steps][6:8] == ["q_norm", "k_norm"]
     assert sum(s["verdict"] == "agrees" for s in report.steps) == 16
+    *_, report = run("qk_norm_missing", device, qk_norm=True)  # Llama's forward on Qwen3's weights
+    assert report.first_divergent["name"] == "rotary_embedding_q", str(report)
+    assert report.first_divergent["diagnoses"] == ["qk_norm_missing"], str(report)
+    assert "(Qwen3's q_norm, k_norm) was left out?" in report.first_divergent["diagnosis"]
 
 
 MISTAKES = [
