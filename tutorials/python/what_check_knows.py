@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Python lesson 4: what vkattn.check knows — fifteen mistakes, each named where it happens.
+"""Python lesson 4: what vkattn.check knows — sixteen mistakes, each named where it happens.
 
 Lesson 1 checks the article's class. This one is multi-head attention written from scratch as a
 learner first writes it (ScratchAttention below): four nn.Linear with their biases, its weights
