@@ -110,10 +110,9 @@ Finding rotary(const Tensor& yours_in, const Tensor& input, const RotaryCheck& r
                                   ". RoPE's base is the model's rope_theta (config.json)");
 }
 
-Finding unnormalised(const Tensor& yours, const Tensor& unnormalised, const RotaryCheck& rope, double atol,
-                     double rtol) {
-  if (unnormalised.rank() < 2 || yours.data.size() != unnormalised.data.size()) return {};
-  if (!same_values(yours.data, rotated(unnormalised, rope, rope.theta, rope.convention), atol, rtol)) return {};
+Finding unnormalised(const Tensor& yours, const Tensor& split, const RotaryCheck& rope, double atol, double rtol) {
+  if (split.rank() < 2 || yours.data.size() != split.data.size()) return {};
+  if (!same_values(yours.data, rotated(split, rope, rope.theta, rope.convention), atol, rtol)) return {};
   return worded("qk_norm_missing", "yours rotates the heads as they were split, not normalised: the RMSNorm of "
                                    "each head's q and k before RoPE (Qwen3's q_norm, k_norm) was left out?");
 }

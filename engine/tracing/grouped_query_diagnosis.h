@@ -14,10 +14,9 @@ namespace vkattn::diagnosis {
 
 // rotary_embedding: yours (N, T, d) against the recipe's rotation of `input` (the step's input).
 Finding rotary(const Tensor& yours, const Tensor& input, const RotaryCheck& rope, double atol, double rtol);
-// rotary_embedding after q_norm or k_norm: yours the recipe's rotation of `unnormalised`, the
-// norm's input (split_heads' output), as when the norm was left out.
-Finding unnormalised(const Tensor& yours, const Tensor& unnormalised, const RotaryCheck& rope, double atol,
-                     double rtol);
+// rotary_embedding after q_norm or k_norm: yours the recipe's rotation of `split`, the norm's
+// input (split_heads' output), as when the norm was left out.
+Finding unnormalised(const Tensor& yours, const Tensor& split, const RotaryCheck& rope, double atol, double rtol);
 
 // A key/value tensor vkattn holds as (B, H_kv, T, d), yours with H = group · H_kv heads: the
 // copy vkattn skips, in repeat_interleave's order (a note) or in repeat's (the mistake).
