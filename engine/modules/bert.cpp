@@ -279,23 +279,30 @@ Value Bert::encode(Backend& b, const Tensor& ids, const Inputs& inputs) const {
   return x;
 }
 
+BertValues Bert::outputs(Backend& b, const Tensor& ids, const Inputs& inputs) const {
+  BertValues out{encode(b, ids, inputs), std::nullopt};
+  if (config_.pooler) out.pooler_output = pool(b, out.last_hidden_state);
+  return out;
+}
+
 BertOutput Bert::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
                          const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
   const Inputs inputs = check_inputs("Bert.forward", ids, token_type_ids, key_padding_mask, path);
-  auto recipe = [&](Backend& b) {
-    Value x = encode(b, ids, inputs);
-    std::optional<Value> pooled;
-    if (config_.pooler) pooled = pool(b, x);
-    return std::pair{x, pooled};
-  };
   KeepWeights keep(backend, kept_on(backend), weights_owner());
   return in_pass(backend, "bert", [&] {
-    backend.preflight("bert", [&](Backend& b) { recipe(b); });
-    auto [hidden, pooled] = recipe(backend);
-    BertOutput out{backend.download(hidden), std::nullopt};
-    if (pooled) out.pooler_output = backend.download(*pooled);
+    backend.preflight("bert", [&](Backend& b) { outputs(b, ids, inputs); });
+    const BertValues values = outputs(backend, ids, inputs);
+    BertOutput out{backend.download(values.last_hidden_state), std::nullopt};
+    if (values.pooler_output) out.pooler_output = backend.download(*values.pooler_output);
     return out;
   });
+}
+
+BertValues Bert::forward_on_device(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,
+                                   const std::optional<Tensor>& key_padding_mask, AttentionPath path) const {
+  const Inputs inputs = check_inputs("Bert.forward_on_device", ids, token_type_ids, key_padding_mask, path);
+  KeepWeights keep(backend, kept_on(backend), weights_owner());
+  return run_pass_on_device(backend, "bert", [&](Backend& b) { return outputs(b, ids, inputs); });
 }
 
 Tensor Bert::masked_lm(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids,

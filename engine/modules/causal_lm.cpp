@@ -87,28 +87,28 @@ Value CausalLM::head(Backend& backend, const Value& x, int64_t logits_to_keep) c
   return backend.linear("lm_head", h, w, &b);  // (B, n, V)
 }
 
-Tensor CausalLM::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask,
-                         AttentionPath path, int64_t logits_to_keep) const {
-  const std::string who = "CausalLM.forward";
-  check_ids(who, ids, 0);
-  check_logits_to_keep(who, logits_to_keep);
+LanguageModel::ForwardPass CausalLM::forward_pass(const std::string& who, const Tensor& ids,
+                                                  const std::optional<Tensor>& key_padding_mask, AttentionPath path,
+                                                  int64_t logits_to_keep) const {
+  const std::string named = "CausalLM." + who;
+  check_ids(named, ids, 0);
+  check_logits_to_keep(named, logits_to_keep);
   ForwardOptions attention;
   attention.need_weights = false;
   attention.is_causal = true;
   attention.attention = path;
   if (key_padding_mask) {
     attention.key_padding_mask =
-        checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
+        checks::padding_mask(named, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
   }
-  KeepWeights keep(backend, kept_on(backend), weights_owner());
-  return run_pass(backend, "causal_lm", [&](Backend& b) {
-    Value x = embed(b, b.upload("ids", ids), 0);
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      StepScope scope(b, "layers." + std::to_string(i));
-      x = layers_[i].steps(b, x, attention);  // (B, T, E)
-    }
-    return head(b, x, logits_to_keep);
-  });
+  return {"causal_lm", [this, ids, attention, logits_to_keep](Backend& b) {
+            Value x = embed(b, b.upload("ids", ids), 0);
+            for (size_t i = 0; i < layers_.size(); ++i) {
+              StepScope scope(b, "layers." + std::to_string(i));
+              x = layers_[i].steps(b, x, attention);  // (B, T, E)
+            }
+            return head(b, x, logits_to_keep);
+          }};
 }
 
 uint64_t CausalLM::parameter_count() const {

@@ -161,30 +161,30 @@ std::string Llama::describe() const {
   return out.str();
 }
 
-Tensor Llama::forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask,
-                      AttentionPath path, int64_t logits_to_keep) const {
-  const std::string who = "Llama.forward";
-  checks::token_ids(who, ids, config_.vocab_size, 0, config_.max_positions, "max_position_embeddings");
-  check_logits_to_keep(who, logits_to_keep);
+LanguageModel::ForwardPass Llama::forward_pass(const std::string& who, const Tensor& ids,
+                                               const std::optional<Tensor>& key_padding_mask, AttentionPath path,
+                                               int64_t logits_to_keep) const {
+  const std::string named = "Llama." + who;
+  checks::token_ids(named, ids, config_.vocab_size, 0, config_.max_positions, "max_position_embeddings");
+  check_logits_to_keep(named, logits_to_keep);
   std::optional<Tensor> mask;
   if (key_padding_mask) {
-    mask = checks::padding_mask(who, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
+    mask = checks::padding_mask(named, "key_padding_mask", *key_padding_mask, ids.shape, "(B, T)", ids.shape);
   }
-  KeepWeights keep(backend, kept_on(backend), weights_owner());
-  return run_pass(backend, "llama", [&](Backend& b) {
-    std::optional<Value> padding;
-    if (mask) padding = b.upload("key_padding_mask", *mask);
-    Value table = b.upload_matrix("embed_tokens.weight", weights_.embed_tokens);
-    Value x = b.embedding("embed_tokens", b.upload("ids", ids), table);  // (B, T, E)
-    const GroupedQueryOptions options{.attention = path};  // the weights are not wanted
-    for (size_t i = 0; i < attention_.size(); ++i) {
-      StepScope scope(b, "layers." + std::to_string(i));
-      x = block(b, i, x, [&](const Value& in, const Backend::ResidualAfter& residual) {
-        return attention_[i].attend(b, in, padding ? &*padding : nullptr, options, &residual).output;
-      });
-    }
-    return head(b, x, logits_to_keep);
-  });
+  return {"llama", [this, ids, mask, path, logits_to_keep](Backend& b) {
+            std::optional<Value> padding;
+            if (mask) padding = b.upload("key_padding_mask", *mask);
+            Value table = b.upload_matrix("embed_tokens.weight", weights_.embed_tokens);
+            Value x = b.embedding("embed_tokens", b.upload("ids", ids), table);  // (B, T, E)
+            const GroupedQueryOptions options{.attention = path};  // the weights are not wanted
+            for (size_t i = 0; i < attention_.size(); ++i) {
+              StepScope scope(b, "layers." + std::to_string(i));
+              x = block(b, i, x, [&](const Value& in, const Backend::ResidualAfter& residual) {
+                return attention_[i].attend(b, in, padding ? &*padding : nullptr, options, &residual).output;
+              });
+            }
+            return head(b, x, logits_to_keep);
+          }};
 }
 
 KVCache Llama::make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype) const {

@@ -33,4 +33,14 @@ Tensor run_pass(Backend& backend, const std::string& pass, const Recipe& recipe)
   });
 }
 
+// run_pass with the result left on the backend (Backend::download reads it back): torch's forward
+// on CUDA, whose output stays there for the next module.
+template <class Recipe>
+auto run_pass_on_device(Backend& backend, const std::string& pass, const Recipe& recipe) {
+  return in_pass(backend, pass, [&] {
+    backend.preflight(pass, [&](Backend& b) { recipe(b); });
+    return recipe(backend);
+  });
+}
+
 }  // namespace vkattn

@@ -16,6 +16,7 @@
 #include "vkattn/io/pretrained.h"
 #include "vkattn/io/safetensors.h"
 #include "vkattn/modules/bert.h"
+#include "vkattn/modules/multi_head_attention.h"
 #include "vkattn/tracing/tracer.h"
 
 namespace vkattn {
@@ -108,6 +109,40 @@ TEST_F(BertCheckpoint, TinyBertMatchesTorchsHiddenStatesAndPooledOutputOnBothBac
   // the padding too: without it the first row of the shorter text sees the [PAD]s
   const BertOutput unpadded = p.encoder->forward(cpu(), ids);
   EXPECT_GT(max_difference(unpadded.last_hidden_state, batch["last_hidden_state"]), 1e-2f);
+}
+
+// forward_on_device leaves the hidden states and the pooled output on the backend — the forward's
+// numbers bit for bit once read back, torch's within 1e-4, nothing read back before — and a
+// module there takes them as they lie: attention pooling over BERT's tokens (the head a user
+// trains on top), the same as on the host's copy.
+TEST_F(BertCheckpoint, ItsOutputsStayOnTheDeviceForTheNextModule) {
+  io::Pretrained p = io::load_pretrained(kTinyBert);
+  const json e = testing::read_json(kTinyBert / "expected.json");
+  const auto& batch = e["batch"];
+  const Tensor ids = int64_tensor(batch["ids"]), padding = padding_of(batch["attention_mask"]);
+  MultiHeadAttention head({.embed_dim = 64, .num_heads = 4, .batch_first = true});
+  const ForwardOptions o{.key_padding_mask = padding, .need_weights = false};
+  for (Backend* b : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+    SCOPED_TRACE(b->name());
+    p.encoder->keep_weights_on(*b);
+    head.keep_weights_on(*b);
+    const BertOutput want = p.encoder->forward(*b, ids, std::nullopt, padding);
+    const Tensor pooled_want = head.forward(*b, want.last_hidden_state, o).output;
+    const uint64_t down = b->downloaded_bytes();
+    const BertValues got = p.encoder->forward_on_device(*b, ids, std::nullopt, padding);
+    const Value& x = got.last_hidden_state;
+    const Value pooled = head.forward(*b, x, x, x, o).output;
+    EXPECT_EQ(b->downloaded_bytes(), down) << "nothing is read back";
+    EXPECT_EQ(x.shape, (Shape{2, ids.dim(1), 64}));
+    const Tensor hidden = b->download(x);
+    EXPECT_EQ(hidden.data, want.last_hidden_state.data);
+    EXPECT_LT(max_difference(hidden, batch["last_hidden_state"]), 1e-4f);
+    ASSERT_TRUE(got.pooler_output);
+    EXPECT_EQ(b->download(*got.pooler_output).data, want.pooler_output->data);
+    EXPECT_TRUE(testing::all_close(b->download(pooled), pooled_want, {.atol = 1e-5f, .rtol = 1e-5f}));
+  }
+  expect_error<ShapeError>([&] { p.encoder->forward_on_device(cpu(), ids, std::nullopt, ids); },
+                           {"Bert.forward_on_device"});
 }
 
 // The trace lists the recipe's steps under BERT's names, each with its op.

@@ -193,6 +193,39 @@ TEST_F(Pretrained, LogitsToKeepAreTheLastPositionsOfTheFullForward) {
   }
 }
 
+// forward_on_device: the forward's pass with its logits left on the backend, for GPT-2's recipe
+// and Llama's on both backends, two sequences with padding and logits_to_keep: read back, the
+// forward's bit for bit; nothing read back before; its errors named as its own.
+TEST_F(Pretrained, LogitsLeftOnTheDeviceAreTheForwardsOnceReadBack) {
+  for (const fs::path& folder : {kTinyGpt2, kTinyLlama}) {
+    SCOPED_TRACE(folder.filename().string());
+    io::Pretrained p = io::load_pretrained(folder);
+    LanguageModel& model = *p.model;
+    const auto prompt = p.tokenizer->encode("Alice was beginning to get very tired");
+    const int64_t B = 2, T = static_cast<int64_t>(prompt.size()), V = model.vocab_size();
+    std::vector<float> rows(prompt.begin(), prompt.end());
+    rows.insert(rows.end(), prompt.rbegin(), prompt.rend());
+    const Tensor ids({B, T}, rows, DType::int64);
+    Tensor padding({B, T}, std::vector<float>(size_t(B * T), 0.0f), DType::boolean);
+    padding.data[size_t(B * T - 1)] = padding.data[size_t(B * T - 2)] = 1.0f;  // the second's last two
+    for (Backend* backend : {static_cast<Backend*>(&gpu()), static_cast<Backend*>(&cpu())}) {
+      SCOPED_TRACE(backend->name());
+      model.keep_weights_on(*backend);
+      for (int64_t n : {int64_t{0}, int64_t{1}}) {
+        const Tensor want = model.forward(*backend, ids, padding, AttentionPath::automatic, n);
+        const uint64_t down = backend->downloaded_bytes();
+        const Value logits = model.forward_on_device(*backend, ids, padding, AttentionPath::automatic, n);
+        EXPECT_EQ(backend->downloaded_bytes(), down) << "nothing is read back";
+        EXPECT_EQ(logits.shape, (Shape{B, n ? n : T, V}));
+        EXPECT_EQ(backend->download(logits).data, want.data) << "n = " << n;
+      }
+      const std::string who = p.architecture == "GPT2LMHeadModel" ? "CausalLM" : "Llama";
+      expect_error<ConfigError>([&] { model.forward_on_device(*backend, ids, {}, AttentionPath::automatic, -1); },
+                                {who + ".forward_on_device: logits_to_keep=-1 must be >= 0"});
+    }
+  }
+}
+
 // tiny_llama's BF16 matrices stay BF16 on the GPU, 2 bytes each (its norms' vectors float32), and
 // give, widened by the shaders, the logits the reference gives from their float32 copy; the
 // reference keeps every weight float32.

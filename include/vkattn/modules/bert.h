@@ -106,6 +106,12 @@ struct BertOutput {
   std::optional<Tensor> pooler_output;  // (B, E), with the pooler
 };
 
+// BertOutput left on the backend (Bert::forward_on_device)
+struct BertValues {
+  Value last_hidden_state;             // (B, T, E)
+  std::optional<Value> pooler_output;  // (B, E), with the pooler
+};
+
 class Bert : public KeepsWeights {
  public:
   // Validates the config (ConfigError) and every weight's shape (ShapeError naming it).
@@ -121,6 +127,12 @@ class Bert : public KeepsWeights {
   BertOutput forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
                      const std::optional<Tensor>& key_padding_mask = {},
                      AttentionPath attention = AttentionPath::automatic) const;
+  // forward()'s pass with its outputs left on `backend` (Backend::download reads them back), for
+  // a module there to take as they lie (MultiHeadAttention::forward on Values): the ids cross to
+  // the device, nothing comes back. Torch's BertModel on CUDA.
+  BertValues forward_on_device(Backend& backend, const Tensor& ids, const std::optional<Tensor>& token_type_ids = {},
+                               const std::optional<Tensor>& key_padding_mask = {},
+                               AttentionPath attention = AttentionPath::automatic) const;
 
   // BertForMaskedLM's logits (B, T, V) of the same inputs: what the vocabulary would put at each
   // position ([MASK]'s fill is its likeliest). ConfigError when the checkpoint has no such head.
@@ -165,6 +177,8 @@ class Bert : public KeepsWeights {
                       const std::optional<Tensor>& key_padding_mask, AttentionPath path) const;
   // The encoder's steps: embeddings and layers -> the last hidden state (B, T, E)
   Value encode(Backend& backend, const Tensor& ids, const Inputs& inputs) const;
+  // forward()'s steps: encode(), then the pooler where the model has one
+  BertValues outputs(Backend& backend, const Tensor& ids, const Inputs& inputs) const;
 
   BertConfig config_;
   BertWeights weights_;

@@ -52,11 +52,6 @@ class CausalLM : public LanguageModel {
 
   const CausalLMConfig& config() const { return config_; }
 
-  // ids (B, T) int64 -> logits (B, T, V), every position computed, or the last logits_to_keep
-  // (LanguageModel's). key_padding_mask (B, T) as DecodeOptions'. One traced pass "causal_lm".
-  Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
-                 AttentionPath attention = AttentionPath::automatic, int64_t logits_to_keep = 0) const override;
-
   // A cache for `batch` sequences of up to `capacity` positions (<= max_positions) on `backend`.
   KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const override;
   // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V); their keys
@@ -70,6 +65,10 @@ class CausalLM : public LanguageModel {
   std::string describe() const override;
 
  private:
+  // forward()'s pass "causal_lm" (LanguageModel's): ids (B, T) int64 -> logits (B, T, V), every
+  // position computed, or the last logits_to_keep. key_padding_mask (B, T) as DecodeOptions'.
+  ForwardPass forward_pass(const std::string& who, const Tensor& ids, const std::optional<Tensor>& key_padding_mask,
+                           AttentionPath attention, int64_t logits_to_keep) const override;
   // ids' checks: int64 (B, T), every id in [0, V), positions within max_positions
   void check_ids(const std::string& who, const Tensor& ids, int64_t first_position) const;
   // token_embedding + position_embedding's rows first_position … first_position + T - 1

@@ -3,6 +3,7 @@
 // and GPT-2's), Llama (Llama's, Mistral's, Qwen2's) — so that generation, the command line and
 // Python drive any of them: logits for token ids, and a KV cache to decode with.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -24,8 +25,12 @@ class LanguageModel : public KeepsWeights {
   // logits_to_keep (Hugging Face's): n > 0 gives the last n positions' logits only, (B, n, V)
   // (all T where n >= T): the final norm and lm_head run on those rows alone (step last_tokens),
   // which is all generation needs (n = 1); 0 gives every position's.
-  virtual Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
-                         AttentionPath attention = AttentionPath::automatic, int64_t logits_to_keep = 0) const = 0;
+  Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
+                 AttentionPath attention = AttentionPath::automatic, int64_t logits_to_keep = 0) const;
+  // forward()'s pass with its logits left on `backend` (Backend::download reads them back): the
+  // ids cross to the device, nothing comes back. Torch's forward on CUDA.
+  Value forward_on_device(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
+                          AttentionPath attention = AttentionPath::automatic, int64_t logits_to_keep = 0) const;
   // A cache for `batch` sequences of up to `capacity` positions (<= max_positions()), keeping
   // `dtype`'s numbers (KVCache).
   virtual KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const = 0;
@@ -41,6 +46,15 @@ class LanguageModel : public KeepsWeights {
   virtual std::string describe() const = 0;
 
  protected:
+  // A forward's pass: its name ("causal_lm", "llama") and its steps from the ids to the logits
+  struct ForwardPass {
+    std::string name;
+    std::function<Value(Backend&)> steps;
+  };
+  // forward()'s inputs checked (errors name "<Model>.<who>") and its pass on them
+  virtual ForwardPass forward_pass(const std::string& who, const Tensor& ids,
+                                   const std::optional<Tensor>& key_padding_mask, AttentionPath attention,
+                                   int64_t logits_to_keep) const = 0;
   // ConfigError "<who>: logits_to_keep=-1 must be >= 0 …" for n < 0
   static void check_logits_to_keep(const std::string& who, int64_t n);
   // The positions whose logits are kept, before the final norm: x (B, T, E) -> x[:, -n:] (B, n, E)

@@ -66,11 +66,6 @@ class Llama : public LanguageModel {
   const LlamaConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
 
-  // ids (B, T) int64 -> logits (B, T, V), every position computed, or the last logits_to_keep
-  // (LanguageModel's). One traced pass "llama".
-  Tensor forward(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask = {},
-                 AttentionPath attention = AttentionPath::automatic, int64_t logits_to_keep = 0) const override;
-
   // A cache of H_kv heads for `batch` sequences of up to `capacity` positions (<= max_positions).
   KVCache make_cache(Backend& backend, int64_t batch, int64_t capacity, Narrow dtype = Narrow::none) const override;
   // ids (B, T): the T positions after the cache's length() -> their logits (B, T, V); their keys
@@ -83,6 +78,10 @@ class Llama : public LanguageModel {
   std::string describe() const override;
 
  private:
+  // forward()'s pass "llama" (LanguageModel's): ids (B, T) int64 -> logits (B, T, V), every
+  // position computed, or the last logits_to_keep.
+  ForwardPass forward_pass(const std::string& who, const Tensor& ids, const std::optional<Tensor>& key_padding_mask,
+                           AttentionPath attention, int64_t logits_to_keep) const override;
   // the layer's steps after its attention: residual, post_attention_layernorm, the SwiGLU, residual
   Value block(Backend& backend, size_t layer, const Value& x, const SubBlock& attend) const;
   // the last logits_to_keep positions (all where 0), norm, lm_head: (B, T, E) -> (B, n, V)
