@@ -91,6 +91,17 @@ class Pretrained {
                fold_layout_steps);
   }
 
+  // forward()'s logits left on the model's device (LanguageModel::forward_on_device)
+  DeviceTensor forward_on_device(const IdArray& ids, const std::string& attention, int64_t logits_to_keep) {
+    if (!loaded_.model) throw ConfigError(loaded_.architecture + " is an encoder: call it for its hidden states");
+    const Tensor t = ids_tensor(ids, loaded_.model->vocab_size(), "token id", "the vocabulary");
+    const AttentionPath path = parse_attention_path(attention);
+    Value logits = on_device(*device_, [&](Backend& backend) {
+      return loaded_.model->forward_on_device(backend, t, {}, path, logits_to_keep);
+    });
+    return {device_, std::move(logits)};
+  }
+
   // `recorded` (vkattn's step names) against the model's steps on ids (B, T), with an encoder's
   // token types (B, T) where given (a pair's).
   CheckReport check(const std::vector<std::pair<std::string, FloatArray>>& recorded, const IdArray& ids,
@@ -127,6 +138,18 @@ class Pretrained {
     }
     auto [ignored, recorded] = traced(*device_, config_, pass, fold_layout_steps);
     return py::make_tuple(pair(), recorded);
+  }
+
+  // encoder_forward()'s outputs left on the model's device (Bert::forward_on_device):
+  // (last_hidden_state, pooler_output or None) as vkattn.DeviceTensors
+  py::tuple encoder_forward_on_device(const IdArray& ids, const std::optional<IdArray>& token_type_ids,
+                                      const std::optional<py::array>& key_padding_mask) {
+    const EncoderInputs in = encoder_inputs(ids, token_type_ids, key_padding_mask);
+    BertValues out = on_device(*device_, [&](Backend& backend) {
+      return in.bert.forward_on_device(backend, in.ids, in.types, in.padding);
+    });
+    py::object pooled = out.pooler_output ? py::cast(DeviceTensor{device_, std::move(*out.pooler_output)}) : py::none();
+    return py::make_tuple(DeviceTensor{device_, std::move(out.last_hidden_state)}, pooled);
   }
 
   // The logits of an encoder's head, inputs as encoder_forward's: Bert::masked_lm's (B, T, V)
@@ -265,6 +288,10 @@ void bind_pretrained(py::module_& m) {
       .def("decode", &Pretrained::decode, py::arg("ids"), py::arg("continuation") = false)
       .def("forward", &Pretrained::forward, py::arg("ids"), py::arg("trace"), py::arg("fold_layout_steps") = py::none(),
            py::arg("attention") = "auto", py::arg("logits_to_keep") = 0)
+      .def("forward_on_device", &Pretrained::forward_on_device, py::arg("ids"), py::arg("attention") = "auto",
+           py::arg("logits_to_keep") = 0)
+      .def("encoder_forward_on_device", &Pretrained::encoder_forward_on_device, py::arg("ids"),
+           py::arg("token_type_ids"), py::arg("key_padding_mask"))
       .def("encoder_forward", &Pretrained::encoder_forward, py::arg("ids"), py::arg("token_type_ids"),
            py::arg("key_padding_mask"), py::arg("trace"), py::arg("fold_layout_steps") = py::none())
       .def("masked_lm", &Pretrained::encoder_head<&Bert::masked_lm>, py::arg("ids"), py::arg("token_type_ids"),

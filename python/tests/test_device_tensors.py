@@ -1,11 +1,14 @@
 """vkattn.DeviceTensor: tensors kept on a device between forwards, as torch's CUDA tensors are —
-sent there, taken by MultiheadAttention as they lie, its results left there, read back."""
+sent there, taken by MultiheadAttention as they lie, its results left there, read back; a
+pretrained model's outputs left there for the next module."""
+import os
+
 import numpy as np
 import pytest
 import torch
 
 import vkattn
-from conftest import assert_close
+from conftest import MODELS, assert_close, definition, padded, read_safetensors
 
 
 def torch_mha(embed_dim=16, num_heads=4, kdim=None, vdim=None, seed=0):
@@ -208,3 +211,59 @@ def test_decoders_refuse_device_tensors_they_cannot_take():
         decoder(tgt, vkattn.to_device(random(3, 7, 16)))
     with pytest.raises(vkattn.DeviceError, match=r"^memory is on 'cpu: "):
         decoder(tgt, vkattn.to_device(random(2, 7, 16), device="cpu"))
+
+
+@pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])
+def test_a_language_models_logits_stay_on_its_device_when_asked(device, name):
+    model = vkattn.from_pretrained(os.path.join(MODELS, name), device=device)
+    ids = model.encode("Alice was beginning to get very tired")
+    for n in (0, 1):
+        logits = model(ids, logits_to_keep=n, to_host=False)
+        assert isinstance(logits, vkattn.DeviceTensor) and logits.device == model.device
+        assert logits.shape == (1, n or len(ids), model.config["vocab_size"])
+        np.testing.assert_array_equal(logits.numpy(), model(ids, logits_to_keep=n))
+
+
+def test_berts_outputs_on_its_device_feed_a_module_there_as_torchs_would(device):
+    """Attention pooling over BERT's tokens, the head a user trains on top: BERT's hidden states
+    left on the device go into a MultiheadAttention there, against torch's BertModel and its
+    nn.MultiheadAttention on the same weights."""
+    folder = os.path.join(MODELS, "tiny_bert")
+    bert = vkattn.from_pretrained(folder, device=device)
+    train = definition("tiny_bert")
+    weights = read_safetensors(os.path.join(folder, "model.safetensors"))
+    torch_bert = train.BertForMaskedLM(weights["bert.embeddings.word_embeddings.weight"].shape[0])
+    torch_bert.load_state_dict(weights)
+    t = torch_mha(embed_dim=64, num_heads=4)
+    head = vkattn.MultiheadAttention.from_torch(t, device=device)
+    texts = ["Alice was beginning to get very tired of sitting by her sister.", "The White Rabbit ran!"]
+    ids, mask = padded(bert, texts)
+    out = bert(texts, to_host=False)
+    assert all(isinstance(x, vkattn.DeviceTensor) for x in out)
+    assert out.last_hidden_state.shape == (2, ids.shape[1], 64) and out.pooler_output.shape == (2, 64)
+    host = bert(texts)
+    np.testing.assert_array_equal(out.last_hidden_state.numpy(), host.last_hidden_state)
+    np.testing.assert_array_equal(out.pooler_output.numpy(), host.pooler_output)
+    x = out.last_hidden_state
+    pooled, _ = head(x, x, x, key_padding_mask=(mask == 0).numpy(), need_weights=False)
+    assert isinstance(pooled, vkattn.DeviceTensor)
+    with torch.no_grad():
+        hidden, _ = torch_bert.bert.eval()(ids, torch.zeros_like(ids), mask)
+        expected, _ = t(hidden, hidden, hidden, key_padding_mask=mask == 0, need_weights=False)
+    assert_close(pooled.numpy(), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_a_models_device_tensors_go_to_modules_on_its_device_only():
+    bert = vkattn.from_pretrained(os.path.join(MODELS, "tiny_bert"), device="cpu")
+    hidden = bert("The White Rabbit ran!", to_host=False).last_hidden_state
+    head = vkattn.MultiheadAttention(64, 4, batch_first=True)  # on the default GPU
+    with pytest.raises(vkattn.DeviceError, match=r"query is on 'cpu: reference \(C\+\+ loops\)'; this module runs on "
+                                                 r"'gpu: .*': send the array there with vkattn.to_device"):
+        head(hidden, hidden, hidden)
+    gpt2 = vkattn.from_pretrained(os.path.join(MODELS, "tiny_gpt2"), device="cpu")
+    ids = vkattn.to_device(np.zeros((1, 3), dtype=np.float32), device="cpu")
+    with pytest.raises(vkattn.ShapeError, match=r"^token ids: vkattn.DeviceTensor\(shape=\(1, 3\)\) on cpu: .* is a "
+                                                r"vkattn.DeviceTensor; give ids as ints on the host"):
+        gpt2(ids)
+    with pytest.raises(vkattn.ConfigError, match=r"^CausalLM.forward_on_device: logits_to_keep=-1 must be >= 0"):
+        gpt2("Alice", logits_to_keep=-1, to_host=False)

@@ -31,6 +31,9 @@ def _ids(model, tokens):
     (B, T)), as a (B, T) int64 array."""
     if isinstance(tokens, str):
         return np.asarray([model.encode(tokens)], dtype=np.int64)
+    if isinstance(tokens, _vkattn.DeviceTensor):
+        raise _vkattn.ShapeError(f"token ids: {tokens!r} is a vkattn.DeviceTensor; give ids as ints on the host "
+                                 "(a list, array or tensor), and to_host=False for outputs left on the device")
     if type(tokens).__module__.startswith("torch"):
         tokens = tokens.detach().cpu().numpy()
     a = np.asarray(tokens)
@@ -99,10 +102,13 @@ class PretrainedModel(_Checkpoint):
 
     _kind = "language model"
 
-    def __call__(self, tokens, logits_to_keep=0):
+    def __call__(self, tokens, logits_to_keep=0, to_host=True):
         """The logits (B, T, vocab_size) of text or token ids ((T,) gives B = 1); logits_to_keep=n
         (Hugging Face's) the last n positions' alone, (B, n, vocab_size), the final norm and lm_head
-        run on those rows only (what the next token needs: n = 1)."""
+        run on those rows only (what the next token needs: n = 1). to_host=False leaves them on the
+        model's device, a vkattn.DeviceTensor (numpy() reads it back), as torch's on CUDA."""
+        if not to_host:
+            return self._impl.forward_on_device(_ids(self, tokens), logits_to_keep=int(logits_to_keep))
         return self._impl.forward(_ids(self, tokens), False, logits_to_keep=int(logits_to_keep))
 
     forward = __call__
@@ -146,7 +152,8 @@ class PretrainedModel(_Checkpoint):
 
 
 # An encoder's outputs, as Hugging Face's BaseModelOutputWithPooling names them: numpy arrays
-# (B, T, E) and (B, E); pooler_output is None for a model without a pooler.
+# (B, T, E) and (B, E), or vkattn.DeviceTensors (to_host=False); pooler_output is None for a model
+# without a pooler.
 EncoderOutput = collections.namedtuple("EncoderOutput", ["last_hidden_state", "pooler_output"])
 
 
@@ -200,15 +207,19 @@ class PretrainedEncoder(_Checkpoint):
             padding = np.ascontiguousarray(mask.reshape(ids.shape) == 0)  # Hugging Face's 1 = a token
         return ids, types, padding
 
-    def __call__(self, tokens, token_type_ids=None, attention_mask=None, text_pair=None):
+    def __call__(self, tokens, token_type_ids=None, attention_mask=None, text_pair=None, to_host=True):
         """EncoderOutput(last_hidden_state (B, T, E), pooler_output (B, E)) of a text, texts or ids.
         token_type_ids (B, T): 0 for sentence A, 1 for B (zeros when absent); attention_mask
         (B, T): 1 for a token, 0 for padding, as Hugging Face's tokenizers give it. text_pair:
         a second text for each (a question's context, a sentence to compare), joined to it as the
         tokenizer joins a pair — BERT's [CLS] a [SEP] b [SEP], token types 0 then 1 — as a
-        Hugging Face tokenizer's text_pair= does."""
-        hidden, pooled = self._impl.encoder_forward(
-            *self._inputs(tokens, token_type_ids, attention_mask, text_pair), False)
+        Hugging Face tokenizer's text_pair= does. to_host=False leaves both on the model's device,
+        vkattn.DeviceTensors, for a module there (a batch-first vkattn.MultiheadAttention, say) to
+        take as they lie; their numpy() reads them back."""
+        inputs = self._inputs(tokens, token_type_ids, attention_mask, text_pair)
+        if not to_host:
+            return EncoderOutput(*self._impl.encoder_forward_on_device(*inputs))
+        hidden, pooled = self._impl.encoder_forward(*inputs, False)
         return EncoderOutput(hidden, pooled)
 
     forward = __call__
