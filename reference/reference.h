@@ -140,9 +140,9 @@ void tanh(const float* x, float* y, int64_t n);
 // y = x · other, element by element (SwiGLU's gate times up)      x, other, y (n)
 void multiply(const float* x, const float* other, float* y, int64_t n);
 
-// y[n, :] = table[ids[n], :]   ids (N) integer-valued floats, table (V, E), y (N, E); an id
-// outside [0, V) gives a row of NaN
-void embedding(const float* ids, const float* table, float* y, int64_t N, int64_t V, int64_t E);
+// y[n, :] = table[ids[n], :] · scale   ids (N) integer-valued floats, table (V, E), y (N, E); an
+// id outside [0, V) gives a row of NaN; scale 1, or Gemma's √E
+void embedding(const float* ids, const float* table, float* y, int64_t N, int64_t V, int64_t E, float scale = 1.0f);
 
 // y[b, t, :] = x[b, t, :] + table[t, :]      x, y (B, T, E), table (P, E) with P >= T
 void positional_encoding(const float* x, const float* table, float* y, int64_t B, int64_t T, int64_t E);

@@ -1,8 +1,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// embedding — token ids to vectors: y[n, :] = table[ids[n], :]
+// embedding — token ids to vectors: y[n, :] = table[ids[n], :] · scale
 //   ids (N)        N = B·T token ids, integers stored as floats (exact below 2^24)
 //   table (V, E)   torch's nn.Embedding.weight
+//   scale          1, or Gemma's √E (GemmaModel's normalizer): one float32 product, as torch's
 //   y (N, E)
 // An id outside [0, V), or not an integer, gives NaN: never a read out of bounds (the modules
 // check ids on the host before uploading them).
@@ -21,6 +22,7 @@ layout(push_constant) uniform Params {
   uint tokens;  // N
   uint vocab;   // V
   uint dim;     // E
+  float scale;
 } p;
 
 void main() {
@@ -34,6 +36,7 @@ void main() {
   if (valid) {
     uint at = uint(id) * p.dim + e;
     value = TABLE_FORMAT == 0u ? table[at] : widen(table16[at / 2u], at % 2u, TABLE_FORMAT);
+    if (p.scale != 1.0) value *= p.scale;  // not at 1: a device that flushes subnormals keeps a copy's bits
   }
   y[index] = value;
 }

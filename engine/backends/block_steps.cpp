@@ -155,7 +155,7 @@ Value Backend::multiply(const std::string& step_name, const Value& x, const Valu
   return y;
 }
 
-Value Backend::embedding(const std::string& step_name, const Value& ids, const Value& table) {
+Value Backend::embedding(const std::string& step_name, const Value& ids, const Value& table, float scale) {
   const std::string step = scoped(step_name);
   require(ids.dtype == DType::int64, step,
           [&] { return "token ids " + describe(ids) + " are " + dtype_name(ids.dtype) + " but must be int64"; });
@@ -165,7 +165,8 @@ Value Backend::embedding(const std::string& step_name, const Value& ids, const V
   require_rank(step, table, 2, "(vocab_size, E)", /*sixteen_bit=*/true);
   int64_t B = ids.dim(0), T = ids.dim(1), V = table.dim(0), E = table.dim(1);
   Value y = make_output(step, {B, T, E});
-  timed(step, [&] { run_embedding(step, *ids.storage, *table.storage, *y.storage, B * T, V, E); });
+  require(std::isfinite(scale), step, [&] { return "scale " + std::to_string(scale) + " must be a finite number"; });
+  timed(step, [&] { run_embedding(step, *ids.storage, *table.storage, *y.storage, B * T, V, E, scale); });
   if (tracing()) report(step, "embedding", infos({&ids, &table}), y, {"b", "t", "f"});
   return y;
 }

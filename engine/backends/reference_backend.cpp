@@ -188,8 +188,8 @@ void ReferenceBackend::run_residual_add(const std::string&, const Storage& x, co
 }
 
 void ReferenceBackend::run_embedding(const std::string&, const Storage& ids, const Storage& table, Storage& y,
-                                     int64_t N, int64_t V, int64_t E) {
-  reference::embedding(in(ids), in(table), out(y), N, V, E);
+                                     int64_t N, int64_t V, int64_t E, float scale) {
+  reference::embedding(in(ids), in(table), out(y), N, V, E, scale);
 }
 
 void ReferenceBackend::run_positional_encoding(const std::string&, const Storage& x, const Storage& table, Storage& y,

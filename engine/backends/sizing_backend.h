@@ -88,8 +88,8 @@ class SizingBackend final : public Backend {
   void run_silu(const std::string&, const Storage&, Storage&, int64_t) override {}
   void run_tanh(const std::string&, const Storage&, Storage&, int64_t) override {}
   void run_multiply(const std::string&, const Storage&, const Storage&, Storage&, int64_t) override {}
-  void run_embedding(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
-                     int64_t) override {}
+  void run_embedding(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t, int64_t,
+                     float) override {}
   void run_positional_encoding(const std::string&, const Storage&, const Storage&, Storage&, int64_t, int64_t,
                                int64_t) override {}
   void run_mean_pool(const std::string&, const Storage&, Storage&, int64_t, int64_t, int64_t) override {}

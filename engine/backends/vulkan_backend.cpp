@@ -724,10 +724,10 @@ void VulkanBackend::run_multiply(const std::string& step, const Storage& x, cons
 }
 
 void VulkanBackend::run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y,
-                                  int64_t N, int64_t V, int64_t E) {
+                                  int64_t N, int64_t V, int64_t E, float scale) {
   const auto& k = kernel(vulkan::Op::embedding, {storage_format(narrow_of(table))});
-  dispatch(step, k, {buffer_of(ids), buffer_of(table), buffer_of(y)}, vulkan::EmbeddingParams{u32(N), u32(V), u32(E)},
-           uint64_t(N) * E);
+  dispatch(step, k, {buffer_of(ids), buffer_of(table), buffer_of(y)},
+           vulkan::EmbeddingParams{u32(N), u32(V), u32(E), scale}, uint64_t(N) * E);
 }
 
 void VulkanBackend::run_positional_encoding(const std::string& step, const Storage& x, const Storage& table,

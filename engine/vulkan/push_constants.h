@@ -127,6 +127,7 @@ struct EmbeddingParams {  // shaders/embedding.comp
   glm::uint tokens;       // N = B·T
   glm::uint vocab;        // V
   glm::uint dim;          // E
+  float scale;            // each row times it (Gemma's √E; 1 elsewhere)
 };
 
 struct PositionalEncodingParams {  // shaders/positional_encoding.comp
@@ -162,7 +163,7 @@ static_assert(sizeof(AttentionMaskParams) == 32 && sizeof(FlashAttentionParams) 
 static_assert(sizeof(KvCacheAppendParams) == 20 && sizeof(FlashDecodingParams) == 44);
 static_assert(sizeof(AttentionCombineParams) == 12 && sizeof(RotaryEmbeddingParams) == 20);
 static_assert(sizeof(SoftmaxParams) == 8 && sizeof(AverageHeadsParams) == 12);
-static_assert(sizeof(LayerNormParams) == 12 && sizeof(ElementwiseParams) == 4 && sizeof(EmbeddingParams) == 12);
+static_assert(sizeof(LayerNormParams) == 12 && sizeof(ElementwiseParams) == 4 && sizeof(EmbeddingParams) == 16);
 static_assert(sizeof(PositionalEncodingParams) == 8 && sizeof(MeanPoolParams) == 12);
 
 }  // namespace vkattn::vulkan

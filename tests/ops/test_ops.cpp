@@ -723,14 +723,19 @@ TEST_F(Ops, ResidualAddRefusesDifferentShapes) {
   EXPECT_THROW(gpu().residual_add("residual_add1", a, b), ShapeError);
 }
 
-// embedding: ids (B, T) into a (V, E) table, with an id out of range and one not an integer.
+// embedding: ids (B, T) into a (V, E) table, with an id out of range and one not an integer;
+// unscaled, and scaled by √E as Gemma's.
 class Embedding : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int, int>> {};
 TEST_P(Embedding, MatchesReference) {
   auto [B, T, V, E] = GetParam();
   Tensor ids({B, T}, DType::int64);
   for (int i = 0; i < B * T; ++i) ids.data[i] = static_cast<float>((i * 7) % V);
-  EXPECT_TRUE(check({ids, random_tensor({V, E}, 25)},
-                    [](Backend& b, const std::vector<Value>& v) { return b.embedding("embedding", v[0], v[1]); }, {"b", "t", "f"}));
+  for (float scale : {1.0f, std::sqrt(static_cast<float>(E))}) {
+    EXPECT_TRUE(check({ids, random_tensor({V, E}, 25)},
+                      [scale](Backend& b, const std::vector<Value>& v) {
+                        return b.embedding("embedding", v[0], v[1], scale);
+                      }, {"b", "t", "f"})) << "scale " << scale;
+  }
 }
 INSTANTIATE_TEST_SUITE_P(Sweep, Embedding, Combine(Values(1, 3), Values(1, 17, 113), Values(1, 5, 1000), Values(1, 17, 65)));
 
@@ -783,9 +788,12 @@ TEST_F(Ops, EmbeddingGivesNaNForAnIdOutsideTheTable) {
   }
 }
 
-TEST_F(Ops, EmbeddingWantsInt64Ids) {
+TEST_F(Ops, EmbeddingWantsInt64IdsAndAFiniteScale) {
   Value ids = gpu().upload("ids", random_tensor({1, 4}, 1)), table = gpu().upload("table", random_tensor({3, 2}, 2));
   EXPECT_THROW(gpu().embedding("embedding", ids, table), ShapeError);
+  Value int_ids = gpu().upload("ids", Tensor({1, 2}, {0, 1}, DType::int64));
+  testing::expect_error<ShapeError>([&] { gpu().embedding("embedding", int_ids, table, std::nanf("")); },
+                           {"embedding: scale nan must be a finite number"});
 }
 
 class PositionalEncoding : public Ops, public ::testing::WithParamInterface<std::tuple<int, int, int, int>> {};

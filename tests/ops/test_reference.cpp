@@ -221,6 +221,8 @@ TEST(Reference, EmbeddingPositionalEncodingAndMeanPool) {
   reference::embedding(ids, table, emb, 3, 3, 2);
   EXPECT_EQ(std::vector<float>(emb, emb + 4), (std::vector<float>{20, 21, 0, 1}));
   EXPECT_TRUE(std::isnan(emb[4]) && std::isnan(emb[5]));
+  reference::embedding(ids, table, emb, 2, 3, 2, 0.5f);  // Gemma's normalizer, here ½
+  EXPECT_EQ(std::vector<float>(emb, emb + 4), (std::vector<float>{10, 10.5f, 0, 0.5f}));
 
   const float x[] = {1, 2, 3, 4, 5, 6, 7, 8};  // (B=2, T=2, E=2)
   const float pos[] = {100, 200, 300, 400, 500, 600};  // (P=3, E=2): the first T=2 rows are used

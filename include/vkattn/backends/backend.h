@@ -326,9 +326,10 @@ class Backend : protected BackendHooks {
   virtual bool folds_into_store() const { return false; }
   // x · other, two tensors of one shape: SwiGLU's silu(gate) · up.
   Value multiply(const std::string& step, const Value& x, const Value& other);
-  // Rows of `table` picked by token id: ids (B, T) int64, table (V, E) -> (B, T, E). An id
-  // outside [0, V) gives a row of NaN (modules check ids on the host before they upload them).
-  Value embedding(const std::string& step, const Value& ids, const Value& table);
+  // Rows of `table` picked by token id: ids (B, T) int64, table (V, E) -> (B, T, E), each times
+  // `scale` (Gemma's √E: GemmaModel's normalizer, applied as it embeds). An id outside [0, V)
+  // gives a row of NaN (modules check ids on the host before they upload them).
+  Value embedding(const std::string& step, const Value& ids, const Value& table, float scale = 1.0f);
   // x + the first T rows of a learnt position table: x (B, T, E), table (P, E), P >= T -> (B, T, E)
   Value positional_encoding(const std::string& step, const Value& x, const Value& table);
   // The mean over the positions: (B, T, E) -> (B, E)

@@ -122,7 +122,7 @@ class BackendHooks {
   virtual void run_residual_add(const std::string& step, const Storage& x, const Storage& residual, Storage& y,
                                 int64_t n) = 0;
   virtual void run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y, int64_t N,
-                             int64_t V, int64_t E) = 0;
+                             int64_t V, int64_t E, float scale) = 0;
   virtual void run_positional_encoding(const std::string& step, const Storage& x, const Storage& table, Storage& y,
                                        int64_t B, int64_t T, int64_t E) = 0;
   virtual void run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T,

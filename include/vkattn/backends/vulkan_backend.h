@@ -232,7 +232,7 @@ class VulkanBackend final : public Backend {
   void run_tanh(const std::string& step, const Storage& x, Storage& y, int64_t n) override;
   void run_multiply(const std::string& step, const Storage& x, const Storage& other, Storage& y, int64_t n) override;
   void run_embedding(const std::string& step, const Storage& ids, const Storage& table, Storage& y, int64_t N, int64_t V,
-                     int64_t E) override;
+                     int64_t E, float scale) override;
   void run_positional_encoding(const std::string& step, const Storage& x, const Storage& table, Storage& y, int64_t B,
                                int64_t T, int64_t E) override;
   void run_mean_pool(const std::string& step, const Storage& x, Storage& y, int64_t B, int64_t T, int64_t E) override;
