@@ -1,4 +1,5 @@
-// Llama, Mistral, Qwen2 and Qwen3 as the hub stores them, read as a Llama (<vkattn/modules/llama.h>):
+// Llama, Mistral, Qwen2, Qwen3 and Gemma as the hub stores them, read as a Llama
+// (<vkattn/modules/llama.h>):
 // the names are vkattn's own under "model." (model.layers.N.self_attn.q_proj, …), torch's Linear
 // layout, lm_head absent when tied to embed_tokens.
 //   LlamaForCausalLM    attention_bias on q/k/v/o_proj when set; mlp_bias
@@ -6,6 +7,11 @@
 //   Qwen2ForCausalLM    q/k/v_proj always biased, o_proj never; a window only with use_sliding_window
 //   Qwen3ForCausalLM    Llama's biases; q_norm and k_norm (RMSNorm over head_dim, eps rms_norm_eps)
 //                       on each head's q and k before RoPE; a window as Qwen2's
+//   GemmaForCausalLM    RMSNorms that scale by 1 + weight (read as weights 1 + w, added in float32
+//                       as GemmaRMSNorm adds them), embeddings times √hidden_size, a GeGLU
+//                       (hidden_activation, else hidden_act: gelu_pytorch_tanh), lm_head tied
+#include <cmath>
+
 #include "engine/io/checkpoints.h"
 #include "vkattn/errors.h"
 
@@ -49,15 +55,26 @@ RopeScaling rope_scaling(const ConfigReader& config, const nlohmann::json& confi
   return scaling;
 }
 
+// config.json's activation of gate_proj: silu, gelu_pytorch_tanh or gelu
+ActivationStep gate_activation(const ConfigReader& config, const std::string& act) {
+  if (act == "silu") return ActivationStep::silu;
+  if (act == "gelu_pytorch_tanh") return ActivationStep::gelu_tanh;
+  if (act == "gelu") return ActivationStep::gelu;
+  throw config.error("hidden_act '" + act + "' is not one vkattn runs (silu, gelu_pytorch_tanh, gelu)");
+}
+
 }  // namespace
 
 LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor> file, const std::string& dir,
                  const std::string& architecture) {
   const ConfigReader config(config_json, dir);
-  const std::string act = config.text("hidden_act", "silu");
-  if (act != "silu") throw config.error("hidden_act '" + act + "' is not one vkattn runs (silu)");
   const RopeScaling scaling = rope_scaling(config, config_json);
   const bool qwen2 = architecture == "Qwen2ForCausalLM", qwen3 = architecture == "Qwen3ForCausalLM";
+  const bool gemma = architecture == "GemmaForCausalLM" || architecture == "gemma";
+  // Gemma's own key first (Hugging Face's GemmaMLP reads hidden_activation where it is set)
+  const std::string act = gemma && config.has("hidden_activation")
+                              ? config.text("hidden_activation", "")
+                              : config.text("hidden_act", gemma ? "gelu_pytorch_tanh" : "silu");
   const int64_t E = config.size("hidden_size"), H = config.size("num_attention_heads");
   const int64_t H_kv = config.size("num_key_value_heads", H), layers = config.size("num_hidden_layers");
   const int64_t V = config.size("vocab_size"), F = config.size("intermediate_size");
@@ -78,6 +95,8 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   c.num_layers = layers;
   c.rms_norm_eps = config.number("rms_norm_eps", 1e-6f);
   c.mlp_bias = config.flag("mlp_bias", false);
+  c.hidden_act = gate_activation(config, act);
+  if (gemma) c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(E)));  // GemmaModel's normalizer
   auto& a = c.attention;
   a.hidden_size = E;
   a.num_heads = H;
@@ -131,11 +150,22 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   w.norm = tensors.take("norm.weight", {E}, "(hidden_size,)");
   // tie_word_embeddings: save_pretrained leaves lm_head out (a copy of embed_tokens, if there, is
   // not read); untied, it must be there
-  c.tie_word_embeddings = config.flag("tie_word_embeddings", false);
+  c.tie_word_embeddings = config.flag("tie_word_embeddings", gemma);
   if (c.tie_word_embeddings) {
     tensors.ignore("lm_head.weight");
   } else {
     w.lm_head = tensors.take("lm_head.weight", {V, E}, "(vocab_size, hidden_size)");
+  }
+  if (gemma) {  // GemmaRMSNorm: x̂ · (1 + weight), the sum in float32 (no longer a 16-bit number)
+    auto plus_one = [](Tensor& weight) {
+      for (float& v : weight.data) v += 1.0f;
+      weight.narrow = Narrow::none;
+    };
+    plus_one(w.norm);
+    for (auto& l : w.layers) {
+      plus_one(l.input_layernorm);
+      plus_one(l.post_attention_layernorm);
+    }
   }
   tensors.check_all_taken("a " + architecture + " of " + std::to_string(layers) +
                           " layers (embed_tokens, layers.0 … layers." + std::to_string(layers - 1) + ", norm, lm_head)");

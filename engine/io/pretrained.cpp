@@ -135,7 +135,7 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   const bool gpt2 = architecture == "GPT2LMHeadModel" || architecture == "GPT2Model" || architecture == "gpt2";
   const bool llama = architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
                      architecture == "Qwen2ForCausalLM" || architecture == "Qwen3ForCausalLM" ||
-                     architecture == "llama";
+                     architecture == "GemmaForCausalLM" || architecture == "llama" || architecture == "gemma";
   const bool bert = architecture == "BertModel" || architecture == "BertForMaskedLM" ||
                     architecture == "BertForPreTraining" || architecture == "BertForSequenceClassification" ||
                     architecture == "BertForTokenClassification" || architecture == "BertForQuestionAnswering" ||
@@ -151,9 +151,9 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   if (!gpt2 && !llama && !bert && !roberta && !distilbert) {
     throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
                       model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
-                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, BertModel, BertForMaskedLM, " +
-                      "BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering, " +
-                      "RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, " +
+                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, BertModel, " +
+                      "BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, " +
+                      "BertForQuestionAnswering, RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, " +
                       "RobertaForTokenClassification, RobertaForQuestionAnswering, DistilBertModel, " +
                       "DistilBertForMaskedLM, DistilBertForSequenceClassification, " +
                       "DistilBertForTokenClassification, DistilBertForQuestionAnswering)");

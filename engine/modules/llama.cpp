@@ -64,6 +64,14 @@ Llama::Llama(LlamaConfig config, LlamaWeights weights) : config_(std::move(confi
   if (!(c.rms_norm_eps > 0.0f) || !std::isfinite(c.rms_norm_eps)) {
     throw ConfigError("Llama: rms_norm_eps=" + std::to_string(c.rms_norm_eps) + " must be a positive number");
   }
+  if (!(c.embedding_scale > 0.0f) || !std::isfinite(c.embedding_scale)) {
+    throw ConfigError("Llama: embedding_scale=" + std::to_string(c.embedding_scale) + " must be a positive number");
+  }
+  if (c.hidden_act != ActivationStep::silu && c.hidden_act != ActivationStep::gelu_tanh &&
+      c.hidden_act != ActivationStep::gelu) {
+    throw ConfigError(std::string("Llama: hidden_act ") + op_name(c.hidden_act) +
+                      " is not a gate's activation (silu, gelu_tanh or gelu)");
+  }
   const int64_t E = c.attention.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const auto& w = weights_;
   checks::weight(kLlama, "embed_tokens.weight", w.embed_tokens, {V, E}, "(V, E)");
@@ -108,12 +116,17 @@ Value Llama::block(Backend& backend, size_t layer, const Value& x, const SubBloc
     Value in = backend.rms_norm("post_attention_layernorm", h, norm2, eps);
     StepScope scope(backend, "mlp");
     Value gate = uploaded_linear(backend, "gate_proj", in, l.gate_proj, l.gate_proj_bias,
-                                 ActivationStep::silu);                             // silu(gate_proj) (B, T, F)
+                                 config_.hidden_act);  // silu(gate_proj), or gelu_tanh (B, T, F)
     Value up = uploaded_linear(backend, "up_proj", in, l.up_proj, l.up_proj_bias);  // (B, T, F)
     Value product = backend.multiply("multiply", gate, up);
     return uploaded_linear(backend, "down_proj", product, l.down_proj, l.down_proj_bias, ActivationStep::none,
                            &add2);  // h + down_proj (B, T, E)
   }();
+}
+
+Value Llama::embed(Backend& backend, const Value& ids) const {
+  Value table = backend.upload_matrix("embed_tokens.weight", weights_.embed_tokens);
+  return backend.embedding("embed_tokens", ids, table, config_.embedding_scale);  // (B, T, E)
 }
 
 Value Llama::head(Backend& backend, const Value& x, int64_t logits_to_keep) const {
@@ -156,8 +169,15 @@ std::string Llama::describe() const {
   }
   out << (a.sliding_window ? ", window " + std::to_string(a.sliding_window) : "") << ",\n";
   if (a.qk_norm) out << "    each head's q and k RMS-normalised before RoPE (q_norm, k_norm),\n";
-  out << "  rms_norm, SwiGLU " << a.hidden_size << " -> " << c.intermediate_size << " -> " << a.hidden_size
+  const char* mlp = c.hidden_act == ActivationStep::silu        ? "SwiGLU"
+                    : c.hidden_act == ActivationStep::gelu_tanh ? "GeGLU (tanh)"
+                                                                : "GeGLU";
+  out << "  rms_norm, " << mlp << " " << a.hidden_size << " -> " << c.intermediate_size << " -> " << a.hidden_size
       << (c.tie_word_embeddings ? "; lm_head tied to embed_tokens" : "");
+  if (c.embedding_scale != 1.0f) {
+    const bool root = c.embedding_scale == static_cast<float>(std::sqrt(static_cast<double>(a.hidden_size)));
+    out << ";\n  embeddings times " << c.embedding_scale << (root ? " (√E)" : "");
+  }
   return out.str();
 }
 
@@ -174,8 +194,7 @@ LanguageModel::ForwardPass Llama::forward_pass(const std::string& who, const Ten
   return {"llama", [this, ids, mask, path, logits_to_keep](Backend& b) {
             std::optional<Value> padding;
             if (mask) padding = b.upload("key_padding_mask", *mask);
-            Value table = b.upload_matrix("embed_tokens.weight", weights_.embed_tokens);
-            Value x = b.embedding("embed_tokens", b.upload("ids", ids), table);  // (B, T, E)
+            Value x = embed(b, b.upload("ids", ids));  // (B, T, E)
             const GroupedQueryOptions options{.attention = path};  // the weights are not wanted
             for (size_t i = 0; i < attention_.size(); ++i) {
               StepScope scope(b, "layers." + std::to_string(i));
@@ -215,8 +234,7 @@ Tensor Llama::decode(Backend& backend, const Tensor& ids, KVCache& cache, const 
   Tensor logits = run_pass(backend, "llama_decode", [&](Backend& b) {
     std::optional<Value> padding;
     if (mask) padding = b.upload("key_padding_mask", *mask);
-    Value table = b.upload_matrix("embed_tokens.weight", weights_.embed_tokens);
-    Value x = b.embedding("embed_tokens", b.upload("ids", ids), table);  // (B, T, E)
+    Value x = embed(b, b.upload("ids", ids));  // (B, T, E)
     for (size_t i = 0; i < attention_.size(); ++i) {
       StepScope scope(b, "layers." + std::to_string(i));
       const KVCache::Layer& layer = cache.layer(backend, static_cast<int64_t>(i));

@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -40,6 +41,28 @@ def definition(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def gemma_folder(tmp_path):
+    """models/tiny_llama saved as a GemmaForCausalLM in tmp_path/gemma: config.json as the hub's
+    Gemma configs (hidden_act gelu, hidden_activation gelu_pytorch_tanh; tie_word_embeddings left
+    out: tied), no lm_head, and norms of about 0 (Gemma's scale by 1 + weight), not all 0."""
+    from article_safetensors import save_safetensors
+    folder = tmp_path / "gemma"
+    shutil.copytree(os.path.join(MODELS, "tiny_llama"), folder, ignore=shutil.ignore_patterns("*.py"))
+    config = json.loads((folder / "config.json").read_text())
+    del config["tie_word_embeddings"]
+    config.update(architectures=["GemmaForCausalLM"], model_type="gemma", hidden_act="gelu",
+                  hidden_activation="gelu_pytorch_tanh")
+    (folder / "config.json").write_text(json.dumps(config))
+    state = read_safetensors(folder / "model.safetensors")
+    del state["lm_head.weight"]
+    torch.manual_seed(0)
+    for name in state:
+        if name.endswith("norm.weight"):
+            state[name] = 0.5 * torch.rand(state[name].shape) - 0.25
+    save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
+    return folder
 
 
 def read_safetensors(path):

@@ -10,9 +10,10 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 import vkattn
-from conftest import MODELS, assert_close, definition, read_safetensors
+from conftest import MODELS, assert_close, definition, gemma_folder, read_safetensors
 
 MODEL = os.path.join(MODELS, "tiny_gpt2")
 
@@ -257,6 +258,47 @@ def test_qwen3_normalises_each_heads_q_and_k_as_torch_does(tmp_path, device):
     assert_close(got, expected, atol=1e-4, rtol=1e-4)
     plain = vkattn.from_pretrained(os.path.join(MODELS, "tiny_llama"), device=device)(ids)
     assert np.abs(plain - got).max() > 1e-2  # the norms changed the numbers
+
+
+def test_gemma_scales_its_embeddings_and_norms_and_gates_with_gelu_as_torch_does(tmp_path, device):
+    """GemmaForCausalLM: tiny_llama's weights saved as Gemma's (lm_head tied to embed_tokens, as
+    Gemma's), against train.py's Llama with Gemma's four lines: the embeddings times √E, each
+    RMSNorm times 1 + weight, gelu's tanh approximation in the MLP's gate, the tied head."""
+    folder = gemma_folder(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    train = definition("tiny_llama")
+    state = read_safetensors(folder / "model.safetensors")
+    train.RMSNorm.forward = lambda self, x: (1.0 + self.weight) * (
+        x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + train.EPS))
+    train.MLP.forward = lambda self, x: self.down_proj(
+        nn.functional.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+    embed = train.LlamaModel.forward
+    normalizer = torch.tensor(train.E ** 0.5, dtype=torch.float32)
+
+    def forward(self, ids):  # GemmaModel's: the embeddings times √E before the first layer
+        self.embed_tokens.forward = lambda i: nn.functional.embedding(i, self.embed_tokens.weight) * normalizer
+        return embed(self, ids)
+
+    train.LlamaModel.forward = forward
+    model = train.LlamaForCausalLM(config["vocab_size"])
+    model.lm_head.weight = model.model.embed_tokens.weight
+    model.load_state_dict(state, strict=False)
+    ids = list(range(3, 40))
+    with torch.no_grad():
+        expected = model.eval()(torch.tensor([ids]))
+    gemma = vkattn.from_pretrained(folder, device=device)
+    assert_close(gemma(ids), expected, atol=1e-4, rtol=1e-4)
+    assert "GeGLU (tanh)" in gemma.config["model"] and "embeddings times 8" in gemma.config["model"]
+    assert gemma.generate(ids[:5], max_new_tokens=4) == expected_tokens(model, ids[:5], 4)
+
+
+def expected_tokens(model, ids, n):
+    """torch's greedy continuation of ids, n tokens, computed over the whole sequence each time."""
+    ids = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[-n:]
 
 
 @pytest.mark.parametrize("name", ["tiny_gpt2", "tiny_llama"])

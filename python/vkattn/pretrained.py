@@ -11,9 +11,9 @@ shards), tokenizer.json, vocab.json + merges.txt or vocab.txt — run on a vkatt
     out.last_hidden_state, out.pooler_output                   # (2, T, E), (2, E)
 
 Architectures so far: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM and Qwen3ForCausalLM (PretrainedModel); BertModel, BertForMaskedLM,
-BertForSequenceClassification, BertForTokenClassification and RoBERTa's and DistilBERT's four of
-those names (PretrainedEncoder).
+Qwen2ForCausalLM, Qwen3ForCausalLM and GemmaForCausalLM (PretrainedModel); BertModel,
+BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification and RoBERTa's and
+DistilBERT's four of those names (PretrainedEncoder).
 Another is a ConfigError naming it."""
 import collections
 
@@ -300,7 +300,7 @@ class PretrainedEncoder(_Checkpoint):
 
 def from_pretrained(path, device=None, weights_dtype=None):
     """The model of a checkpoint folder on `device` (as the modules' device=): a PretrainedModel
-    (GPT-2, Llama, Mistral, Qwen2, Qwen3) or a PretrainedEncoder (BERT). weights_dtype="bfloat16" or
+    (GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma) or a PretrainedEncoder (BERT). weights_dtype="bfloat16" or
     "float16" (or torch.bfloat16, torch.float16) rounds its weights so as they are read, as
     model.to(dtype) would: a GPU then keeps its matrices in half the memory; None takes them as
     the files hold them."""

@@ -365,6 +365,54 @@ TEST_F(Pretrained, Qwen3ReadsItsQkNorms) {
                           {"missing tensor 'layers.0.self_attn.q_norm.weight'", "(head_dim,)"});
 }
 
+// Gemma: Llama's recipe with the embeddings times √E, RMSNorms that scale by 1 + weight, a GeGLU
+// (hidden_activation's gelu_pytorch_tanh over hidden_act's gelu, as Hugging Face's GemmaMLP) and
+// lm_head tied to embed_tokens (Gemma's default). Here tiny_llama's weights saved as Gemma's: read
+// with each norm 1 + its file's, they give the logits of the Llama built so, not tiny_llama's;
+// without hidden_activation, hidden_act's exact gelu; model_type alone names it too.
+TEST_F(Pretrained, GemmaReadsItsScaledEmbeddingsUnitOffsetNormsAndGeGLU) {
+  const io::Pretrained llama = io::load_pretrained(kTinyLlama);
+  const auto ids = llama.tokenizer->encode("Alice was beginning to get");
+  auto gemma = copy_of(kTinyLlama, "gemma");
+  rewrite_config(gemma, [](json& c) {
+    c["architectures"] = {"GemmaForCausalLM"}, c["model_type"] = "gemma", c["hidden_act"] = "gelu";
+    c["hidden_activation"] = "gelu_pytorch_tanh";
+    c.erase("tie_word_embeddings");
+  });
+  auto tensors = tensors_of(kTinyLlama);
+  tensors.erase("lm_head.weight");
+  testing::write_safetensors(gemma / "model.safetensors", tensors);
+  LlamaConfig config = dynamic_cast<const Llama&>(*llama.model).config();
+  LlamaWeights weights = dynamic_cast<const Llama&>(*llama.model).weights();
+  config.tie_word_embeddings = true;
+  config.hidden_act = ActivationStep::gelu_tanh;
+  config.embedding_scale = 8.0f;  // √64
+  weights.lm_head = Tensor();
+  auto plus_one = [](Tensor t) {
+    for (float& v : t.data) v += 1.0f;
+    return t;
+  };
+  weights.norm = plus_one(weights.norm);
+  for (auto& l : weights.layers) {
+    l.input_layernorm = plus_one(l.input_layernorm);
+    l.post_attention_layernorm = plus_one(l.post_attention_layernorm);
+  }
+  const io::Pretrained g = io::load_pretrained(gemma);
+  const auto& read = dynamic_cast<const Llama&>(*g.model);
+  EXPECT_EQ(read.config().hidden_act, ActivationStep::gelu_tanh);
+  EXPECT_EQ(read.config().embedding_scale, 8.0f);
+  EXPECT_TRUE(read.config().tie_word_embeddings);
+  EXPECT_EQ(read.weights().norm.data, weights.norm.data);
+  EXPECT_EQ(read.weights().layers[1].post_attention_layernorm.data, weights.layers[1].post_attention_layernorm.data);
+  const auto logits = last_logits(gpu(), g, ids);
+  EXPECT_LT(max_difference(logits, last_logits(cpu(), Llama(config, weights), ids)), 1e-4f);
+  EXPECT_GT(max_difference(logits, last_logits(cpu(), llama, ids)), 1e-2f);
+  EXPECT_NE(g.model->describe().find("GeGLU (tanh) 64 -> 172 -> 64; lm_head tied to embed_tokens;\n"
+                                     "  embeddings times 8"), std::string::npos) << g.model->describe();
+  rewrite_config(gemma, [](json& c) { c.erase("hidden_activation"), c.erase("architectures"); });
+  EXPECT_EQ(dynamic_cast<const Llama&>(*io::load_pretrained(gemma).model).config().hidden_act, ActivationStep::gelu);
+}
+
 TEST(PretrainedFolders, WhatIsWrongIsNamed) {
   expect_error<FileError>([] { io::load_pretrained("/nonexistent/vkattn"); }, {"/nonexistent/vkattn", "not a folder"});
 
@@ -402,8 +450,9 @@ TEST(PretrainedFolders, WhatIsWrongIsNamed) {
   expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"config.json", "rope_scaling's low_freq_factor is missing"});
   rewrite_config(scaled, [](json& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 0.5}}; });
   expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"config.json", "factor must be >= 1"});
-  rewrite_config(scaled, [](json& c) { c.erase("rope_scaling"), c["hidden_act"] = "gelu"; });
-  expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"hidden_act 'gelu'"});
+  rewrite_config(scaled, [](json& c) { c.erase("rope_scaling"), c["hidden_act"] = "relu"; });
+  expect_error<ConfigError>([&] { io::load_pretrained(scaled); },
+                            {"hidden_act 'relu' is not one vkattn runs (silu, gelu_pytorch_tanh, gelu)"});
   rewrite_config(scaled, [](json& c) { c["hidden_act"] = "silu", c["num_key_value_heads"] = 3; });
   expect_error<ConfigError>([&] { io::load_pretrained(scaled); }, {"num_attention_heads 4 is not a multiple of num_key_value_heads 3"});
   rewrite_config(scaled, [](json& c) { c["num_key_value_heads"] = 4; });  // the file's k_proj has 2 heads

@@ -1,14 +1,15 @@
 #pragma once
-// Llama: the decoder-only language model of Llama, Mistral and Qwen2 — Hugging Face's
-// LlamaForCausalLM — as a recipe of steps:
-//   embed_tokens (embedding)                          ids (B, T) -> (B, T, E)
+// Llama: the decoder-only language model of Llama, Mistral, Qwen2, Qwen3 and Gemma — Hugging
+// Face's LlamaForCausalLM — as a recipe of steps:
+//   embed_tokens (embedding)                          ids (B, T) -> (B, T, E), times √E for Gemma
 //   layers.N.input_layernorm (rms_norm)
 //   layers.N.self_attn.…                              GroupedQueryAttention: q/k/v_proj, RoPE,
 //                                                     causal (and a sliding window), o_proj
 //   layers.N.residual_add1
 //   layers.N.post_attention_layernorm (rms_norm)
 //   layers.N.mlp.gate_proj, up_proj (linear)          (B, T, E) -> (B, T, F) twice
-//   layers.N.mlp.silu, mlp.multiply                   SwiGLU: silu(gate) · up
+//   layers.N.mlp.silu, mlp.multiply                   SwiGLU: silu(gate) · up (Gemma's GeGLU:
+//                                                     mlp.gelu_tanh)
 //   layers.N.mlp.down_proj (linear)                   -> (B, T, E)
 //   layers.N.residual_add2
 //   norm (rms_norm), lm_head (linear)                 -> logits (B, T, V)
@@ -37,6 +38,9 @@ struct LlamaConfig {
   float rms_norm_eps = 1e-6f;     //                                        rms_norm_eps
   bool mlp_bias = false;          // biases on gate/up/down_proj            mlp_bias
   bool tie_word_embeddings = false;  // lm_head is embed_tokens              tie_word_embeddings
+  // gate_proj's activation: silu (SwiGLU), or gelu_tanh, gelu (Gemma's GeGLU)  hidden_act
+  ActivationStep hidden_act = ActivationStep::silu;
+  float embedding_scale = 1.0f;  // each embedding times it: Gemma's √E (GemmaModel's normalizer)
   GroupedQueryAttentionConfig attention;  // E, H, H_kv, d, RoPE θ, biases, window (causal)
 };
 
@@ -45,7 +49,7 @@ struct LlamaLayerWeights {
   Tensor gate_proj, up_proj;               // (F, E)  mlp.gate_proj.weight, mlp.up_proj.weight
   Tensor down_proj;                        // (E, F)  mlp.down_proj.weight
   std::optional<Tensor> gate_proj_bias, up_proj_bias, down_proj_bias;  // (F,), (F,), (E,): mlp_bias
-  Tensor input_layernorm, post_attention_layernorm;  // (E,) each: RMSNorm's weight
+  Tensor input_layernorm, post_attention_layernorm;  // (E,) each: RMSNorm's weight (Gemma's 1 + weight)
 };
 
 struct LlamaWeights {
@@ -86,6 +90,8 @@ class Llama : public LanguageModel {
   Value block(Backend& backend, size_t layer, const Value& x, const SubBlock& attend) const;
   // the last logits_to_keep positions (all where 0), norm, lm_head: (B, T, E) -> (B, n, V)
   Value head(Backend& backend, const Value& x, int64_t logits_to_keep) const;
+  // embed_tokens: ids (B, T) on the backend -> (B, T, E)
+  Value embed(Backend& backend, const Value& ids) const;
 
   LlamaConfig config_;
   LlamaWeights weights_;
