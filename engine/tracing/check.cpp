@@ -275,7 +275,8 @@ Finding diagnose(const diagnosis::Around& at, const Tensor& yours, const Tensor&
   const CheckOptions& o = at.options;
   const std::string& op = at.event.op;
   for (auto* detect :
-       {sixteen_bit, since_2017_diagnosis, projection, bias, heads, scale, mask_place, mask_shifted, dropout}) {
+       {sixteen_bit, since_2017_diagnosis, projection, bias, heads, scale, mask_place, mask_shifted, dropout,
+        embedding_unscaled}) {
     if (Finding f = detect(at, yours)) return f;
   }
   const FineAxes fine = fine_axes(step.shape, step.dims, o.heads);

@@ -102,6 +102,12 @@ constexpr std::array kDiagnoses = {
     Diagnosis{"rope_theta", "rotary_embedding_q, rotary_embedding_k", "RoPE's base θ another than the model's",
               "inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2) / d)) with a model whose rope_theta differs",
               "the base from config.json's rope_theta"},
+    Diagnosis{"embedding_unscaled", "embed_tokens (Gemma's)",
+              "Gemma's embeddings not scaled: the table's rows, not times √hidden_size",
+              "a Llama forward reused for Gemma (its embeddings go straight to the first layer), or the "
+              "rows recorded at the embedding module, before GemmaModel multiplies them",
+              "x = self.embed_tokens(ids); x = x * torch.tensor(hidden_size ** 0.5, dtype=x.dtype), "
+              "recorded after the product"},
     Diagnosis{"kv_repeat", "attention_scores, attention_values, split_heads_k, split_heads_v",
               "key/value heads copied with .repeat: query head h meets key/value head h mod H_kv",
               "k.repeat(1, group, 1, 1)", "k.repeat_interleave(group, dim=1): query head h meets head h / group"},

@@ -410,6 +410,15 @@ Finding dropout(const Around& at, const Tensor& yours) {
               {"dropout"});
 }
 
+Finding embedding_unscaled(const Around& at, const Tensor& yours) {
+  if (at.event.op != "embedding" || yours.shape.empty()) return {};
+  const auto c = common_factor(yours, at.theirs, at.options.atol, at.options.rtol);
+  const double root = std::sqrt(static_cast<double>(yours.shape.back()));
+  if (!c || !near(*c * root, 1.0)) return {};
+  return said("yours is vkattn's ÷ √E = " + number_text(root) + " (E = " + std::to_string(yours.shape.back()) + ")",
+              {"embedding_unscaled"});
+}
+
 Finding sixteen_bit(const Around& at, const Tensor& yours) {
   // bfloat16 first: its numbers within float16's range are float16 numbers too
   for (const auto& [format, name, bits] : {std::tuple{2, "bfloat16", "its low 16 bits zero"},

@@ -74,5 +74,7 @@ Finding rows_not_normalised(const Around& at, const Tensor& yours);
 Finding dropout(const Around& at, const Tensor& yours);
 // Any step: every value of yours a bfloat16 (or a float16) where vkattn's are not.
 Finding sixteen_bit(const Around& at, const Tensor& yours);
+// embedding (Gemma's embed_tokens, whose rows vkattn scales by √E): yours = vkattn's ÷ √E.
+Finding embedding_unscaled(const Around& at, const Tensor& yours);
 
 }  // namespace vkattn::diagnosis

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import vkattn
-from conftest import recorded_steps
+from conftest import gemma_folder, recorded_steps
 from what_check_knows import MISTAKES, ScratchAttention, check, trusted
 
 B, L, E, H = 2, 7, 32, 4
@@ -349,6 +349,20 @@ def test_a_checkpoints_steps_are_checked_from_python(device, model, step, ids):
         rec[step] = F.dropout(torch.from_numpy(yours), 0.25, training=True).numpy()
     report = vkattn.check(rec, m, query="Alice was tired.")
     assert (report.first_divergent["name"], report.first_divergent["diagnoses"]) == (step, ids), str(report)
+
+
+def test_gemmas_embeddings_recorded_unscaled_are_named(tmp_path, device):
+    """Gemma's embed_tokens is the table's rows times √E (GemmaModel's normalizer): rows recorded
+    without it are named at that step, not as a bare constant factor."""
+    gemma = vkattn.from_pretrained(gemma_folder(tmp_path), device=device)
+    _, trace = gemma.trace("Alice was tired.")
+    rec = {s.name: trace[s.name] for s in trace.steps}
+    assert vkattn.check(rec, gemma, query="Alice was tired.").ok
+    rec["embed_tokens"] = rec["embed_tokens"] / np.float32(8)  # √64
+    report = vkattn.check(rec, gemma, query="Alice was tired.")
+    assert report.first_divergent["name"] == "embed_tokens", str(report)
+    assert report.first_divergent["diagnoses"] == ["embedding_unscaled"], str(report)
+    assert "yours is vkattn's ÷ √E = 8 (E = 64)" in str(report)
 
 
 def test_a_decoder_runs_as_torchs_and_its_steps_are_checked_from_python(device):
