@@ -557,8 +557,9 @@ bool CheckReport::ok() const {
 std::string CheckReport::text() const {
   std::ostringstream out;
   // Columns: the step's index and name (at most 30 wide), vkattn's shape, yours, the largest
-  // error; a cell wider than its column pushes the rest right, and a row that would pass 100
-  // columns goes on below its name.
+  // error. A name wider than its column has a line of its own, the row's cells below it in their
+  // columns; another cell wider than its column pushes the rest right, and a row that would pass
+  // 100 columns goes on below its name.
   size_t width = 6;
   for (const auto& s : steps) width = std::min<size_t>(std::max(width, s.name.size() + 2), 30);
   auto cell = [](const std::string& text, size_t w) {
@@ -582,8 +583,11 @@ std::string CheckReport::text() const {
       rest += cell(shape_string(*s.yours), 18) + cell(error, 11) +
               (s.verdict == StepVerdict::agrees ? "agrees" : "DIFFERS");
     }
-    if (head.size() + rest.size() <= 100) {
+    const std::string below = std::string(4 + width, ' ') + rest;
+    if (s.name.size() + 1 < width && head.size() + rest.size() <= 100) {
       out << head << rest << "\n";
+    } else if (below.size() <= 100) {
+      out << cell(std::to_string(s.index), 4) << s.name << "\n" << below << "\n";
     } else {
       out << head << "\n" << wrap(rest, 98, "      ") << "\n";
     }

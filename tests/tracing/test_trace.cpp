@@ -568,6 +568,39 @@ TEST(Roofline, AForwardsStepsAddUpToItsMultiplyAdds) {
   }
 }
 
+// A Llama's step names run past the name column (layers.0.self_attn.rotary_embedding_q): such a
+// name has a line of its own, and every row's shape, yours, error and verdict stay in their columns.
+TEST(CheckReportText, LongStepNamesKeepTheColumnsAligned) {
+  CheckReport report;
+  report.backend = "cpu";
+  report.device = "reference (C++ loops)";
+  report.atol = report.rtol = 1e-4;
+  for (const char* name : {"embed_tokens", "layers.0.self_attn.split_heads_q", "layers.0.self_attn.rotary_embedding_q",
+                           "layers.0.self_attn.q_proj", "layers.11.post_attention_layernorm"}) {
+    StepCheck step;
+    step.index = static_cast<int>(report.steps.size());
+    step.name = name;
+    step.shape = step.yours.emplace(Shape{1, 4, 6, 16});
+    step.dims = {"b", "h", "t", "c"};
+    step.verdict = StepVerdict::agrees;
+    step.diff = ValueDiff{};
+    report.steps.push_back(step);
+  }
+  const std::string text = report.text();
+  std::istringstream lines(text);
+  std::vector<size_t> shape_columns, verdict_columns;
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_LE(line.size(), 100u) << line;
+    if (line.find("(b=1") != std::string::npos) shape_columns.push_back(line.find("(b=1"));
+    if (line.find("agrees") != std::string::npos) verdict_columns.push_back(line.find("agrees"));
+  }
+  ASSERT_EQ(shape_columns.size(), 5u) << text;
+  EXPECT_EQ(std::set<size_t>(shape_columns.begin(), shape_columns.end()).size(), 1u) << text;
+  EXPECT_EQ(std::set<size_t>(verdict_columns.begin(), verdict_columns.end()).size(), 1u) << text;
+  EXPECT_NE(text.find("\n2   layers.0.self_attn.rotary_embedding_q\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n0   embed_tokens"), std::string::npos) << text;
+}
+
 TEST(CheckReportText, FitsOneHundredColumnsForAnyValueAndPrintsNaNAsPython) {
   const double tiny = -1.234567890123e-38, huge = -3.402823466e38, nan = std::nan("");
   const double inf = std::numeric_limits<double>::infinity();
