@@ -12,8 +12,9 @@ Tensor LanguageModel::forward(Backend& backend, const Tensor& ids, const std::op
   return run_pass(backend, pass.name, pass.steps);
 }
 
-Value LanguageModel::forward_on_device(Backend& backend, const Tensor& ids, const std::optional<Tensor>& key_padding_mask,
-                                       AttentionPath attention, int64_t logits_to_keep) const {
+Value LanguageModel::forward_on_device(Backend& backend, const Tensor& ids,
+                                       const std::optional<Tensor>& key_padding_mask, AttentionPath attention,
+                                       int64_t logits_to_keep) const {
   const ForwardPass pass = forward_pass("forward_on_device", ids, key_padding_mask, attention, logits_to_keep);
   KeepWeights keep(backend, kept_on(backend), weights_owner());
   return run_pass_on_device(backend, pass.name, pass.steps);

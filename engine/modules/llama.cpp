@@ -116,7 +116,7 @@ Value Llama::block(Backend& backend, size_t layer, const Value& x, const SubBloc
     Value in = backend.rms_norm("post_attention_layernorm", h, norm2, eps);
     StepScope scope(backend, "mlp");
     Value gate = uploaded_linear(backend, "gate_proj", in, l.gate_proj, l.gate_proj_bias,
-                                 config_.hidden_act);  // silu(gate_proj), or gelu_tanh (B, T, F)
+                                 config_.hidden_act);  // silu(gate_proj); Gemma: gelu_tanh (B, T, F)
     Value up = uploaded_linear(backend, "up_proj", in, l.up_proj, l.up_proj_bias);  // (B, T, F)
     Value product = backend.multiply("multiply", gate, up);
     return uploaded_linear(backend, "down_proj", product, l.down_proj, l.down_proj_bias, ActivationStep::none,
