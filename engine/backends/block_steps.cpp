@@ -164,8 +164,8 @@ Value Backend::embedding(const std::string& step_name, const Value& ids, const V
   });
   require_rank(step, table, 2, "(vocab_size, E)", /*sixteen_bit=*/true);
   int64_t B = ids.dim(0), T = ids.dim(1), V = table.dim(0), E = table.dim(1);
-  Value y = make_output(step, {B, T, E});
   require(std::isfinite(scale), step, [&] { return "scale " + std::to_string(scale) + " must be a finite number"; });
+  Value y = make_output(step, {B, T, E});
   timed(step, [&] { run_embedding(step, *ids.storage, *table.storage, *y.storage, B * T, V, E, scale); });
   if (tracing()) report(step, "embedding", infos({&ids, &table}), y, {"b", "t", "f"});
   return y;
