@@ -20,6 +20,15 @@ int64_t ConfigReader::size(const char* key, std::optional<int64_t> fallback) con
   return it->get<int64_t>();
 }
 
+int64_t ConfigReader::count(const char* key, int64_t fallback) const {
+  const auto it = config_.find(key);
+  if (it == config_.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+    throw error(std::string(key) + " is " + it->dump() + ", not an integer >= 0");
+  }
+  return it->get<int64_t>();
+}
+
 float ConfigReader::number(const char* key, float fallback) const {
   const auto it = config_.find(key);
   if (it == config_.end() || it->is_null()) return fallback;

@@ -23,6 +23,8 @@ class ConfigReader {
 
   // A positive integer; `fallback` when absent or null (ConfigError when there is none).
   int64_t size(const char* key, std::optional<int64_t> fallback = std::nullopt) const;
+  // A non-negative integer; `fallback` when absent or null.
+  int64_t count(const char* key, int64_t fallback) const;
   float number(const char* key, float fallback) const;
   bool flag(const char* key, bool fallback) const;
   std::string text(const char* key, const std::string& fallback) const;

@@ -4,7 +4,8 @@
 // layout, lm_head absent when tied to embed_tokens.
 //   LlamaForCausalLM    attention_bias on q/k/v/o_proj when set; mlp_bias
 //   MistralForCausalLM  the same, with sliding_window when it is set
-//   Qwen2ForCausalLM    q/k/v_proj always biased, o_proj never; a window only with use_sliding_window
+//   Qwen2ForCausalLM    q/k/v_proj always biased, o_proj never; a window only with use_sliding_window,
+//                       and only in the layers from max_window_layers on (or as layer_types says)
 //   Qwen3ForCausalLM    Llama's biases; q_norm and k_norm (RMSNorm over head_dim, eps rms_norm_eps)
 //                       on each head's q and k before RoPE; a window as Qwen2's
 //   GemmaForCausalLM    RMSNorms that scale by 1 + weight (read as weights 1 + w, added in float32
@@ -63,6 +64,32 @@ ActivationStep gate_activation(const ConfigReader& config, const std::string& ac
   throw config.error("hidden_act '" + act + "' is not one vkattn runs (silu, gelu_pytorch_tanh, gelu)");
 }
 
+// Which of Qwen2's and Qwen3's `layers` attend within their window: config.json's layer_types
+// ("sliding_attention" or "full_attention" each) where it is given, else those from
+// max_window_layers on (28 where absent), as Hugging Face's Qwen2Config derives layer_types.
+std::vector<bool> qwen_windowed_layers(const ConfigReader& config, const nlohmann::json& config_json, int64_t layers) {
+  std::vector<bool> windowed(static_cast<size_t>(layers));
+  if (config.has("layer_types")) {
+    const nlohmann::json& types = config_json["layer_types"];
+    if (!types.is_array() || std::ssize(types) != layers) {
+      throw config.error("layer_types " + types.dump() + " is not a list of num_hidden_layers " +
+                         std::to_string(layers) + " entries");
+    }
+    for (size_t i = 0; i < windowed.size(); ++i) {
+      const nlohmann::json& type = types[i];
+      if (type != "sliding_attention" && type != "full_attention") {
+        throw config.error("layer_types[" + std::to_string(i) + "] is " + type.dump() +
+                           ", not \"sliding_attention\" or \"full_attention\"");
+      }
+      windowed[i] = type == "sliding_attention";
+    }
+    return windowed;
+  }
+  const int64_t full = config.count("max_window_layers", 28);  // Qwen2Config's and Qwen3Config's default
+  for (int64_t i = full; i < layers; ++i) windowed[static_cast<size_t>(i)] = true;
+  return windowed;
+}
+
 }  // namespace
 
 LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor> file, const std::string& dir,
@@ -112,6 +139,7 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   a.qk_norm_eps = c.rms_norm_eps;
   const bool window = qwen2 || qwen3 ? config.flag("use_sliding_window", false) : config.has("sliding_window");
   if (window) a.sliding_window = config.size("sliding_window");
+  if (window && (qwen2 || qwen3)) c.windowed_layers = qwen_windowed_layers(config, config_json, layers);
 
   CheckpointTensors tensors(std::move(file), dir, "model.");
   auto& w = state.weights;

@@ -1,5 +1,6 @@
 #include "vkattn/modules/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -25,6 +26,22 @@ Value uploaded_linear(Backend& backend, const std::string& name, const Value& x,
   if (bias) b = backend.upload_weight(name + ".bias", *bias);
   if (activation == ActivationStep::none) return backend.linear(name, x, w, b ? &*b : nullptr, residual);
   return backend.linear_activation(name, op_name(activation), activation, x, w, b ? &*b : nullptr);
+}
+
+// Where the window applies, for describe(): "" in every layer, else " in layers 2–5, 7" (or
+// " in no layer")
+std::string windowed_layers_described(const std::vector<bool>& windowed) {
+  if (std::ranges::find(windowed, false) == windowed.end()) return "";
+  std::string ranges;
+  for (size_t i = 0; i < windowed.size(); ++i) {
+    if (!windowed[i]) continue;
+    size_t last = i;
+    while (last + 1 < windowed.size() && windowed[last + 1]) ++last;
+    ranges += (ranges.empty() ? "" : ", ") + std::to_string(i) + (last > i ? "–" + std::to_string(last) : "");
+    i = last;
+  }
+  const auto count = std::ranges::count(windowed, true);
+  return count == 0 ? " in no layer" : (count == 1 ? " in layer " : " in layers ") + ranges;
 }
 
 }  // namespace
@@ -72,6 +89,14 @@ Llama::Llama(LlamaConfig config, LlamaWeights weights) : config_(std::move(confi
     throw ConfigError(std::string("Llama: hidden_act ") + op_name(c.hidden_act) +
                       " is not a gate's activation (silu, gelu_tanh or gelu)");
   }
+  const auto& windowed = c.windowed_layers;
+  if (!windowed.empty() && std::ssize(windowed) != c.num_layers) {
+    throw ConfigError("Llama: windowed_layers has " + std::to_string(windowed.size()) + " entries for num_layers=" +
+                      std::to_string(c.num_layers));
+  }
+  if (c.attention.sliding_window == 0 && std::ranges::find(windowed, true) != windowed.end()) {
+    throw ConfigError("Llama: windowed_layers names windowed layers, but attention.sliding_window is 0 (none)");
+  }
   const int64_t E = c.attention.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const auto& w = weights_;
   checks::weight(kLlama, "embed_tokens.weight", w.embed_tokens, {V, E}, "(V, E)");
@@ -96,7 +121,9 @@ Llama::Llama(LlamaConfig config, LlamaWeights weights) : config_(std::move(confi
     checks::optional_weight(kLlama, n + "mlp.down_proj.bias", l.down_proj_bias, c.mlp_bias, "mlp_bias", {E}, "(E,)");
     checks::weight(kLlama, n + "input_layernorm.weight", l.input_layernorm, {E}, "(E,)");
     checks::weight(kLlama, n + "post_attention_layernorm.weight", l.post_attention_layernorm, {E}, "(E,)");
-    attention_.emplace_back(c.attention, l.self_attn);  // checks the attention's config and weights
+    GroupedQueryAttentionConfig attention = c.attention;
+    if (!windowed.empty() && !windowed[i]) attention.sliding_window = 0;  // this layer sees every key
+    attention_.emplace_back(attention, l.self_attn);  // checks the attention's config and weights
   }
 }
 
@@ -167,7 +194,8 @@ std::string Llama::describe() const {
     out << " (" << (a.rope_scaling.type == RopeScaling::Type::llama3 ? "llama3" : "linear") << " scaling ×"
         << a.rope_scaling.factor << ")";
   }
-  out << (a.sliding_window ? ", window " + std::to_string(a.sliding_window) : "") << ",\n";
+  if (a.sliding_window) out << ", window " << a.sliding_window << windowed_layers_described(c.windowed_layers);
+  out << ",\n";
   if (a.qk_norm) out << "    each head's q and k RMS-normalised before RoPE (q_norm, k_norm),\n";
   const char* mlp = c.hidden_act == ActivationStep::silu        ? "SwiGLU"
                     : c.hidden_act == ActivationStep::gelu_tanh ? "GeGLU (tanh)"

@@ -1,7 +1,8 @@
 """vkattn.from_pretrained on models/tiny_gpt2 and tiny_llama (GPT-2's and Llama's architectures,
 saved as the hub saves them) against torch running the same weights from the models' definitions
 (models/*/train.py), on both backends: text and ids in, every position's logits, greedy
-generation, the trace's steps; and Qwen3's checkpoint as tiny_llama's weights with q/k norms."""
+generation, the trace's steps; and Qwen3's checkpoint as tiny_llama's weights with q/k norms,
+Qwen2's with its window in some layers, Gemma's."""
 import json
 import math
 import os
@@ -230,17 +231,8 @@ def test_qwen3_normalises_each_heads_q_and_k_as_torch_does(tmp_path, device):
         return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + train.EPS))
 
     def forward(self, x):  # train.py's Attention.forward with Qwen3's two lines
-        B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, train.HEADS, train.D).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
-        q, k = head_norm(q, self.q_norm.weight), head_norm(k, self.k_norm.weight)
-        positions = torch.arange(T)
-        q, k = train.rope(q, positions), train.rope(k, positions)
-        k, v = (t.repeat_interleave(train.HEADS // train.KV_HEADS, dim=1) for t in (k, v))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(train.D)
-        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-        return self.o_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, train.HEADS * train.D))
+        return attention(train, self, x, qk_norm=lambda q, k: (head_norm(q, self.q_norm.weight),
+                                                              head_norm(k, self.k_norm.weight)))
 
     train.Attention.forward = forward
     model = train.LlamaForCausalLM(config["vocab_size"])
@@ -258,6 +250,71 @@ def test_qwen3_normalises_each_heads_q_and_k_as_torch_does(tmp_path, device):
     assert_close(got, expected, atol=1e-4, rtol=1e-4)
     plain = vkattn.from_pretrained(os.path.join(MODELS, "tiny_llama"), device=device)(ids)
     assert np.abs(plain - got).max() > 1e-2  # the norms changed the numbers
+
+
+def attention(train, self, x, qk_norm=None, window=0):
+    """train.py's Attention.forward, with Qwen3's q and k norms before RoPE where `qk_norm` is
+    given, and each query seeing only the `window` keys up to its own where it is not 0 (Hugging
+    Face's sliding-window mask: key j is seen from query i when i - window < j <= i)."""
+    B, T, _ = x.shape
+    q = self.q_proj(x).view(B, T, train.HEADS, train.D).transpose(1, 2)
+    k = self.k_proj(x).view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
+    v = self.v_proj(x).view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
+    if qk_norm:
+        q, k = qk_norm(q, k)
+    positions = torch.arange(T)
+    q, k = train.rope(q, positions), train.rope(k, positions)
+    k, v = (t.repeat_interleave(train.HEADS // train.KV_HEADS, dim=1) for t in (k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(train.D)
+    hidden = torch.ones(T, T, dtype=torch.bool).triu(1)
+    if window:
+        hidden |= torch.ones(T, T, dtype=torch.bool).tril(-window)
+    scores = scores.masked_fill(hidden, float("-inf"))
+    return self.o_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, train.HEADS * train.D))
+
+
+@pytest.mark.parametrize("layers", [{"max_window_layers": 1},
+                                    {"layer_types": ["sliding_attention", "full_attention"]}],
+                         ids=["max_window_layers", "layer_types"])
+def test_qwen2s_window_is_in_the_layers_its_config_names_as_in_hugging_faces(tmp_path, device, layers):
+    """Qwen2ForCausalLM with use_sliding_window: a window of 4 keys only in the layers from
+    max_window_layers on, or in those layer_types calls sliding_attention (Qwen2Config's rule),
+    the others attending to every key; against train.py's Llama with the window in those layers
+    (Qwen2's q/k/v biases zero), every position's logits and the greedy tokens through the cache."""
+    from article_safetensors import save_safetensors
+    folder = tmp_path / "qwen2"
+    shutil.copytree(os.path.join(MODELS, "tiny_llama"), folder, ignore=shutil.ignore_patterns("*.py"))
+    config = json.loads((folder / "config.json").read_text())
+    config.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=True, sliding_window=4,
+                  **layers)
+    (folder / "config.json").write_text(json.dumps(config))
+    train = definition("tiny_llama")
+    state = read_safetensors(folder / "model.safetensors")
+    for i in range(train.LAYERS):
+        for proj, size in (("q_proj", train.HEADS * train.D), ("k_proj", train.KV_HEADS * train.D),
+                           ("v_proj", train.KV_HEADS * train.D)):
+            state[f"model.layers.{i}.self_attn.{proj}.bias"] = torch.zeros(size)
+    save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
+    windowed = [1] if "max_window_layers" in layers else [0]
+    model = train.LlamaForCausalLM(config["vocab_size"])
+    model.load_state_dict(read_safetensors(os.path.join(MODELS, "tiny_llama", "model.safetensors")))
+
+    def window_in(layers_windowed):  # torch's model with the window of 4 in those layers alone
+        for i, layer in enumerate(model.model.layers):
+            window = 4 if i in layers_windowed else 0
+            layer.self_attn.forward = lambda x, a=layer.self_attn, w=window: attention(train, a, x, window=w)
+        return model.eval()
+
+    ids = list(range(3, 40))
+    with torch.no_grad():
+        expected = window_in(windowed)(torch.tensor([ids]))
+        elsewhere = [window_in(other)(torch.tensor([ids])) for other in ([0, 1], [])]  # every layer, none
+    qwen2 = vkattn.from_pretrained(folder, device=device)
+    assert f"window 4 in layer {windowed[0]}" in qwen2.config["model"]
+    got = qwen2(ids)
+    assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    assert all(np.abs(other.numpy() - got).max() > 1e-2 for other in elsewhere)
+    assert qwen2.generate(ids[:8], max_new_tokens=6) == expected_tokens(window_in(windowed), ids[:8], 6)
 
 
 def test_gemma_scales_its_embeddings_and_norms_and_gates_with_gelu_as_torch_does(tmp_path, device):

@@ -304,6 +304,34 @@ TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {
   EXPECT_TRUE(dynamic_cast<const Llama&>(*q.model).config().attention.attention_bias);
   EXPECT_FALSE(dynamic_cast<const Llama&>(*q.model).config().attention.o_proj_bias);
   EXPECT_LT(max_difference(last_logits(cpu(), q, ids), logits), 1e-6f);
+  // Qwen2's window only from max_window_layers on (here past the last layer: none), or where
+  // layer_types says; torch holds the windowed layers' logits (test_pretrained.py)
+  rewrite_config(qwen2, [](json& c) { c["use_sliding_window"] = true, c["sliding_window"] = 2, c["max_window_layers"] = 2; });
+  const io::Pretrained unwindowed = io::load_pretrained(qwen2);
+  auto windowed = [&](const std::string& part) {
+    return io::load_pretrained(qwen2).model->describe().find(part) != std::string::npos;
+  };
+  EXPECT_TRUE(windowed("window 2 in no layer"));
+  EXPECT_LT(max_difference(last_logits(cpu(), unwindowed, ids), logits), 1e-6f);
+  rewrite_config(qwen2, [](json& c) { c["max_window_layers"] = 0; });
+  EXPECT_TRUE(windowed("window 2,"));  // in every layer
+  rewrite_config(qwen2, [](json& c) { c["max_window_layers"] = -1; });
+  expect_error<ConfigError>([&] { io::load_pretrained(qwen2); }, {"config.json", "max_window_layers is -1, not an integer >= 0"});
+  rewrite_config(qwen2, [](json& c) { c.erase("max_window_layers"), c["layer_types"] = {"full_attention"}; });
+  expect_error<ConfigError>([&] { io::load_pretrained(qwen2); },
+                            {"config.json", R"(layer_types ["full_attention"] is not a list of num_hidden_layers 2)"});
+  rewrite_config(qwen2, [](json& c) { c["layer_types"] = {"full_attention", "chunked_attention"}; });
+  expect_error<ConfigError>([&] { io::load_pretrained(qwen2); },
+                            {R"(layer_types[1] is "chunked_attention", not "sliding_attention" or "full_attention")"});
+  rewrite_config(qwen2, [](json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; });
+  EXPECT_TRUE(windowed("window 2 in layer 1,"));
+  rewrite_config(qwen2, [](json& c) { c.erase("layer_types"), c["use_sliding_window"] = false; });
+  const auto& read = dynamic_cast<const Llama&>(*llama.model);
+  LlamaConfig config = read.config();
+  config.windowed_layers = {true};
+  expect_error<ConfigError>([&] { Llama(config, read.weights()); }, {"windowed_layers has 1 entries for num_layers=2"});
+  config.windowed_layers = {false, true};
+  expect_error<ConfigError>([&] { Llama(config, read.weights()); }, {"attention.sliding_window is 0 (none)"});
   // Qwen2's q/k/v_proj always have biases: Llama's file, read as Qwen2's, lacks them
   fs::copy_file(kTinyLlama / "model.safetensors", qwen2 / "model.safetensors", fs::copy_options::overwrite_existing);
   expect_error<FileError>([&] { io::load_pretrained(qwen2); }, {"missing tensor 'layers.0.self_attn.q_proj.bias'"});

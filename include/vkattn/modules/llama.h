@@ -4,7 +4,8 @@
 //   embed_tokens (embedding)                          ids (B, T) -> (B, T, E), times √E for Gemma
 //   layers.N.input_layernorm (rms_norm)
 //   layers.N.self_attn.…                              GroupedQueryAttention: q/k/v_proj, RoPE,
-//                                                     causal (and a sliding window), o_proj
+//                                                     causal (and a sliding window, in every
+//                                                     layer or in windowed_layers), o_proj
 //   layers.N.residual_add1
 //   layers.N.post_attention_layernorm (rms_norm)
 //   layers.N.mlp.gate_proj, up_proj (linear)          (B, T, E) -> (B, T, F) twice
@@ -42,6 +43,9 @@ struct LlamaConfig {
   ActivationStep hidden_act = ActivationStep::silu;
   float embedding_scale = 1.0f;  // each embedding times it: Gemma's √E (GemmaModel's normalizer)
   GroupedQueryAttentionConfig attention;  // E, H, H_kv, d, RoPE θ, biases, window (causal)
+  // Per layer: whether it attends within attention.sliding_window (Qwen2's layers from
+  // max_window_layers on; layer_types' "sliding_attention"); empty: every layer does.
+  std::vector<bool> windowed_layers;
 };
 
 struct LlamaLayerWeights {
