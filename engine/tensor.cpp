@@ -92,7 +92,22 @@ Tensor stack_rows(std::initializer_list<const Tensor*> parts) {
     shape[0] += t->dim(0);
     data.insert(data.end(), t->data.begin(), t->data.end());
   }
-  return Tensor(std::move(shape), std::move(data));
+  Tensor stacked(std::move(shape), std::move(data));
+  const Narrow narrow = (*parts.begin())->narrow;  // 16-bit numbers stacked are still 16-bit numbers
+  if (std::all_of(parts.begin(), parts.end(), [&](const Tensor* t) { return t->narrow == narrow; })) {
+    stacked.narrow = narrow;
+  }
+  return stacked;
+}
+
+Tensor slice_rows(const Tensor& t, int64_t begin, int64_t count) {
+  const int64_t row = t.dim(0) ? t.size() / t.dim(0) : 0;
+  Shape shape = t.shape;
+  shape[0] = count;
+  Tensor rows(std::move(shape), std::vector<float>(t.data.begin() + begin * row, t.data.begin() + (begin + count) * row),
+              t.dtype);
+  rows.narrow = t.narrow;
+  return rows;
 }
 
 Tensor swap_first_axes(const Tensor& x) {

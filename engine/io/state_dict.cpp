@@ -72,14 +72,6 @@ class StateDict {
   std::string prefix_;
 };
 
-// Rows [begin, begin + count) of a (rows, cols) matrix, or elements of a vector.
-Tensor rows(const Tensor& t, int64_t begin, int64_t count) {
-  int64_t cols = t.rank() == 2 ? t.dim(1) : 1;
-  Shape shape = t.shape;
-  shape[0] = count;
-  return Tensor(shape, std::vector<float>(t.data.begin() + begin * cols, t.data.begin() + (begin + count) * cols));
-}
-
 std::string dims(std::initializer_list<std::string> names, const Shape& values) {
   std::string text = "(";
   size_t i = 0;
@@ -151,9 +143,9 @@ AttentionState attention_from_state_dict(const Safetensors& file, int64_t num_he
       }
     }
     Tensor in = sd.take("in_proj_weight", {3 * E, E}, dims({"3·E", "E"}, {3 * E, E}));
-    w.q_proj_weight = rows(in, 0, E);
-    w.k_proj_weight = rows(in, E, E);
-    w.v_proj_weight = rows(in, 2 * E, E);
+    w.q_proj_weight = slice_rows(in, 0, E);
+    w.k_proj_weight = slice_rows(in, E, E);
+    w.v_proj_weight = slice_rows(in, 2 * E, E);
   } else {
     if (!sd.has("q_proj_weight") && !sd.has("k_proj_weight") && !sd.has("v_proj_weight")) {
       throw sd.error("missing tensor '" + prefix + "in_proj_weight', expected shape " + dims({"3·E", "E"}, {3 * E, E}) +
@@ -170,9 +162,9 @@ AttentionState attention_from_state_dict(const Safetensors& file, int64_t num_he
   c.bias = sd.has("in_proj_bias") || sd.has("out_proj.bias");
   if (c.bias) {
     Tensor in_bias = sd.take("in_proj_bias", {3 * E}, dims({"3·E"}, {3 * E}));
-    w.q_proj_bias = rows(in_bias, 0, E);
-    w.k_proj_bias = rows(in_bias, E, E);
-    w.v_proj_bias = rows(in_bias, 2 * E, E);
+    w.q_proj_bias = slice_rows(in_bias, 0, E);
+    w.k_proj_bias = slice_rows(in_bias, E, E);
+    w.v_proj_bias = slice_rows(in_bias, 2 * E, E);
     w.out_proj_bias = sd.take("out_proj.bias", {E}, dims({"E"}, {E}));
   }
   // bias_k / bias_v are (1, 1, E) parameters in PyTorch; the engine keeps them as (E,).

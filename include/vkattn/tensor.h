@@ -43,8 +43,13 @@ struct Tensor;
 Tensor random_tensor(Shape shape, uint32_t seed);
 
 // Tensors of one trailing shape stacked on the first axis: (R_i, …) -> (ΣR_i, …), torch.cat(dim=0)
-// (q, k and v's projection weights as PyTorch's packed in_proj_weight).
+// (q, k and v's projection weights as PyTorch's packed in_proj_weight). 16-bit (`narrow`) where
+// every part is.
 Tensor stack_rows(std::initializer_list<const Tensor*> parts);
+
+// Rows [begin, begin + count) of a (rows, …) tensor, stack_rows' inverse: torch's t[begin:begin +
+// count] (q, k and v's weights out of a packed in_proj_weight or qkv_proj). Keeps `narrow`.
+Tensor slice_rows(const Tensor& t, int64_t begin, int64_t count);
 
 // A rank-3 tensor's first two axes swapped: (A, B, C) -> (B, A, C), torch's x.transpose(0, 1)
 // (sequence-first (L, B, E) and batch-first (B, L, E)).

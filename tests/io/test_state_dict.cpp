@@ -63,6 +63,21 @@ TEST(StateDict, SplitsThePackedProjectionsInPyTorchsOrder) {
   MultiHeadAttention mha(state.config, state.weights);  // and the engine accepts them
 }
 
+// A BF16 file's in_proj_weight (whole numbers, all bfloat16 numbers) split and packed again: still
+// 16-bit numbers (`narrow`), so the device keeps each in half the memory; mixed parts stack as float32.
+TEST(StateDict, SixteenBitProjectionsStaySixteenBitSplitAndStacked) {
+  io::Safetensors f = packed();
+  f.tensors["in_proj_weight"].narrow = Narrow::bfloat16;
+  const auto w = io::attention_from_state_dict(f, 0, "w.safetensors").weights;
+  for (const Tensor* t : {&w.q_proj_weight, &w.k_proj_weight, &w.v_proj_weight}) EXPECT_EQ(t->narrow, Narrow::bfloat16);
+  EXPECT_EQ(w.k_proj_weight.data, iota({4, 4}, 16).data);
+  EXPECT_EQ(w.out_proj_weight.narrow, Narrow::none);
+  const Tensor stacked = stack_rows({&w.q_proj_weight, &w.k_proj_weight, &w.v_proj_weight});
+  EXPECT_EQ(stacked.narrow, Narrow::bfloat16);
+  EXPECT_EQ(stacked.data, f.tensors["in_proj_weight"].data);
+  EXPECT_EQ(stack_rows({&w.q_proj_weight, &w.out_proj_weight}).narrow, Narrow::none);
+}
+
 // attention_state_dict writes back, tensor for tensor, what attention_from_state_dict read.
 TEST(StateDict, WritesBackThePyTorchNamesItRead) {
   io::Safetensors with_bias_kv = packed();
