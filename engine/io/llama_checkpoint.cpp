@@ -1,4 +1,4 @@
-// Llama, Mistral, Qwen2, Qwen3 and Gemma as the hub stores them, read as a Llama
+// Llama, Mistral, Qwen2, Qwen3, Phi-3 and Gemma as the hub stores them, read as a Llama
 // (<vkattn/modules/llama.h>):
 // the names are vkattn's own under "model." (model.layers.N.self_attn.q_proj, …), torch's Linear
 // layout, lm_head absent when tied to embed_tokens.
@@ -8,6 +8,9 @@
 //                       and only in the layers from max_window_layers on (or as layer_types says)
 //   Qwen3ForCausalLM    Llama's biases; q_norm and k_norm (RMSNorm over head_dim, eps rms_norm_eps)
 //                       on each head's q and k before RoPE; a window as Qwen2's
+//   Phi3ForCausalLM     Llama's without biases, q/k/v_proj's rows in one qkv_proj, gate_proj's and
+//                       up_proj's in one gate_up_proj; RoPE on partial_rotary_factor of each head;
+//                       sliding_window in every layer where it is set, as Mistral's
 //   GemmaForCausalLM    RMSNorms that scale by 1 + weight (read as weights 1 + w, added in float32
 //                       as GemmaRMSNorm adds them), embeddings times √hidden_size, a GeGLU
 //                       (hidden_activation, else hidden_act: gelu_pytorch_tanh), lm_head tied
@@ -98,6 +101,7 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   const RopeScaling scaling = rope_scaling(config, config_json);
   const bool qwen2 = architecture == "Qwen2ForCausalLM", qwen3 = architecture == "Qwen3ForCausalLM";
   const bool gemma = architecture == "GemmaForCausalLM" || architecture == "gemma";
+  const bool phi3 = architecture == "Phi3ForCausalLM" || architecture == "phi3";
   // Gemma's own key first (Hugging Face's GemmaMLP reads hidden_activation where it is set)
   const std::string act = gemma && config.has("hidden_activation")
                               ? config.text("hidden_activation", "")
@@ -121,7 +125,7 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   c.intermediate_size = F;
   c.num_layers = layers;
   c.rms_norm_eps = config.number("rms_norm_eps", 1e-6f);
-  c.mlp_bias = config.flag("mlp_bias", false);
+  c.mlp_bias = !phi3 && config.flag("mlp_bias", false);
   c.hidden_act = gate_activation(config, act);
   if (gemma) c.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(E)));  // GemmaModel's normalizer
   auto& a = c.attention;
@@ -129,11 +133,19 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   a.num_heads = H;
   a.num_kv_heads = H_kv;
   a.head_dim = d;
-  a.attention_bias = qwen2 || config.flag("attention_bias", false);
-  a.o_proj_bias = !qwen2 && config.flag("attention_bias", false);
+  a.attention_bias = qwen2 || (!phi3 && config.flag("attention_bias", false));  // Phi-3's never
+  a.o_proj_bias = !qwen2 && !phi3 && config.flag("attention_bias", false);
   a.rope_theta = config.number("rope_theta", 10000.0f);
   a.rope = RotaryConvention::half;  // the hub's checkpoints: rotate_half's order
   a.rope_scaling = scaling;
+  if (phi3 && config.has("partial_rotary_factor")) {  // Phi-4-mini's 0.75: the first features of each head
+    const float factor = config.number("partial_rotary_factor", 1.0f);
+    a.rotary_dims = static_cast<int64_t>(static_cast<float>(d) * factor);  // Hugging Face's int(d · factor)
+    if (!(factor > 0.0f && factor <= 1.0f) || a.rotary_dims % 2 != 0) {
+      throw config.error("partial_rotary_factor " + std::to_string(factor) + " must be in (0, 1] and give an even " +
+                         "number of features of head_dim " + std::to_string(d) + " to turn");
+    }
+  }
   a.causal = true;
   a.qk_norm = qwen3;
   a.qk_norm_eps = c.rms_norm_eps;
@@ -148,9 +160,16 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
     const std::string n = "layers." + std::to_string(i) + ".";
     LlamaLayerWeights l;
     auto& s = l.self_attn;
-    s.q_proj_weight = tensors.take(n + "self_attn.q_proj.weight", {H * d, E}, "(H·d, E)");
-    s.k_proj_weight = tensors.take(n + "self_attn.k_proj.weight", {H_kv * d, E}, "(H_kv·d, E)");
-    s.v_proj_weight = tensors.take(n + "self_attn.v_proj.weight", {H_kv * d, E}, "(H_kv·d, E)");
+    if (phi3) {  // q, k and v's rows in one matrix (Phi3Attention's qkv_proj), in that order
+      const Tensor& qkv = tensors.take(n + "self_attn.qkv_proj.weight", {(H + 2 * H_kv) * d, E}, "((H + 2·H_kv)·d, E)");
+      s.q_proj_weight = slice_rows(qkv, 0, H * d);
+      s.k_proj_weight = slice_rows(qkv, H * d, H_kv * d);
+      s.v_proj_weight = slice_rows(qkv, (H + H_kv) * d, H_kv * d);
+    } else {
+      s.q_proj_weight = tensors.take(n + "self_attn.q_proj.weight", {H * d, E}, "(H·d, E)");
+      s.k_proj_weight = tensors.take(n + "self_attn.k_proj.weight", {H_kv * d, E}, "(H_kv·d, E)");
+      s.v_proj_weight = tensors.take(n + "self_attn.v_proj.weight", {H_kv * d, E}, "(H_kv·d, E)");
+    }
     s.o_proj_weight = tensors.take(n + "self_attn.o_proj.weight", {E, H * d}, "(E, H·d)");
     if (a.attention_bias) {
       s.q_proj_bias = tensors.take(n + "self_attn.q_proj.bias", {H * d}, "(H·d,)");
@@ -163,8 +182,15 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
       s.k_norm_weight = tensors.take(n + "self_attn.k_norm.weight", {d}, "(head_dim,)");
     }
     tensors.ignore(n + "self_attn.rotary_emb.inv_freq");  // a buffer in older files: vkattn computes it
-    l.gate_proj = tensors.take(n + "mlp.gate_proj.weight", {F, E}, "(intermediate_size, hidden_size)");
-    l.up_proj = tensors.take(n + "mlp.up_proj.weight", {F, E}, "(intermediate_size, hidden_size)");
+    if (phi3) {  // gate's rows then up's in one matrix (Phi3MLP's gate_up_proj, chunked in two)
+      const Tensor& gate_up = tensors.take(n + "mlp.gate_up_proj.weight", {2 * F, E},
+                                           "(2·intermediate_size, hidden_size)");
+      l.gate_proj = slice_rows(gate_up, 0, F);
+      l.up_proj = slice_rows(gate_up, F, F);
+    } else {
+      l.gate_proj = tensors.take(n + "mlp.gate_proj.weight", {F, E}, "(intermediate_size, hidden_size)");
+      l.up_proj = tensors.take(n + "mlp.up_proj.weight", {F, E}, "(intermediate_size, hidden_size)");
+    }
     l.down_proj = tensors.take(n + "mlp.down_proj.weight", {E, F}, "(hidden_size, intermediate_size)");
     if (c.mlp_bias) {
       l.gate_proj_bias = tensors.take(n + "mlp.gate_proj.bias", {F}, "(intermediate_size,)");

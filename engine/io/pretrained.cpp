@@ -135,7 +135,8 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   const bool gpt2 = architecture == "GPT2LMHeadModel" || architecture == "GPT2Model" || architecture == "gpt2";
   const bool llama = architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
                      architecture == "Qwen2ForCausalLM" || architecture == "Qwen3ForCausalLM" ||
-                     architecture == "GemmaForCausalLM" || architecture == "llama" || architecture == "gemma";
+                     architecture == "GemmaForCausalLM" || architecture == "Phi3ForCausalLM" ||
+                     architecture == "llama" || architecture == "gemma" || architecture == "phi3";
   const bool bert = architecture == "BertModel" || architecture == "BertForMaskedLM" ||
                     architecture == "BertForPreTraining" || architecture == "BertForSequenceClassification" ||
                     architecture == "BertForTokenClassification" || architecture == "BertForQuestionAnswering" ||
@@ -151,7 +152,8 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
   if (!gpt2 && !llama && !bert && !roberta && !distilbert) {
     throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
                       model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
-                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, BertModel, " +
+                      "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, Phi3ForCausalLM, " +
+                      "BertModel, " +
                       "BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, " +
                       "BertForQuestionAnswering, RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, " +
                       "RobertaForTokenClassification, RobertaForQuestionAnswering, DistilBertModel, " +

@@ -2,7 +2,7 @@
 saved as the hub saves them) against torch running the same weights from the models' definitions
 (models/*/train.py), on both backends: text and ids in, every position's logits, greedy
 generation, the trace's steps; and Qwen3's checkpoint as tiny_llama's weights with q/k norms,
-Qwen2's with its window in some layers, Gemma's."""
+Qwen2's with its window in some layers, Phi-3's packed, Gemma's."""
 import json
 import math
 import os
@@ -252,18 +252,21 @@ def test_qwen3_normalises_each_heads_q_and_k_as_torch_does(tmp_path, device):
     assert np.abs(plain - got).max() > 1e-2  # the norms changed the numbers
 
 
-def attention(train, self, x, qk_norm=None, window=0):
+def attention(train, self, x, qk_norm=None, window=0, qkv=None, rope=None):
     """train.py's Attention.forward, with Qwen3's q and k norms before RoPE where `qk_norm` is
-    given, and each query seeing only the `window` keys up to its own where it is not 0 (Hugging
-    Face's sliding-window mask: key j is seen from query i when i - window < j <= i)."""
+    given, each query seeing only the `window` keys up to its own where it is not 0 (Hugging
+    Face's sliding-window mask: key j is seen from query i when i - window < j <= i), q, k and v
+    (B, T, ·) from `qkv(x)` and RoPE by `rope` where they are given."""
     B, T, _ = x.shape
-    q = self.q_proj(x).view(B, T, train.HEADS, train.D).transpose(1, 2)
-    k = self.k_proj(x).view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
-    v = self.v_proj(x).view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
+    q, k, v = qkv(x) if qkv else (self.q_proj(x), self.k_proj(x), self.v_proj(x))
+    q = q.view(B, T, train.HEADS, train.D).transpose(1, 2)
+    k = k.view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
+    v = v.view(B, T, train.KV_HEADS, train.D).transpose(1, 2)
     if qk_norm:
         q, k = qk_norm(q, k)
     positions = torch.arange(T)
-    q, k = train.rope(q, positions), train.rope(k, positions)
+    rope = rope or train.rope
+    q, k = rope(q, positions), rope(k, positions)
     k, v = (t.repeat_interleave(train.HEADS // train.KV_HEADS, dim=1) for t in (k, v))
     scores = q @ k.transpose(-1, -2) / math.sqrt(train.D)
     hidden = torch.ones(T, T, dtype=torch.bool).triu(1)
@@ -315,6 +318,64 @@ def test_qwen2s_window_is_in_the_layers_its_config_names_as_in_hugging_faces(tmp
     assert_close(got, expected, atol=1e-4, rtol=1e-4)
     assert all(np.abs(other.numpy() - got).max() > 1e-2 for other in elsewhere)
     assert qwen2.generate(ids[:8], max_new_tokens=6) == expected_tokens(window_in(windowed), ids[:8], 6)
+
+
+def test_phi3_reads_its_packed_projections_as_torch_does(tmp_path, device):
+    """Phi3ForCausalLM: tiny_llama's weights packed as Phi-3 packs them (qkv_proj: q_proj's rows,
+    then k_proj's, then v_proj's; gate_up_proj: gate_proj's then up_proj's) with RoPE on half of
+    each head (partial_rotary_factor 0.5), against train.py's Llama with Phi3Attention's split of
+    qkv_proj's output, Phi3MLP's chunks and Phi-3's partial rotation: logits and greedy tokens."""
+    from article_safetensors import save_safetensors
+    folder = tmp_path / "phi3"
+    shutil.copytree(os.path.join(MODELS, "tiny_llama"), folder, ignore=shutil.ignore_patterns("*.py"))
+    config = json.loads((folder / "config.json").read_text())
+    config.update(architectures=["Phi3ForCausalLM"], model_type="phi3", partial_rotary_factor=0.5)
+    (folder / "config.json").write_text(json.dumps(config))
+    train = definition("tiny_llama")
+    H, H_kv, D = train.HEADS, train.KV_HEADS, train.D
+    state = read_safetensors(folder / "model.safetensors")
+    for i in range(train.LAYERS):
+        n = f"model.layers.{i}."
+        packed = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                  "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+        for name, parts in packed.items():
+            state[n + name + ".weight"] = torch.cat([state.pop(n + p + ".weight") for p in parts])
+    save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
+
+    turned = D // 2
+
+    def rope(x, positions):  # Phi-3's apply_rotary_pos_emb: the first `turned` features of a head
+        inv_freq = 1.0 / (train.THETA ** (torch.arange(0, turned, 2, dtype=torch.float32) / turned))
+        freqs = positions[:, None].float() * inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        x_rot, x_pass = x[..., :turned], x[..., turned:]
+        halves = torch.cat((-x_rot[..., turned // 2:], x_rot[..., :turned // 2]), dim=-1)
+        return torch.cat((x_rot * emb.cos() + halves * emb.sin(), x_pass), dim=-1)
+
+    def split(self, x):  # Phi3Attention.forward: qkv_proj's output cut at H·d and (H + H_kv)·d
+        qkv = self.qkv_proj(x)
+        return qkv[..., :H * D], qkv[..., H * D:(H + H_kv) * D], qkv[..., (H + H_kv) * D:]
+
+    def mlp(self, x):  # Phi3MLP.forward
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(up * nn.functional.silu(gate))
+
+    model = train.LlamaForCausalLM(config["vocab_size"])
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        del a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj
+        a.qkv_proj = nn.Linear(train.E, (H + 2 * H_kv) * D, bias=False)
+        m.gate_up_proj = nn.Linear(train.E, 2 * train.FF, bias=False)
+        a.forward = lambda x, a=a: attention(train, a, x, qkv=lambda y: split(a, y), rope=rope)
+        m.forward = lambda x, m=m: mlp(m, x)
+    model.load_state_dict(state)
+    ids = list(range(3, 40))
+    with torch.no_grad():
+        expected = model.eval()(torch.tensor([ids]))
+    phi3 = vkattn.from_pretrained(folder, device=device)
+    assert phi3.config["architectures"] == ["Phi3ForCausalLM"]
+    assert_close(phi3(ids), expected, atol=1e-4, rtol=1e-4)
+    assert phi3.generate(ids[:5], max_new_tokens=4) == expected_tokens(model, ids[:5], 4)
 
 
 def test_gemma_scales_its_embeddings_and_norms_and_gates_with_gelu_as_torch_does(tmp_path, device):

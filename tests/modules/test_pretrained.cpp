@@ -344,6 +344,32 @@ TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {
   rewrite_config(mistral, [](json& c) { c["sliding_window"] = 2; });  // each query sees 2 keys: other logits
   EXPECT_GT(max_difference(last_logits(cpu(), io::load_pretrained(mistral), ids), logits), 1e-2f);
 
+  // Phi-3: q/k/v_proj packed in qkv_proj, gate/up_proj in gate_up_proj, read apart (torch holds
+  // the order, and partial_rotary_factor, in test_pretrained.py)
+  auto phi3 = copy_of(kTinyLlama, "phi3");
+  rewrite_config(phi3, [](json& c) { c["architectures"] = {"Phi3ForCausalLM"}, c["model_type"] = "phi3"; });
+  weights = tensors_of(kTinyLlama);
+  for (const std::string n : {"model.layers.0.", "model.layers.1."}) {
+    auto packed = [&](const std::string& name, std::initializer_list<std::string> parts) {
+      std::vector<Tensor> taken;
+      for (const auto& part : parts) taken.push_back(weights.extract(n + part + ".weight").mapped());
+      weights[n + name + ".weight"] = taken.size() == 3 ? stack_rows({&taken[0], &taken[1], &taken[2]})
+                                                        : stack_rows({&taken[0], &taken[1]});
+    };
+    packed("self_attn.qkv_proj", {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"});
+    packed("mlp.gate_up_proj", {"mlp.gate_proj", "mlp.up_proj"});
+  }
+  testing::write_safetensors(phi3 / "model.safetensors", weights);
+  EXPECT_EQ(last_logits(cpu(), io::load_pretrained(phi3), ids), logits);
+  rewrite_config(phi3, [](json& c) { c["partial_rotary_factor"] = 0.1; });  // 1.6 of 16 features
+  expect_error<ConfigError>([&] { io::load_pretrained(phi3); },
+                            {"partial_rotary_factor 0.100000 must be in (0, 1] and give an even number of features of "
+                             "head_dim 16 to turn"});
+  rewrite_config(phi3, [](json& c) { c.erase("partial_rotary_factor"); });
+  fs::copy_file(kTinyLlama / "model.safetensors", phi3 / "model.safetensors", fs::copy_options::overwrite_existing);
+  expect_error<FileError>([&] { io::load_pretrained(phi3); },
+                          {"missing tensor 'layers.0.self_attn.qkv_proj.weight'", "((H + 2·H_kv)·d, E) = (128, 64)"});
+
   auto tied = copy_of(kTinyLlama, "tied");
   rewrite_config(tied, [](json& c) { c["tie_word_embeddings"] = true; });
   weights = tensors_of(kTinyLlama);

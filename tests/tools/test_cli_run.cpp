@@ -500,8 +500,8 @@ const std::vector<BadRun> kRunModelBadInputs = {
            "--top-k: 0 is not a number > 0"},
     BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/t5", "--text", "Alice"},
            "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
-           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, BertModel, "
-           "BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering, "
+           "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, "
+           "Phi3ForCausalLM, BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering, "
            "RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification, "
            "RobertaForQuestionAnswering, DistilBertModel, DistilBertForMaskedLM, "
            "DistilBertForSequenceClassification, DistilBertForTokenClassification, DistilBertForQuestionAnswering)"}};

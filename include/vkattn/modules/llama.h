@@ -1,5 +1,5 @@
 #pragma once
-// Llama: the decoder-only language model of Llama, Mistral, Qwen2, Qwen3 and Gemma — Hugging
+// Llama: the decoder-only language model of Llama, Mistral, Qwen2, Qwen3, Phi-3 and Gemma — Hugging
 // Face's LlamaForCausalLM — as a recipe of steps:
 //   embed_tokens (embedding)                          ids (B, T) -> (B, T, E), times √E for Gemma
 //   layers.N.input_layernorm (rms_norm)
