@@ -21,6 +21,11 @@ constexpr std::array kDiagnoses = {
     Diagnosis{"weight_swapped", "q_proj, k_proj, v_proj, out_proj", "another projection's weight",
               "K = self.W_q(x), or a slice of in_proj_weight copied to the wrong layer",
               "each projection its own weight: in_proj_weight's thirds are q, k and v, in that order"},
+    Diagnosis{"gate_up_swapped", "mlp.gate_proj, mlp.up_proj (Llama's, Phi-3's)",
+              "the MLP's gate and up projections swapped: the activation on up_proj's output",
+              "up, gate = self.gate_up_proj(x).chunk(2, dim=-1) with Phi-3's packed weight (its gate's rows "
+              "first), or gate_proj's weight loaded into up_proj",
+              "gate, up = self.gate_up_proj(x).chunk(2, dim=-1); self.down_proj(up * act(gate))"},
     Diagnosis{"weight_transposed", "q_proj, k_proj, v_proj, out_proj",
               "the weight transposed: x·W where nn.Linear computes x·Wᵀ",
               "x @ W with W stored (out, in), or a weight copied from an (in, out) layout such as GPT-2's "

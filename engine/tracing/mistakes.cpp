@@ -89,6 +89,16 @@ std::string shapes(int64_t d, int64_t H) {
   return "(d = " + std::to_string(d) + ", E = H·d = " + std::to_string(H * d) + ")";
 }
 
+// Whether two weights are one MLP's gate_proj and up_proj (a Llama's, a Phi-3's gate_up_proj cut)
+bool gate_and_up(const std::string& a, const std::string& b) {
+  const std::string gate = "mlp.gate_proj.weight", up = "mlp.up_proj.weight";
+  auto prefix = [](const std::string& name, const std::string& end) {
+    return name.ends_with(end) ? std::optional(name.substr(0, name.size() - end.size())) : std::nullopt;
+  };
+  const auto a_gate = prefix(a, gate), a_up = prefix(a, up), b_gate = prefix(b, gate), b_up = prefix(b, up);
+  return (a_gate && b_up && *a_gate == *b_up) || (a_up && b_gate && *a_up == *b_gate);
+}
+
 }  // namespace
 
 bool same_values(const std::vector<float>& a, const std::vector<float>& b, double atol, double rtol) {
@@ -183,7 +193,7 @@ Finding projection(const Around& at, const Tensor& yours) {
     const Tensor* its_bias = found == at.given.end() ? nullptr : &found->second;
     if (is_yours(linear(*x, other, its_bias)) || (its_bias != b && is_yours(linear(*x, other, b)))) {
       evidence.push_back("yours is " + step + " with " + name + " for " + w_name);
-      ids.push_back("weight_swapped");
+      ids.push_back(gate_and_up(name, w_name) ? "gate_up_swapped" : "weight_swapped");
     }
   }
   std::vector<const Tensor*> tried = {x};  // self-attention's one tensor, cross-attention's memory, tried once

@@ -400,3 +400,19 @@ def test_a_reference_check_cannot_run_is_named_in_one_line():
     with pytest.raises(vkattn.ConfigError, match="a decoder takes its target as query and the encoder's output as "
                                                  "memory"):
         vkattn.check({}, decoder, query=np.zeros((1, 2, E), np.float32))
+
+
+def test_an_mlps_gate_and_up_swapped_are_named(device):
+    """A Llama's (or a Phi-3's, whose gate_up_proj packs the gate's rows first) gate_proj and
+    up_proj swapped, the activation then on up_proj's output: named at gate_proj as such, not as
+    attention's weight_swapped with its advice about in_proj_weight."""
+    llama = vkattn.from_pretrained(pathlib.Path(__file__).resolve().parents[2] / "models" / "tiny_llama",
+                                   device=device)
+    _, trace = llama.trace("Alice was tired.")
+    rec = {s.name: trace[s.name] for s in trace.steps}
+    gate, up = "layers.0.mlp.gate_proj", "layers.0.mlp.up_proj"
+    rec[gate], rec[up] = rec[up], rec[gate]
+    report = vkattn.check(rec, llama, query="Alice was tired.")
+    assert report.first_divergent["name"] == gate, str(report)
+    assert report.first_divergent["diagnoses"] == ["gate_up_swapped"], str(report)
+    assert "gate_up_proj(x).chunk(2, dim=-1)" in str(report)
