@@ -189,13 +189,26 @@ std::string Llama::describe() const {
   std::ostringstream out;
   out << "vocab " << c.vocab_size << ", " << c.max_positions << " positions, " << c.num_layers << " layers of\n"
       << "  rms_norm, attention: " << a.num_heads << " query heads sharing " << a.kv_heads() << " key/value heads of "
-      << a.dim() << ", RoPE θ=" << a.rope_theta;
-  if (a.rope_scaling.type != RopeScaling::Type::none) {
-    out << " (" << (a.rope_scaling.type == RopeScaling::Type::llama3 ? "llama3" : "linear") << " scaling ×"
-        << a.rope_scaling.factor << ")";
+      << a.dim() << ", RoPE θ=" << a.rope_theta << ",\n";
+  std::vector<std::string> more;  // what a plain Llama's attention lacks, on a line of its own
+  if (a.rotary_dims && a.rotary_dims != a.dim()) {
+    more.push_back("RoPE on " + std::to_string(a.rotary_dims) + " of each head's " + std::to_string(a.dim()) +
+                   " features");
   }
-  if (a.sliding_window) out << ", window " << a.sliding_window << windowed_layers_described(c.windowed_layers);
-  out << ",\n";
+  if (a.rope_scaling.type != RopeScaling::Type::none) {
+    std::ostringstream factor;
+    factor << a.rope_scaling.factor;
+    more.push_back((a.rope_scaling.type == RopeScaling::Type::llama3 ? "llama3" : "linear") +
+                   std::string(" scaling of RoPE ×") + factor.str());
+  }
+  if (a.sliding_window) {
+    more.push_back("window " + std::to_string(a.sliding_window) + windowed_layers_described(c.windowed_layers));
+  }
+  if (!more.empty()) {
+    out << "    " << more[0];
+    for (size_t i = 1; i < more.size(); ++i) out << ", " << more[i];
+    out << ",\n";
+  }
   if (a.qk_norm) out << "    each head's q and k RMS-normalised before RoPE (q_norm, k_norm),\n";
   const char* mlp = c.hidden_act == ActivationStep::silu        ? "SwiGLU"
                     : c.hidden_act == ActivationStep::gelu_tanh ? "GeGLU (tanh)"

@@ -374,6 +374,7 @@ def test_phi3_reads_its_packed_projections_as_torch_does(tmp_path, device):
         expected = model.eval()(torch.tensor([ids]))
     phi3 = vkattn.from_pretrained(folder, device=device)
     assert phi3.config["architectures"] == ["Phi3ForCausalLM"]
+    assert "RoPE θ=10000,\n    RoPE on 8 of each head's 16 features," in phi3.config["model"]
     assert_close(phi3(ids), expected, atol=1e-4, rtol=1e-4)
     assert phi3.generate(ids[:5], max_new_tokens=4) == expected_tokens(model, ids[:5], 4)
 
