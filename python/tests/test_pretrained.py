@@ -210,22 +210,43 @@ def test_rope_scaling_matches_hugging_faces_frequencies(tmp_path, device, scalin
     assert np.abs(plain - got).max() > 1e-2  # the scaling changed the numbers
 
 
+def tiny_llama_as(tmp_path, repack, **settings):
+    """models/tiny_llama saved in tmp_path/MODEL_TYPE as another architecture: `settings` over its
+    config.json, its weights (name -> torch tensor) changed by `repack` before they are written.
+    (its folder, its config, those weights)"""
+    from article_safetensors import save_safetensors
+    folder = tmp_path / settings["model_type"]
+    shutil.copytree(os.path.join(MODELS, "tiny_llama"), folder, ignore=shutil.ignore_patterns("*.py"))
+    config = {**json.loads((folder / "config.json").read_text()), **settings}
+    (folder / "config.json").write_text(json.dumps(config))
+    state = read_safetensors(folder / "model.safetensors")
+    repack(state)
+    save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
+    return folder, config, state
+
+
+def held_to(model, folder, device, ids):
+    """vkattn's model of `folder` and its logits for `ids`, held to torch's `model` (1e-4)."""
+    with torch.no_grad():
+        expected = model.eval()(torch.tensor([ids]))
+    ours = vkattn.from_pretrained(folder, device=device)
+    got = ours(ids)
+    assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    return ours, got
+
+
 def test_qwen3_normalises_each_heads_q_and_k_as_torch_does(tmp_path, device):
     """Qwen3ForCausalLM: tiny_llama's weights and, in each layer, q_norm and k_norm (RMSNorm over a
     head's d features, rms_norm_eps, before RoPE), against train.py's Llama with them added."""
-    from article_safetensors import save_safetensors
-    folder = tmp_path / "qwen3"
-    shutil.copytree(os.path.join(MODELS, "tiny_llama"), folder, ignore=shutil.ignore_patterns("*.py"))
-    config = json.loads((folder / "config.json").read_text())
-    config["architectures"], config["model_type"] = ["Qwen3ForCausalLM"], "qwen3"
-    (folder / "config.json").write_text(json.dumps(config))
     train = definition("tiny_llama")
-    state = read_safetensors(folder / "model.safetensors")
-    torch.manual_seed(0)
-    for i in range(train.LAYERS):
-        for which in ("q_norm", "k_norm"):  # about 1, as trained ones are; all ones would hide a swap
-            state[f"model.layers.{i}.self_attn.{which}.weight"] = 1 + 0.5 * torch.rand(train.D)
-    save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
+
+    def add_norms(state):
+        torch.manual_seed(0)
+        for i in range(train.LAYERS):
+            for which in ("q_norm", "k_norm"):  # about 1, as trained ones are; all ones would hide a swap
+                state[f"model.layers.{i}.self_attn.{which}.weight"] = 1 + 0.5 * torch.rand(train.D)
+
+    folder, config, state = tiny_llama_as(tmp_path, add_norms, architectures=["Qwen3ForCausalLM"], model_type="qwen3")
 
     def head_norm(x, weight):  # Qwen3RMSNorm on (B, heads, T, d)
         return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + train.EPS))
@@ -242,12 +263,8 @@ def test_qwen3_normalises_each_heads_q_and_k_as_torch_does(tmp_path, device):
             norm.weight = torch.nn.Parameter(torch.ones(train.D))
     model.load_state_dict(state)
     ids = list(range(3, 40))
-    with torch.no_grad():
-        expected = model.eval()(torch.tensor([ids]))
-    qwen3 = vkattn.from_pretrained(folder, device=device)
+    qwen3, got = held_to(model, folder, device, ids)
     assert qwen3.config["architectures"] == ["Qwen3ForCausalLM"]
-    got = qwen3(ids)
-    assert_close(got, expected, atol=1e-4, rtol=1e-4)
     plain = vkattn.from_pretrained(os.path.join(MODELS, "tiny_llama"), device=device)(ids)
     assert np.abs(plain - got).max() > 1e-2  # the norms changed the numbers
 
@@ -284,20 +301,16 @@ def test_qwen2s_window_is_in_the_layers_its_config_names_as_in_hugging_faces(tmp
     max_window_layers on, or in those layer_types calls sliding_attention (Qwen2Config's rule),
     the others attending to every key; against train.py's Llama with the window in those layers
     (Qwen2's q/k/v biases zero), every position's logits and the greedy tokens through the cache."""
-    from article_safetensors import save_safetensors
-    folder = tmp_path / "qwen2"
-    shutil.copytree(os.path.join(MODELS, "tiny_llama"), folder, ignore=shutil.ignore_patterns("*.py"))
-    config = json.loads((folder / "config.json").read_text())
-    config.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=True, sliding_window=4,
-                  **layers)
-    (folder / "config.json").write_text(json.dumps(config))
     train = definition("tiny_llama")
-    state = read_safetensors(folder / "model.safetensors")
-    for i in range(train.LAYERS):
-        for proj, size in (("q_proj", train.HEADS * train.D), ("k_proj", train.KV_HEADS * train.D),
-                           ("v_proj", train.KV_HEADS * train.D)):
-            state[f"model.layers.{i}.self_attn.{proj}.bias"] = torch.zeros(size)
-    save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
+
+    def add_biases(state):
+        for i in range(train.LAYERS):
+            for proj, size in (("q_proj", train.HEADS * train.D), ("k_proj", train.KV_HEADS * train.D),
+                               ("v_proj", train.KV_HEADS * train.D)):
+                state[f"model.layers.{i}.self_attn.{proj}.bias"] = torch.zeros(size)
+
+    folder, config, _ = tiny_llama_as(tmp_path, add_biases, architectures=["Qwen2ForCausalLM"], model_type="qwen2",
+                                      use_sliding_window=True, sliding_window=4, **layers)
     windowed = [1] if "max_window_layers" in layers else [0]
     model = train.LlamaForCausalLM(config["vocab_size"])
     model.load_state_dict(read_safetensors(os.path.join(MODELS, "tiny_llama", "model.safetensors")))
@@ -325,22 +338,19 @@ def test_phi3_reads_its_packed_projections_as_torch_does(tmp_path, device):
     then k_proj's, then v_proj's; gate_up_proj: gate_proj's then up_proj's) with RoPE on half of
     each head (partial_rotary_factor 0.5), against train.py's Llama with Phi3Attention's split of
     qkv_proj's output, Phi3MLP's chunks and Phi-3's partial rotation: logits and greedy tokens."""
-    from article_safetensors import save_safetensors
-    folder = tmp_path / "phi3"
-    shutil.copytree(os.path.join(MODELS, "tiny_llama"), folder, ignore=shutil.ignore_patterns("*.py"))
-    config = json.loads((folder / "config.json").read_text())
-    config.update(architectures=["Phi3ForCausalLM"], model_type="phi3", partial_rotary_factor=0.5)
-    (folder / "config.json").write_text(json.dumps(config))
     train = definition("tiny_llama")
     H, H_kv, D = train.HEADS, train.KV_HEADS, train.D
-    state = read_safetensors(folder / "model.safetensors")
-    for i in range(train.LAYERS):
-        n = f"model.layers.{i}."
-        packed = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-                  "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
-        for name, parts in packed.items():
-            state[n + name + ".weight"] = torch.cat([state.pop(n + p + ".weight") for p in parts])
-    save_safetensors(state, folder / "model.safetensors", {"format": "pt"})
+
+    def pack(state):
+        for i in range(train.LAYERS):
+            n = f"model.layers.{i}."
+            packed = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                      "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+            for name, parts in packed.items():
+                state[n + name + ".weight"] = torch.cat([state.pop(n + p + ".weight") for p in parts])
+
+    folder, config, state = tiny_llama_as(tmp_path, pack, architectures=["Phi3ForCausalLM"], model_type="phi3",
+                                          partial_rotary_factor=0.5)
 
     turned = D // 2
 
@@ -370,12 +380,9 @@ def test_phi3_reads_its_packed_projections_as_torch_does(tmp_path, device):
         m.forward = lambda x, m=m: mlp(m, x)
     model.load_state_dict(state)
     ids = list(range(3, 40))
-    with torch.no_grad():
-        expected = model.eval()(torch.tensor([ids]))
-    phi3 = vkattn.from_pretrained(folder, device=device)
+    phi3, _ = held_to(model, folder, device, ids)
     assert phi3.config["architectures"] == ["Phi3ForCausalLM"]
     assert "RoPE θ=10000,\n    RoPE on 8 of each head's 16 features," in phi3.config["model"]
-    assert_close(phi3(ids), expected, atol=1e-4, rtol=1e-4)
     assert phi3.generate(ids[:5], max_new_tokens=4) == expected_tokens(model, ids[:5], 4)
 
 
