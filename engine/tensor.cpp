@@ -104,8 +104,8 @@ Tensor slice_rows(const Tensor& t, int64_t begin, int64_t count) {
   const int64_t row = t.dim(0) ? t.size() / t.dim(0) : 0;
   Shape shape = t.shape;
   shape[0] = count;
-  Tensor rows(std::move(shape), std::vector<float>(t.data.begin() + begin * row, t.data.begin() + (begin + count) * row),
-              t.dtype);
+  std::vector<float> data(t.data.begin() + begin * row, t.data.begin() + (begin + count) * row);
+  Tensor rows(std::move(shape), std::move(data), t.dtype);
   rows.narrow = t.narrow;
   return rows;
 }

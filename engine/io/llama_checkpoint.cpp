@@ -141,7 +141,7 @@ LlamaState llama(const nlohmann::json& config_json, std::map<std::string, Tensor
   if (phi3 && config.has("partial_rotary_factor")) {  // Phi-4-mini's 0.75: the first features of each head
     const float factor = config.number("partial_rotary_factor", 1.0f);
     a.rotary_dims = static_cast<int64_t>(static_cast<float>(d) * factor);  // Hugging Face's int(d · factor)
-    if (!(factor > 0.0f && factor <= 1.0f) || a.rotary_dims % 2 != 0) {
+    if (!(factor > 0.0f && factor <= 1.0f) || a.rotary_dims < 2 || a.rotary_dims % 2 != 0) {  // 0 would be all
       throw config.error("partial_rotary_factor " + std::to_string(factor) + " must be in (0, 1] and give an even " +
                          "number of features of head_dim " + std::to_string(d) + " to turn");
     }

@@ -306,7 +306,9 @@ TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {
   EXPECT_LT(max_difference(last_logits(cpu(), q, ids), logits), 1e-6f);
   // Qwen2's window only from max_window_layers on (here past the last layer: none), or where
   // layer_types says; torch holds the windowed layers' logits (test_pretrained.py)
-  rewrite_config(qwen2, [](json& c) { c["use_sliding_window"] = true, c["sliding_window"] = 2, c["max_window_layers"] = 2; });
+  rewrite_config(qwen2, [](json& c) {
+    c["use_sliding_window"] = true, c["sliding_window"] = 2, c["max_window_layers"] = 2;
+  });
   const io::Pretrained unwindowed = io::load_pretrained(qwen2);
   auto windowed = [&](const std::string& part) {
     return io::load_pretrained(qwen2).model->describe().find(part) != std::string::npos;
@@ -316,7 +318,8 @@ TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {
   rewrite_config(qwen2, [](json& c) { c["max_window_layers"] = 0; });
   EXPECT_TRUE(windowed("window 2,"));  // in every layer
   rewrite_config(qwen2, [](json& c) { c["max_window_layers"] = -1; });
-  expect_error<ConfigError>([&] { io::load_pretrained(qwen2); }, {"config.json", "max_window_layers is -1, not an integer >= 0"});
+  expect_error<ConfigError>([&] { io::load_pretrained(qwen2); },
+                            {"config.json", "max_window_layers is -1, not an integer >= 0"});
   rewrite_config(qwen2, [](json& c) { c.erase("max_window_layers"), c["layer_types"] = {"full_attention"}; });
   expect_error<ConfigError>([&] { io::load_pretrained(qwen2); },
                             {"config.json", R"(layer_types ["full_attention"] is not a list of num_hidden_layers 2)"});
@@ -365,6 +368,8 @@ TEST_F(Pretrained, LlamaVariantsReadTheirSettings) {
   expect_error<ConfigError>([&] { io::load_pretrained(phi3); },
                             {"partial_rotary_factor 0.100000 must be in (0, 1] and give an even number of features of "
                              "head_dim 16 to turn"});
+  rewrite_config(phi3, [](json& c) { c["partial_rotary_factor"] = 0.05; });  // none of 16: not "all", as 0 says
+  expect_error<ConfigError>([&] { io::load_pretrained(phi3); }, {"partial_rotary_factor 0.050000 must be in (0, 1]"});
   rewrite_config(phi3, [](json& c) { c.erase("partial_rotary_factor"); });
   fs::copy_file(kTinyLlama / "model.safetensors", phi3 / "model.safetensors", fs::copy_options::overwrite_existing);
   expect_error<FileError>([&] { io::load_pretrained(phi3); },

@@ -501,7 +501,8 @@ const std::vector<BadRun> kRunModelBadInputs = {
     BadRun{"model_of_another_architecture", {"run", "--model", "{dir}/t5", "--text", "Alice"},
            "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, "
-           "Phi3ForCausalLM, BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering, "
+           "Phi3ForCausalLM, BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, "
+           "BertForQuestionAnswering, "
            "RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification, "
            "RobertaForQuestionAnswering, DistilBertModel, DistilBertForMaskedLM, "
            "DistilBertForSequenceClassification, DistilBertForTokenClassification, DistilBertForQuestionAnswering)"}};
