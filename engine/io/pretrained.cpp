@@ -153,8 +153,7 @@ Pretrained load_pretrained(const fs::path& dir, const LoadOptions& options) {
     throw ConfigError((dir / "config.json").string() + ": architecture '" + architecture + "' (model_type '" +
                       model_type + "') is not one vkattn runs yet (GPT2LMHeadModel, LlamaForCausalLM, " +
                       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, Phi3ForCausalLM, " +
-                      "BertModel, " +
-                      "BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, " +
+                      "BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, " +
                       "BertForQuestionAnswering, RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, " +
                       "RobertaForTokenClassification, RobertaForQuestionAnswering, DistilBertModel, " +
                       "DistilBertForMaskedLM, DistilBertForSequenceClassification, " +

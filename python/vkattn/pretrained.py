@@ -11,9 +11,9 @@ shards), tokenizer.json, vocab.json + merges.txt or vocab.txt — run on a vkatt
     out.last_hidden_state, out.pooler_output                   # (2, T, E), (2, E)
 
 Architectures so far: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM and Phi3ForCausalLM (PretrainedModel); BertModel,
-BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification and RoBERTa's and
-DistilBERT's four of those names (PretrainedEncoder).
+Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM and Phi3ForCausalLM (PretrainedModel);
+BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification and
+RoBERTa's and DistilBERT's four of those names (PretrainedEncoder).
 Another is a ConfigError naming it."""
 import collections
 

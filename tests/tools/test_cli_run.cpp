@@ -502,9 +502,8 @@ const std::vector<BadRun> kRunModelBadInputs = {
            "architecture 'T5Model' (model_type 't5') is not one vkattn runs yet (GPT2LMHeadModel, "
            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GemmaForCausalLM, "
            "Phi3ForCausalLM, BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification, "
-           "BertForQuestionAnswering, "
-           "RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification, "
-           "RobertaForQuestionAnswering, DistilBertModel, DistilBertForMaskedLM, "
+           "BertForQuestionAnswering, RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, "
+           "RobertaForTokenClassification, RobertaForQuestionAnswering, DistilBertModel, DistilBertForMaskedLM, "
            "DistilBertForSequenceClassification, DistilBertForTokenClassification, DistilBertForQuestionAnswering)"}};
 INSTANTIATE_TEST_SUITE_P(CliRunModel, CliBadInput, ::testing::ValuesIn(kRunModelBadInputs),
                          [](const auto& p) { return std::string(p.param.name); });
